@@ -1,0 +1,34 @@
+#include "cli/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+namespace tessera::cli {
+
+int Run(int argc, char** argv) {
+  CLI::App app(
+      "Tessera: a GPU cloud in one binary. Pools GPU servers, rents them as whole GPUs,\n"
+      "MIG slices or shares, schedules them against fragmentation, and replays cluster\n"
+      "traces through the same scheduler.",
+      "tessera");
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Print help for every subcommand");
+  Context ctx;
+  RegisterCatalogCommands(app, ctx);
+  RegisterMigCommands(app, ctx);
+  RegisterSimCommands(app, ctx);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes are large numbers; every usage error here exits 2.
+    app.exit(e);
+    return kExitUsage;
+  }
+  return ctx.exit_code;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,32 @@
+// The `tessera` command line: one binary, one subcommand per job. Each command family lives in
+// its own file and registers itself here. Commands print to stdout, errors to stderr, and set an
+// exit code: 0 success, 1 a negative answer or a failed operation, 2 bad usage or unknown names.
+// Thread-safety: used from main() only.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace tessera::cli {
+
+// Exit codes shared by every command.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// What a command's callback reports back to main().
+struct Context {
+  int exit_code = kExitOk;
+};
+
+void RegisterCatalogCommands(CLI::App& app, Context& ctx);
+void RegisterMigCommands(CLI::App& app, Context& ctx);
+void RegisterSimCommands(CLI::App& app, Context& ctx);
+
+// Parses argv, runs the chosen command and returns the process exit code.
+int Run(int argc, char** argv);
+
+}  // namespace tessera::cli

@@ -1,0 +1,138 @@
+// The fleet: nodes with vCPUs, memory and GPUs of a catalog model, NVLink islands, and the
+// partition state of every GPU in one of three sharing modes:
+//   exclusive  whole GPUs only;
+//   mig        MIG instances at valid placements of the model's profile table;
+//   shared     milli-GPU shares with a memory cap (time-slicing). A fully free shared GPU can also
+//              be granted whole (1000 milli), as in the openb traces.
+// Fleet is the single authority on capacity. Allocate and Release keep invariants that cannot be
+// broken: no GPU or MIG slice booked twice, no overlapping MIG instances, no capacity below zero.
+// An Assignment that would break one is refused whole with a Status and changes nothing.
+// Thread-safety: not thread-safe. One writer (the core, or the simulator) owns a Fleet.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "common/ids.h"
+#include "common/result.h"
+#include "mig/mig.h"
+
+namespace tessera::fleet {
+
+using catalog::SharingMode;
+struct NodeIndexTag {};
+using NodeIndex = Index<NodeIndexTag>;
+
+inline constexpr int kMaxGpusPerNode = 16;
+inline constexpr int kMilliPerGpu = 1000;
+
+enum class NodeState { kReady, kDraining, kDown };
+std::string_view NodeStateName(NodeState s);  // "ready", "draining", "down".
+
+struct MigInstance {
+  const mig::Profile* profile = nullptr;
+  int start = 0;
+};
+
+struct Gpu {
+  SharingMode mode = SharingMode::kExclusive;
+  int island = -1;  // NVLink island within the node; -1 when the GPU has no NVLink peers.
+  // exclusive and shared: unallocated thousandths (exclusive is 0 or 1000). mig: 1000 while no
+  // instance exists, else 0, so "fully free" means the same in every mode.
+  int free_milli = kMilliPerGpu;
+  int64_t free_memory_mib = 0;             // shared: memory not yet promised to a share.
+  std::vector<MigInstance> mig_instances;  // mig: instances that exist and are allocated.
+};
+
+struct Node {
+  std::string name;              // Unique, e.g. "node-h100-01" or "openb-node-0001".
+  catalog::GpuModelIndex model;  // Invalid for CPU-only nodes.
+  NodeState state = NodeState::kReady;
+  int64_t cpu_milli = 0, cpu_milli_free = 0;
+  int64_t memory_mib = 0, memory_mib_free = 0;
+  std::vector<Gpu> gpus;
+  int workloads = 0;  // Assignments currently held on the node.
+};
+
+// What one workload holds on one GPU.
+struct GpuGrant {
+  int gpu = 0;                                // Index within the node.
+  int milli = kMilliPerGpu;                   // 1000 for a whole GPU; 1..999 for a share.
+  int64_t memory_mib = 0;                     // shared: the memory cap promised.
+  const mig::Profile* mig_profile = nullptr;  // mig: the instance's profile...
+  int mig_start = 0;                          // ...and its placement.
+};
+
+// Everything one workload holds on one node. Fixed-size so the scheduler's hot path never
+// allocates.
+struct Assignment {
+  NodeIndex node;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int gpu_count = 0;
+  std::array<GpuGrant, kMaxGpusPerNode> gpus{};
+};
+
+// How a node is described before it joins the fleet.
+struct NodeSpec {
+  std::string name;
+  std::string gpu_model;  // Catalog id or alias; empty for a CPU-only node.
+  int gpus = 0;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  // GPU indices grouped into NVLink islands; empty means none. Each GPU in at most one island.
+  std::vector<std::vector<int>> nvlink_islands;
+  // Sharing mode of each GPU; empty means all `default_mode`.
+  std::vector<SharingMode> gpu_modes;
+  SharingMode default_mode = SharingMode::kExclusive;
+};
+
+class Fleet {
+ public:
+  // `catalog` must outlive the fleet.
+  explicit Fleet(const catalog::Catalog* catalog) : catalog_(catalog) {}
+
+  // Validates and adds a node. Errors name the node and the field: an unknown GPU model, a
+  // duplicate name, MIG mode on a model without MIG, more than kMaxGpusPerNode GPUs, and so on.
+  Result<NodeIndex> AddNode(const NodeSpec& spec);
+
+  const catalog::Catalog& catalog() const { return *catalog_; }
+  size_t size() const { return nodes_.size(); }
+  const Node& node(NodeIndex i) const { return nodes_[i.value]; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  // The index of the node named `name`, or NotFound.
+  Result<NodeIndex> Find(std::string_view name) const;
+
+  // OK when Allocate(a) would succeed; otherwise the reason, naming node and GPU.
+  Status CanAllocate(const Assignment& a) const;
+  // Books `a` whole, or refuses it and changes nothing.
+  Status Allocate(const Assignment& a);
+  // Returns what `a` booked. Refused, changing nothing, unless `a` is held as given.
+  Status Release(const Assignment& a);
+
+  // Changes a GPU's sharing mode; only while nothing is allocated on that GPU.
+  Status SetGpuMode(NodeIndex n, int gpu, SharingMode mode);
+  Status SetNodeState(NodeIndex n, NodeState state);
+
+  // Incremented on every change to node n, so schedulers can cache per-node values.
+  uint64_t version(NodeIndex n) const { return versions_[n.value]; }
+
+  // Totals across the fleet.
+  int64_t total_gpus() const { return total_gpus_; }
+  int64_t used_gpu_milli() const { return used_gpu_milli_; }
+
+ private:
+  const catalog::Catalog* catalog_;
+  std::vector<Node> nodes_;
+  std::vector<uint64_t> versions_;
+  std::unordered_map<std::string, NodeIndex> by_name_;
+  int64_t total_gpus_ = 0;
+  int64_t used_gpu_milli_ = 0;
+};
+
+}  // namespace tessera::fleet

@@ -1,0 +1,92 @@
+// The scheduler: places one request at a time on the fleet through a policy's Filter and Score
+// plugins, with integer scores and a per-run random node order as the tie-break, and books the
+// winner through Reserve (Fleet::Allocate). The server's core and the simulator drive this same
+// code, so a simulated result is a statement about production behaviour.
+// It does no I/O and holds no global state. It keeps incremental per-node state (scores and the
+// fragmentation of each node against the target workload), refreshed only for nodes that changed,
+// and its placement path does not allocate.
+// Thread-safety: not thread-safe; one owner thread, like the Fleet it drives.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "fleet/fleet.h"
+
+namespace tessera::sched {
+
+// Bit i set = catalog GPU model with GpuModelIndex i is allowed. 0 means any model.
+using ModelMask = uint64_t;
+
+// What one pod or instance asks for. Units as in the openb traces: milli-CPU, MiB, milli-GPU.
+struct Request {
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int gpu_count = 0;  // Whole GPUs wanted, or 1 for a share or a MIG slice; 0 for CPU-only.
+  int gpu_milli = 0;  // Per GPU: 1000 whole, 1..999 a share, 0 CPU-only.
+  int64_t gpu_memory_mib = 0;    // A share's memory cap; 0 = no cap beyond the milli share.
+  ModelMask allowed_models = 0;  // gpu_spec.
+  std::string_view mig_profile;  // Non-empty: one MIG instance of this profile (caller owns it).
+  bool nvlink = false;           // Multi-GPU: all GPUs on one NVLink island.
+  int priority = 0;              // Higher first; used by preemption in the server.
+};
+
+// One class of the target workload ("typical pods" in FGD) and its weight. The weights of a
+// workload sum to 1.
+struct WorkloadClass {
+  int64_t cpu_milli = 0;
+  int gpu_count = 0;
+  int gpu_milli = 0;
+  ModelMask allowed_models = 0;
+  double weight = 0;
+};
+using Workload = std::vector<WorkloadClass>;
+
+struct Options {
+  std::string policy = "fgd";  // A name from PolicyNames().
+  uint64_t seed = 42;          // Seeds the node order and any random choice.
+  Workload target;             // The target workload for fragmentation (FGD and metrics).
+};
+
+class Policy;  // sched/plugin.h
+
+// Every policy name the registry knows, e.g. "random", "dotprod", "gpu-clustering",
+// "gpu-packing", "bestfit", "fgd".
+std::vector<std::string> PolicyNames();
+
+class Scheduler {
+ public:
+  // `fleet` must outlive the scheduler. NotFound for an unknown policy (the message lists the
+  // known ones).
+  static Result<std::unique_ptr<Scheduler>> Create(fleet::Fleet* fleet, Options options);
+  ~Scheduler();
+
+  // Places `r`: filters, scores, breaks ties by node rank, reserves. Returns the booked
+  // assignment, or nullopt when no node can host it (an expected "no", not an error).
+  std::optional<fleet::Assignment> Schedule(const Request& r);
+
+  // Releases what Schedule booked, keeping the caches in step.
+  Status Release(const fleet::Assignment& a);
+
+  // The fleet's fragmentation against the target workload, in milli-GPU (FGD's frag_gpu_milli):
+  // the sum over nodes of the expected idle GPU milli that a random target-workload pod cannot
+  // use. Maintained incrementally.
+  double FragmentationMilli() const;
+
+  const fleet::Fleet& fleet() const { return *fleet_; }
+
+ private:
+  Scheduler(fleet::Fleet* fleet, Options options, std::unique_ptr<Policy> policy);
+  fleet::Fleet* fleet_;
+  Options options_;
+  std::unique_ptr<Policy> policy_;
+  struct State;  // Per-node caches, the node order, the RNG.
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tessera::sched

@@ -1,0 +1,47 @@
+// Helpers shared by the test binaries: temporary directories, the datasets folder, the source
+// tree. Tests that need the public traces call DatasetsDirOrSkip() and skip with a message saying
+// how to get them when they are absent.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace tessera::testing {
+
+// A fresh directory under $TMPDIR, removed with everything in it when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // path()/name.
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `content` to path()/name and returns the full path.
+  std::string Write(const std::string& name, const std::string& content) const;
+
+ private:
+  std::string path_;
+};
+
+// The repository root ($TESSERA_SOURCE_DIR, else the directory the build was configured from).
+std::string SourceDir();
+
+// The public traces: $TESSERA_DATASETS, else ../shared/datasets beside the repository. Empty when
+// neither exists.
+std::optional<std::string> DatasetsDir();
+
+// The message tests print when they skip for want of the traces.
+std::string DatasetsMissingMessage();
+
+// The built `tessera` binary ($TESSERA_BIN, set by ctest for end-to-end tests).
+std::string TesseraBinary();
+
+}  // namespace tessera::testing
+
+// Skips the current test when the datasets are absent; binds `var` to their directory otherwise.
+#define TESSERA_DATASETS_OR_SKIP(var)                                           \
+  const auto var##_opt = ::tessera::testing::DatasetsDir();                     \
+  if (!var##_opt) GTEST_SKIP() << ::tessera::testing::DatasetsMissingMessage(); \
+  const std::string var = *var##_opt
