@@ -17,6 +17,10 @@ int Run(int argc, char** argv) {
   RegisterCatalogCommands(app, ctx);
   RegisterMigCommands(app, ctx);
   RegisterSimCommands(app, ctx);
+  if (argc > 1 && argv[1][0] != '-' && app.get_subcommand_no_throw(argv[1]) == nullptr) {
+    std::cerr << "tessera: unknown command '" << argv[1] << "'; run 'tessera --help' for the list\n";
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tessera::testing {
 
@@ -37,6 +38,16 @@ std::string DatasetsMissingMessage();
 
 // The built `tessera` binary ($TESSERA_BIN, set by ctest for end-to-end tests).
 std::string TesseraBinary();
+
+struct CommandResult {
+  int exit_code = -1;  // The process's exit status; 128+N when killed by signal N.
+  std::string out;     // Everything written to stdout.
+  std::string err;     // Everything written to stderr.
+};
+
+// Runs the tessera binary with `args` (no shell; arguments passed as is), with optional `stdin`
+// text, and waits for it.
+CommandResult RunTessera(const std::vector<std::string>& args, const std::string& stdin_text = "");
 
 }  // namespace tessera::testing
 
