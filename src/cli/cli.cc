@@ -17,8 +17,15 @@ int Run(int argc, char** argv) {
   RegisterCatalogCommands(app, ctx);
   RegisterMigCommands(app, ctx);
   RegisterSimCommands(app, ctx);
-  if (argc > 1 && argv[1][0] != '-' && app.get_subcommand_no_throw(argv[1]) == nullptr) {
-    std::cerr << "tessera: unknown command '" << argv[1] << "'; run 'tessera --help' for the list\n";
+  auto known = [&](const std::string& name) {
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->check_name(name)) return true;
+    }
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
+    std::cerr << "tessera: unknown command '" << argv[1]
+              << "'; run 'tessera --help' for the list\n";
     return kExitUsage;
   }
   try {
