@@ -1,0 +1,246 @@
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "store/store.h"
+
+namespace tessera::store {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS tenants (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, token_hash TEXT NOT NULL, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS instances (
+  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, state TEXT NOT NULL, doc TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS instances_by_tenant ON instances(tenant);
+CREATE TABLE IF NOT EXISTS audit (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, actor TEXT NOT NULL,
+  action TEXT NOT NULL, target TEXT NOT NULL, status INTEGER NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+)sql";
+
+// A prepared statement, finalized on destruction.
+class Stmt {
+ public:
+  Stmt() = default;
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  sqlite3_stmt** addr() { return &s_; }
+  sqlite3_stmt* get() const { return s_; }
+
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  std::string Text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col))) : "";
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  void Reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+};
+
+// Owns the connection. Declared before the statements in SqliteStore, so it is destroyed after
+// them: SQLite requires statements to be finalized before the connection closes.
+class Connection {
+ public:
+  explicit Connection(sqlite3* db) : db_(db) {}
+  ~Connection() { sqlite3_close(db_); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  sqlite3* get() const { return db_; }
+
+ private:
+  sqlite3* db_;
+};
+
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(sqlite3* db, std::string path) : conn_(db), db_(db), path_(std::move(path)) {}
+
+  Status Prepare() {
+    TESSERA_RETURN_IF_ERROR(Exec(kSchema));
+    TESSERA_RETURN_IF_ERROR(PrepareOne(
+        "INSERT INTO tenants(id,name,token_hash,doc) VALUES(?1,?2,?3,?4) ON CONFLICT(id) DO "
+        "UPDATE SET name=excluded.name, token_hash=excluded.token_hash, doc=excluded.doc",
+        put_tenant_));
+    TESSERA_RETURN_IF_ERROR(PrepareOne(
+        "INSERT INTO instances(id,tenant,state,doc) VALUES(?1,?2,?3,?4) ON CONFLICT(id) DO "
+        "UPDATE SET tenant=excluded.tenant, state=excluded.state, doc=excluded.doc",
+        put_instance_));
+    TESSERA_RETURN_IF_ERROR(PrepareOne(
+        "INSERT INTO audit(at,actor,action,target,status,detail) VALUES(?1,?2,?3,?4,?5,?6)",
+        put_audit_));
+    return PrepareOne(
+        "INSERT INTO settings(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET "
+        "value=excluded.value",
+        put_setting_);
+  }
+
+  Status Commit(const Batch& batch) override {
+    if (batch.empty()) return Status::Ok();
+    TESSERA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status s = Apply(batch);
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK");
+      return s;
+    }
+    s = Exec("COMMIT");
+    if (!s.ok()) (void)Exec("ROLLBACK");
+    return s;
+  }
+
+  Result<std::vector<TenantRecord>> LoadTenants() override {
+    std::vector<TenantRecord> out;
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(
+        PrepareOne("SELECT id,name,token_hash,doc FROM tenants ORDER BY id", q));
+    while (sqlite3_step(q.get()) == SQLITE_ROW) {
+      out.push_back({q.Text(0), q.Text(1), q.Text(2), q.Text(3)});
+    }
+    TESSERA_RETURN_IF_ERROR(Check(sqlite3_errcode(db_), "reading tenants"));
+    return out;
+  }
+
+  Result<std::vector<InstanceRecord>> LoadInstances() override {
+    std::vector<InstanceRecord> out;
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT id,tenant,state,doc FROM instances ORDER BY id", q));
+    while (sqlite3_step(q.get()) == SQLITE_ROW) {
+      out.push_back({q.Text(0), q.Text(1), q.Text(2), q.Text(3)});
+    }
+    TESSERA_RETURN_IF_ERROR(Check(sqlite3_errcode(db_), "reading instances"));
+    return out;
+  }
+
+  Result<std::vector<AuditRecord>> ListAudit(int64_t after_seq, int limit) override {
+    std::vector<AuditRecord> out;
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(PrepareOne(
+        "SELECT seq,at,actor,action,target,status,detail FROM audit WHERE seq>?1 ORDER BY seq "
+        "LIMIT ?2",
+        q));
+    q.Bind(1, after_seq);
+    q.Bind(2, int64_t{limit});
+    while (sqlite3_step(q.get()) == SQLITE_ROW) {
+      out.push_back({q.Int(0), q.Text(1), q.Text(2), q.Text(3), q.Text(4),
+                     static_cast<int>(q.Int(5)), q.Text(6)});
+    }
+    TESSERA_RETURN_IF_ERROR(Check(sqlite3_errcode(db_), "reading the audit log"));
+    return out;
+  }
+
+  Result<std::optional<std::string>> GetSetting(const std::string& key) override {
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT value FROM settings WHERE key=?1", q));
+    q.Bind(1, key);
+    const int rc = sqlite3_step(q.get());
+    if (rc == SQLITE_ROW) return std::optional<std::string>(q.Text(0));
+    if (rc == SQLITE_DONE) return std::optional<std::string>();
+    return Check(rc, "reading a setting");
+  }
+
+ private:
+  Status Apply(const Batch& b) {
+    for (const auto& t : b.tenants) {
+      put_tenant_.Reset();
+      put_tenant_.Bind(1, t.id);
+      put_tenant_.Bind(2, t.name);
+      put_tenant_.Bind(3, t.token_hash);
+      put_tenant_.Bind(4, t.doc);
+      TESSERA_RETURN_IF_ERROR(StepDone(put_tenant_, "writing tenant " + t.id));
+    }
+    for (const auto& i : b.instances) {
+      put_instance_.Reset();
+      put_instance_.Bind(1, i.id);
+      put_instance_.Bind(2, i.tenant);
+      put_instance_.Bind(3, i.state);
+      put_instance_.Bind(4, i.doc);
+      TESSERA_RETURN_IF_ERROR(StepDone(put_instance_, "writing instance " + i.id));
+    }
+    for (const auto& a : b.audit) {
+      put_audit_.Reset();
+      put_audit_.Bind(1, a.at);
+      put_audit_.Bind(2, a.actor);
+      put_audit_.Bind(3, a.action);
+      put_audit_.Bind(4, a.target);
+      put_audit_.Bind(5, int64_t{a.status});
+      put_audit_.Bind(6, a.detail);
+      TESSERA_RETURN_IF_ERROR(StepDone(put_audit_, "appending to the audit log"));
+    }
+    for (const auto& [k, v] : b.settings) {
+      put_setting_.Reset();
+      put_setting_.Bind(1, k);
+      put_setting_.Bind(2, v);
+      TESSERA_RETURN_IF_ERROR(StepDone(put_setting_, "writing setting " + k));
+    }
+    return Status::Ok();
+  }
+
+  Status StepDone(Stmt& s, const std::string& what) {
+    const int rc = sqlite3_step(s.get());
+    return rc == SQLITE_DONE ? Status::Ok() : Check(rc, what);
+  }
+
+  Status PrepareOne(const char* sql, Stmt& s) {
+    return Check(sqlite3_prepare_v2(db_, sql, -1, s.addr(), nullptr), "preparing a statement");
+  }
+
+  Status Exec(const char* sql) {
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+    if (rc == SQLITE_OK) return Status::Ok();
+    std::string msg = fmt::format("{}: {}", path_, err ? err : sqlite3_errstr(rc));
+    sqlite3_free(err);
+    return Status::DataLoss(std::move(msg));
+  }
+
+  Status Check(int rc, const std::string& what) const {
+    if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return Status::Ok();
+    return Status::DataLoss(fmt::format("{}: {}: {}", path_, what, sqlite3_errmsg(db_)));
+  }
+
+  Connection conn_;
+  sqlite3* db_;
+  std::string path_;
+  Stmt put_tenant_, put_instance_, put_audit_, put_setting_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return Status::NotFound(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
+  const std::string path = dir + "/tessera.db";
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  auto store = std::make_unique<SqliteStore>(db, path);  // Owns db from here on, even on error.
+  if (rc != SQLITE_OK) {
+    return Status::DataLoss(fmt::format("{}: cannot open: {}", path, db ? sqlite3_errmsg(db) : ""));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  for (const char* pragma :
+       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
+    char* err = nullptr;
+    if (sqlite3_exec(db, pragma, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = fmt::format("{}: {}: {}", path, pragma, err ? err : "");
+      sqlite3_free(err);
+      return Status::DataLoss(std::move(msg));
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(store->Prepare());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace tessera::store

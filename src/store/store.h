@@ -1,0 +1,79 @@
+// The Store persists the control plane's state: tenants, instances, the audit log and a few
+// settings. Its contract is durability: when Commit returns OK, the batch is on disk and survives
+// kill -9 and power loss, and a batch is applied whole or not at all. The core writes one batch
+// per round of commands (group commit) and rebuilds memory from Load* at start-up.
+// Records hold typed columns for lookups plus a JSON document for the rest, so fields can be
+// added without a schema migration.
+// Thread-safety: a Store is used by one thread at a time (the core); implementations need not
+// lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace tessera::store {
+
+struct TenantRecord {
+  std::string id;          // "tenant-000001".
+  std::string name;        // Unique, human-chosen.
+  std::string token_hash;  // Hex SHA-256 of the tenant's bearer token; never the token.
+  std::string doc;         // JSON: quota, created_at, ...
+};
+
+struct InstanceRecord {
+  std::string id;      // "inst-000042".
+  std::string tenant;  // Owning tenant id.
+  std::string state;   // "pending", "running", ... (indexed for the restart queue).
+  std::string doc;     // JSON: the whole instance, assignment included.
+};
+
+struct AuditRecord {
+  int64_t seq = 0;     // Assigned by the store on append, increasing.
+  std::string at;      // RFC 3339.
+  std::string actor;   // "admin" or a tenant id.
+  std::string action;  // e.g. "POST /v1/instances".
+  std::string target;  // The id acted upon, if any.
+  int status = 0;      // The HTTP status answered.
+  std::string detail;  // A short JSON or text detail (the error message on failure).
+};
+
+// One atomic unit of change.
+struct Batch {
+  std::vector<TenantRecord> tenants;      // Upserted by id.
+  std::vector<InstanceRecord> instances;  // Upserted by id.
+  std::vector<AuditRecord> audit;         // Appended; seq is ignored and assigned.
+  std::vector<std::pair<std::string, std::string>> settings;  // Upserted by key.
+  bool empty() const {
+    return tenants.empty() && instances.empty() && audit.empty() && settings.empty();
+  }
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Applies `batch` atomically and durably. On error nothing of the batch is applied.
+  virtual Status Commit(const Batch& batch) = 0;
+
+  // Everything stored, for rebuilding memory at start-up. Order: by id.
+  virtual Result<std::vector<TenantRecord>> LoadTenants() = 0;
+  virtual Result<std::vector<InstanceRecord>> LoadInstances() = 0;
+
+  // Audit entries with seq > after_seq, oldest first, at most `limit`.
+  virtual Result<std::vector<AuditRecord>> ListAudit(int64_t after_seq, int limit) = 0;
+
+  // A setting's value, or nullopt when unset.
+  virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
+};
+
+// Opens (creating when missing) the SQLite store in directory `dir`, itself created when missing,
+// with WAL journaling and synchronous=FULL so a committed batch survives power loss.
+// Errors name the path.
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir);
+
+}  // namespace tessera::store
