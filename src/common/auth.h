@@ -9,7 +9,7 @@
 
 #include "common/result.h"
 
-namespace tessera::api {
+namespace tessera {
 
 // A new random token. Internal error only if the CSPRNG fails.
 Result<std::string> GenerateToken();
@@ -23,4 +23,4 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // The token of an "Authorization: Bearer <token>" header value, or "" when malformed.
 std::string_view BearerToken(std::string_view authorization_header);
 
-}  // namespace tessera::api
+}  // namespace tessera

@@ -1,10 +1,10 @@
-#include "api/auth.h"
+#include "common/auth.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-namespace tessera::api {
+namespace tessera {
 namespace {
 
 TEST(AuthTest, TokensAre256BitRandomHex) {
@@ -40,4 +40,4 @@ TEST(AuthTest, BearerHeader) {
 }
 
 }  // namespace
-}  // namespace tessera::api
+}  // namespace tessera

@@ -1,4 +1,4 @@
-#include "api/auth.h"
+#include "common/auth.h"
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>
@@ -7,7 +7,7 @@
 
 #include <array>
 
-namespace tessera::api {
+namespace tessera {
 namespace {
 
 std::string Hex(const unsigned char* p, size_t n) {
@@ -51,4 +51,4 @@ std::string_view BearerToken(std::string_view header) {
   return t;
 }
 
-}  // namespace tessera::api
+}  // namespace tessera
