@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "catalog/catalog.h"
@@ -45,21 +46,22 @@ struct Gpu {
   // exclusive and shared: unallocated thousandths (exclusive is 0 or 1000). mig: 1000 while no
   // instance exists, else 0, so "fully free" means the same in every mode.
   int free_milli = kMilliPerGpu;
-  int64_t free_memory_mib = 0;             // shared: memory not yet promised to a share.
-  std::vector<MigInstance> mig_instances;  // mig: instances that exist and are allocated.
+  int64_t free_memory_mib = 0;               // shared: memory not yet promised to a share.
+  std::vector<MigInstance> mig_instances{};  // mig: instances that exist and are allocated.
 };
 
 struct Node {
-  std::string name;              // Unique, e.g. "node-h100-01" or "openb-node-0001".
+  std::string name{};            // Unique, e.g. "node-h100-01" or "openb-node-0001".
   catalog::GpuModelIndex model;  // Invalid for CPU-only nodes.
   NodeState state = NodeState::kReady;
   int64_t cpu_milli = 0, cpu_milli_free = 0;
   int64_t memory_mib = 0, memory_mib_free = 0;
-  std::vector<Gpu> gpus;
+  std::vector<Gpu> gpus{};
   int workloads = 0;  // Assignments currently held on the node.
 };
 
-// What one workload holds on one GPU.
+// What one workload holds on one GPU. Exclusive grants ignore memory_mib (the whole GPU's memory
+// comes with it); MIG grants ignore milli and memory_mib (the profile says what they hold).
 struct GpuGrant {
   int gpu = 0;                                // Index within the node.
   int milli = kMilliPerGpu;                   // 1000 for a whole GPU; 1..999 for a share.
@@ -67,6 +69,9 @@ struct GpuGrant {
   const mig::Profile* mig_profile = nullptr;  // mig: the instance's profile...
   int mig_start = 0;                          // ...and its placement.
 };
+
+// Compute slices held by the MIG instances on `gpu` (0 unless it is in mig mode).
+int UsedComputeSlices(const Gpu& gpu);
 
 // Everything one workload holds on one node. Fixed-size so the scheduler's hot path never
 // allocates.
@@ -78,17 +83,18 @@ struct Assignment {
   std::array<GpuGrant, kMaxGpusPerNode> gpus{};
 };
 
-// How a node is described before it joins the fleet.
+// How a node is described before it joins the fleet. Every member has a default, so designated
+// initializers may name only what they need.
 struct NodeSpec {
-  std::string name;
-  std::string gpu_model;  // Catalog id or alias; empty for a CPU-only node.
+  std::string name{};
+  std::string gpu_model{};  // Catalog id or alias; empty for a CPU-only node.
   int gpus = 0;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   // GPU indices grouped into NVLink islands; empty means none. Each GPU in at most one island.
-  std::vector<std::vector<int>> nvlink_islands;
+  std::vector<std::vector<int>> nvlink_islands{};
   // Sharing mode of each GPU; empty means all `default_mode`.
-  std::vector<SharingMode> gpu_modes;
+  std::vector<SharingMode> gpu_modes{};
   SharingMode default_mode = SharingMode::kExclusive;
 };
 
@@ -102,6 +108,9 @@ class Fleet {
   Result<NodeIndex> AddNode(const NodeSpec& spec);
 
   const catalog::Catalog& catalog() const { return *catalog_; }
+  // A label for reports, e.g. the fleet file's "name"; empty unless set.
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
   size_t size() const { return nodes_.size(); }
   const Node& node(NodeIndex i) const { return nodes_[i.value]; }
   const std::vector<Node>& nodes() const { return nodes_; }
@@ -114,6 +123,8 @@ class Fleet {
   Status Allocate(const Assignment& a);
   // Returns what `a` booked. Refused, changing nothing, unless `a` is held as given.
   Status Release(const Assignment& a);
+  // OK when Release(a) would succeed; otherwise the reason, naming node and GPU.
+  Status CanRelease(const Assignment& a) const;
 
   // Changes a GPU's sharing mode; only while nothing is allocated on that GPU.
   Status SetGpuMode(NodeIndex n, int gpu, SharingMode mode);
@@ -127,7 +138,27 @@ class Fleet {
   int64_t used_gpu_milli() const { return used_gpu_milli_; }
 
  private:
+  // What one grant does to its GPU, computed before anything changes.
+  struct GpuChange {
+    int free_milli = 0;
+    int64_t free_memory_mib = 0;
+    int64_t used_milli_delta = 0;
+    int mig_index = -1;  // Release: the instance to remove.
+  };
+
+  Status ValidateSpec(const NodeSpec& spec, const catalog::GpuModel** model) const;
+  Status CheckShape(const Assignment& a) const;
+  Status CheckGrantMode(const Node& n, const GpuGrant& grant) const;
+  Status CanGrant(const Node& n, const GpuGrant& grant) const;
+  Status CanReturn(const Node& n, const GpuGrant& grant) const;
+  static int FindMigInstance(const Gpu& gpu, const GpuGrant& grant);
+  // The always-on invariant guard: Internal when the change would break capacity.
+  Result<GpuChange> PlanChange(const Node& n, const GpuGrant& grant, bool allocate) const;
+  // Applies a checked assignment; `allocate` false releases it.
+  Status Apply(const Assignment& a, bool allocate);
+
   const catalog::Catalog* catalog_;
+  std::string name_;
   std::vector<Node> nodes_;
   std::vector<uint64_t> versions_;
   std::unordered_map<std::string, NodeIndex> by_name_;
