@@ -48,19 +48,26 @@ struct Placement {
   }
 };
 
+// The profile named `name`, or NotFound whose message lists the table's profiles.
+Result<const Profile*> LookupProfile(const Table& table, std::string_view name);
+
+// "PROFILE@START" tokens separated by single spaces, e.g. "3g.40gb@4 1g.10gb@3".
+std::string FormatLayout(const std::vector<Placement>& layout);
+
 // Parses "PROFILE@START" against `table`. InvalidArgument for malformed text, NotFound for a
 // profile the table lacks (the message lists the valid profiles).
 Result<Placement> ParsePlacement(const Table& table, std::string_view text);
 
 // OK when `layout` is valid on the table's model. Otherwise FailedPrecondition whose message names
 // the rule broken and the instances involved, e.g. "memory slices overlap: 3g.40gb@4 and
-// 1g.10gb@5".
+// 1g.10gb@5". InvalidArgument when a placement's profile is not one of `table`'s.
 Status CheckLayout(const Table& table, const std::vector<Placement>& layout);
 
 // One valid layout holding every `existing` placement unmoved plus one instance of each profile in
 // `add`. The returned layout lists `existing` first, then the new placements in the order given.
 // ResourceExhausted, with the reason, when no such layout exists; FailedPrecondition when
-// `existing` itself is invalid.
+// `existing` itself is invalid; InvalidArgument for a profile that is not one of `table`'s. The
+// choice among valid layouts is documented in planner.cc and docs/mig.md.
 Result<std::vector<Placement>> Plan(const Table& table, const std::vector<Placement>& existing,
                                     const std::vector<const Profile*>& add);
 
