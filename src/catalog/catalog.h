@@ -88,13 +88,28 @@ class Catalog {
   const GpuModel& gpu(GpuModelIndex i) const { return gpus_[i.value]; }
   const InstanceType* FindInstanceType(std::string_view id) const;
   const Price* FindPrice(std::string_view instance_type) const;
+  // How many GPU models carry a MIG table.
+  size_t mig_table_count() const { return mig_tables_.size(); }
+
+  // The data files a catalog directory holds, in the order they are read.
+  static const std::vector<std::string>& DataFiles();
 
  private:
+  friend class CatalogBuilder;  // catalog_builder.cc fills the members while parsing.
+
+  // The one parsing path behind LoadDir, LoadEmbedded and ValidateDir. `files` maps each data
+  // file's name to its text or to the error met reading it; every problem found is appended to
+  // `errors`, and the returned catalog is meaningful only when none was.
+  static Catalog Parse(const std::map<std::string, Result<std::string>, std::less<>>& files,
+                       std::vector<std::string>& errors);
+
   std::vector<GpuModel> gpus_;
   std::vector<std::unique_ptr<mig::Table>> mig_tables_;  // Stable addresses for GpuModel::mig.
   std::vector<InstanceType> instance_types_;
   std::vector<Price> prices_;
   std::map<std::string, GpuModelIndex, std::less<>> gpu_index_;  // ids and aliases.
+  std::map<std::string, size_t, std::less<>> instance_type_index_;
+  std::map<std::string, size_t, std::less<>> price_index_;  // By instance type.
 };
 
 }  // namespace tessera::catalog
