@@ -1,8 +1,11 @@
 #include "testing/testing.h"
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +98,66 @@ CommandResult RunTessera(const std::vector<std::string>& args, const std::string
   result.out = slurp(out_path);
   result.err = slurp(err_path);
   return result;
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) Stop(SIGKILL);
+}
+
+bool ServerProcess::Start(const std::vector<std::string>& args, const std::string& admin_token) {
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  const std::string bin = TesseraBinary();
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    if (!admin_token.empty()) setenv("TESSERA_ADMIN_TOKEN", admin_token.c_str(), 1);
+    std::vector<std::string> all = {bin, "server", "--listen", "127.0.0.1:0"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  out_fd_ = fds[0];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const std::string marker = "listening on http://127.0.0.1:";
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out_fd_, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(out_fd_, buf, sizeof(buf));
+    if (n <= 0) return false;  // Exited before it was ready.
+    output_.append(buf, static_cast<size_t>(n));
+    const size_t at = output_.find(marker);
+    if (at != std::string::npos) {
+      const size_t start = at + marker.size();
+      const size_t end = output_.find_first_not_of("0123456789", start);
+      if (end == std::string::npos) continue;
+      port_ = std::stoi(output_.substr(start, end - start));
+      url_ = "http://127.0.0.1:" + std::to_string(port_);
+      return true;
+    }
+  }
+  return false;
+}
+
+int ServerProcess::Stop(int signal) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, signal);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(out_fd_, buf, sizeof(buf))) > 0) output_.append(buf, static_cast<size_t>(n));
+  close(out_fd_);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace tessera::testing

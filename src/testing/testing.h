@@ -49,6 +49,34 @@ struct CommandResult {
 // text, and waits for it.
 CommandResult RunTessera(const std::vector<std::string>& args, const std::string& stdin_text = "");
 
+// A `tessera server` child process on a free loopback port, for end-to-end tests. Start waits
+// until the server prints its URL; the destructor kills it (SIGKILL) if it still runs.
+class ServerProcess {
+ public:
+  ServerProcess() = default;
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // Runs `tessera server --listen 127.0.0.1:0 <args>` with TESSERA_ADMIN_TOKEN=admin_token (when
+  // not empty). Returns false, with the output so far in output(), when it exits or does not
+  // print its URL within 20 seconds.
+  bool Start(const std::vector<std::string>& args, const std::string& admin_token);
+  // Sends `signal` and waits for the process; returns its exit status (128+N for signal N).
+  int Stop(int signal);
+  const std::string& url() const { return url_; }
+  int port() const { return port_; }
+  // Everything the process printed so far.
+  const std::string& output() const { return output_; }
+
+ private:
+  int pid_ = -1;
+  int out_fd_ = -1;
+  std::string url_;
+  int port_ = 0;
+  std::string output_;
+};
+
 }  // namespace tessera::testing
 
 // Skips the current test when the datasets are absent; binds `var` to their directory otherwise.
