@@ -29,11 +29,11 @@ struct Request {
   int64_t memory_mib = 0;
   int gpu_count = 0;  // Whole GPUs wanted, or 1 for a share or a MIG slice; 0 for CPU-only.
   int gpu_milli = 0;  // Per GPU: 1000 whole, 1..999 a share, 0 CPU-only.
-  int64_t gpu_memory_mib = 0;    // A share's memory cap; 0 = no cap beyond the milli share.
-  ModelMask allowed_models = 0;  // gpu_spec.
-  std::string_view mig_profile;  // Non-empty: one MIG instance of this profile (caller owns it).
-  bool nvlink = false;           // Multi-GPU: all GPUs on one NVLink island.
-  int priority = 0;              // Higher first; used by preemption in the server.
+  int64_t gpu_memory_mib = 0;      // A share's memory cap; 0 = no cap beyond the milli share.
+  ModelMask allowed_models = 0;    // gpu_spec.
+  std::string_view mig_profile{};  // Non-empty: one MIG instance of this profile (caller owns it).
+  bool nvlink = false;             // Multi-GPU: all GPUs on one NVLink island.
+  int priority = 0;                // Higher first; used by preemption in the server.
 };
 
 // One class of the target workload ("typical pods" in FGD) and its weight. The weights of a
@@ -50,7 +50,7 @@ using Workload = std::vector<WorkloadClass>;
 struct Options {
   std::string policy = "fgd";  // A name from PolicyNames().
   uint64_t seed = 42;          // Seeds the node order and any random choice.
-  Workload target;             // The target workload for fragmentation (FGD and metrics).
+  Workload target{};           // The target workload for fragmentation (FGD and metrics).
 };
 
 class Policy;  // sched/plugin.h
@@ -58,6 +58,11 @@ class Policy;  // sched/plugin.h
 // Every policy name the registry knows, e.g. "random", "dotprod", "gpu-clustering",
 // "gpu-packing", "bestfit", "fgd".
 std::vector<std::string> PolicyNames();
+
+// OK for a well-formed request; otherwise InvalidArgument naming the field: negative amounts,
+// gpu_count outside [0, 16], a share (gpu_milli < 1000) of more than one GPU, gpu_milli without
+// GPUs, a MIG slice with gpu_count other than 1. Schedule() places no malformed request.
+Status ValidateRequest(const Request& r);
 
 class Scheduler {
  public:
@@ -70,6 +75,14 @@ class Scheduler {
   // assignment, or nullopt when no node can host it (an expected "no", not an error).
   std::optional<fleet::Assignment> Schedule(const Request& r);
 
+  // Places `r` on node `n` only (the server's preemption path), or nullopt when it does not fit
+  // there. Same GPU choice as Schedule.
+  std::optional<fleet::Assignment> ScheduleOn(const Request& r, fleet::NodeIndex n);
+
+  // Books an exact, already-chosen assignment (recovery from the store, undoing a trial release
+  // during preemption), keeping the caches in step. Fails, changing nothing, when it does not fit.
+  Status Reserve(const fleet::Assignment& a);
+
   // Releases what Schedule booked, keeping the caches in step.
   Status Release(const fleet::Assignment& a);
 
@@ -78,14 +91,24 @@ class Scheduler {
   // use. Maintained incrementally.
   double FragmentationMilli() const;
 
+  // Node n's place in this run's seeded node order; the lowest rank wins ties. Nodes that join
+  // the fleet later rank after every earlier node.
+  uint32_t NodeRank(fleet::NodeIndex n) const;
+
+  // OK unless a Schedule() found a winner that the fleet then refused, which is a scheduler bug:
+  // the reason. Schedule() returned nullopt for that request.
+  const Status& last_error() const;
+
+  const Options& options() const { return options_; }
   const fleet::Fleet& fleet() const { return *fleet_; }
 
  private:
-  Scheduler(fleet::Fleet* fleet, Options options, std::unique_ptr<Policy> policy);
+  struct State;  // Per-node caches, the node order, the RNG, the plugins, scratch space.
+  Scheduler(fleet::Fleet* fleet, Options options, std::unique_ptr<State> state);
+  Status Book(const fleet::Assignment& a);
+
   fleet::Fleet* fleet_;
   Options options_;
-  std::unique_ptr<Policy> policy_;
-  struct State;  // Per-node caches, the node order, the RNG.
   std::unique_ptr<State> state_;
 };
 

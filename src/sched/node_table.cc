@@ -1,0 +1,176 @@
+#include "sched/node_table.h"
+
+#include <algorithm>
+
+namespace tessera::sched {
+
+using catalog::SharingMode;
+
+int TagOf(int gpu_count, int gpu_milli, bool mig) {
+  if (mig) return kMigTag;
+  if (gpu_count <= 0) return kNoTag;
+  if (gpu_count == 1 && gpu_milli < fleet::kMilliPerGpu) return kShareTag;
+  return std::min(gpu_count, fleet::kMaxGpusPerNode);
+}
+
+NodeTable::NodeTable(const fleet::Fleet* fleet, const FragModel* frag)
+    : fleet_(fleet), frag_model_(frag) {
+  Grow();
+}
+
+void NodeTable::Grow() {
+  const size_t old = fit_.size(), now = fleet_->size();
+  fit_.resize(now);
+  gpus_.resize(now);
+  tags_.resize(now);
+  frag_.resize(now, 0.0);
+  epochs_.resize(now, 0);
+  versions_.resize(now, 0);
+  ranks_.resize(now);
+  group_of_.resize(now, kUnindexed);
+  used_pos_.resize(now);
+  share_pos_.resize(now);
+  whole_pos_.resize(now);
+  share_of_.resize(now);
+  whole_of_.resize(now);
+  for (size_t n = old; n < now; ++n) {
+    ranks_[n] = static_cast<uint32_t>(n);
+    Refresh(static_cast<uint32_t>(n));
+  }
+}
+
+void NodeTable::SetRanks(std::vector<uint32_t> ranks) {
+  ranks_ = std::move(ranks);
+  for (IdleGroup& g : groups_) {
+    std::sort(g.members.begin(), g.members.end(),
+              [&](uint32_t a, uint32_t b) { return ranks_[a] > ranks_[b]; });
+  }
+}
+
+bool NodeTable::Sync() {
+  const bool grew = fleet_->size() != fit_.size();
+  if (grew) Grow();
+  // Compare versions a block at a time with a branch-free reduction; changes are rare.
+  constexpr uint32_t kBlock = 64;
+  const auto n_nodes = static_cast<uint32_t>(fit_.size());
+  for (uint32_t start = 0; start < n_nodes; start += kBlock) {
+    const uint32_t end = std::min(n_nodes, start + kBlock);
+    uint64_t diff = 0;
+    for (uint32_t n = start; n < end; ++n)
+      diff |= fleet_->version(fleet::NodeIndex(n)) ^ versions_[n];
+    if (diff == 0) continue;
+    for (uint32_t n = start; n < end; ++n) {
+      if (fleet_->version(fleet::NodeIndex(n)) != versions_[n]) Refresh(n);
+    }
+  }
+  return grew;
+}
+
+void NodeTable::Refresh(uint32_t n) {
+  Unindex(n);
+  Read(n);
+  Index(n);
+}
+
+void NodeTable::Read(uint32_t n) {
+  const fleet::Node& node = fleet_->node(fleet::NodeIndex(n));
+  NodeFit f;
+  NodeGpus g;
+  f.cpu_free = node.cpu_milli_free;
+  f.mem_free = node.memory_mib_free;
+  if (node.model.valid() && node.model.value < 64) f.model_bit = ModelMask{1} << node.model.value;
+  if (node.state == fleet::NodeState::kReady) f.flags |= NodeFit::kReady;
+  g.count = static_cast<int>(std::min(node.gpus.size(), g.free.size()));
+  int whole = 0;
+  for (int i = 0; i < g.count; ++i) {
+    const fleet::Gpu& gpu = node.gpus[static_cast<size_t>(i)];
+    const auto k = static_cast<size_t>(i);
+    g.free[k] = static_cast<int16_t>(gpu.free_milli);
+    g.free_memory[k] = gpu.free_memory_mib;
+    g.mode[k] = gpu.mode;
+    g.island[k] = static_cast<int8_t>(gpu.island);
+    f.gpu_free += gpu.free_milli;
+    if (gpu.island >= 0) f.flags |= NodeFit::kIslands;
+    if (gpu.mode == SharingMode::kMig) {
+      f.flags |= NodeFit::kHasMig;
+    } else if (gpu.free_milli == fleet::kMilliPerGpu) {
+      ++whole;
+    }
+    if (gpu.mode == SharingMode::kShared) {
+      f.share_cap = std::max(f.share_cap, static_cast<int16_t>(gpu.free_milli));
+    }
+  }
+  f.whole_cap = static_cast<uint8_t>(whole);
+  fit_[n] = f;
+  gpus_[n] = g;
+  const double frag =
+      frag_model_->NodeFrag(f.model_bit, f.cpu_free,
+                            std::span<const int16_t>(g.free.data(), static_cast<size_t>(g.count)));
+  total_frag_ += frag - frag_[n];
+  frag_[n] = frag;
+  versions_[n] = fleet_->version(fleet::NodeIndex(n));
+  if (++epochs_[n] == 0) epochs_[n] = 1;  // 0 marks "never cached".
+}
+
+void NodeTable::Unindex(uint32_t n) {
+  const int32_t where = group_of_[n];
+  if (where == kInUse) {
+    used_.Erase(n, used_pos_);
+    share_[share_of_[n]].Erase(n, share_pos_);
+    whole_[whole_of_[n]].Erase(n, whole_pos_);
+  } else if (where >= 0) {
+    std::vector<uint32_t>& m = groups_[static_cast<size_t>(where)].members;
+    // Members are sorted by rank, highest first; ranks are unique.
+    auto it = std::lower_bound(m.begin(), m.end(), n,
+                               [&](uint32_t a, uint32_t b) { return ranks_[a] > ranks_[b]; });
+    if (it != m.end() && *it == n) m.erase(it);
+  }
+  group_of_[n] = kUnindexed;
+}
+
+void NodeTable::Index(uint32_t n) {
+  const bool idle = fleet_->node(fleet::NodeIndex(n)).workloads == 0 && tags_[n].kinds == 0;
+  if (!idle) {
+    group_of_[n] = kInUse;
+    used_.Insert(n, used_pos_);
+    share_of_[n] = static_cast<uint8_t>(std::max<int>(0, fit_[n].share_cap) / kShareBucketWidth);
+    share_[share_of_[n]].Insert(n, share_pos_);
+    whole_of_[n] = std::min<uint8_t>(fit_[n].whole_cap, fleet::kMaxGpusPerNode);
+    whole_[whole_of_[n]].Insert(n, whole_pos_);
+    return;
+  }
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (groups_[i].fit == fit_[n] && groups_[i].gpus == gpus_[n]) {
+      group_of_[n] = static_cast<int32_t>(i);
+      InsertIdle(n, groups_[i]);
+      return;
+    }
+  }
+  group_of_[n] = static_cast<int32_t>(groups_.size());
+  groups_.push_back(IdleGroup{fit_[n], gpus_[n], {}});
+  InsertIdle(n, groups_.back());
+}
+
+void NodeTable::InsertIdle(uint32_t n, IdleGroup& g) {
+  auto it = std::lower_bound(g.members.begin(), g.members.end(), n,
+                             [&](uint32_t a, uint32_t b) { return ranks_[a] > ranks_[b]; });
+  g.members.insert(it, n);
+}
+
+void NodeTable::AddTag(uint32_t n, int tag, int delta) {
+  if (tag < 0 || tag >= kNumTags) return;
+  Unindex(n);
+  NodeTags& t = tags_[n];
+  uint32_t& c = t.count[static_cast<size_t>(tag)];
+  const bool had = c > 0;
+  if (delta < 0 && c < static_cast<uint32_t>(-delta)) {
+    c = 0;  // Never below zero, even for a workload the scheduler did not book.
+  } else {
+    c = static_cast<uint32_t>(static_cast<int64_t>(c) + delta);
+  }
+  t.kinds += static_cast<int>(c > 0) - static_cast<int>(had);
+  if (++epochs_[n] == 0) epochs_[n] = 1;  // Tags are node state that policies read.
+  Index(n);
+}
+
+}  // namespace tessera::sched
