@@ -22,8 +22,8 @@ struct ServerOptions {
 
 class ApiServer {
  public:
-  // `core` must outlive the server.
-  ApiServer(core::Core* core, ServerOptions options);
+  // `core` and `catalog` must outlive the server.
+  ApiServer(core::Core* core, const catalog::Catalog* catalog, ServerOptions options);
   ~ApiServer();
 
   // Binds the listening socket; errors name the address. After this, port() is known.

@@ -17,6 +17,8 @@ int Run(int argc, char** argv) {
   RegisterCatalogCommands(app, ctx);
   RegisterMigCommands(app, ctx);
   RegisterSimCommands(app, ctx);
+  RegisterServerCommands(app, ctx);
+  RegisterClientCommands(app, ctx);
   auto known = [&](const std::string& name) {
     for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
       if (sub->check_name(name)) return true;

@@ -1,0 +1,45 @@
+// The API's JSON codecs and error mapping: request bodies into core requests (every field
+// checked, unknown fields refused, errors naming the field), Status codes into HTTP statuses, and
+// catalog entries into response bodies.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "catalog/catalog.h"
+#include "common/result.h"
+#include "core/state.h"
+
+namespace tessera::api {
+
+struct HttpError {
+  int status = 500;
+  std::string code;  // e.g. "invalid_argument", "quota_exceeded".
+};
+
+// 400 invalid_argument, 401 unauthenticated, 403 forbidden or quota_exceeded, 404 not_found,
+// 409 already_exists / failed_precondition, 503 unavailable, else 500 internal.
+HttpError ToHttpError(const Status& s);
+
+// {"error": {"code": code, "message": message}}.
+nlohmann::json ErrorBody(const std::string& code, const std::string& message);
+
+// POST /v1/tenants: {name, quota: {gpus}}.
+struct CreateTenantRequest {
+  std::string name;
+  int64_t quota_gpu_milli = 0;
+};
+Result<CreateTenantRequest> ParseCreateTenant(const nlohmann::json& body);
+
+// POST /v1/instances: billing, optional name/command/restart, and the shape as instance_type or
+// {gpu_model, gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus, memory_mib, nvlink?}.
+Result<core::CreateInstanceRequest> ParseCreateInstance(const nlohmann::json& body);
+
+// GET /v1/instance-types: every type with its shape and its price in each billing mode.
+nlohmann::json InstanceTypesJson(const catalog::Catalog& catalog);
+
+// GET /v1/nodes: capacity, allocations and state of every node.
+nlohmann::json NodesJson(const fleet::Fleet& fleet);
+
+}  // namespace tessera::api

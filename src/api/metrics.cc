@@ -1,0 +1,102 @@
+#include "api/metrics.h"
+
+#include <fmt/format.h>
+
+namespace tessera::api {
+
+std::string EscapeLabel(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void Metrics::CountRequest(const std::string& method, const std::string& route, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{method, route, status}];
+}
+
+void Metrics::ObserveSchedulingLatencies(const std::vector<double>& seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (double s : seconds) {
+    for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+      if (s <= kLatencyBuckets[i]) ++latency_buckets_[i];
+    }
+    ++latency_count_;
+    latency_sum_ += s;
+  }
+}
+
+std::string Metrics::Render(const core::State& state) const {
+  std::string out;
+  // Instances by state, billing and tenant.
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> instances;
+  for (const auto& [id, inst] : state.instances()) {
+    ++instances[{std::string(core::StateName(inst.state)),
+                 std::string(core::BillingName(inst.billing)), inst.tenant.str()}];
+  }
+  out += "# HELP tessera_instances Instances by state, billing mode and tenant.\n";
+  out += "# TYPE tessera_instances gauge\n";
+  for (const auto& [k, n] : instances) {
+    out += fmt::format("tessera_instances{{state=\"{}\",billing=\"{}\",tenant=\"{}\"}} {}\n",
+                       std::get<0>(k), std::get<1>(k), EscapeLabel(std::get<2>(k)), n);
+  }
+  // GPUs allocated and free by model and sharing mode, in GPUs (shares as fractions).
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> gpus;
+  const fleet::Fleet& fleet = state.fleet();
+  for (const fleet::Node& n : fleet.nodes()) {
+    if (!n.model.valid()) continue;
+    const std::string model = fleet.catalog().gpu(n.model).id;
+    for (const fleet::Gpu& g : n.gpus) {
+      auto& [used, free] = gpus[{model, std::string(catalog::SharingModeName(g.mode))}];
+      int64_t free_milli = g.free_milli;
+      if (g.mode == catalog::SharingMode::kMig && !g.mig_instances.empty()) {
+        const int total = fleet.catalog().gpu(n.model).mig->compute_slices;
+        free_milli = int64_t{total - fleet::UsedComputeSlices(g)} * fleet::kMilliPerGpu / total;
+      }
+      used += fleet::kMilliPerGpu - free_milli;
+      free += free_milli;
+    }
+  }
+  out += "# HELP tessera_gpus GPUs allocated and free, by model and sharing mode.\n";
+  out += "# TYPE tessera_gpus gauge\n";
+  for (const auto& [k, v] : gpus) {
+    for (const auto& [status, milli] : {std::pair{"allocated", v.first}, {"free", v.second}}) {
+      out += fmt::format("tessera_gpus{{model=\"{}\",mode=\"{}\",status=\"{}\"}} {:g}\n", k.first,
+                         k.second, status, static_cast<double>(milli) / fleet::kMilliPerGpu);
+    }
+  }
+  out += "# HELP tessera_preemptions_total Spot instances preempted.\n";
+  out += "# TYPE tessera_preemptions_total counter\n";
+  out += fmt::format("tessera_preemptions_total {}\n", state.counters().preemptions);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  out += "# HELP tessera_scheduling_latency_seconds Time to place one request.\n";
+  out += "# TYPE tessera_scheduling_latency_seconds histogram\n";
+  for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    out += fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"{:g}\"}} {}\n",
+                       kLatencyBuckets[i], latency_buckets_[i]);
+  }
+  out +=
+      fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"+Inf\"}} {}\n", latency_count_);
+  out += fmt::format("tessera_scheduling_latency_seconds_sum {:g}\n", latency_sum_);
+  out += fmt::format("tessera_scheduling_latency_seconds_count {}\n", latency_count_);
+  out += "# HELP tessera_api_requests_total API requests by method, route and status code.\n";
+  out += "# TYPE tessera_api_requests_total counter\n";
+  for (const auto& [k, n] : requests_) {
+    out += fmt::format("tessera_api_requests_total{{method=\"{}\",route=\"{}\",code=\"{}\"}} {}\n",
+                       std::get<0>(k), EscapeLabel(std::get<1>(k)), std::get<2>(k), n);
+  }
+  return out;
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,265 @@
+// Client commands: `tessera instances|tenants|nodes ...` speak to a running server's REST API.
+// They take --url or TESSERA_URL and --token or TESSERA_TOKEN, print aligned tables or, with
+// -o json, the server's JSON. An error is printed as the server's message, with exit code 1
+// (2 for bad usage).
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "cli/table.h"
+
+namespace tessera::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct ClientFlags {
+  std::string url;
+  std::string token;
+  std::string output = "table";
+};
+
+struct Response {
+  int status = 0;
+  json body;
+};
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+// Sends one request; a transport failure or an error status is printed and returns nullopt.
+std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
+                             const std::string& path, const json* body = nullptr) {
+  const std::string url =
+      flags.url.empty() ? EnvOr("TESSERA_URL", "http://127.0.0.1:8080") : flags.url;
+  const std::string token = flags.token.empty() ? EnvOr("TESSERA_TOKEN", "") : flags.token;
+  httplib::Client client(url);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(60);
+  httplib::Headers headers;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  httplib::Result r = method == "GET"      ? client.Get(path, headers)
+                      : method == "DELETE" ? client.Delete(path, headers)
+                                           : client.Post(path, headers, body ? body->dump() : "{}",
+                                                         "application/json");
+  if (!r) {
+    std::cerr << "tessera: cannot reach " << url << ": " << httplib::to_string(r.error()) << "\n";
+    return std::nullopt;
+  }
+  Response out{r->status, json::parse(r->body, nullptr, false)};
+  if (r->status >= 400) {
+    std::string message = r->body;
+    if (out.body.is_object() && out.body.contains("error")) {
+      message = out.body["error"].value("message", r->body);
+    }
+    std::cerr << "tessera: " << message << " (HTTP " << r->status << ")\n";
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::string Str(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return "-";
+  if (j[key].is_string()) return j[key].get<std::string>();
+  return j[key].dump();
+}
+
+void PrintInstances(const json& list) {
+  Table t({"ID", "NAME", "STATE", "BILLING", "SHAPE", "NODE", "GPUS", "PRICE/H", "RESTARTS"});
+  for (const auto& i : list) {
+    const json& s = i["shape"];
+    std::string shape = s.value("instance_type", "");
+    if (shape.empty()) {
+      shape = s.value("gpu_model", "") + " " +
+              (s.contains("gpus")          ? fmt::format("x{}", s["gpus"].get<int>())
+               : s.contains("mig_profile") ? s["mig_profile"].get<std::string>()
+                                           : fmt::format("{}m", s.value("milli_gpu", 0)));
+    }
+    std::vector<std::string> gpus;
+    for (const auto& g : i["gpus"]) gpus.push_back(std::to_string(g.value("index", 0)));
+    t.AddRow({Str(i, "id"), Str(i, "name"), Str(i, "state"), Str(i, "billing"), shape,
+              Str(i, "node"), gpus.empty() ? "-" : fmt::format("{}", fmt::join(gpus, ",")),
+              Str(i, "price_per_hour_usd"), Str(i, "restarts")});
+  }
+  t.Print(std::cout);
+}
+
+// Prints `r` as JSON or through `table`; returns the exit code.
+int Show(const ClientFlags& f, const std::optional<Response>& r,
+         const std::function<void(const json&)>& table) {
+  if (!r) return kExitFailure;
+  if (f.output == "json") {
+    std::cout << r->body.dump(2) << "\n";
+  } else {
+    table(r->body);
+  }
+  return kExitOk;
+}
+
+void AddCommon(CLI::App* cmd, ClientFlags& f) {
+  cmd->add_option("--url", f.url, "Server URL (default $TESSERA_URL or http://127.0.0.1:8080)");
+  cmd->add_option("--token", f.token, "Bearer token (default $TESSERA_TOKEN)");
+  cmd->add_option("-o,--output", f.output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+}
+
+struct CreateFlags {
+  std::string billing = "on_demand", type, gpu_model, mig_profile, name, command;
+  int gpus = 0, milli_gpu = 0;
+  int64_t vcpus = 0, memory_mib = 0, gpu_memory_mib = 0;
+  bool no_restart = false;
+};
+
+json CreateBody(const CreateFlags& c) {
+  json body = {{"billing", c.billing}};
+  if (!c.name.empty()) body["name"] = c.name;
+  if (!c.command.empty()) body["command"] = c.command;
+  if (c.no_restart) body["restart"] = false;
+  if (!c.type.empty()) body["instance_type"] = c.type;
+  if (!c.gpu_model.empty()) {
+    body["gpu_model"] = c.gpu_model;
+    body["vcpus"] = c.vcpus;
+    body["memory_mib"] = c.memory_mib;
+    if (c.gpus > 0) body["gpus"] = c.gpus;
+    if (!c.mig_profile.empty()) body["mig_profile"] = c.mig_profile;
+    if (c.milli_gpu > 0) body["milli_gpu"] = c.milli_gpu;
+    if (c.gpu_memory_mib > 0) body["gpu_memory_mib"] = c.gpu_memory_mib;
+  }
+  return body;
+}
+
+void RegisterInstances(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ClientFlags>();
+  auto c = std::make_shared<CreateFlags>();
+  auto id = std::make_shared<std::string>();
+  auto state = std::make_shared<std::string>();
+  CLI::App* group = app.add_subcommand("instances", "Create, list, show and delete instances");
+  group->require_subcommand(1);
+  CLI::App* create = group->add_subcommand("create", "Rent an instance");
+  AddCommon(create, *f);
+  create->add_option("--billing", c->billing, "on_demand, reserved or spot")
+      ->check(CLI::IsMember({"on_demand", "reserved", "spot"}))
+      ->capture_default_str();
+  create->add_option("--type", c->type, "Instance type id (see GET /v1/instance-types)");
+  create->add_option("--gpu-model", c->gpu_model, "Custom shape: catalog GPU model");
+  create->add_option("--gpus", c->gpus, "Custom shape: whole GPUs");
+  create->add_option("--mig-profile", c->mig_profile, "Custom shape: one MIG slice");
+  create->add_option("--milli-gpu", c->milli_gpu, "Custom shape: a share, 1..999");
+  create->add_option("--gpu-memory-mib", c->gpu_memory_mib, "Custom shape: a share's memory cap");
+  create->add_option("--vcpus", c->vcpus, "Custom shape: vCPUs");
+  create->add_option("--memory-mib", c->memory_mib, "Custom shape: host memory in MiB");
+  create->add_option("--name", c->name, "A name for the instance");
+  create->add_option("--command", c->command, "The command the workload runs");
+  create->add_flag("--no-restart", c->no_restart, "Spot: do not restart after preemption");
+  create->callback([f, c, &ctx] {
+    json body = CreateBody(*c);
+    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/instances", &body),
+                         [](const json& j) { PrintInstances(json::array({j})); });
+  });
+  CLI::App* list = group->add_subcommand("list", "List instances (an admin sees all)");
+  AddCommon(list, *f);
+  list->add_option("--state", *state, "Only instances in this state");
+  list->callback([f, state, &ctx] {
+    const std::string path = "/v1/instances" + (state->empty() ? "" : "?state=" + *state);
+    ctx.exit_code =
+        Show(*f, Call(*f, "GET", path), [](const json& j) { PrintInstances(j["instances"]); });
+  });
+  for (const char* verb : {"get", "delete"}) {
+    CLI::App* one = group->add_subcommand(
+        verb, std::string(verb == std::string("get") ? "Show one instance"
+                                                     : "Stop an instance and free it"));
+    AddCommon(one, *f);
+    one->add_option("id", *id, "Instance id")->required();
+    const std::string method = verb == std::string("get") ? "GET" : "DELETE";
+    one->callback([f, id, method, &ctx] {
+      ctx.exit_code = Show(*f, Call(*f, method, "/v1/instances/" + *id),
+                           [](const json& j) { PrintInstances(json::array({j})); });
+    });
+  }
+}
+
+void RegisterTenants(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ClientFlags>();
+  auto name = std::make_shared<std::string>();
+  auto quota = std::make_shared<double>(0);
+  CLI::App* group = app.add_subcommand("tenants", "Create and list tenants (admin token)");
+  group->require_subcommand(1);
+  CLI::App* create = group->add_subcommand("create", "Create a tenant and print its token");
+  AddCommon(create, *f);
+  create->add_option("name", *name, "Tenant name")->required();
+  create->add_option("--quota-gpus", *quota, "GPU quota (whole GPUs; shares count fractions)")
+      ->required();
+  create->callback([f, name, quota, &ctx] {
+    json body = {{"name", *name}, {"quota", {{"gpus", *quota}}}};
+    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/tenants", &body), [](const json& j) {
+      Table t({"ID", "NAME", "QUOTA GPUS", "TOKEN (shown once)"});
+      t.AddRow({Str(j, "id"), Str(j, "name"), j["quota"]["gpus"].dump(), Str(j, "token")});
+      t.Print(std::cout);
+    });
+  });
+  CLI::App* list = group->add_subcommand("list", "List tenants");
+  AddCommon(list, *f);
+  list->callback([f, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/tenants"), [](const json& j) {
+      Table t({"ID", "NAME", "QUOTA GPUS", "CREATED"});
+      for (const auto& x : j["tenants"]) {
+        t.AddRow({Str(x, "id"), Str(x, "name"), x["quota"]["gpus"].dump(), Str(x, "created_at")});
+      }
+      t.Print(std::cout);
+    });
+  });
+}
+
+void RegisterNodes(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ClientFlags>();
+  auto id = std::make_shared<std::string>();
+  CLI::App* group = app.add_subcommand("nodes", "List, drain and undrain nodes (admin token)");
+  group->require_subcommand(1);
+  CLI::App* list = group->add_subcommand("list", "List nodes with capacity and allocations");
+  AddCommon(list, *f);
+  list->callback([f, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/nodes"), [](const json& j) {
+      Table t({"NODE", "STATE", "GPU MODEL", "GPUS", "GPU FREE", "VCPU FREE", "MEM FREE MIB",
+               "WORKLOADS"});
+      for (const auto& n : j["nodes"]) {
+        double free = 0;
+        for (const auto& g : n["gpus"]) free += g.value("free_milli", 0) / 1000.0;
+        t.AddRow({Str(n, "id"), Str(n, "state"), Str(n, "gpu_model"),
+                  std::to_string(n["gpus"].size()), fmt::format("{:g}", free),
+                  fmt::format("{:g}", n.value("vcpus_free", 0.0)), Str(n, "memory_mib_free"),
+                  Str(n, "workloads")});
+      }
+      t.Print(std::cout);
+    });
+  });
+  for (const char* verb : {"drain", "undrain"}) {
+    CLI::App* one =
+        group->add_subcommand(verb, verb == std::string("drain") ? "Stop placing new work on a node"
+                                                                 : "Place work on a node again");
+    AddCommon(one, *f);
+    one->add_option("node", *id, "Node id")->required();
+    const std::string v = verb;
+    one->callback([f, id, v, &ctx] {
+      ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/nodes/" + *id + "/" + v), [](const json& j) {
+        std::cout << Str(j, "id") << ": " << Str(j, "state") << "\n";
+      });
+    });
+  }
+}
+
+}  // namespace
+
+void RegisterClientCommands(CLI::App& app, Context& ctx) {
+  RegisterInstances(app, ctx);
+  RegisterTenants(app, ctx);
+  RegisterNodes(app, ctx);
+}
+
+}  // namespace tessera::cli

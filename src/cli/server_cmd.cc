@@ -1,0 +1,160 @@
+// `tessera server`: the control plane's main job.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "api/server.h"
+#include "catalog/catalog.h"
+#include "cli/cli.h"
+#include "common/auth.h"
+#include "core/core.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct ServerFlags {
+  std::string listen = "127.0.0.1:8080";
+  std::string data = "./tessera-data";
+  std::string fleet;
+  std::string policy = "fgd";
+  std::string catalog_dir;
+  bool sim_agents = false;
+  bool demo = false;
+};
+
+// Splits "HOST:PORT"; the port must be 0..65535.
+Result<std::pair<std::string, int>> ParseListen(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    const std::string p = text.substr(colon + 1);
+    if (!p.empty() && p.size() <= 5 && p.find_first_not_of("0123456789") == std::string::npos) {
+      port = std::stoi(p);
+    }
+  }
+  if (colon == std::string::npos || colon == 0 || port < 0 || port > 65535) {
+    return Status::InvalidArgument(
+        fmt::format("--listen: '{}' is not HOST:PORT (e.g. 127.0.0.1:8080)", text));
+  }
+  return std::pair{text.substr(0, colon), port};
+}
+
+// Decides the operator's token: TESSERA_ADMIN_TOKEN when set; otherwise the stored hash, or a new
+// token printed once. In demo mode a new token is made at every start so it can be shown.
+Result<std::string> SetUpAdminToken(core::Core& core, bool demo) {
+  const char* env = std::getenv("TESSERA_ADMIN_TOKEN");
+  std::string token = env && *env ? env : "";
+  const bool from_env = !token.empty();
+  auto stored = core.Run<std::string>(
+      [](core::State& s, store::Batch&) -> Result<std::string> { return s.admin_token_hash(); });
+  if (!stored.ok()) return stored.status();
+  if (!from_env && !stored->empty() && !demo) return std::string();
+  if (!from_env) {
+    TESSERA_ASSIGN_OR_RETURN(token, GenerateToken());
+  }
+  const std::string hash = HashToken(token);
+  auto set = core.Run<bool>([&](core::State& s, store::Batch& b) -> Result<bool> {
+    if (s.admin_token_hash() != hash) s.SetAdminTokenHash(hash, b);
+    return true;
+  });
+  if (!set.ok()) return set.status();
+  return from_env ? std::string() : token;
+}
+
+int RunServer(const ServerFlags& flags) {
+  auto listen = ParseListen(flags.listen);
+  if (!listen.ok()) {
+    std::cerr << "tessera server: " << listen.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
+                                           : catalog::Catalog::LoadDir(flags.catalog_dir);
+  if (!catalog.ok()) {
+    std::cerr << "tessera server: " << catalog.status().message() << "\n";
+    return kExitFailure;
+  }
+  core::CoreOptions options;
+  options.catalog = &*catalog;
+  options.fleet_file = flags.demo ? "" : flags.fleet;
+  options.data_dir = flags.data;
+  options.policy = flags.policy;
+  options.sim_agents = flags.sim_agents || flags.demo;
+  if (!flags.demo && flags.fleet.empty()) {
+    std::cerr << "tessera server: give --fleet FILE (a fleet file or an openb node CSV), or "
+                 "--demo\n";
+    return kExitUsage;
+  }
+  // Block the stop signals before any thread starts, so only the waiter below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto core = core::Core::Start(options);
+  if (!core.ok()) {
+    std::cerr << "tessera server: " << core.status().message() << "\n";
+    return kExitFailure;
+  }
+  auto token = SetUpAdminToken(**core, flags.demo);
+  if (!token.ok()) {
+    std::cerr << "tessera server: " << token.status().message() << "\n";
+    return kExitFailure;
+  }
+  api::ApiServer server(core->get(), &*catalog, {.host = listen->first, .port = listen->second});
+  if (Status s = server.Bind(); !s.ok()) {
+    std::cerr << "tessera server: " << s.message() << "\n";
+    return kExitFailure;
+  }
+  const std::string url = fmt::format("http://{}:{}", listen->first, server.port());
+  std::cout << "tessera server listening on " << url << " (data in " << flags.data << ")\n";
+  if (!token->empty()) {
+    std::cout << "admin token (shown once, stored only as a hash): " << *token << "\n";
+  }
+  if (flags.demo) {
+    const std::string t = token->empty() ? "$TESSERA_ADMIN_TOKEN" : *token;
+    std::cout << "\nTry:\n"
+              << "  export TESSERA_URL=" << url << " TESSERA_TOKEN=" << t << "\n"
+              << "  tessera tenants create acme --quota-gpus 16   # prints acme's token\n"
+              << "  TESSERA_TOKEN=<acme's token> tessera instances create --type "
+                 "gpu.1xh100 --billing on_demand\n"
+              << "  tessera nodes list\n";
+  }
+  std::cout.flush();
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    server.Stop();
+  });
+  server.Serve();
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterServerCommands(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<ServerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "server", "Run the control plane: the REST API, the scheduler and the durable store");
+  cmd->add_option("--listen", flags->listen, "Address to serve on, HOST:PORT")
+      ->capture_default_str();
+  cmd->add_option("--data", flags->data, "Directory of the SQLite store (created when missing)")
+      ->capture_default_str();
+  cmd->add_option("--fleet", flags->fleet,
+                  "Fleet file (JSON, see docs/fleet.md) or openb node-list CSV");
+  cmd->add_option("--policy", flags->policy, "Placement policy")->capture_default_str();
+  cmd->add_option("--catalog", flags->catalog_dir, "Catalog directory (default: built in)");
+  cmd->add_flag("--sim-agents", flags->sim_agents,
+                "Serve every node with an in-process simulated agent");
+  cmd->add_flag("--demo", flags->demo,
+                "Demo fleet with simulated agents; prints a fresh admin token");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunServer(*flags); });
+}
+
+}  // namespace tessera::cli

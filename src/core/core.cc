@@ -1,0 +1,137 @@
+#include "core/core.h"
+
+#include <fmt/format.h>
+
+#include "fleet/fleet_file.h"
+
+namespace tessera::core {
+
+namespace {
+
+// The target workload for fragmentation-aware policies before any traffic is seen: one class
+// per GPU instance type of the catalog, weighted equally.
+sched::Workload CatalogWorkload(const catalog::Catalog& catalog) {
+  sched::Workload w;
+  for (const auto& it : catalog.instance_types()) {
+    auto idx = catalog.FindGpuIndex(it.gpu_model);
+    if (!idx) continue;
+    sched::WorkloadClass c;
+    c.cpu_milli = it.vcpus * 1000;
+    c.allowed_models = uint64_t{1} << idx->value;
+    if (it.sharing == catalog::SharingMode::kShared) {
+      c.gpu_count = 1;
+      c.gpu_milli = it.milli_gpu;
+    } else if (it.sharing == catalog::SharingMode::kExclusive) {
+      c.gpu_count = it.gpus;
+      c.gpu_milli = 1000;
+    } else {
+      continue;  // MIG slices do not fragment shared capacity.
+    }
+    w.push_back(c);
+  }
+  for (auto& c : w) c.weight = 1.0 / static_cast<double>(w.size());
+  return w;
+}
+
+// Loads the fleet, applies stored node states, creates the scheduler and restores tenants and
+// instances: everything memory holds, rebuilt from what is durable.
+Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Store& store) {
+  const Clock* clock = options.clock ? options.clock : &SystemClock::Get();
+  Result<fleet::Fleet> loaded = options.fleet_file.empty()
+                                    ? fleet::DemoFleet(*options.catalog)
+                                    : fleet::LoadFleetFile(*options.catalog, options.fleet_file);
+  if (!loaded.ok()) return loaded.status();
+  auto fleet = std::make_unique<fleet::Fleet>(std::move(*loaded));
+  for (size_t i = 0; i < fleet->size(); ++i) {
+    const fleet::NodeIndex n(static_cast<uint32_t>(i));
+    TESSERA_ASSIGN_OR_RETURN(auto saved, store.GetSetting("node_state/" + fleet->node(n).name));
+    if (saved && *saved == "draining") {
+      TESSERA_RETURN_IF_ERROR(fleet->SetNodeState(n, fleet::NodeState::kDraining));
+    }
+  }
+  sched::Options sched_options{options.policy, options.seed, CatalogWorkload(*options.catalog)};
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<sched::Scheduler> scheduler,
+                           sched::Scheduler::Create(fleet.get(), sched_options));
+  auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
+                                       std::move(scheduler), options.sim_agents);
+  TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
+  TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances());
+  TESSERA_RETURN_IF_ERROR(state->Restore(tenants, instances));
+  TESSERA_ASSIGN_OR_RETURN(auto admin_hash, store.GetSetting("admin_token_hash"));
+  if (admin_hash) state->RestoreAdminTokenHash(*admin_hash);
+  return state;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store,
+                           store::OpenSqliteStore(options.data_dir));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<State> state, BuildState(options, *store));
+  std::unique_ptr<Core> core(new Core(options, std::move(store), std::move(state)));
+  // Place whatever was queued before the restart, and let agents catch up.
+  auto settled = core->Run<bool>([](State& s, store::Batch& b) -> Result<bool> {
+    s.DrainPending(b);
+    return true;
+  });
+  if (!settled.ok()) return settled.status();
+  return core;
+}
+
+Core::Core(CoreOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<State> state)
+    : options_(std::move(options)), store_(std::move(store)), state_(std::move(state)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Core::~Core() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Core::Submit(std::function<void(State&, store::Batch&)> apply,
+                  std::function<void(const Status&)> done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({std::move(apply), std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+Result<std::vector<store::AuditRecord>> Core::ListAudit(int64_t after_seq, int limit) {
+  // The store belongs to the core thread, so the read runs there like any command.
+  return Run<std::vector<store::AuditRecord>>(
+      [&](State&, store::Batch&) { return store_->ListAudit(after_seq, limit); });
+}
+
+void Core::Loop() {
+  for (;;) {
+    std::deque<Command> round;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty() && stopping_) return;
+      round.swap(queue_);
+    }
+    store::Batch batch;
+    for (Command& c : round) c.apply(*state_, batch);
+    // Simulated agents act right after the commands, in the same durable round.
+    state_->TickAgents(batch);
+    Status committed = store_->Commit(batch);
+    if (!committed.ok()) {
+      // Memory may now be ahead of the store: rebuild it from what is durable.
+      auto rebuilt = BuildState(options_, *store_);
+      if (rebuilt.ok()) {
+        state_ = std::move(*rebuilt);
+      } else {
+        committed = rebuilt.status().WithPrefix(committed.message());
+      }
+    }
+    for (Command& c : round) c.done(committed);
+  }
+}
+
+}  // namespace tessera::core

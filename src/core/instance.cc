@@ -1,0 +1,321 @@
+#include "core/instance.h"
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+
+#include <array>
+
+#include "common/json.h"
+
+namespace tessera::core {
+
+namespace {
+
+constexpr std::array<std::string_view, 8> kStateNames = {"pending",  "scheduled",  "running",
+                                                         "stopping", "terminated", "succeeded",
+                                                         "failed",   "preempted"};
+constexpr std::array<std::string_view, 3> kBillingNames = {"reserved", "on_demand", "spot"};
+
+// An RFC 4122-shaped UUID (version 5 bits set) from the SHA-256 of `key`.
+std::string UuidFrom(std::string_view key) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> d{};
+  unsigned int len = 0;
+  EVP_Digest(key.data(), key.size(), d.data(), &len, EVP_sha256(), nullptr);
+  d[6] = static_cast<unsigned char>((d[6] & 0x0f) | 0x50);
+  d[8] = static_cast<unsigned char>((d[8] & 0x3f) | 0x80);
+  std::string s;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += fmt::format("{:02x}", d[static_cast<size_t>(i)]);
+  }
+  return s;
+}
+
+nlohmann::json AssignmentJson(const fleet::Assignment& a, const fleet::Fleet& fleet) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (int i = 0; i < a.gpu_count; ++i) {
+    const fleet::GpuGrant& g = a.gpus[static_cast<size_t>(i)];
+    nlohmann::json gj = {{"gpu", g.gpu}, {"milli", g.milli}, {"memory_mib", g.memory_mib}};
+    if (g.mig_profile) {
+      gj["mig_profile"] = g.mig_profile->name;
+      gj["mig_start"] = g.mig_start;
+    }
+    gpus.push_back(std::move(gj));
+  }
+  return {{"node", fleet.node(a.node).name},
+          {"cpu_milli", a.cpu_milli},
+          {"memory_mib", a.memory_mib},
+          {"gpus", std::move(gpus)}};
+}
+
+Result<fleet::Assignment> AssignmentFromJson(const nlohmann::json& j, const fleet::Fleet& fleet,
+                                             const std::string& where) {
+  JsonFields f(j, where + ": assignment");
+  const std::string node_name = f.String("node");
+  fleet::Assignment a;
+  a.cpu_milli = f.Int("cpu_milli", 0, INT64_MAX);
+  a.memory_mib = f.Int("memory_mib", 0, INT64_MAX);
+  const nlohmann::json* gpus = f.Get("gpus");
+  TESSERA_RETURN_IF_ERROR(f.status());
+  TESSERA_ASSIGN_OR_RETURN(a.node, fleet.Find(node_name));
+  const fleet::Node& node = fleet.node(a.node);
+  if (!gpus->is_array() || gpus->size() > fleet::kMaxGpusPerNode) {
+    return Status::DataLoss(where + ": assignment: field 'gpus': expected an array of grants");
+  }
+  for (const auto& gj : *gpus) {
+    JsonFields g(gj, where + ": assignment: gpus");
+    fleet::GpuGrant grant;
+    grant.gpu = static_cast<int>(g.Int("gpu", 0, fleet::kMaxGpusPerNode - 1));
+    grant.milli = static_cast<int>(g.Int("milli", 0, fleet::kMilliPerGpu));
+    grant.memory_mib = g.Int("memory_mib", 0, INT64_MAX);
+    const std::string profile = g.String("mig_profile", false);
+    grant.mig_start = static_cast<int>(g.Int("mig_start", 0, 7, false));
+    TESSERA_RETURN_IF_ERROR(g.status());
+    if (!profile.empty()) {
+      const auto* model = node.model.valid() ? &fleet.catalog().gpu(node.model) : nullptr;
+      grant.mig_profile = model && model->mig ? model->mig->Find(profile) : nullptr;
+      if (!grant.mig_profile) {
+        return Status::DataLoss(
+            fmt::format("{}: MIG profile '{}' unknown on node {}", where, profile, node_name));
+      }
+    }
+    a.gpus[static_cast<size_t>(a.gpu_count++)] = grant;
+  }
+  return a;
+}
+
+}  // namespace
+
+std::string_view StateName(InstanceState s) { return kStateNames[static_cast<size_t>(s)]; }
+
+std::optional<InstanceState> ParseState(std::string_view s) {
+  for (size_t i = 0; i < kStateNames.size(); ++i) {
+    if (kStateNames[i] == s) return static_cast<InstanceState>(i);
+  }
+  return std::nullopt;
+}
+
+bool IsActive(InstanceState s) {
+  return s == InstanceState::kPending || s == InstanceState::kScheduled ||
+         s == InstanceState::kRunning || s == InstanceState::kStopping;
+}
+
+std::string_view BillingName(Billing b) { return kBillingNames[static_cast<size_t>(b)]; }
+
+std::optional<Billing> ParseBilling(std::string_view s) {
+  for (size_t i = 0; i < kBillingNames.size(); ++i) {
+    if (kBillingNames[i] == s) return static_cast<Billing>(i);
+  }
+  return std::nullopt;
+}
+
+int Priority(Billing b) {
+  switch (b) {
+    case Billing::kReserved:
+      return 2;
+    case Billing::kOnDemand:
+      return 1;
+    case Billing::kSpot:
+      return 0;
+  }
+  return 0;
+}
+
+int64_t Shape::GpuMilli(const catalog::Catalog& catalog) const {
+  switch (mode) {
+    case catalog::SharingMode::kExclusive:
+      return int64_t{gpus} * fleet::kMilliPerGpu;
+    case catalog::SharingMode::kShared:
+      return milli_gpu;
+    case catalog::SharingMode::kMig: {
+      const catalog::GpuModel* m = catalog.FindGpu(gpu_model);
+      const mig::Profile* p = m && m->mig ? m->mig->Find(mig_profile) : nullptr;
+      if (!p) return fleet::kMilliPerGpu;
+      const int total = m->mig->compute_slices;
+      return (int64_t{p->compute_slices} * fleet::kMilliPerGpu + total - 1) / total;
+    }
+  }
+  return 0;
+}
+
+std::string GpuUuid(std::string_view node, int gpu) {
+  return "GPU-" + UuidFrom(fmt::format("{}/gpu/{}", node, gpu));
+}
+
+std::string MigUuid(std::string_view node, int gpu, int start) {
+  return "MIG-" + UuidFrom(fmt::format("{}/gpu/{}/mig/{}", node, gpu, start));
+}
+
+std::vector<GpuRef> DescribeGpus(const fleet::Assignment& a, const fleet::Fleet& fleet) {
+  std::vector<GpuRef> out;
+  const fleet::Node& node = fleet.node(a.node);
+  const std::string model = node.model.valid() ? fleet.catalog().gpu(node.model).id : "";
+  for (int i = 0; i < a.gpu_count; ++i) {
+    const fleet::GpuGrant& g = a.gpus[static_cast<size_t>(i)];
+    GpuRef ref;
+    ref.model = model;
+    ref.index = g.gpu;
+    if (g.mig_profile) {
+      ref.uuid = MigUuid(node.name, g.gpu, g.mig_start);
+      ref.mig_profile = g.mig_profile->name;
+      ref.mig_start = g.mig_start;
+    } else {
+      ref.uuid = GpuUuid(node.name, g.gpu);
+      if (g.milli < fleet::kMilliPerGpu) ref.milli_gpu = g.milli;
+    }
+    out.push_back(std::move(ref));
+  }
+  return out;
+}
+
+nlohmann::json ToJson(const Instance& inst) {
+  nlohmann::json shape = {{"gpu_model", inst.shape.gpu_model},
+                          {"sharing", catalog::SharingModeName(inst.shape.mode)},
+                          {"vcpus", inst.shape.vcpus},
+                          {"memory_mib", inst.shape.memory_mib}};
+  if (!inst.shape.instance_type.empty()) shape["instance_type"] = inst.shape.instance_type;
+  switch (inst.shape.mode) {
+    case catalog::SharingMode::kExclusive:
+      shape["gpus"] = inst.shape.gpus;
+      break;
+    case catalog::SharingMode::kMig:
+      shape["mig_profile"] = inst.shape.mig_profile;
+      break;
+    case catalog::SharingMode::kShared:
+      shape["milli_gpu"] = inst.shape.milli_gpu;
+      shape["gpu_memory_mib"] = inst.shape.gpu_memory_mib;
+      break;
+  }
+  if (inst.shape.nvlink) shape["nvlink"] = true;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const GpuRef& g : inst.gpus) {
+    nlohmann::json gj = {{"uuid", g.uuid}, {"model", g.model}, {"index", g.index}};
+    if (!g.mig_profile.empty()) gj["mig_profile"] = g.mig_profile;
+    if (g.milli_gpu > 0) gj["milli_gpu"] = g.milli_gpu;
+    gpus.push_back(std::move(gj));
+  }
+  nlohmann::json j = {{"id", inst.id.str()},
+                      {"tenant", inst.tenant.str()},
+                      {"name", inst.name},
+                      {"state", StateName(inst.state)},
+                      {"billing", BillingName(inst.billing)},
+                      {"shape", std::move(shape)},
+                      {"command", inst.command},
+                      {"restart", inst.restart},
+                      {"price_per_hour_usd", inst.price_per_hour.ToString()},
+                      {"created_at", FormatRfc3339(inst.created_at)},
+                      {"updated_at", FormatRfc3339(inst.updated_at)},
+                      {"restarts", inst.restarts},
+                      {"node", inst.node.empty() ? nlohmann::json() : nlohmann::json(inst.node)},
+                      {"gpus", std::move(gpus)}};
+  if (!inst.reason.empty()) j["reason"] = inst.reason;
+  if (inst.preempted_at) j["preempted_at"] = FormatRfc3339(*inst.preempted_at);
+  return j;
+}
+
+nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
+  nlohmann::json j = ToJson(inst);
+  j["seq"] = inst.seq;
+  if (inst.assignment) j["assignment"] = AssignmentJson(*inst.assignment, fleet);
+  return j;
+}
+
+namespace {
+
+Status ParseShape(const nlohmann::json& j, const std::string& where, Shape& shape) {
+  JsonFields f(j, where + ": shape");
+  shape.instance_type = f.String("instance_type", false);
+  shape.gpu_model = f.String("gpu_model");
+  const auto mode = catalog::ParseSharingMode(f.String("sharing"));
+  shape.vcpus = f.Int("vcpus", 0, INT64_MAX);
+  shape.memory_mib = f.Int("memory_mib", 0, INT64_MAX);
+  shape.gpus = static_cast<int>(f.Int("gpus", 0, fleet::kMaxGpusPerNode, false));
+  shape.mig_profile = f.String("mig_profile", false);
+  shape.milli_gpu = static_cast<int>(f.Int("milli_gpu", 0, fleet::kMilliPerGpu, false));
+  shape.gpu_memory_mib = f.Int("gpu_memory_mib", 0, INT64_MAX, false);
+  shape.nvlink = f.Bool("nvlink", false);
+  if (!mode) f.Fail("sharing", "is not exclusive, mig or shared");
+  TESSERA_RETURN_IF_ERROR(f.status());
+  shape.mode = *mode;
+  return Status::Ok();
+}
+
+Result<Time> TimeField(JsonFields& f, std::string_view key) {
+  const std::string text = f.String(key);
+  if (!f.ok()) return f.status();
+  auto t = ParseRfc3339(text);
+  if (!t.ok()) return t.status().WithPrefix(fmt::format("{}: field '{}'", f.where(), key));
+  return t;
+}
+
+}  // namespace
+
+Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fleet) {
+  const std::string where =
+      fmt::format("stored instance '{}'", j.is_object() ? j.value("id", "?") : "?");
+  JsonFields f(j, where);
+  Instance inst;
+  auto id = InstanceId::Parse(f.String("id"));
+  auto tenant = TenantId::Parse(f.String("tenant"));
+  inst.name = f.String("name");
+  const auto state = ParseState(f.String("state"));
+  const auto billing = ParseBilling(f.String("billing"));
+  inst.command = f.String("command");
+  inst.restart = f.Bool("restart");
+  auto price = Money::Parse(f.String("price_per_hour_usd"));
+  inst.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
+  inst.seq = f.Int("seq", 0, INT64_MAX);
+  inst.reason = f.String("reason", false);
+  const nlohmann::json* shape = f.Get("shape");
+  if (!state) f.Fail("state", "is not a known state");
+  if (!billing) f.Fail("billing", "is not a known billing mode");
+  TESSERA_RETURN_IF_ERROR(f.status());
+  for (const Status& s : {id.status(), tenant.status(), price.status()}) {
+    if (!s.ok()) return Status::DataLoss(s.WithPrefix(where).message());
+  }
+  inst.id = *id;
+  inst.tenant = *tenant;
+  inst.state = *state;
+  inst.billing = *billing;
+  inst.price_per_hour = *price;
+  TESSERA_RETURN_IF_ERROR(ParseShape(*shape, where, inst.shape));
+  TESSERA_ASSIGN_OR_RETURN(inst.created_at, TimeField(f, "created_at"));
+  TESSERA_ASSIGN_OR_RETURN(inst.updated_at, TimeField(f, "updated_at"));
+  if (j.contains("preempted_at")) {
+    TESSERA_ASSIGN_OR_RETURN(inst.preempted_at, TimeField(f, "preempted_at"));
+  }
+  if (j.contains("assignment")) {
+    TESSERA_ASSIGN_OR_RETURN(inst.assignment, AssignmentFromJson(j["assignment"], fleet, where));
+    inst.node = fleet.node(inst.assignment->node).name;
+    inst.gpus = DescribeGpus(*inst.assignment, fleet);
+  }
+  return inst;
+}
+
+nlohmann::json ToJson(const Tenant& t) {
+  return {{"id", t.id.str()},
+          {"name", t.name},
+          {"quota", {{"gpus", static_cast<double>(t.quota_gpu_milli) / fleet::kMilliPerGpu}}},
+          {"created_at", FormatRfc3339(t.created_at)}};
+}
+
+nlohmann::json ToStoredJson(const Tenant& t) {
+  nlohmann::json j = ToJson(t);
+  j["quota_gpu_milli"] = t.quota_gpu_milli;
+  return j;
+}
+
+Result<Tenant> TenantFromStoredJson(const nlohmann::json& j) {
+  JsonFields f(j, "stored tenant");
+  Tenant t;
+  TESSERA_ASSIGN_OR_RETURN(t.id, TenantId::Parse(f.String("id")));
+  t.name = f.String("name");
+  t.quota_gpu_milli = f.Int("quota_gpu_milli", 0, INT64_MAX);
+  auto created = ParseRfc3339(f.String("created_at"));
+  TESSERA_RETURN_IF_ERROR(f.status());
+  TESSERA_RETURN_IF_ERROR(created.status());
+  t.created_at = *created;
+  return t;
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,120 @@
+// The control plane's records: tenants and instances, their states and billing modes, and their
+// JSON forms (the API's bodies and the store's documents share one codec, so what is stored is
+// what is shown).
+// Thread-safety: plain values; the core thread owns the live copies.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/money.h"
+#include "common/result.h"
+#include "fleet/fleet.h"
+
+namespace tessera::core {
+
+enum class InstanceState {
+  kPending,     // Queued: waiting for capacity.
+  kScheduled,   // Placed; the node's agent has not started it yet.
+  kRunning,     // The agent reports it running.
+  kStopping,    // Deleted by its owner; the agent is stopping it.
+  kTerminated,  // Stopped by request. Terminal.
+  kSucceeded,   // The workload exited 0. Terminal.
+  kFailed,      // The workload or its node failed. Terminal.
+  kPreempted,   // Evicted for higher-priority work. Terminal unless it restarts.
+};
+std::string_view StateName(InstanceState s);
+std::optional<InstanceState> ParseState(std::string_view s);
+// True for states that hold or wait for capacity (pending, scheduled, running, stopping).
+bool IsActive(InstanceState s);
+
+enum class Billing { kReserved, kOnDemand, kSpot };
+std::string_view BillingName(Billing b);  // "reserved", "on_demand", "spot".
+std::optional<Billing> ParseBilling(std::string_view s);
+// Scheduling priority: reserved (2) over on-demand (1) over spot (0).
+int Priority(Billing b);
+
+// What an instance asks for, resolved from an instance type or given field by field.
+struct Shape {
+  std::string instance_type;  // Empty when the shape was given field by field.
+  std::string gpu_model;      // Catalog id (aliases resolved).
+  catalog::SharingMode mode = catalog::SharingMode::kExclusive;
+  int gpus = 0;                // kExclusive: whole GPUs (0 = CPU-only).
+  std::string mig_profile;     // kMig.
+  int milli_gpu = 0;           // kShared: 1..999.
+  int64_t gpu_memory_mib = 0;  // kShared: memory cap.
+  int64_t vcpus = 0;
+  int64_t memory_mib = 0;
+  bool nvlink = false;
+
+  // GPU demand in milli-GPU, the unit of quotas: 1000 per whole GPU, milli_gpu for a share, and
+  // for a MIG slice its compute slices over the GPU's, rounded up.
+  int64_t GpuMilli(const catalog::Catalog& catalog) const;
+};
+
+// A GPU (or MIG instance) an instance holds, as the API shows it.
+struct GpuRef {
+  std::string uuid;   // "GPU-..." or, for a MIG instance, "MIG-...".
+  std::string model;  // Catalog id.
+  int index = 0;      // On the node.
+  std::string mig_profile;
+  int mig_start = 0;
+  int milli_gpu = 0;  // Shares only.
+};
+
+struct Instance {
+  InstanceId id;
+  TenantId tenant;
+  std::string name;
+  InstanceState state = InstanceState::kPending;
+  Billing billing = Billing::kOnDemand;
+  Shape shape;
+  std::string command;
+  bool restart = true;  // Spot: re-queue automatically after preemption.
+  Money price_per_hour;
+  Time created_at;
+  Time updated_at;
+  int restarts = 0;
+  int64_t seq = 0;     // Creation order; FIFO within a priority.
+  std::string reason;  // Why the last transition happened (preemption, failure, ...).
+  std::optional<Time> preempted_at;
+  std::optional<fleet::Assignment> assignment;  // While it holds capacity.
+  std::string node;
+  std::vector<GpuRef> gpus;
+};
+
+struct Tenant {
+  TenantId id;
+  std::string name;
+  std::string token_hash;
+  int64_t quota_gpu_milli = 0;
+  Time created_at;
+  bool admin = false;  // The operator; not stored as a tenant.
+};
+
+// The API form of an instance.
+nlohmann::json ToJson(const Instance& inst);
+// The stored form: the API form plus what recovery needs (the exact assignment, seq).
+nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet);
+// Rebuilds an instance from its stored form. Errors name the instance and the field.
+Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fleet);
+
+nlohmann::json ToJson(const Tenant& t);
+nlohmann::json ToStoredJson(const Tenant& t);
+Result<Tenant> TenantFromStoredJson(const nlohmann::json& j);
+
+// The GPUs an assignment holds, as the API shows them.
+std::vector<GpuRef> DescribeGpus(const fleet::Assignment& a, const fleet::Fleet& fleet);
+
+// Deterministic, well-formed UUIDs for GPUs and MIG instances of simulated nodes, derived from
+// the node name and position, so they are stable across restarts.
+std::string GpuUuid(std::string_view node, int gpu);
+std::string MigUuid(std::string_view node, int gpu, int start);
+
+}  // namespace tessera::core

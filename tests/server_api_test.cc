@@ -1,0 +1,268 @@
+// End-to-end tests of the REST API: every route, every error case, tenant isolation.
+#include <regex>
+
+#include "server_test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+TEST_F(ServerTest, HealthAndReadiness) {
+  EXPECT_EQ(Get("/healthz", "").status, 200);
+  auto ready = Get("/readyz", "");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body["status"], "ready");
+}
+
+TEST_F(ServerTest, TokensAreRequiredAndChecked) {
+  auto none = Get("/v1/instances", "");
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(none.body["error"]["code"], "unauthenticated");
+  auto bad = Get("/v1/instances", "tsr_not_a_real_token");
+  EXPECT_EQ(bad.status, 401);
+  EXPECT_EQ(bad.body["error"]["message"], "invalid token");
+}
+
+TEST_F(ServerTest, AdminCreatesTenantsAndTenantsCannotUseAdminRoutes) {
+  auto created = Post("/v1/tenants", kAdminToken, {{"name", "acme"}, {"quota", {{"gpus", 4}}}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  EXPECT_TRUE(std::regex_match(created.body["id"].get<std::string>(), std::regex("tenant-\\d{6}")));
+  EXPECT_EQ(created.body["name"], "acme");
+  const std::string token = created.body["token"];
+  EXPECT_TRUE(std::regex_match(token, std::regex("tsr_[0-9a-f]{64}")));
+
+  auto list = Get("/v1/tenants", kAdminToken);
+  ASSERT_EQ(list.status, 200);
+  ASSERT_EQ(list.body["tenants"].size(), 1u);
+  EXPECT_FALSE(list.body["tenants"][0].contains("token")) << "a token is shown only once";
+
+  for (const auto& [method, path] :
+       std::vector<std::pair<std::string, std::string>>{{"GET", "/v1/tenants"},
+                                                        {"GET", "/v1/nodes"},
+                                                        {"GET", "/v1/audit"},
+                                                        {"POST", "/v1/nodes/node-h100-01/drain"}}) {
+    const json empty = json::object();
+    auto r = Call(method, path, token, method == "POST" ? &empty : nullptr);
+    EXPECT_EQ(r.status, 403) << method << " " << path;
+    EXPECT_EQ(r.body["error"]["code"], "forbidden");
+  }
+  auto dup = Post("/v1/tenants", kAdminToken, {{"name", "acme"}, {"quota", {{"gpus", 1}}}});
+  EXPECT_EQ(dup.status, 409);
+}
+
+TEST_F(ServerTest, InstanceTypesCarryPricesForEveryBillingMode) {
+  const std::string token = NewTenant("acme", 4);
+  auto r = Get("/v1/instance-types", token);
+  ASSERT_EQ(r.status, 200);
+  bool found = false;
+  for (const auto& t : r.body["instance_types"]) {
+    if (t["id"] != "gpu.1xh100") continue;
+    found = true;
+    for (const char* mode : {"on_demand", "reserved_1y", "reserved_3y", "spot"}) {
+      EXPECT_TRUE(std::regex_match(t["price_per_hour_usd"][mode].get<std::string>(),
+                                   std::regex("\\d+\\.\\d{2,6}")))
+          << mode;
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(Get("/v1/instance-types", "").status, 401);
+}
+
+TEST_F(ServerTest, CreateGetListDeleteAnInstance) {
+  const std::string token = NewTenant("acme", 4);
+  auto created =
+      Post("/v1/instances", token,
+           {{"billing", "on_demand"}, {"instance_type", "gpu.1xh100"}, {"name", "train"}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const json& i = created.body;
+  const std::string id = i["id"];
+  EXPECT_TRUE(std::regex_match(id, std::regex("inst-\\d{6}")));
+  EXPECT_EQ(i["state"], "scheduled");
+  EXPECT_EQ(i["billing"], "on_demand");
+  EXPECT_EQ(i["node"], "node-h100-01");
+  ASSERT_EQ(i["gpus"].size(), 1u);
+  EXPECT_TRUE(
+      std::regex_match(i["gpus"][0]["uuid"].get<std::string>(),
+                       std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
+                                  "[0-9a-f]{12}")));
+  EXPECT_EQ(i["gpus"][0]["model"], "H100-80GB");
+  EXPECT_TRUE(i["price_per_hour_usd"].is_string());
+  EXPECT_TRUE(std::regex_match(i["created_at"].get<std::string>(),
+                               std::regex("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?Z")));
+  EXPECT_EQ(i["restarts"], 0);
+
+  auto got = Get("/v1/instances/" + id, token);
+  ASSERT_EQ(got.status, 200);
+  EXPECT_EQ(got.body["state"], "running") << "the simulated agent starts it";
+  auto running = Get("/v1/instances?state=running", token);
+  ASSERT_EQ(running.body["instances"].size(), 1u);
+  EXPECT_EQ(Get("/v1/instances?state=pending", token).body["instances"].size(), 0u);
+  EXPECT_EQ(Get("/v1/instances?state=bogus", token).status, 400);
+
+  auto deleted = Call("DELETE", "/v1/instances/" + id, token);
+  ASSERT_EQ(deleted.status, 200);
+  EXPECT_EQ(deleted.body["state"], "stopping");
+  EXPECT_EQ(Get("/v1/instances/" + id, token).body["state"], "terminated");
+  EXPECT_EQ(Call("DELETE", "/v1/instances/inst-999999", token).status, 404);
+}
+
+TEST_F(ServerTest, MigAndSharedShapesGetTheirKindOfGpu) {
+  const std::string token = NewTenant("acme", 4);
+  auto mig = Post("/v1/instances", token,
+                  {{"billing", "on_demand"},
+                   {"gpu_model", "A100-40GB"},
+                   {"mig_profile", "3g.20gb"},
+                   {"vcpus", 4},
+                   {"memory_mib", 8192}});
+  ASSERT_EQ(mig.status, 201) << mig.raw;
+  EXPECT_EQ(mig.body["gpus"][0]["mig_profile"], "3g.20gb");
+  EXPECT_EQ(mig.body["gpus"][0]["uuid"].get<std::string>().substr(0, 4), "MIG-");
+  auto share =
+      Post("/v1/instances", token, {{"billing", "spot"}, {"instance_type", "shared.l40s.half"}});
+  ASSERT_EQ(share.status, 201) << share.raw;
+  EXPECT_EQ(share.body["gpus"][0]["milli_gpu"], 500);
+  EXPECT_EQ(share.body["node"], "node-l40s-01");
+  auto bad_profile = Post("/v1/instances", token,
+                          {{"billing", "spot"},
+                           {"gpu_model", "A100-40GB"},
+                           {"mig_profile", "9g.99gb"},
+                           {"vcpus", 1},
+                           {"memory_mib", 1}});
+  EXPECT_EQ(bad_profile.status, 400);
+  EXPECT_NE(bad_profile.body["error"]["message"].get<std::string>().find("mig_profile"),
+            std::string::npos);
+}
+
+TEST_F(ServerTest, BadRequestsNameTheFieldAndChangeNothing) {
+  const std::string token = NewTenant("acme", 4);
+  struct Case {
+    std::string body;
+    std::string content_type;
+    int status;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"{\"billing\": ", "application/json", 400, "malformed JSON"},
+      {R"({"billing":"on_demand","instance_type":"gpu.1xh100","colour":"red"})", "application/json",
+       400, "'colour'"},
+      {R"({"billing":"on_demand","instance_type":7})", "application/json", 400,
+       "field 'instance_type': expected a string"},
+      {R"({"billing":"free","instance_type":"gpu.1xh100"})", "application/json", 400, "billing"},
+      {R"({"billing":"on_demand","instance_type":"gpu.nope"})", "application/json", 400,
+       "unknown instance type 'gpu.nope'"},
+      {R"({"billing":"on_demand","gpu_model":"H100-80GB","gpus":1,"vcpus":"4","memory_mib":1})",
+       "application/json", 400, "field 'vcpus'"},
+      {R"({"billing":"on_demand","gpu_model":"H100-80GB","gpus":1,"milli_gpu":5,"vcpus":4,"memory_mib":1})",
+       "application/json", 400, "exactly one of"},
+      {R"({"billing":"on_demand","instance_type":"gpu.1xh100"})", "text/plain", 415,
+       "application/json"},
+      {"[1,2,3]", "application/json", 400, "expected an object"},
+  };
+  for (const auto& c : cases) {
+    auto r = Call("POST", "/v1/instances", token, nullptr, c.content_type, &c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.raw;
+    EXPECT_NE(r.raw.find(c.needle), std::string::npos) << c.body << " -> " << r.raw;
+    EXPECT_TRUE(r.body["error"]["code"].is_string()) << r.raw;
+  }
+  const std::string huge = R"({"billing":"on_demand","name":")" + std::string(2 << 20, 'x') + "\"}";
+  EXPECT_EQ(Call("POST", "/v1/instances", token, nullptr, "application/json", &huge).status, 413);
+  EXPECT_EQ(Get("/v1/instances", token).body["instances"].size(), 0u);
+  EXPECT_EQ(Get("/v1/nodes", kAdminToken).body["nodes"][0]["workloads"], 0);
+}
+
+TEST_F(ServerTest, QuotaIsEnforcedWithTheExcess) {
+  const std::string token = NewTenant("small", 1.5);
+  ASSERT_EQ(Post("/v1/instances", token, H100(1, "on_demand")).status, 201);
+  auto over = Post("/v1/instances", token, H100(1, "on_demand"));
+  EXPECT_EQ(over.status, 403);
+  EXPECT_EQ(over.body["error"]["code"], "quota_exceeded");
+  EXPECT_NE(over.body["error"]["message"].get<std::string>().find("quota exceeded by 0.5 GPUs"),
+            std::string::npos)
+      << over.raw;
+  auto share =
+      Post("/v1/instances", token, {{"billing", "spot"}, {"instance_type", "shared.l40s.half"}});
+  EXPECT_EQ(share.status, 201) << "half a GPU still fits in the quota";
+}
+
+TEST_F(ServerTest, TenantsCannotSeeEachOthersInstances) {
+  const std::string a = NewTenant("alpha", 4);
+  const std::string b = NewTenant("beta", 4);
+  auto mine = Post("/v1/instances", a, H100(1, "on_demand"));
+  ASSERT_EQ(mine.status, 201);
+  const std::string id = mine.body["id"];
+  auto peek = Get("/v1/instances/" + id, b);
+  EXPECT_EQ(peek.status, 404);
+  auto unknown = Get("/v1/instances/inst-424242", b);
+  EXPECT_EQ(peek.body["error"]["code"], unknown.body["error"]["code"]);
+  EXPECT_EQ(
+      peek.body["error"]["message"].get<std::string>().find(id) != std::string::npos,
+      unknown.body["error"]["message"].get<std::string>().find("inst-424242") != std::string::npos)
+      << "the two 404s must read alike";
+  EXPECT_EQ(Call("DELETE", "/v1/instances/" + id, b).status, 404);
+  EXPECT_EQ(Get("/v1/instances", b).body["instances"].size(), 0u);
+  EXPECT_EQ(Get("/v1/instances/" + id, a).body["state"], "running") << "beta's delete did nothing";
+  EXPECT_EQ(Get("/v1/instances", kAdminToken).body["instances"].size(), 1u) << "admin sees all";
+}
+
+TEST_F(ServerTest, NodesDrainAndUndrain) {
+  const std::string token = NewTenant("acme", 8);
+  auto nodes = Get("/v1/nodes", kAdminToken);
+  ASSERT_EQ(nodes.status, 200);
+  ASSERT_EQ(nodes.body["nodes"].size(), 3u);
+  ASSERT_EQ(Post("/v1/nodes/node-h100-01/drain", kAdminToken, json::object()).status, 200);
+  auto queued = Post("/v1/instances", token, H100(1, "on_demand"));
+  ASSERT_EQ(queued.status, 201);
+  EXPECT_EQ(queued.body["state"], "pending") << "a draining node takes no new work";
+  ASSERT_EQ(Post("/v1/nodes/node-h100-01/undrain", kAdminToken, json::object()).status, 200);
+  EXPECT_EQ(Get("/v1/instances/" + queued.body["id"].get<std::string>(), token).body["state"],
+            "running");
+  EXPECT_EQ(Post("/v1/nodes/node-nope/drain", kAdminToken, json::object()).status, 404);
+}
+
+TEST_F(ServerTest, AuditLogRecordsEveryMutationWithItsResult) {
+  const std::string token = NewTenant("acme", 1);
+  (void)Post("/v1/instances", token, H100(1, "on_demand"));
+  (void)Post("/v1/instances", token, H100(1, "on_demand"));  // Over quota.
+  (void)Post("/v1/instances", "tsr_wrong", H100(1, "on_demand"));
+  auto audit = Get("/v1/audit", kAdminToken);
+  ASSERT_EQ(audit.status, 200);
+  const json& e = audit.body["entries"];
+  ASSERT_EQ(e.size(), 4u) << audit.raw;
+  EXPECT_EQ(e[0]["action"], "POST /v1/tenants");
+  EXPECT_EQ(e[0]["actor"], "admin");
+  EXPECT_EQ(e[0]["status"], 201);
+  EXPECT_EQ(e[1]["status"], 201);
+  EXPECT_TRUE(std::regex_match(e[1]["target"].get<std::string>(), std::regex("inst-\\d{6}")));
+  EXPECT_EQ(e[2]["status"], 403);
+  EXPECT_NE(e[2]["detail"].get<std::string>().find("quota exceeded"), std::string::npos);
+  EXPECT_EQ(e[3]["status"], 401);
+  EXPECT_EQ(e[3]["actor"], "anonymous");
+  EXPECT_EQ(Get("/v1/audit?after=3", kAdminToken).body["entries"].size(), 1u);
+  EXPECT_EQ(Get("/v1/audit?limit=x", kAdminToken).status, 400);
+}
+
+TEST_F(ServerTest, MetricsExposeInstancesGpusLatencyAndRequests) {
+  const std::string token = NewTenant("acme", 4);
+  ASSERT_EQ(Post("/v1/instances", token, H100(1, "on_demand")).status, 201);
+  auto m = Get("/metrics", "");
+  ASSERT_EQ(m.status, 200);
+  for (const char* needle :
+       {"tessera_instances{state=\"running\",billing=\"on_demand\",tenant=\"tenant-000001\"} 1",
+        "tessera_gpus{model=\"H100-80GB\",mode=\"exclusive\",status=\"allocated\"} 1",
+        "tessera_gpus{model=\"H100-80GB\",mode=\"exclusive\",status=\"free\"} 1",
+        "# TYPE tessera_scheduling_latency_seconds histogram",
+        "tessera_scheduling_latency_seconds_count 1",
+        "tessera_api_requests_total{method=\"POST\",route=\"/v1/instances\",code=\"201\"} 1"}) {
+    EXPECT_NE(m.raw.find(needle), std::string::npos) << needle << "\n" << m.raw;
+  }
+}
+
+TEST_F(ServerTest, UnknownRoutesAnswerJson404) {
+  auto r = Get("/v1/nope", kAdminToken);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.body["error"]["code"], "not_found");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,116 @@
+// End-to-end tests of queueing, priorities and spot preemption through the real server.
+#include "server_test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+std::string State(const HttpReply& r) { return r.body.value("state", "?"); }
+
+class ServerSchedTest : public ServerTest {
+ protected:
+  std::string Create(const std::string& token, json body) {
+    auto r = Post("/v1/instances", token, body);
+    EXPECT_EQ(r.status, 201) << r.raw;
+    return r.body.value("id", "");
+  }
+  std::string StateOf(const std::string& token, const std::string& id) {
+    return State(Get("/v1/instances/" + id, token));
+  }
+};
+
+TEST_F(ServerSchedTest, WorkThatDoesNotFitWaitsAndRunsWhenCapacityFrees) {
+  const std::string t = NewTenant("acme", 16);
+  const std::string a = Create(t, H100(1, "on_demand"));
+  const std::string b = Create(t, H100(1, "on_demand"));
+  const std::string c = Create(t, H100(1, "on_demand"));
+  EXPECT_EQ(StateOf(t, a), "running");
+  EXPECT_EQ(StateOf(t, b), "running");
+  EXPECT_EQ(StateOf(t, c), "pending");
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + a, t).status, 200);
+  EXPECT_EQ(StateOf(t, c), "running");
+}
+
+TEST_F(ServerSchedTest, ALargeRequestDoesNotBlockSmallerOnes) {
+  const std::string t = NewTenant("acme", 16);
+  const std::string one = Create(t, H100(1, "on_demand"));
+  const std::string two = Create(t, H100(2, "on_demand"));  // Cannot fit while `one` runs.
+  const std::string small = Create(t, H100(1, "on_demand"));
+  EXPECT_EQ(StateOf(t, two), "pending");
+  EXPECT_EQ(StateOf(t, small), "running");
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + one, t).status, 200);
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + small, t).status, 200);
+  EXPECT_EQ(StateOf(t, two), "running");
+}
+
+TEST_F(ServerSchedTest, QueuedWorkRunsByPriorityThenArrival) {
+  const std::string t = NewTenant("acme", 16);
+  const std::string a = Create(t, H100(1, "reserved"));
+  const std::string b = Create(t, H100(1, "reserved"));
+  const std::string spot = Create(t, H100(1, "spot"));
+  const std::string od1 = Create(t, H100(1, "on_demand"));
+  const std::string od2 = Create(t, H100(1, "on_demand"));
+  for (const auto& id : {spot, od1, od2}) EXPECT_EQ(StateOf(t, id), "pending");
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + a, t).status, 200);
+  EXPECT_EQ(StateOf(t, od1), "running") << "on-demand before spot, first come first";
+  EXPECT_EQ(StateOf(t, od2), "pending");
+  EXPECT_EQ(StateOf(t, spot), "pending");
+}
+
+TEST_F(ServerSchedTest, OnDemandPreemptsSpotWhichRestartsUnlessToldNot) {
+  const std::string t = NewTenant("acme", 16);
+  json keep = H100(1, "spot");
+  json no_restart = H100(1, "spot");
+  no_restart["restart"] = false;
+  const std::string s1 = Create(t, keep);
+  const std::string s2 = Create(t, no_restart);
+  EXPECT_EQ(StateOf(t, s1), "running");
+  EXPECT_EQ(StateOf(t, s2), "running");
+
+  auto od = Post("/v1/instances", t, H100(2, "on_demand"));
+  ASSERT_EQ(od.status, 201) << od.raw;
+  EXPECT_EQ(State(od), "scheduled") << "placed at once by preempting both spot instances";
+
+  auto r1 = Get("/v1/instances/" + s1, t);
+  EXPECT_EQ(State(r1), "pending") << "auto-restart re-queues it";
+  EXPECT_EQ(r1.body["restarts"], 1);
+  EXPECT_NE(
+      r1.body["reason"].get<std::string>().find("preempted by " + od.body["id"].get<std::string>()),
+      std::string::npos)
+      << r1.raw;
+  EXPECT_TRUE(r1.body.contains("preempted_at"));
+  auto r2 = Get("/v1/instances/" + s2, t);
+  EXPECT_EQ(State(r2), "preempted");
+  EXPECT_EQ(r2.body["restarts"], 0);
+  EXPECT_TRUE(r2.body.contains("preempted_at"));
+  EXPECT_EQ(r2.body["gpus"].size(), 0u) << "a preempted instance holds nothing";
+}
+
+TEST_F(ServerSchedTest, PreemptionEvictsTheFewestVictims) {
+  const std::string t = NewTenant("acme", 16);
+  // Two spot shares on the one L40S; one spot H100 and one on-demand H100.
+  const std::string big_spot = Create(t, H100(1, "spot"));
+  const std::string od = Create(t, H100(1, "on_demand"));
+  (void)od;
+  // A reserved request for one H100 must evict exactly the one spot H100, nothing else.
+  const std::string share1 =
+      Create(t, {{"billing", "spot"}, {"instance_type", "shared.l40s.half"}});
+  auto reserved = Post("/v1/instances", t, H100(1, "reserved"));
+  ASSERT_EQ(reserved.status, 201);
+  EXPECT_EQ(State(reserved), "scheduled");
+  EXPECT_EQ(StateOf(t, big_spot), "pending");
+  EXPECT_EQ(StateOf(t, share1), "running") << "spot on another node is left alone";
+  EXPECT_EQ(StateOf(t, od), "running") << "on-demand is never preempted for reserved here";
+}
+
+TEST_F(ServerSchedTest, SpotNeverPreemptsAnything) {
+  const std::string t = NewTenant("acme", 16);
+  const std::string a = Create(t, H100(2, "spot"));
+  auto b = Post("/v1/instances", t, H100(1, "spot"));
+  EXPECT_EQ(State(b), "pending");
+  EXPECT_EQ(StateOf(t, a), "running");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,99 @@
+// Shared fixture for end-to-end tests of `tessera server`: a real server process on a free
+// loopback port with a temporary data directory, and a small HTTP+JSON client.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "testing/testing.h"
+
+namespace tessera {
+
+inline constexpr const char* kAdminToken = "tsr_test_admin_token_0123456789";
+
+// One node of 2 exclusive H100s, one A100-40GB in MIG mode, one L40S shared: small enough that
+// tests fill it on purpose.
+inline constexpr const char* kSmallFleet = R"({
+  "name": "small",
+  "shapes": [
+    {"name": "h100", "count": 1, "gpu_model": "H100-80GB", "gpus": 2, "vcpus": 64,
+     "memory_gib": 512, "nvlink": "all", "gpu_mode": "exclusive"},
+    {"name": "a100", "count": 1, "gpu_model": "A100-40GB", "gpus": 1, "vcpus": 32,
+     "memory_gib": 256, "gpu_mode": "mig"},
+    {"name": "l40s", "count": 1, "gpu_model": "L40S-48GB", "gpus": 1, "vcpus": 32,
+     "memory_gib": 256, "gpu_mode": "shared"}
+  ]
+})";
+
+struct HttpReply {
+  int status = 0;
+  nlohmann::json body;
+  std::string raw;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fleet_path_ = dir_.Write("fleet.json", kSmallFleet);
+    StartServer();
+  }
+
+  void StartServer(std::vector<std::string> extra = {"--sim-agents"}) {
+    std::vector<std::string> args = {"--data", dir_.File("data"), "--fleet", fleet_path_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<testing::ServerProcess>();
+    ASSERT_TRUE(server_->Start(args, kAdminToken)) << server_->output();
+  }
+
+  HttpReply Call(const std::string& method, const std::string& path, const std::string& token,
+                 const nlohmann::json* body = nullptr,
+                 const std::string& content_type = "application/json",
+                 const std::string* raw_body = nullptr) {
+    httplib::Client client(server_->url());
+    client.set_read_timeout(30);
+    httplib::Headers headers;
+    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+    const std::string text = raw_body ? *raw_body : (body ? body->dump() : "");
+    httplib::Result r = method == "GET"      ? client.Get(path, headers)
+                        : method == "DELETE" ? client.Delete(path, headers)
+                                             : client.Post(path, headers, text, content_type);
+    HttpReply out;
+    if (!r) return out;
+    out.status = r->status;
+    out.raw = r->body;
+    out.body = nlohmann::json::parse(r->body, nullptr, false);
+    return out;
+  }
+
+  HttpReply Post(const std::string& path, const std::string& token, const nlohmann::json& body) {
+    return Call("POST", path, token, &body);
+  }
+  HttpReply Get(const std::string& path, const std::string& token) {
+    return Call("GET", path, token);
+  }
+
+  // Creates a tenant through the API and returns its token.
+  std::string NewTenant(const std::string& name, double gpus) {
+    auto r = Post("/v1/tenants", kAdminToken, {{"name", name}, {"quota", {{"gpus", gpus}}}});
+    EXPECT_EQ(r.status, 201) << r.raw;
+    return r.body.value("token", "");
+  }
+
+  // A custom whole-GPU H100 request.
+  static nlohmann::json H100(int gpus, const std::string& billing) {
+    return {{"billing", billing},
+            {"gpu_model", "H100-80GB"},
+            {"gpus", gpus},
+            {"vcpus", 4},
+            {"memory_mib", 16384}};
+  }
+
+  testing::TempDir dir_;
+  std::string fleet_path_;
+  std::unique_ptr<testing::ServerProcess> server_;
+};
+
+}  // namespace tessera
