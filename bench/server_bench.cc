@@ -1,5 +1,5 @@
 // Benchmarks of the control-plane server, run against the real binary on loopback:
-//   1. durable instance creations per second through the API (closed loop, 8 clients);
+//   1. durable instance creations per second through the API (closed loop, 32 clients);
 //   2. p50 and p99 latency of POST /v1/instances at a fixed request rate (open loop);
 //   3. start-up time, process start to /readyz, with 10,000 instances in the store.
 // Usage: server_bench [--requests N] [--rate R]; TESSERA_BIN names the binary.
@@ -46,6 +46,7 @@ std::string NewTenant(const std::string& url, const std::string& name) {
   return json::parse(r->body)["token"];
 }
 
+constexpr int kClients = 32;
 const std::string kShare = R"({"billing":"spot","instance_type":"shared.l40s.half"})";
 
 double Percentile(std::vector<double> v, double p) {
@@ -58,7 +59,7 @@ void Throughput(const std::string& url, const std::string& token, int requests) 
   std::atomic<int> next{0}, failed{0};
   const auto start = Clock::now();
   std::vector<std::thread> clients;
-  for (int c = 0; c < 8; ++c) {
+  for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&] {
       httplib::Client client(url);
       const httplib::Headers h = {{"Authorization", "Bearer " + token}};
@@ -70,8 +71,8 @@ void Throughput(const std::string& url, const std::string& token, int requests) 
   }
   for (auto& t : clients) t.join();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  fmt::print("durable creations/s (8 clients, {} requests): {:.0f}  [failed {}]\n", requests,
-             requests / secs, failed.load());
+  fmt::print("durable creations/s ({} clients, {} requests): {:.0f}  [failed {}]\n", kClients,
+             requests, requests / secs, failed.load());
 }
 
 void FixedRate(const std::string& url, const std::string& token, int requests, double rate) {

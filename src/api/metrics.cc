@@ -25,17 +25,6 @@ void Metrics::CountRequest(const std::string& method, const std::string& route, 
   ++requests_[{method, route, status}];
 }
 
-void Metrics::ObserveSchedulingLatencies(const std::vector<double>& seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (double s : seconds) {
-    for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-      if (s <= kLatencyBuckets[i]) ++latency_buckets_[i];
-    }
-    ++latency_count_;
-    latency_sum_ += s;
-  }
-}
-
 std::string Metrics::Render(const core::State& state) const {
   std::string out;
   // Instances by state, billing and tenant.
@@ -79,17 +68,17 @@ std::string Metrics::Render(const core::State& state) const {
   out += "# TYPE tessera_preemptions_total counter\n";
   out += fmt::format("tessera_preemptions_total {}\n", state.counters().preemptions);
 
-  std::lock_guard<std::mutex> lock(mu_);
+  const core::LatencyHistogram& h = state.counters().scheduling_latency;
   out += "# HELP tessera_scheduling_latency_seconds Time to place one request.\n";
   out += "# TYPE tessera_scheduling_latency_seconds histogram\n";
-  for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+  for (size_t i = 0; i < h.kBounds.size(); ++i) {
     out += fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"{:g}\"}} {}\n",
-                       kLatencyBuckets[i], latency_buckets_[i]);
+                       h.kBounds[i], h.buckets[i]);
   }
-  out +=
-      fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"+Inf\"}} {}\n", latency_count_);
-  out += fmt::format("tessera_scheduling_latency_seconds_sum {:g}\n", latency_sum_);
-  out += fmt::format("tessera_scheduling_latency_seconds_count {}\n", latency_count_);
+  out += fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"+Inf\"}} {}\n", h.count);
+  out += fmt::format("tessera_scheduling_latency_seconds_sum {:g}\n", h.sum);
+  out += fmt::format("tessera_scheduling_latency_seconds_count {}\n", h.count);
+  std::lock_guard<std::mutex> lock(mu_);
   out += "# HELP tessera_api_requests_total API requests by method, route and status code.\n";
   out += "# TYPE tessera_api_requests_total counter\n";
   for (const auto& [k, n] : requests_) {

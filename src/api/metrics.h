@@ -18,13 +18,8 @@ namespace tessera::api {
 
 class Metrics {
  public:
-  // Upper bounds of the scheduling-latency histogram buckets, in seconds.
-  static constexpr std::array<double, 10> kLatencyBuckets = {
-      0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5};
-
   // Counts one API request under its route pattern (not the raw path, to bound cardinality).
   void CountRequest(const std::string& method, const std::string& route, int status);
-  void ObserveSchedulingLatencies(const std::vector<double>& seconds);
 
   // The whole exposition. `state` is read on the core thread by the caller.
   std::string Render(const core::State& state) const;
@@ -32,9 +27,6 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::tuple<std::string, std::string, int>, int64_t> requests_;  // Guarded by mu_.
-  std::array<int64_t, kLatencyBuckets.size()> latency_buckets_{};          // Guarded by mu_.
-  int64_t latency_count_ = 0;                                              // Guarded by mu_.
-  double latency_sum_ = 0;                                                 // Guarded by mu_.
 };
 
 // Escapes a Prometheus label value (backslash, double quote, newline).

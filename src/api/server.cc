@@ -20,23 +20,29 @@ namespace {
 
 using nlohmann::json;
 
-// The principal behind a request, copied out of the core so handlers never hold core memory.
-struct Caller {
-  core::Tenant tenant;
-  std::string actor() const { return tenant.admin ? "admin" : tenant.id.str(); }
+// Who may call a route.
+enum class Access {
+  kAnyToken,  // The admin or any tenant.
+  kAdmin,     // The operator's admin token only.
+  kTenant,    // A tenant's token only (the admin has no quota to spend).
 };
+
+// An answer decided before the core ran, with its own HTTP status (413, 415, 400).
+struct Refusal {
+  int status = 0;
+  std::string code;
+  std::string message;
+};
+
+void Reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
 
 }  // namespace
 
 struct ApiServer::Impl {
-  // Who made a mutating request and what it touched; written to the audit log exactly once.
-  struct Audit {
-    std::string actor = "anonymous";
-    std::string target;
-    bool recorded = false;
-  };
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-  using AuditedHandler = std::function<void(const httplib::Request&, httplib::Response&, Audit&)>;
 
   core::Core* core;
   const catalog::Catalog* catalog;
@@ -47,16 +53,6 @@ struct ApiServer::Impl {
 
   Impl(core::Core* c, const catalog::Catalog* cat, ServerOptions o)
       : core(c), catalog(cat), options(std::move(o)) {}
-
-  static void Reply(httplib::Response& res, int status, const json& body) {
-    res.status = status;
-    res.set_content(body.dump(), "application/json");
-  }
-
-  static void ReplyError(httplib::Response& res, const Status& s) {
-    const HttpError e = ToHttpError(s);
-    Reply(res, e.status, ErrorBody(e.code, s.message()));
-  }
 
   // Registers a route and counts its requests under the pattern, not the raw path.
   void Route(const std::string& method, const std::string& pattern, const std::string& label,
@@ -71,106 +67,86 @@ struct ApiServer::Impl {
     if (method == "DELETE") http.Delete(pattern, counted);
   }
 
-  // A mutating route: whatever the outcome, one audit record is written. Commands that reach
-  // the core write it in their own durable batch; refusals before that get one of their own.
-  void Mutating(const std::string& method, const std::string& pattern, const std::string& label,
-                AuditedHandler h) {
-    Route(method, pattern, label, [this, h](const httplib::Request& req, httplib::Response& res) {
-      Audit audit;
-      h(req, res, audit);
-      if (!audit.recorded) {
-        const std::string detail = res.status >= 400 ? ErrorMessage(res) : "";
-        (void)core->Run<bool>([&](core::State&, store::Batch& b) -> Result<bool> {
-          AppendAudit(b, req, audit, res.status, detail);
-          return true;
-        });
-      }
-    });
-  }
-
-  static std::string ErrorMessage(const httplib::Response& res) {
-    json j = json::parse(res.body, nullptr, false);
-    if (j.is_object() && j.contains("error")) return j["error"].value("message", "");
-    return "";
-  }
-
-  static void AppendAudit(store::Batch& b, const httplib::Request& req, const Audit& audit,
-                          int status, const std::string& detail) {
-    b.audit.push_back({0, FormatRfc3339(SystemClock::Get().Now()), audit.actor,
-                       req.method + " " + req.path, audit.target, status, detail});
-  }
-
-  // Runs a mutating command with its audit record in the same durable batch, and answers.
+  // Handles one request in a single round on the core: authenticates the bearer token (401),
+  // checks `access` (403), reports `refusal` (a defect found in the request before the core) and
+  // only then runs `op` as the caller. A mutating request (`audited`) appends its audit record,
+  // whatever the outcome, to the same durable batch as its changes.
   template <typename T>
-  void Mutate(const httplib::Request& req, httplib::Response& res, Audit& audit, int ok_status,
-              std::function<Result<T>(core::State&, store::Batch&)> fn,
-              std::function<json(const T&)> render, std::function<std::string(const T&)> target) {
-    auto r = core->Run<T>([&](core::State& s, store::Batch& b) -> Result<T> {
-      Result<T> out = fn(s, b);
-      if (out.ok()) audit.target = target(*out);
-      AppendAudit(b, req, audit, out.ok() ? ok_status : ToHttpError(out.status()).status,
-                  out.ok() ? "" : out.status().message());
-      return out;
-    });
-    audit.recorded = r.ok() || r.status().code() != StatusCode::kUnavailable;
-    if (!r.ok()) return ReplyError(res, r.status());
-    Reply(res, ok_status, render(*r));
-  }
-
-  // Authenticates the bearer token; answers 401 and returns nullopt on failure.
-  std::optional<Caller> Authenticate(const httplib::Request& req, httplib::Response& res) {
+  void Handle(const httplib::Request& req, httplib::Response& res, Access access, bool audited,
+              int ok_status, std::optional<Refusal> refusal,
+              std::function<Result<T>(core::State&, store::Batch&, const core::Tenant&)> op,
+              std::function<json(const T&)> render,
+              std::function<std::string(const T&)> target = nullptr) {
     const std::string header = req.get_header_value("Authorization");
     const std::string_view token = BearerToken(header);
-    if (token.empty()) {
-      ReplyError(res, Status::Unauthenticated("missing bearer token (Authorization: Bearer ...)"));
-      return std::nullopt;
+    const std::string hash = token.empty() ? "" : HashToken(token);
+    bool refused = false;  // Set when the answer is `refusal`, which has its own HTTP status.
+    auto r = core->Run<T>([&](core::State& s, store::Batch& b) -> Result<T> {
+      const core::Tenant* caller = hash.empty() ? nullptr : s.Authenticate(hash);
+      Result<T> out = Status::Internal("unreached");
+      if (!caller) {
+        out = Status::Unauthenticated(
+            hash.empty() ? "missing bearer token (Authorization: Bearer ...)" : "invalid token");
+      } else if (access == Access::kAdmin && !caller->admin) {
+        out = Status::PermissionDenied("this route is for the operator's admin token");
+      } else if (access == Access::kTenant && caller->admin) {
+        out = Status::PermissionDenied(
+            "the admin token has no quota; create instances with a tenant's token");
+      } else if (refusal) {
+        refused = true;
+        out = Status::InvalidArgument(refusal->message);
+      } else {
+        out = op(s, b, *caller);
+      }
+      if (audited) {
+        const std::string actor = !caller         ? "anonymous"
+                                  : caller->admin ? "admin"
+                                                  : caller->id.str();
+        const int status = out.ok()  ? ok_status
+                           : refused ? refusal->status
+                                     : ToHttpError(out.status()).status;
+        b.audit.push_back({0, FormatRfc3339(SystemClock::Get().Now()), actor,
+                           req.method + " " + req.path, out.ok() && target ? target(*out) : "",
+                           status, out.ok() ? "" : out.status().message()});
+      }
+      return out;
+    });
+    if (r.ok()) return Reply(res, ok_status, render(*r));
+    if (refused) {
+      return Reply(res, refusal->status, ErrorBody(refusal->code, refusal->message));
     }
-    const std::string hash = HashToken(token);
-    auto found =
-        core->Run<core::Tenant>([&](core::State& s, store::Batch&) -> Result<core::Tenant> {
-          const core::Tenant* t = s.Authenticate(hash);
-          if (!t) return Status::Unauthenticated("invalid token");
-          return *t;
-        });
-    if (!found.ok()) {
-      ReplyError(res, found.status());
-      return std::nullopt;
-    }
-    return Caller{*found};
+    const HttpError e = ToHttpError(r.status());
+    Reply(res, e.status, ErrorBody(e.code, r.status().message()));
   }
 
-  std::optional<Caller> Admin(const httplib::Request& req, httplib::Response& res, Audit* audit) {
-    auto caller = Authenticate(req, res);
-    if (!caller) return std::nullopt;
-    if (audit) audit->actor = caller->actor();
-    if (!caller->tenant.admin) {
-      ReplyError(res, Status::PermissionDenied("this route is for the operator's admin token"));
-      return std::nullopt;
-    }
-    return caller;
-  }
-
-  // Parses a JSON request body, answering 413, 415 or 400 itself when it cannot.
-  std::optional<json> Body(const httplib::Request& req, httplib::Response& res) {
+  // Parses a JSON body into `out`; a defect becomes a refusal (413, 415 or 400).
+  std::optional<Refusal> Body(const httplib::Request& req, json& out) {
     if (req.body.size() > options.max_body_bytes) {
-      Reply(res, 413,
-            ErrorBody("payload_too_large", fmt::format("the body is {} bytes; the limit is {}",
-                                                       req.body.size(), options.max_body_bytes)));
-      return std::nullopt;
+      return Refusal{413, "payload_too_large",
+                     fmt::format("the body is {} bytes; the limit is {}", req.body.size(),
+                                 options.max_body_bytes)};
     }
     const std::string type = req.get_header_value("Content-Type");
     if (type.rfind("application/json", 0) != 0) {
-      Reply(res, 415,
-            ErrorBody("unsupported_media_type",
-                      fmt::format("Content-Type must be application/json, not '{}'", type)));
-      return std::nullopt;
+      return Refusal{415, "unsupported_media_type",
+                     fmt::format("Content-Type must be application/json, not '{}'", type)};
     }
     auto j = ParseJson(req.body, "body");
-    if (!j.ok()) {
-      ReplyError(res, j.status());
-      return std::nullopt;
-    }
-    return *j;
+    if (!j.ok()) return Refusal{400, "invalid_argument", j.status().message()};
+    out = std::move(*j);
+    return std::nullopt;
+  }
+
+  // Parses a body with `parse`; any defect becomes a refusal.
+  template <typename T>
+  std::optional<Refusal> ParseBody(const httplib::Request& req, T& out,
+                                   const std::function<Result<T>(const json&)>& parse) {
+    json body;
+    if (auto refusal = Body(req, body)) return refusal;
+    auto parsed = parse(body);
+    if (!parsed.ok()) return Refusal{400, "invalid_argument", parsed.status().message()};
+    out = std::move(*parsed);
+    return std::nullopt;
   }
 
   void Routes() {
@@ -199,19 +175,16 @@ struct ApiServer::Impl {
 };
 
 void ApiServer::Impl::TenantRoutes() {
-  Mutating("POST", "/v1/tenants", "/v1/tenants", [this](const auto& req, auto& res, Audit& audit) {
-    if (!Admin(req, res, &audit)) return;
-    auto body = Body(req, res);
-    if (!body) return;
-    auto parsed = ParseCreateTenant(*body);
-    if (!parsed.ok()) return ReplyError(res, parsed.status());
+  Route("POST", "/v1/tenants", "/v1/tenants", [this](const auto& req, auto& res) {
+    CreateTenantRequest parsed;
+    auto refusal = ParseBody<CreateTenantRequest>(req, parsed, ParseCreateTenant);
     auto token = GenerateToken();
-    if (!token.ok()) return ReplyError(res, token.status());
+    if (!token.ok()) return Reply(res, 500, ErrorBody("internal", token.status().message()));
     const std::string hash = HashToken(*token);
-    Mutate<core::Tenant>(
-        req, res, audit, 201,
-        [&](core::State& s, store::Batch& b) {
-          return s.CreateTenant(parsed->name, parsed->quota_gpu_milli, hash, b);
+    Handle<core::Tenant>(
+        req, res, Access::kAdmin, true, 201, refusal,
+        [&](core::State& s, store::Batch& b, const core::Tenant&) {
+          return s.CreateTenant(parsed.name, parsed.quota_gpu_milli, hash, b);
         },
         [&](const core::Tenant& t) {
           json j = core::ToJson(t);
@@ -221,118 +194,107 @@ void ApiServer::Impl::TenantRoutes() {
         [](const core::Tenant& t) { return t.id.str(); });
   });
   Route("GET", "/v1/tenants", "/v1/tenants", [this](const auto& req, auto& res) {
-    if (!Admin(req, res, nullptr)) return;
-    auto tenants = core->Run<std::vector<core::Tenant>>(
-        [](core::State& s, store::Batch&) -> Result<std::vector<core::Tenant>> {
-          return s.ListTenants();
-        });
-    if (!tenants.ok()) return ReplyError(res, tenants.status());
-    json out = json::array();
-    for (const auto& t : *tenants) out.push_back(core::ToJson(t));
-    Reply(res, 200, {{"tenants", out}});
+    Handle<json>(
+        req, res, Access::kAdmin, false, 200, std::nullopt,
+        [](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+          json out = json::array();
+          for (const auto& t : s.ListTenants()) out.push_back(core::ToJson(t));
+          return json{{"tenants", out}};
+        },
+        [](const json& j) { return j; });
   });
   Route("GET", "/v1/instance-types", "/v1/instance-types", [this](const auto& req, auto& res) {
-    if (!Authenticate(req, res)) return;
-    Reply(res, 200, {{"instance_types", InstanceTypesJson(*catalog)}});
+    Handle<json>(
+        req, res, Access::kAnyToken, false, 200, std::nullopt,
+        [this](core::State&, store::Batch&, const core::Tenant&) -> Result<json> {
+          return json{{"instance_types", InstanceTypesJson(*catalog)}};
+        },
+        [](const json& j) { return j; });
   });
 }
 
 void ApiServer::Impl::InstanceRoutes() {
-  Mutating("POST", "/v1/instances", "/v1/instances",
-           [this](const auto& req, auto& res, Audit& audit) {
-             auto caller = Authenticate(req, res);
-             if (!caller) return;
-             audit.actor = caller->actor();
-             if (caller->tenant.admin) {
-               return ReplyError(
-                   res, Status::PermissionDenied(
-                            "the admin token has no quota; create instances with a tenant's "
-                            "token"));
-             }
-             auto body = Body(req, res);
-             if (!body) return;
-             auto parsed = ParseCreateInstance(*body);
-             if (!parsed.ok()) return ReplyError(res, parsed.status());
-             Mutate<core::Instance>(
-                 req, res, audit, 201,
-                 [&](core::State& s, store::Batch& b) {
-                   return s.CreateInstance(caller->tenant, *parsed, b);
-                 },
-                 [](const core::Instance& i) { return core::ToJson(i); },
-                 [](const core::Instance& i) { return i.id.str(); });
-           });
+  auto render = [](const core::Instance& i) { return core::ToJson(i); };
+  auto target = [](const core::Instance& i) { return i.id.str(); };
+  Route("POST", "/v1/instances", "/v1/instances", [=, this](const auto& req, auto& res) {
+    core::CreateInstanceRequest parsed;
+    auto refusal = ParseBody<core::CreateInstanceRequest>(req, parsed, ParseCreateInstance);
+    Handle<core::Instance>(
+        req, res, Access::kTenant, true, 201, refusal,
+        [&](core::State& s, store::Batch& b, const core::Tenant& caller) {
+          return s.CreateInstance(caller, parsed, b);
+        },
+        render, target);
+  });
   Route("GET", "/v1/instances", "/v1/instances", [this](const auto& req, auto& res) {
-    auto caller = Authenticate(req, res);
-    if (!caller) return;
     std::optional<core::InstanceState> state;
+    std::optional<Refusal> refusal;
     if (req.has_param("state")) {
       const std::string text = req.get_param_value("state");
       state = core::ParseState(text);
       if (!state) {
-        return ReplyError(res, Status::InvalidArgument(fmt::format(
-                                   "query 'state': '{}' is not an instance state", text)));
+        refusal = Refusal{400, "invalid_argument",
+                          fmt::format("query 'state': '{}' is not an instance state", text)};
       }
     }
-    auto list = core->Run<std::vector<core::Instance>>(
-        [&](core::State& s, store::Batch&) -> Result<std::vector<core::Instance>> {
-          return s.ListInstances(caller->tenant, state);
-        });
-    if (!list.ok()) return ReplyError(res, list.status());
-    json out = json::array();
-    for (const auto& i : *list) out.push_back(core::ToJson(i));
-    Reply(res, 200, {{"instances", out}});
+    Handle<json>(
+        req, res, Access::kAnyToken, false, 200, refusal,
+        [&](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+          json out = json::array();
+          for (const auto& i : s.ListInstances(caller, state)) {
+            out.push_back(core::ToJson(i));
+          }
+          return json{{"instances", out}};
+        },
+        [](const json& j) { return j; });
   });
   Route("GET", R"(/v1/instances/([^/]+))", "/v1/instances/{id}",
-        [this](const auto& req, auto& res) {
-          auto caller = Authenticate(req, res);
-          if (!caller) return;
+        [=, this](const auto& req, auto& res) {
           const std::string id = req.matches[1];
-          auto inst = core->Run<core::Instance>(
-              [&](core::State& s, store::Batch&) { return s.GetInstance(caller->tenant, id); });
-          if (!inst.ok()) return ReplyError(res, inst.status());
-          Reply(res, 200, core::ToJson(*inst));
+          Handle<core::Instance>(
+              req, res, Access::kAnyToken, false, 200, std::nullopt,
+              [&](core::State& s, store::Batch&, const core::Tenant& caller) {
+                return s.GetInstance(caller, id);
+              },
+              render);
         });
-  Mutating("DELETE", R"(/v1/instances/([^/]+))", "/v1/instances/{id}",
-           [this](const auto& req, auto& res, Audit& audit) {
-             auto caller = Authenticate(req, res);
-             if (!caller) return;
-             audit.actor = caller->actor();
-             const std::string id = req.matches[1];
-             Mutate<core::Instance>(
-                 req, res, audit, 200,
-                 [&](core::State& s, store::Batch& b) {
-                   return s.DeleteInstance(caller->tenant, id, b);
-                 },
-                 [](const core::Instance& i) { return core::ToJson(i); },
-                 [](const core::Instance& i) { return i.id.str(); });
-           });
+  Route("DELETE", R"(/v1/instances/([^/]+))", "/v1/instances/{id}",
+        [=, this](const auto& req, auto& res) {
+          const std::string id = req.matches[1];
+          Handle<core::Instance>(
+              req, res, Access::kAnyToken, true, 200, std::nullopt,
+              [&](core::State& s, store::Batch& b, const core::Tenant& caller) {
+                return s.DeleteInstance(caller, id, b);
+              },
+              render, target);
+        });
 }
 
 void ApiServer::Impl::NodeRoutes() {
   Route("GET", "/v1/nodes", "/v1/nodes", [this](const auto& req, auto& res) {
-    if (!Admin(req, res, nullptr)) return;
-    auto nodes = core->Run<json>(
-        [](core::State& s, store::Batch&) -> Result<json> { return NodesJson(s.fleet()); });
-    if (!nodes.ok()) return ReplyError(res, nodes.status());
-    Reply(res, 200, {{"nodes", *nodes}});
+    Handle<json>(
+        req, res, Access::kAdmin, false, 200, std::nullopt,
+        [](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+          return json{{"nodes", NodesJson(s.fleet())}};
+        },
+        [](const json& j) { return j; });
   });
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";
-    Mutating("POST", R"(/v1/nodes/([^/]+)/)" + verb, "/v1/nodes/{id}/" + verb,
-             [this, drain](const auto& req, auto& res, Audit& audit) {
-               if (!Admin(req, res, &audit)) return;
-               const std::string node = req.matches[1];
-               Mutate<std::string>(
-                   req, res, audit, 200,
-                   [&](core::State& s, store::Batch& b) -> Result<std::string> {
-                     TESSERA_RETURN_IF_ERROR(s.SetNodeDrained(node, drain, b));
-                     return node;
-                   },
-                   [&](const std::string& n) {
-                     return json{{"id", n}, {"state", drain ? "draining" : "ready"}};
-                   },
-                   [](const std::string& n) { return n; });
-             });
+    Route("POST", R"(/v1/nodes/([^/]+)/)" + verb, "/v1/nodes/{id}/" + verb,
+          [this, drain](const auto& req, auto& res) {
+            const std::string node = req.matches[1];
+            Handle<std::string>(
+                req, res, Access::kAdmin, true, 200, std::nullopt,
+                [&](core::State& s, store::Batch& b, const core::Tenant&) -> Result<std::string> {
+                  TESSERA_RETURN_IF_ERROR(s.SetNodeDrained(node, drain, b));
+                  return node;
+                },
+                [&](const std::string& n) {
+                  return json{{"id", n}, {"state", drain ? "draining" : "ready"}};
+                },
+                [](const std::string& n) { return n; });
+          });
   }
 }
 
@@ -341,22 +303,20 @@ void ApiServer::Impl::ObservabilityRoutes() {
     Reply(res, 200, {{"status", "ok"}});
   });
   Route("GET", "/readyz", "/readyz", [this](const auto&, auto& res) {
-    if (!ready) return ReplyError(res, Status::Unavailable("starting"));
+    if (!ready) return Reply(res, 503, ErrorBody("unavailable", "starting"));
     Reply(res, 200, {{"status", "ready"}});
   });
   Route("GET", "/metrics", "/metrics", [this](const auto&, auto& res) {
-    auto text = core->Run<std::string>([&](core::State& s, store::Batch&) -> Result<std::string> {
-      metrics.ObserveSchedulingLatencies(s.TakeSchedulingLatencies());
-      return metrics.Render(s);
-    });
-    if (!text.ok()) return ReplyError(res, text.status());
+    auto text = core->Run<std::string>(
+        [&](core::State& s, store::Batch&) -> Result<std::string> { return metrics.Render(s); });
+    if (!text.ok()) return Reply(res, 503, ErrorBody("unavailable", text.status().message()));
     res.status = 200;
     res.set_content(*text, "text/plain; version=0.0.4");
   });
   Route("GET", "/v1/audit", "/v1/audit", [this](const auto& req, auto& res) {
-    if (!Admin(req, res, nullptr)) return;
     int64_t after = 0;
     int64_t limit = 100;
+    std::optional<Refusal> refusal;
     for (auto [name, value, max] :
          {std::tuple{"after", &after, INT64_MAX}, std::tuple{"limit", &limit, int64_t{1000}}}) {
       if (!req.has_param(name)) continue;
@@ -364,14 +324,20 @@ void ApiServer::Impl::ObservabilityRoutes() {
       int64_t v = 0;
       const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
       if (ec != std::errc() || p != text.data() + text.size() || v < 0 || v > max) {
-        return ReplyError(res,
-                          Status::InvalidArgument(fmt::format(
-                              "query '{}': '{}' is not an integer in [0, {}]", name, text, max)));
+        refusal =
+            Refusal{400, "invalid_argument",
+                    fmt::format("query '{}': '{}' is not an integer in [0, {}]", name, text, max)};
       }
       *value = v;
     }
+    // Authorise on the core first; the store is then read on the core thread too.
+    Handle<bool>(
+        req, res, Access::kAdmin, false, 200, refusal,
+        [](core::State&, store::Batch&, const core::Tenant&) -> Result<bool> { return true; },
+        [](const bool&) { return json(); });
+    if (res.status != 200) return;
     auto entries = core->ListAudit(after, static_cast<int>(limit));
-    if (!entries.ok()) return ReplyError(res, entries.status());
+    if (!entries.ok()) return Reply(res, 503, ErrorBody("unavailable", entries.status().message()));
     json out = json::array();
     for (const auto& e : *entries) {
       out.push_back({{"seq", e.seq},
@@ -389,6 +355,10 @@ void ApiServer::Impl::ObservabilityRoutes() {
 ApiServer::ApiServer(core::Core* core, const catalog::Catalog* catalog, ServerOptions options)
     : impl_(std::make_unique<Impl>(core, catalog, std::move(options))) {
   impl_->Routes();
+  // Handlers mostly wait for the core's durable commit, not for CPU, so many workers let one
+  // group commit carry many requests.
+  const size_t workers = impl_->options.workers;
+  impl_->http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
 }
 
 ApiServer::~ApiServer() { Stop(); }

@@ -18,6 +18,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0 picks a free port.
   size_t max_body_bytes = 1 << 20;
+  // HTTP worker threads. Each keep-alive connection holds one while open, so this bounds the
+  // clients served at once; handlers mostly wait on the core's durable commit, not on CPU.
+  size_t workers = 128;
 };
 
 class ApiServer {

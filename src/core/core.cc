@@ -118,8 +118,10 @@ void Core::Loop() {
     }
     store::Batch batch;
     for (Command& c : round) c.apply(*state_, batch);
-    // Simulated agents act right after the commands, in the same durable round.
-    state_->TickAgents(batch);
+    // Simulated agents act right after the commands, in the same durable round, until nothing
+    // moves: a stop frees capacity, queued work is placed, and its agent starts it.
+    for (int i = 0; i < 8 && state_->TickAgents(batch); ++i) {
+    }
     Status committed = store_->Commit(batch);
     if (!committed.ok()) {
       // Memory may now be ahead of the store: rebuild it from what is durable.

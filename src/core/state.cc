@@ -304,7 +304,7 @@ bool State::Place(Instance& inst, store::Batch& batch) {
   const sched::Request req = ToRequest(inst);
   const auto start = std::chrono::steady_clock::now();
   std::optional<fleet::Assignment> a = scheduler_->Schedule(req);
-  latencies_.push_back(
+  counters_.scheduling_latency.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   ++counters_.scheduling_attempts;
   if (!a && inst.billing != Billing::kSpot && Preempt(inst, batch)) return true;
@@ -444,10 +444,12 @@ bool State::TickAgents(store::Batch& batch) {
   return changed;
 }
 
-std::vector<double> State::TakeSchedulingLatencies() {
-  std::vector<double> out;
-  out.swap(latencies_);
-  return out;
+void LatencyHistogram::Observe(double seconds) {
+  for (size_t i = 0; i < kBounds.size(); ++i) {
+    if (seconds <= kBounds[i]) ++buckets[i];
+  }
+  ++count;
+  sum += seconds;
 }
 
 Status State::Restore(const std::vector<store::TenantRecord>& tenants,

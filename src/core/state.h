@@ -8,6 +8,7 @@
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,10 +34,22 @@ struct CreateInstanceRequest {
   Shape shape;                // ...or this, field by field (instance_type empty).
 };
 
+// A fixed-bucket histogram of scheduling latency, as Prometheus exposes it.
+struct LatencyHistogram {
+  // Upper bounds of the buckets, in seconds.
+  static constexpr std::array<double, 10> kBounds = {0.00001, 0.00005, 0.0001, 0.0005, 0.001,
+                                                     0.005,   0.01,    0.05,   0.1,    0.5};
+  std::array<int64_t, kBounds.size()> buckets{};  // Cumulative counts, as Prometheus wants.
+  int64_t count = 0;
+  double sum = 0;
+  void Observe(double seconds);
+};
+
 // Counters for /metrics, read on the core thread.
 struct Counters {
   int64_t scheduling_attempts = 0;
   int64_t preemptions = 0;
+  LatencyHistogram scheduling_latency;
 };
 
 class State {
@@ -87,8 +100,6 @@ class State {
   const catalog::Catalog& catalog() const { return *catalog_; }
   const std::map<std::string, Instance>& instances() const { return instances_; }
   const Counters& counters() const { return counters_; }
-  // Scheduling latency samples in seconds since the last call (for the /metrics histogram).
-  std::vector<double> TakeSchedulingLatencies();
   int64_t TenantGpuMilli(const TenantId& tenant) const;
 
  private:
@@ -119,7 +130,6 @@ class State {
   int64_t next_instance_ = 1;
   int64_t next_tenant_ = 1;
   Counters counters_;
-  std::vector<double> latencies_;
 };
 
 }  // namespace tessera::core
