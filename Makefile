@@ -14,9 +14,12 @@ configure: bootstrap
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Until the control-plane server lands, the main job is a short demo of the catalog and the planner.
+# The main job: the control-plane server on the demo fleet, with simulated agents. It prints the
+# URL, a fresh admin token and commands to paste. LISTEN and DATA override the defaults.
+LISTEN ?= 127.0.0.1:8080
+DATA ?= ./tessera-data
 run: build
-	@scripts/demo.sh $(BUILD_DIR)/tessera
+	$(BUILD_DIR)/tessera server --demo --listen $(LISTEN) --data $(DATA)
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)

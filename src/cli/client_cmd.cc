@@ -71,6 +71,11 @@ std::string Str(const json& j, const char* key) {
   return j[key].dump();
 }
 
+// A GPU count as people write it: 16, 0.5.
+std::string Gpus(const json& v) {
+  return v.is_number() ? fmt::format("{:g}", v.get<double>()) : "-";
+}
+
 void PrintInstances(const json& list) {
   Table t({"ID", "NAME", "STATE", "BILLING", "SHAPE", "NODE", "GPUS", "PRICE/H", "RESTARTS"});
   for (const auto& i : list) {
@@ -200,7 +205,7 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
     json body = {{"name", *name}, {"quota", {{"gpus", *quota}}}};
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/tenants", &body), [](const json& j) {
       Table t({"ID", "NAME", "QUOTA GPUS", "TOKEN (shown once)"});
-      t.AddRow({Str(j, "id"), Str(j, "name"), j["quota"]["gpus"].dump(), Str(j, "token")});
+      t.AddRow({Str(j, "id"), Str(j, "name"), Gpus(j["quota"]["gpus"]), Str(j, "token")});
       t.Print(std::cout);
     });
   });
@@ -210,7 +215,7 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
     ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/tenants"), [](const json& j) {
       Table t({"ID", "NAME", "QUOTA GPUS", "CREATED"});
       for (const auto& x : j["tenants"]) {
-        t.AddRow({Str(x, "id"), Str(x, "name"), x["quota"]["gpus"].dump(), Str(x, "created_at")});
+        t.AddRow({Str(x, "id"), Str(x, "name"), Gpus(x["quota"]["gpus"]), Str(x, "created_at")});
       }
       t.Print(std::cout);
     });

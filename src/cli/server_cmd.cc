@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -117,12 +118,15 @@ int RunServer(const ServerFlags& flags) {
   }
   if (flags.demo) {
     const std::string t = token->empty() ? "$TESSERA_ADMIN_TOKEN" : *token;
-    std::cout << "\nTry:\n"
+    std::error_code ec;
+    const std::string bin = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    const std::string tessera = ec ? "tessera" : bin;
+    std::cout << "\nIn another terminal, try:\n"
               << "  export TESSERA_URL=" << url << " TESSERA_TOKEN=" << t << "\n"
-              << "  tessera tenants create acme --quota-gpus 16   # prints acme's token\n"
-              << "  TESSERA_TOKEN=<acme's token> tessera instances create --type "
-                 "gpu.1xh100 --billing on_demand\n"
-              << "  tessera nodes list\n";
+              << "  " << tessera << " tenants create acme --quota-gpus 16   # prints acme's token\n"
+              << "  TESSERA_TOKEN=<acme's token> " << tessera
+              << " instances create --type gpu.1xh100 --billing on_demand\n"
+              << "  " << tessera << " nodes list\n";
   }
   std::cout.flush();
   std::thread waiter([&] {

@@ -1,0 +1,91 @@
+// End-to-end tests of the client commands (`tessera tenants|instances|nodes`) against a real
+// server: tables, JSON output, and the server's message on error.
+#include <regex>
+
+#include "server_test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using testing::RunTessera;
+
+class ClientCliTest : public ServerTest {
+ protected:
+  testing::CommandResult Cli(std::vector<std::string> args, const std::string& token) {
+    args.insert(args.end(), {"--url", server_->url(), "--token", token});
+    return RunTessera(args);
+  }
+};
+
+TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
+  auto created = Cli({"tenants", "create", "acme", "--quota-gpus", "4", "-o", "json"}, kAdminToken);
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  const std::string token = json::parse(created.out)["token"];
+
+  auto listed = Cli({"tenants", "list"}, kAdminToken);
+  ASSERT_EQ(listed.exit_code, 0);
+  EXPECT_NE(listed.out.find("tenant-000001  acme  4"), std::string::npos) << listed.out;
+
+  auto inst = Cli({"instances", "create", "--type", "gpu.1xh100", "--billing", "spot", "--name",
+                   "train", "-o", "json"},
+                  token);
+  ASSERT_EQ(inst.exit_code, 0) << inst.err;
+  const json j = json::parse(inst.out);
+  EXPECT_EQ(j["name"], "train");
+  EXPECT_EQ(j["billing"], "spot");
+  const std::string id = j["id"];
+
+  auto table = Cli({"instances", "list"}, token);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_EQ(table.out.rfind("ID ", 0), 0u) << table.out;
+  EXPECT_TRUE(std::regex_search(
+      table.out, std::regex(id + " +train +running +spot +gpu\\.1xh100 +node-h100-01 +0 ")))
+      << table.out;
+
+  auto custom = Cli({"instances", "create", "--gpu-model", "L40S-48GB", "--milli-gpu", "250",
+                     "--vcpus", "2", "--memory-mib", "4096", "-o", "json"},
+                    token);
+  ASSERT_EQ(custom.exit_code, 0) << custom.err;
+  EXPECT_EQ(json::parse(custom.out)["gpus"][0]["milli_gpu"], 250);
+
+  auto got = Cli({"instances", "get", id, "-o", "json"}, token);
+  EXPECT_EQ(json::parse(got.out)["state"], "running");
+  auto deleted = Cli({"instances", "delete", id}, token);
+  EXPECT_EQ(deleted.exit_code, 0);
+  EXPECT_EQ(json::parse(Cli({"instances", "get", id, "-o", "json"}, token).out)["state"],
+            "terminated");
+}
+
+TEST_F(ClientCliTest, ErrorsPrintTheServersMessage) {
+  const std::string token = NewTenant("acme", 1);
+  auto over = Cli({"instances", "create", "--type", "gpu.8xh100"}, token);
+  EXPECT_EQ(over.exit_code, 1);
+  EXPECT_NE(over.err.find("quota exceeded by 7 GPUs"), std::string::npos) << over.err;
+  auto missing = Cli({"instances", "get", "inst-000404"}, token);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("instance 'inst-000404' not found (HTTP 404)"), std::string::npos)
+      << missing.err;
+  auto forbidden = Cli({"nodes", "list"}, token);
+  EXPECT_EQ(forbidden.exit_code, 1);
+  EXPECT_NE(forbidden.err.find("admin token"), std::string::npos);
+  auto usage = Cli({"instances", "create", "--billing", "free"}, token);
+  EXPECT_EQ(usage.exit_code, 2);
+  auto unreachable = RunTessera({"nodes", "list", "--url", "http://127.0.0.1:1", "--token", "x"});
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_NE(unreachable.err.find("cannot reach http://127.0.0.1:1"), std::string::npos);
+}
+
+TEST_F(ClientCliTest, NodesListDrainUndrain) {
+  auto list = Cli({"nodes", "list"}, kAdminToken);
+  ASSERT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find("node-h100-01  ready  H100-80GB  2"), std::string::npos) << list.out;
+  auto drain = Cli({"nodes", "drain", "node-h100-01"}, kAdminToken);
+  EXPECT_EQ(drain.out, "node-h100-01: draining\n");
+  auto json_list = Cli({"nodes", "list", "-o", "json"}, kAdminToken);
+  EXPECT_EQ(json::parse(json_list.out)["nodes"][0]["state"], "draining");
+  EXPECT_EQ(Cli({"nodes", "undrain", "node-h100-01"}, kAdminToken).out, "node-h100-01: ready\n");
+}
+
+}  // namespace
+}  // namespace tessera
