@@ -1,0 +1,87 @@
+#include "sim/repro.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "testing/testing.h"
+
+namespace tessera::sim {
+namespace {
+
+RunStats FlatRun(std::string trace, std::string policy, uint64_t seed, double unalloc) {
+  RunStats r;
+  r.trace = std::move(trace);
+  r.spec.policy = std::move(policy);
+  r.spec.seed = seed;
+  r.curve.resize(131);
+  for (int b = 0; b <= 130; ++b) {
+    CurvePoint& p = r.curve[static_cast<size_t>(b)];
+    p.arrived_pct = b;
+    p.has_data = true;
+    p.unallocated_pct = unalloc;
+    p.allocated_pct = 100 - unalloc;
+  }
+  return r;
+}
+
+// The authors' file with one row per (workload, policy) at a flat allocation %.
+std::string Expected(const std::vector<std::tuple<std::string, std::string, double>>& rows) {
+  std::string out = "workload,sc_policy,tune,seed,total_gpus";
+  for (int b = 0; b <= 130; ++b) out += fmt::format(",{}", b);
+  out += "\n";
+  for (const auto& [w, p, alloc] : rows) {
+    out += fmt::format("openb_pod_list_{},{},1.3,42,6212", w, p);
+    for (int b = 0; b <= 130; ++b) out += fmt::format(",{}", alloc);
+    out += "\n";
+  }
+  return out;
+}
+
+TEST(ReproTest, PaperGridHasSeventeenTraces) {
+  EXPECT_EQ(PaperTraces().size(), 17u);
+  EXPECT_EQ(PaperTraces().front(), "default");
+  EXPECT_EQ(PaperTraces().back(), "multigpu50");
+}
+
+TEST(ReproTest, ComparesMeansOverSeedsAndFlagsLargeDifferences) {
+  testing::TempDir dir;
+  auto expected = FgdExpected::Load(
+      dir.Write("e.csv", Expected({{"default", "06-FGD", 95.4}, {"default", "01-Random", 87.5}})));
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  const std::vector<RunStats> runs = {
+      FlatRun("default", "fgd", 42, 4.0), FlatRun("default", "fgd", 43, 5.0),
+      FlatRun("default", "random", 42, 15.0), FlatRun("cpu050", "fgd", 42, 5.0)};
+  const auto cells = CompareWithAuthors(runs, *expected);
+  ASSERT_EQ(cells.size(), 3u);
+  EXPECT_EQ(cells[0].trace, "default");
+  EXPECT_EQ(cells[0].policy, "fgd");
+  EXPECT_DOUBLE_EQ(cells[0].ours_130.mean, 4.5);
+  EXPECT_NEAR(*cells[0].theirs_130, 4.6, 1e-9);
+  EXPECT_NEAR(*cells[0].Diff130(), -0.1, 1e-9);
+  EXPECT_NEAR(*cells[1].Diff100(), 2.5, 1e-9);
+  EXPECT_FALSE(cells[2].theirs_130.has_value());  // The authors have no cpu050 row here.
+
+  ReproSetup setup;
+  setup.command = "bench/fgd_repro.sh";
+  setup.seeds = "42-43";
+  const std::string md = ReproMarkdown(setup, cells);
+  EXPECT_NE(md.find("**1 of 3 cells within 1.0 pp of the authors at arrived = 130%**"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("The largest difference at 130% is +2.50 pp (default, random)."),
+            std::string::npos)
+      << md;
+  EXPECT_NE(
+      md.find("| default | fgd | 4.50 ± 0.71 | 4.60 | -0.10 | 4.50 ± 0.71 | 4.60 | -0.10 |  |"),
+      std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| default | random | 15.00 ± 0.00 | 12.50 | +2.50 | 15.00 ± 0.00 | 12.50 | "
+                    "+2.50 | **> 1.0** |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| cpu050 | fgd | 5.00 ± 0.00 | n/a | n/a |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| default | fgd (4.50) | fgd (4.60) |"), std::string::npos) << md;
+}
+
+}  // namespace
+}  // namespace tessera::sim

@@ -1,0 +1,203 @@
+// End-to-end checks of `tessera sim` and `tessera sim repro` on a small fixture fleet and trace.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "testing/testing.h"
+
+namespace tessera {
+namespace {
+
+using testing::RunTessera;
+
+// 12 nodes, 72 GPUs.
+std::string Nodes() {
+  std::string out = "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (int i = 0; i < 12; ++i) {
+    out += i % 2 == 0 ? fmt::format("node-{:02d},96000,393216,8,G2\n", i)
+                      : fmt::format("node-{:02d},32000,131072,4,T4\n", i);
+  }
+  return out;
+}
+
+// 150 pods, mostly GPU shares, with whole-GPU, 2-GPU and CPU-only pods, some constrained to a
+// model with a duplicated name in gpu_spec. About 85 GPUs of demand: tuning appends copies.
+std::string Pods() {
+  std::string out =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+      "deletion_time,scheduled_time\n";
+  for (int i = 0; i < 150; ++i) {
+    int num_gpu = 1, milli = 1000;
+    if (i % 11 == 0) {
+      num_gpu = 0, milli = 0;
+    } else if (i % 13 == 0) {
+      num_gpu = 2;
+    } else if (i % 3 != 0) {
+      milli = 100 + 50 * (i % 8);
+    }
+    const std::string spec = i % 7 == 1 ? "T4|G2|G2" : "";
+    out += fmt::format("pod-{:03d},{},{},{},{},{},LS,Running,0,1,0\n", i, 2000 + 1500 * (i % 5),
+                       4096, num_gpu, milli, spec);
+  }
+  return out;
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class SimCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    nodes_ = dir_.Write("nodes.csv", Nodes());
+    pods_ = dir_.Write("pods.csv", Pods());
+  }
+  testing::CommandResult Sim(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"sim", "--nodes", nodes_, "--pods", pods_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunTessera(args);
+  }
+  testing::TempDir dir_;
+  std::string nodes_, pods_;
+};
+
+TEST_F(SimCliTest, OneRunWritesCurveSummaryAndReport) {
+  const std::string out = dir_.File("out");
+  const auto r = Sim({"--policy", "fgd", "--seed", "7", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fgd"), std::string::npos) << r.out;
+
+  const auto curve = Lines(out + "/curve.csv");
+  ASSERT_EQ(curve.size(), 132u);
+  EXPECT_EQ(curve[0], "arrived_pct,allocated_pct,unallocated_pct,frag_pct,frag_ratio_pct");
+  EXPECT_EQ(curve[1].substr(0, 2), "0,");
+  EXPECT_EQ(curve[131].substr(0, 4), "130,");
+
+  const auto j = nlohmann::json::parse(Slurp(out + "/summary.json"));
+  EXPECT_EQ(j["policy"], "fgd");
+  EXPECT_EQ(j["seed"], 7);
+  EXPECT_EQ(j["gpus"], 72);
+  EXPECT_EQ(j["nodes"], 12);
+  const int64_t pods = j["pods"], placed = j["placed"], failed = j["failed"];
+  EXPECT_GT(pods, 150);  // Copies appended up to 1.3 x 72 GPUs.
+  EXPECT_GT(j["tuned_copies"].get<int64_t>(), 0);
+  EXPECT_EQ(placed + failed, pods);
+  EXPECT_GT(placed, 0);
+  for (const char* key : {"unallocated_pct_at_100", "unallocated_pct_at_130", "wall_seconds",
+                          "placements_per_second", "inflate", "trace"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  const std::string html = Slurp(out + "/report.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("Unallocated GPU %"), std::string::npos);
+}
+
+TEST_F(SimCliTest, SameSeedSameCurve) {
+  ASSERT_EQ(Sim({"--policy", "random", "--seed", "3", "--out", dir_.File("a")}).exit_code, 0);
+  ASSERT_EQ(Sim({"--policy", "random", "--seed", "3", "--out", dir_.File("b")}).exit_code, 0);
+  EXPECT_EQ(Slurp(dir_.File("a/curve.csv")), Slurp(dir_.File("b/curve.csv")));
+}
+
+TEST_F(SimCliTest, AllPoliciesTimesSeedsRunAsAGrid) {
+  const std::string out = dir_.File("grid");
+  const auto r = Sim({"--policy", "all", "--seeds", "1-3", "--jobs", "2", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(Slurp(out + "/summary.json"));
+  ASSERT_EQ(j["runs"].size(), 18u);
+  ASSERT_EQ(j["policies"].size(), 6u);
+  for (const auto& p : j["policies"]) {
+    EXPECT_EQ(p["seeds"].size(), 3u);
+    EXPECT_TRUE(p["unallocated_pct_at_130"].contains("sd"));
+    const std::string name = p["policy"];
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+    EXPECT_EQ(Lines(fmt::format("{}/curve-{}.csv", out, name)).size(), 132u) << name;
+  }
+  EXPECT_EQ(Lines(out + "/runs.csv").size(), 19u);
+  // The page overlays one line per policy.
+  const std::string html = Slurp(out + "/report.html");
+  for (const auto& p : j["policies"]) {
+    EXPECT_NE(html.find(fmt::format(">{}</text>", p["policy"].get<std::string>())),
+              std::string::npos);
+  }
+}
+
+TEST_F(SimCliTest, BadArgumentsExitTwoNamingTheOption) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string mention;
+  };
+  const std::vector<Case> cases = {
+      {{"sim", "--pods", "p.csv", "--policy", "fgd"}, "--nodes"},
+      {{"sim", "--nodes", "n.csv", "--policy", "fgd"}, "--pods"},
+      {{"sim", "--nodes", "n.csv", "--pods", "p.csv"}, "--policy"},
+      {{"sim", "--nodes", "n.csv", "--pods", "p.csv", "--policy", "nope"}, "--policy"},
+      {{"sim", "--nodes", "n.csv", "--pods", "p.csv", "--policy", "fgd", "--inflate", "0"},
+       "--inflate"},
+      {{"sim", "--nodes", "n.csv", "--pods", "p.csv", "--policy", "fgd", "--inflate", "x"},
+       "--inflate"},
+      {{"sim", "--nodes", "n.csv", "--pods", "p.csv", "--policy", "fgd", "--seeds", "9-1"},
+       "--seeds"},
+      {{"sim", "--nodes", "n.csv", "--pods", "p.csv", "--policy", "fgd", "--seed", "-4"}, "--seed"},
+      {{"sim", "--nodes", "n.csv", "--pods", "p.csv", "--policy", "fgd", "--seed", "1", "--seeds",
+        "1-2"},
+       "--seeds"},
+      {{"sim", "repro", "--seeds", "42-51"}, "--datasets"},
+  };
+  for (const Case& c : cases) {
+    const auto r = RunTessera(c.args);
+    EXPECT_EQ(r.exit_code, 2) << fmt::format("{}", fmt::join(c.args, " "));
+    EXPECT_NE(r.err.find(c.mention), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(SimCliTest, MissingOrBrokenFilesExitOneWithTheLoaderMessage) {
+  const auto missing =
+      RunTessera({"sim", "--nodes", dir_.File("none.csv"), "--pods", pods_, "--policy", "fgd"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find(dir_.File("none.csv")), std::string::npos) << missing.err;
+
+  const std::string broken = dir_.Write("broken.csv", Pods() + "pod-x,1000,1,3,500,,LS,R,0,0,0\n");
+  const auto bad = RunTessera({"sim", "--nodes", nodes_, "--pods", broken, "--policy", "fgd"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find(broken + ":152: num_gpu 3 with gpu_milli 500"), std::string::npos)
+      << bad.err;
+}
+
+TEST_F(SimCliTest, ReproWritesTheComparisonDocument) {
+  // A datasets folder in the layout of shared/datasets, with one tiny trace.
+  const std::string root = dir_.File("datasets");
+  dir_.Write("datasets/openb/openb_node_list_gpu_node.csv", Nodes());
+  dir_.Write("datasets/openb/openb_pod_list_tiny.csv", Pods());
+  std::string expected = "workload,sc_policy,tune,seed,total_gpus";
+  for (int b = 0; b <= 130; ++b) expected += fmt::format(",{}", b);
+  expected += "\nopenb_pod_list_tiny,06-FGD,1.3,42,72";
+  for (int b = 0; b <= 130; ++b) expected += fmt::format(",{}", b * 0.7);
+  dir_.Write("datasets/fgd_expected_results/analysis_allo_discrete.csv", expected + "\n");
+
+  const std::string md = dir_.File("repro.md");
+  const auto r = RunTessera({"sim", "repro", "--datasets", root, "--traces", "tiny", "--policy",
+                             "fgd,random", "--seeds", "1-2", "--out", md});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string doc = Slurp(md);
+  EXPECT_NE(doc.find("cells within 1.0 pp of the authors at arrived = 130%"), std::string::npos)
+      << doc;
+  EXPECT_NE(doc.find("| tiny | fgd |"), std::string::npos) << doc;
+  EXPECT_NE(doc.find("| tiny | random |"), std::string::npos) << doc;
+}
+
+}  // namespace
+}  // namespace tessera
