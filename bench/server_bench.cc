@@ -64,8 +64,16 @@ void Throughput(const std::string& url, const std::string& token, int requests) 
       httplib::Client client(url);
       const httplib::Headers h = {{"Authorization", "Bearer " + token}};
       while (next++ < requests) {
+        const auto t0 = Clock::now();
         auto r = client.Post("/v1/instances", h, kShare, "application/json");
-        if (!r || r->status != 201) ++failed;
+        if (!r || r->status != 201) {
+          if (failed++ == 0) {
+            std::fprintf(stderr, "first failure after %.3f s: %s\n",
+                         std::chrono::duration<double>(Clock::now() - t0).count(),
+                         r ? fmt::format("HTTP {}: {}", r->status, r->body).c_str()
+                           : httplib::to_string(r.error()).c_str());
+          }
+        }
       }
     });
   }

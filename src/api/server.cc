@@ -1,10 +1,14 @@
 #include "api/server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <charconv>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -357,11 +361,40 @@ ApiServer::ApiServer(core::Core* core, const catalog::Catalog* catalog, ServerOp
   impl_->Routes();
   // Handlers mostly wait for the core's durable commit, not for CPU, so many workers let one
   // group commit carry many requests.
+  // A server that closes keep-alive connections after a few requests races with clients that
+  // reuse them, and a POST caught in that race fails on the client's side without an answer.
+  impl_->http.set_keep_alive_max_count(100000);
+  impl_->http.set_keep_alive_timeout(60);
   const size_t workers = impl_->options.workers;
   impl_->http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
 }
 
 ApiServer::~ApiServer() { Stop(); }
+
+namespace {
+
+// Debian's cpp-httplib is compiled with a listen backlog of 5, so a burst of new connections
+// overflows the accept queue and clients see resets. Linux lets listen() be called again on a
+// listening socket to raise the backlog; find ours by its bound port and do so.
+void RaiseListenBacklog(int port) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    int fd = -1;
+    const std::string name = entry.path().filename().string();
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+    const int bound = addr.ss_family == AF_INET
+                          ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                          : ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
 
 Status ApiServer::Bind() {
   if (impl_->options.port == 0) {
@@ -372,6 +405,7 @@ Status ApiServer::Bind() {
     return Status::Unavailable(fmt::format("cannot listen on {}:{} (in use, or not an address)",
                                            impl_->options.host, impl_->options.port));
   }
+  RaiseListenBacklog(impl_->options.port);
   return Status::Ok();
 }
 
