@@ -245,7 +245,9 @@ TEST_F(ServerTest, AuditLogRecordsEveryMutationWithItsResult) {
 TEST_F(ServerTest, MetricsExposeInstancesGpusLatencyAndRequests) {
   const std::string token = NewTenant("acme", 4);
   ASSERT_EQ(Post("/v1/instances", token, H100(1, "on_demand")).status, 201);
-  auto m = Get("/metrics", "");
+  EXPECT_EQ(Get("/metrics", "").status, 401);
+  EXPECT_EQ(Get("/metrics", token).status, 403) << "metrics name every tenant: operator only";
+  auto m = Get("/metrics", kAdminToken);
   ASSERT_EQ(m.status, 200);
   for (const char* needle :
        {"tessera_instances{state=\"running\",billing=\"on_demand\",tenant=\"tenant-000001\"} 1",

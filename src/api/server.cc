@@ -71,21 +71,21 @@ struct ApiServer::Impl {
     if (method == "DELETE") http.Delete(pattern, counted);
   }
 
-  // Handles one request in a single round on the core: authenticates the bearer token (401),
+  // Runs one request in a single round on the core: authenticates the bearer token (401),
   // checks `access` (403), reports `refusal` (a defect found in the request before the core) and
   // only then runs `op` as the caller. A mutating request (`audited`) appends its audit record,
-  // whatever the outcome, to the same durable batch as its changes.
+  // whatever the outcome, to the same durable batch as its changes. `refused` tells the caller
+  // to answer with the refusal's own status.
   template <typename T>
-  void Handle(const httplib::Request& req, httplib::Response& res, Access access, bool audited,
-              int ok_status, std::optional<Refusal> refusal,
-              std::function<Result<T>(core::State&, store::Batch&, const core::Tenant&)> op,
-              std::function<json(const T&)> render,
-              std::function<std::string(const T&)> target = nullptr) {
+  Result<T> Execute(const httplib::Request& req, Access access, bool audited, int ok_status,
+                    const std::optional<Refusal>& refusal, bool& refused,
+                    std::function<Result<T>(core::State&, store::Batch&, const core::Tenant&)> op,
+                    std::function<std::string(const T&)> target) {
     const std::string header = req.get_header_value("Authorization");
     const std::string_view token = BearerToken(header);
     const std::string hash = token.empty() ? "" : HashToken(token);
-    bool refused = false;  // Set when the answer is `refusal`, which has its own HTTP status.
-    auto r = core->Run<T>([&](core::State& s, store::Batch& b) -> Result<T> {
+    refused = false;
+    return core->Run<T>([&](core::State& s, store::Batch& b) -> Result<T> {
       const core::Tenant* caller = hash.empty() ? nullptr : s.Authenticate(hash);
       Result<T> out = Status::Internal("unreached");
       if (!caller) {
@@ -115,12 +115,28 @@ struct ApiServer::Impl {
       }
       return out;
     });
-    if (r.ok()) return Reply(res, ok_status, render(*r));
-    if (refused) {
-      return Reply(res, refusal->status, ErrorBody(refusal->code, refusal->message));
-    }
-    const HttpError e = ToHttpError(r.status());
-    Reply(res, e.status, ErrorBody(e.code, r.status().message()));
+  }
+
+  // Answers a failed Execute: with the refusal's own status when that was the answer.
+  static void ReplyFailure(httplib::Response& res, const Status& status,
+                           const std::optional<Refusal>& refusal, bool refused) {
+    if (refused) return Reply(res, refusal->status, ErrorBody(refusal->code, refusal->message));
+    const HttpError e = ToHttpError(status);
+    Reply(res, e.status, ErrorBody(e.code, status.message()));
+  }
+
+  // Execute, answered with `render`'s JSON.
+  template <typename T>
+  void Handle(const httplib::Request& req, httplib::Response& res, Access access, bool audited,
+              int ok_status, std::optional<Refusal> refusal,
+              std::function<Result<T>(core::State&, store::Batch&, const core::Tenant&)> op,
+              std::function<json(const T&)> render,
+              std::function<std::string(const T&)> target = nullptr) {
+    bool refused = false;
+    auto r = Execute<T>(req, access, audited, ok_status, refusal, refused, std::move(op),
+                        std::move(target));
+    if (!r.ok()) return ReplyFailure(res, r.status(), refusal, refused);
+    Reply(res, ok_status, render(*r));
   }
 
   // Parses a JSON body into `out`; a defect becomes a refusal (413, 415 or 400).
@@ -310,10 +326,17 @@ void ApiServer::Impl::ObservabilityRoutes() {
     if (!ready) return Reply(res, 503, ErrorBody("unavailable", "starting"));
     Reply(res, 200, {{"status", "ready"}});
   });
-  Route("GET", "/metrics", "/metrics", [this](const auto&, auto& res) {
-    auto text = core->Run<std::string>(
-        [&](core::State& s, store::Batch&) -> Result<std::string> { return metrics.Render(s); });
-    if (!text.ok()) return Reply(res, 503, ErrorBody("unavailable", text.status().message()));
+  // Metrics name tenants and count their instances, so only the operator may read them
+  // (Prometheus sends the admin token with `authorization: {credentials: ...}`).
+  Route("GET", "/metrics", "/metrics", [this](const auto& req, auto& res) {
+    bool refused = false;
+    auto text = Execute<std::string>(
+        req, Access::kAdmin, false, 200, std::nullopt, refused,
+        [this](core::State& s, store::Batch&, const core::Tenant&) -> Result<std::string> {
+          return metrics.Render(s);
+        },
+        nullptr);
+    if (!text.ok()) return ReplyFailure(res, text.status(), std::nullopt, refused);
     res.status = 200;
     res.set_content(*text, "text/plain; version=0.0.4");
   });
