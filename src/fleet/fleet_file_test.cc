@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "catalog/catalog_testing.h"
 #include "common/csv.h"
 #include "common/json.h"
 #include "testing/testing.h"
@@ -18,17 +19,7 @@ namespace {
 
 using ::testing::StartsWith;
 
-const catalog::Catalog& TestCatalog() {
-  static const catalog::Catalog* c = [] {
-    auto r = catalog::Catalog::LoadEmbedded();
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      std::abort();
-    }
-    return new catalog::Catalog(std::move(r).value());
-  }();
-  return *c;
-}
+const catalog::Catalog& TestCatalog() { return catalog::EmbeddedCatalogForTest(); }
 
 // A one-line summary of a node's shape, for comparing fleets.
 std::string Shape(const Fleet& f, const Node& n) {

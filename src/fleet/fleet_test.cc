@@ -9,23 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "catalog/catalog_testing.h"
+
 namespace tessera::fleet {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const catalog::Catalog& TestCatalog() {
-  static const catalog::Catalog* c = [] {
-    auto r = catalog::Catalog::LoadEmbedded();
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      std::abort();
-    }
-    return new catalog::Catalog(std::move(r).value());
-  }();
-  return *c;
-}
+const catalog::Catalog& TestCatalog() { return catalog::EmbeddedCatalogForTest(); }
 
 // Everything about a fleet that Allocate, Release, SetGpuMode or SetNodeState may change, so
 // a refused call can be shown to change nothing.

@@ -10,19 +10,13 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "catalog/catalog_testing.h"
 #include "fleet/fleet.h"
 #include "sched/scheduler.h"
 
 namespace tessera::sched::testing {
 
-inline const catalog::Catalog& TheCatalog() {
-  static const catalog::Catalog* c = [] {
-    Result<catalog::Catalog> loaded = catalog::Catalog::LoadEmbedded();
-    if (!loaded.ok()) std::abort();
-    return new catalog::Catalog(std::move(*loaded));
-  }();
-  return *c;
-}
+inline const catalog::Catalog& TheCatalog() { return catalog::EmbeddedCatalogForTest(); }
 
 // 1 << the model's index.
 inline ModelMask Bit(const std::string& model) {
