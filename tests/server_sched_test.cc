@@ -1,4 +1,7 @@
 // End-to-end tests of queueing, priorities and spot preemption through the real server.
+#include <csignal>
+#include <filesystem>
+
 #include "server_test_util.h"
 
 namespace tessera {
@@ -102,6 +105,40 @@ TEST_F(ServerSchedTest, PreemptionEvictsTheFewestVictims) {
   EXPECT_EQ(StateOf(t, big_spot), "pending");
   EXPECT_EQ(StateOf(t, share1), "running") << "spot on another node is left alone";
   EXPECT_EQ(StateOf(t, od), "running") << "on-demand is never preempted for reserved here";
+}
+
+TEST_F(ServerSchedTest, APreemptedSpotInstanceRestartsAtOnceWhereItFits) {
+  // Two nodes of two H100s. Place an on-demand GPU on one and a spot GPU on the other, leaving
+  // one GPU free on each; then a two-GPU on-demand request must evict the spot instance, which
+  // restarts on the other node's free GPU.
+  server_->Stop(SIGKILL);
+  fleet_path_ = dir_.Write("two.json", R"({"name": "two", "shapes": [
+      {"name": "h100", "count": 2, "gpu_model": "H100-80GB", "gpus": 2, "vcpus": 64,
+       "memory_gib": 512, "gpu_mode": "exclusive"}]})");
+  std::filesystem::remove_all(dir_.File("data"));
+  StartServer();
+  const std::string t = NewTenant("acme", 16);
+  auto drain = [&](const std::string& node, bool on) {
+    ASSERT_EQ(Post("/v1/nodes/" + node + (on ? "/drain" : "/undrain"), kAdminToken, json::object())
+                  .status,
+              200);
+  };
+  drain("node-h100-02", true);
+  const std::string od = Create(t, H100(1, "on_demand"));
+  drain("node-h100-02", false);
+  drain("node-h100-01", true);
+  const std::string spot = Create(t, H100(1, "spot"));
+  drain("node-h100-01", false);
+  ASSERT_EQ(Get("/v1/instances/" + spot, t).body["node"], "node-h100-02");
+
+  auto big = Post("/v1/instances", t, H100(2, "on_demand"));
+  ASSERT_EQ(big.status, 201);
+  EXPECT_EQ(big.body["node"], "node-h100-02");
+  auto restarted = Get("/v1/instances/" + spot, t);
+  EXPECT_EQ(State(restarted), "running") << restarted.raw;
+  EXPECT_EQ(restarted.body["node"], "node-h100-01");
+  EXPECT_EQ(restarted.body["restarts"], 1);
+  EXPECT_EQ(StateOf(t, od), "running");
 }
 
 TEST_F(ServerSchedTest, SpotNeverPreemptsAnything) {

@@ -222,7 +222,10 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   Instance& stored = instances_[inst.id.str()] = std::move(inst);
   if (!Place(stored, batch)) queue_[{-Priority(stored.billing), stored.seq}] = stored.id.str();
   Save(stored, batch);
-  return stored;
+  Instance placed = stored;
+  // Spot work preempted for this instance may restart at once wherever else it fits.
+  if (requeued_) DrainQueue(batch);
+  return placed;
 }
 
 Result<Instance> State::GetInstance(const Tenant& caller, const std::string& id) const {
@@ -389,6 +392,7 @@ bool State::Preempt(Instance& inst, store::Batch& batch) {
       const std::string why = v->reason;
       Transition(*v, InstanceState::kPending, why + "; restarting");
       queue_[{-Priority(v->billing), v->seq}] = v->id.str();
+      requeued_ = true;
     }
     Save(*v, batch);
   }
@@ -400,6 +404,7 @@ bool State::Preempt(Instance& inst, store::Batch& batch) {
 }
 
 void State::DrainQueue(store::Batch& batch) {
+  requeued_ = false;
   // A request that failed stops identical ones from being retried in this pass; a large request
   // that does not fit never blocks smaller ones behind it.
   std::set<std::string> failed;

@@ -127,6 +127,7 @@ class State {
   std::map<std::string, Instance> instances_;             // By id.
   std::map<std::pair<int, int64_t>, std::string> queue_;  // (-priority, seq) -> pending id.
   std::map<std::string, int64_t> tenant_gpu_milli_;       // Active GPU milli by tenant id.
+  bool requeued_ = false;  // Preemption re-queued work since the queue was last drained.
   int64_t next_instance_ = 1;
   int64_t next_tenant_ = 1;
   Counters counters_;
