@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <set>
+#include <tuple>
 
 #include "common/auth.h"
 #include "common/json.h"
@@ -407,15 +408,19 @@ void State::DrainQueue(store::Batch& batch) {
   requeued_ = false;
   // A request that failed stops identical ones from being retried in this pass; a large request
   // that does not fit never blocks smaller ones behind it.
-  std::set<std::string> failed;
+  using Key = std::tuple<std::string, catalog::SharingMode, int, std::string, int, int64_t, int64_t,
+                         int64_t, bool, Billing>;
+  std::set<Key> failed;
   for (auto it = queue_.begin(); it != queue_.end();) {
     Instance& inst = instances_.at(it->second);
-    const std::string key = ToJson(inst)["shape"].dump() + std::string(BillingName(inst.billing));
+    const Shape& sh = inst.shape;
+    Key key{sh.gpu_model,      sh.mode,  sh.gpus,       sh.mig_profile, sh.milli_gpu,
+            sh.gpu_memory_mib, sh.vcpus, sh.memory_mib, sh.nvlink,      inst.billing};
     if (failed.count(key) == 0 && Place(inst, batch)) {
       Save(inst, batch);
       it = queue_.erase(it);
     } else {
-      failed.insert(key);
+      failed.insert(std::move(key));
       ++it;
     }
   }
