@@ -112,13 +112,24 @@ TEST_F(SimCliTest, SameSeedSameCurve) {
   EXPECT_EQ(Slurp(dir_.File("a/curve.csv")), Slurp(dir_.File("b/curve.csv")));
 }
 
+TEST_F(SimCliTest, TheOfflineBoundRunsBesidePoliciesAndLiesBelowThem) {
+  const std::string out = dir_.File("bound");
+  const auto r = Sim({"--policy", "bestfit,offline-bound", "--seeds", "1-2", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(Slurp(out + "/summary.json"));
+  ASSERT_EQ(j["policies"].size(), 2u);
+  EXPECT_EQ(j["policies"][1]["policy"], "offline-bound");
+  EXPECT_LE(j["policies"][1]["unallocated_pct_at_130"]["mean"].get<double>(),
+            j["policies"][0]["unallocated_pct_at_130"]["mean"].get<double>());
+}
+
 TEST_F(SimCliTest, AllPoliciesTimesSeedsRunAsAGrid) {
   const std::string out = dir_.File("grid");
   const auto r = Sim({"--policy", "all", "--seeds", "1-3", "--jobs", "2", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(Slurp(out + "/summary.json"));
-  ASSERT_EQ(j["runs"].size(), 18u);
-  ASSERT_EQ(j["policies"].size(), 6u);
+  ASSERT_EQ(j["runs"].size(), 21u);  // The paper's six policies and adaptive-fgd.
+  ASSERT_EQ(j["policies"].size(), 7u);
   for (const auto& p : j["policies"]) {
     EXPECT_EQ(p["seeds"].size(), 3u);
     EXPECT_TRUE(p["unallocated_pct_at_130"].contains("sd"));
@@ -126,7 +137,7 @@ TEST_F(SimCliTest, AllPoliciesTimesSeedsRunAsAGrid) {
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
     EXPECT_EQ(Lines(fmt::format("{}/curve-{}.csv", out, name)).size(), 132u) << name;
   }
-  EXPECT_EQ(Lines(out + "/runs.csv").size(), 19u);
+  EXPECT_EQ(Lines(out + "/runs.csv").size(), 22u);
   // The page overlays one line per policy.
   const std::string html = Slurp(out + "/report.html");
   for (const auto& p : j["policies"]) {

@@ -17,6 +17,7 @@
 #include "common/csv.h"
 #include "fleet/fleet_file.h"
 #include "sched/scheduler.h"
+#include "sim/bound.h"
 #include "sim/fgd_expected.h"
 #include "sim/progress.h"
 #include "sim/report.h"
@@ -60,9 +61,11 @@ Result<std::vector<std::string>> ParsePolicies(const std::string& text) {
   while (true) {
     const size_t comma = rest.find(',');
     const std::string name(rest.substr(0, comma));
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      return Status::InvalidArgument(fmt::format("--policy: unknown policy '{}' (known: {}, all)",
-                                                 name, fmt::join(known, ", ")));
+    if (name != sim::kOfflineBoundPolicy &&
+        std::find(known.begin(), known.end(), name) == known.end()) {
+      return Status::InvalidArgument(
+          fmt::format("--policy: unknown policy '{}' (known: {}, {}, all)", name,
+                      fmt::join(known, ", "), sim::kOfflineBoundPolicy));
     }
     if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
     if (comma == std::string_view::npos) break;
@@ -194,6 +197,12 @@ int WriteRepro(const ReproArgs& a, sim::ReproSetup setup, const std::vector<sim:
   setup.tolerance_pct = a.tolerance;
   const std::string md = sim::ReproMarkdown(setup, sim::CompareWithAuthors(runs, expected));
   if (Status s = WriteFile(a.out, md); !s.ok()) return Failure(s);
+  const size_t slash = a.out.rfind('/');
+  const std::string chart =
+      (slash == std::string::npos ? "" : a.out.substr(0, slash + 1)) + sim::kReproChartFile;
+  if (const std::string svg = sim::ReproChartSvg(runs, "default"); !svg.empty()) {
+    if (Status s = WriteFile(chart, svg); !s.ok()) return Failure(s);
+  }
   if (!a.runs_csv.empty()) {
     if (Status s = WriteFile(a.runs_csv, sim::RunsCsv(runs)); !s.ok()) return Failure(s);
   }
@@ -234,7 +243,12 @@ int RunRepro(const ReproArgs& a) {
                         is_path ? t : openb + "openb_pod_list_" + t + ".csv");
     if (!lt.ok()) return Failure(lt.status());
     loaded.push_back(std::move(lt).value());
-    for (const std::string& p : *policies) {
+    std::vector<std::string> with_bound = *policies;
+    if (std::find(with_bound.begin(), with_bound.end(), sim::kOfflineBoundPolicy) ==
+        with_bound.end()) {
+      with_bound.emplace_back(sim::kOfflineBoundPolicy);  // Every table shows the distance to it.
+    }
+    for (const std::string& p : with_bound) {
       for (const uint64_t s : *seeds)
         tasks.push_back({&loaded.back()->scenario, {p, s, a.inflate}});
     }

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "sched/plugin.h"
+#include "sched/plugins/adaptive_fgd.h"
 #include "sched/plugins/bestfit.h"
 #include "sched/plugins/dotprod.h"
 #include "sched/plugins/fgd.h"
@@ -20,14 +21,15 @@ struct Entry {
   std::unique_ptr<Policy> (*make)(const PolicyEnv&);
 };
 
-// The FGD paper's six policies, in its order (01-Random ... 06-FGD).
-constexpr std::array<Entry, 6> kPolicies{{
+// The FGD paper's six policies, in its order (01-Random ... 06-FGD), then Tessera's own.
+constexpr std::array<Entry, 7> kPolicies{{
     {"random", NewRandomPolicy},
     {"dotprod", NewDotProductPolicy},
     {"gpu-clustering", NewGpuClusteringPolicy},
     {"gpu-packing", NewGpuPackingPolicy},
     {"bestfit", NewBestFitPolicy},
     {"fgd", NewFgdPolicy},
+    {"adaptive-fgd", NewAdaptiveFgdPolicy},
 }};
 
 class FitFilter final : public FilterPlugin {

@@ -114,6 +114,7 @@ std::optional<fleet::Assignment> Scheduler::Schedule(const Request& r) {
   State& s = *state_;
   if (s.table.Sync()) s.Resize();
   const Need need = Prepare(r);
+  s.policy->Observe(need);
   const size_t candidates =
       Candidates(need, s.table, s.policy->NeedsEveryNode(), s.feasible.data());
   const size_t count = s.filter->Filter(

@@ -50,8 +50,18 @@ struct ReproSetup {
   double tolerance_pct = 1.0;   // |ours - theirs| above this at 130% is flagged.
 };
 
+// The file name, beside the markdown, of the chart ReproMarkdown links to.
+inline constexpr char kReproChartFile[] = "fgd-default-unallocated.svg";
+
+// An SVG chart of the unallocated GPU % against arrived demand (mean over seeds) of every policy
+// that ran on `trace` (short name), the offline bound included; empty when none did.
+std::string ReproChartSvg(const std::vector<RunStats>& runs, const std::string& trace);
+
 // The markdown document: a summary (cells within tolerance at 130% and at 100%, per policy),
-// then one table row per cell with ours, theirs and the difference, flagged cells marked.
+// then one table row per cell with ours, theirs and the difference, flagged cells marked. Only
+// the paper's policies (cells with an authors' figure) enter that comparison; a last section sets
+// FGD and adaptive-fgd beside the offline bound at arrived = 100% (distance = policy - bound)
+// and links the chart.
 std::string ReproMarkdown(const ReproSetup& setup, const std::vector<ReproCell>& cells);
 
 }  // namespace tessera::sim

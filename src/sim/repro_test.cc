@@ -83,5 +83,40 @@ TEST(ReproTest, ComparesMeansOverSeedsAndFlagsLargeDifferences) {
   EXPECT_NE(md.find("| default | fgd (4.50) | fgd (4.60) |"), std::string::npos) << md;
 }
 
+TEST(ReproTest, SetsOurPolicyBesideFgdAndTheBoundWithoutCountingThemAgainstTheAuthors) {
+  testing::TempDir dir;
+  auto expected = FgdExpected::Load(dir.Write("e.csv", Expected({{"default", "06-FGD", 95.0}})));
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  const std::vector<RunStats> runs = {
+      FlatRun("default", "fgd", 42, 5.0),           FlatRun("default", "adaptive-fgd", 42, 4.0),
+      FlatRun("default", "offline-bound", 42, 1.0), FlatRun("cpu050", "fgd", 42, 5.0),
+      FlatRun("cpu050", "adaptive-fgd", 42, 5.15),  FlatRun("cpu050", "offline-bound", 42, 0.0)};
+  const std::string md = ReproMarkdown(ReproSetup{}, CompareWithAuthors(runs, *expected));
+  // Only the paper's policy is compared with the authors: 1 of 2 fgd cells has their figure.
+  EXPECT_NE(md.find("**1 of 2 cells within 1.0 pp"), std::string::npos) << md;
+  // default: 4.0 <= 0.85 x 5.0: met. cpu050: 5.15 is worse than 5.0: not met; the worst change.
+  EXPECT_NE(md.find("**Met on 1 of 2 traces; worst change vs FGD +0.15 pp.**"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| default | 1.00 | 5.00 | 4.00 | 4.00 | 3.00 | -1.00 | yes |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| cpu050 | 0.00 | 5.00 | 5.15 | 5.00 | 5.15 | +0.15 | no |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("](fgd-default-unallocated.svg)"), std::string::npos) << md;
+}
+
+TEST(ReproTest, ChartsEveryPolicyOfTheTraceAndNothingForAnAbsentOne) {
+  const std::vector<RunStats> runs = {FlatRun("default", "fgd", 42, 5.0),
+                                      FlatRun("default", "offline-bound", 42, 1.0),
+                                      FlatRun("cpu050", "bestfit", 42, 7.0)};
+  const std::string svg = ReproChartSvg(runs, "default");
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find(">fgd<"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">offline-bound<"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find(">bestfit<"), std::string::npos) << svg;
+  EXPECT_EQ(ReproChartSvg(runs, "gpushare40"), "");
+}
+
 }  // namespace
 }  // namespace tessera::sim

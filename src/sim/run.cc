@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "sim/bound.h"
 #include "sim/protocol.h"
 
 namespace tessera::sim {
@@ -81,6 +82,15 @@ Result<RunStats> RunOne(const Scenario& scenario, const RunSpec& spec, const Clo
   stats.removed = order.removed;
   stats.demand_milli = order.demand_milli;
 
+  if (spec.policy == kOfflineBoundPolicy) {
+    // Not a scheduler run: the bound on what any policy could allocate from each prefix.
+    const Time loop_start = clock.Now();
+    stats.curve = BoundCurve(pods, order.pods, *scenario.fleet);
+    stats.schedule_seconds = SecondsBetween(loop_start, clock.Now());
+    stats.pods = static_cast<int64_t>(order.pods.size());
+    stats.wall_seconds = SecondsBetween(start, clock.Now());
+    return stats;
+  }
   fleet::Fleet fleet = *scenario.fleet;
   sched::Options options;
   options.policy = spec.policy;

@@ -59,8 +59,9 @@ struct GridProgress {
   std::atomic<int64_t> pods_done{0};  // Pods attempted, across every run so far.
 };
 
-// One run. Errors: an unknown policy (NotFound, listing the known ones), a cluster without GPUs,
-// a trace that cannot be tuned. `progress` may be null.
+// One run; with spec.policy == "offline-bound" (sim/bound.h) the curve is the bound's and no pod
+// is placed (placed and failed stay 0). Errors: an unknown policy (NotFound, listing the known
+// ones), a cluster without GPUs, a trace that cannot be tuned. `progress` may be null.
 Result<RunStats> RunOne(const Scenario& scenario, const RunSpec& spec, const Clock& clock,
                         GridProgress* progress = nullptr);
 
