@@ -215,7 +215,7 @@ std::string ReproChartSvg(const std::vector<RunStats>& runs, const std::string& 
   if (policies.empty()) return "";
   ChartSpec spec;
   spec.id = "repro-" + trace;
-  spec.title = "Unallocated GPU % against arrived GPU demand, trace " + trace + ", mean over seeds";
+  spec.title = "Unallocated GPU %, trace " + trace + " (mean over seeds)";
   spec.x_label = "arrived GPU demand, % of capacity";
   spec.y_label = "unallocated GPU %";
   spec.x_max = kMaxArrivedPct;
