@@ -87,16 +87,7 @@ Choice Evaluate(const Need& need, const FragModel& model, const NodeFit& fit, co
     }
     return best;
   }
-  if (need.kind == Kind::kWhole) {
-    int taken = 0;
-    for (int i = 0; i < g.count && taken < need.count; ++i) {
-      const auto k = static_cast<size_t>(i);
-      if (g.mode[k] != catalog::SharingMode::kMig && free[k] == fleet::kMilliPerGpu) {
-        free[k] = 0;
-        ++taken;
-      }
-    }
-  }
+  if (need.kind == Kind::kWhole) free = g.FreeAfterTakingWhole(need.count);
   best.delta = model.NodeFrag(fit.model_bit, cpu_after, Span(free, g.count)) - before;
   return best;
 }

@@ -138,15 +138,7 @@ FgdChoice FgdNodeScore(const Need& need, const FragModel& model, const NodeFit& 
     return {FgdScore(frag_before, model.NodeFrag(fit.model_bit, cpu_after, Free(g.free, g.count))),
             -1};
   }
-  std::array<int16_t, fleet::kMaxGpusPerNode> free = g.free;
-  int taken = 0;
-  for (int i = 0; i < g.count && taken < need.count; ++i) {
-    const auto k = static_cast<size_t>(i);
-    if (g.mode[k] != catalog::SharingMode::kMig && free[k] == fleet::kMilliPerGpu) {
-      free[k] = 0;
-      ++taken;
-    }
-  }
+  const std::array<int16_t, fleet::kMaxGpusPerNode> free = g.FreeAfterTakingWhole(need.count);
   return {FgdScore(frag_before, model.NodeFrag(fit.model_bit, cpu_after, Free(free, g.count))), -1};
 }
 
