@@ -121,6 +121,18 @@ TEST_F(SimCliTest, TheOfflineBoundRunsBesidePoliciesAndLiesBelowThem) {
   EXPECT_EQ(j["policies"][1]["policy"], "offline-bound");
   EXPECT_LE(j["policies"][1]["unallocated_pct_at_130"]["mean"].get<double>(),
             j["policies"][0]["unallocated_pct_at_130"]["mean"].get<double>());
+  // Every report gives each policy's distance to the bound: policy - bound, never below 0.
+  const auto& bestfit = j["policies"][0];
+  const double distance = bestfit["distance_to_bound_pp_at_100"].get<double>();
+  EXPECT_GE(distance, 0);
+  EXPECT_NEAR(distance,
+              bestfit["unallocated_pct_at_100"]["mean"].get<double>() -
+                  j["policies"][1]["unallocated_pct_at_100"]["mean"].get<double>(),
+              1e-9);
+  EXPECT_NE(r.out.find(fmt::format("{:+.2f}", distance)), std::string::npos) << r.out;
+  const std::string html = Slurp(out + "/report.html");
+  EXPECT_NE(html.find("distance to the offline bound at 100%"), std::string::npos);
+  EXPECT_NE(html.find(fmt::format("<td>{:+.2f}</td>", distance)), std::string::npos);
 }
 
 TEST_F(SimCliTest, AllPoliciesTimesSeedsRunAsAGrid) {
@@ -128,8 +140,8 @@ TEST_F(SimCliTest, AllPoliciesTimesSeedsRunAsAGrid) {
   const auto r = Sim({"--policy", "all", "--seeds", "1-3", "--jobs", "2", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(Slurp(out + "/summary.json"));
-  ASSERT_EQ(j["runs"].size(), 21u);  // The paper's six policies and adaptive-fgd.
-  ASSERT_EQ(j["policies"].size(), 7u);
+  ASSERT_EQ(j["runs"].size(), 24u);  // The paper's six policies, adaptive-fgd and guarded-fgd.
+  ASSERT_EQ(j["policies"].size(), 8u);
   for (const auto& p : j["policies"]) {
     EXPECT_EQ(p["seeds"].size(), 3u);
     EXPECT_TRUE(p["unallocated_pct_at_130"].contains("sd"));
@@ -137,7 +149,7 @@ TEST_F(SimCliTest, AllPoliciesTimesSeedsRunAsAGrid) {
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
     EXPECT_EQ(Lines(fmt::format("{}/curve-{}.csv", out, name)).size(), 132u) << name;
   }
-  EXPECT_EQ(Lines(out + "/runs.csv").size(), 22u);
+  EXPECT_EQ(Lines(out + "/runs.csv").size(), 25u);
   // The page overlays one line per policy.
   const std::string html = Slurp(out + "/report.html");
   for (const auto& p : j["policies"]) {

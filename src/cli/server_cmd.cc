@@ -21,7 +21,7 @@ struct ServerFlags {
   std::string listen = "127.0.0.1:8080";
   std::string data = "./tessera-data";
   std::string fleet;
-  std::string policy = "fgd";
+  std::string policy = "guarded-fgd";
   std::string catalog_dir;
   bool sim_agents = false;
   bool demo = false;

@@ -28,7 +28,7 @@ struct CoreOptions {
   std::string fleet_file;                     // Fleet description or openb node CSV; "" = demo.
   std::string data_dir = "./tessera-data";
   const Clock* clock = nullptr;  // Defaults to the system clock.
-  std::string policy = "fgd";
+  std::string policy = "guarded-fgd";
   uint64_t seed = 42;
   bool sim_agents = false;
 };

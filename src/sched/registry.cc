@@ -22,7 +22,7 @@ struct Entry {
 };
 
 // The FGD paper's six policies, in its order (01-Random ... 06-FGD), then Tessera's own.
-constexpr std::array<Entry, 7> kPolicies{{
+constexpr std::array<Entry, 8> kPolicies{{
     {"random", NewRandomPolicy},
     {"dotprod", NewDotProductPolicy},
     {"gpu-clustering", NewGpuClusteringPolicy},
@@ -30,6 +30,7 @@ constexpr std::array<Entry, 7> kPolicies{{
     {"bestfit", NewBestFitPolicy},
     {"fgd", NewFgdPolicy},
     {"adaptive-fgd", NewAdaptiveFgdPolicy},
+    {"guarded-fgd", NewGuardedFgdPolicy},
 }};
 
 class FitFilter final : public FilterPlugin {

@@ -315,8 +315,9 @@ Expected Reference(const std::string& policy, const Request& r, const fleet::Fle
 
 TEST_P(PolicyTest, EveryDecisionMatchesTheBruteForceReference) {
   if (GetParam() == "random") GTEST_SKIP() << "Random's choice is a draw, not a score.";
-  if (GetParam() == "adaptive-fgd") {
-    GTEST_SKIP() << "adaptive-fgd scores against what it has seen; adaptive_fgd_test.cc covers it.";
+  if (GetParam() == "adaptive-fgd" || GetParam() == "guarded-fgd") {
+    GTEST_SKIP() << GetParam()
+                 << " scores against what it has seen; adaptive_fgd_test.cc covers it.";
   }
   Rng rng(23);
   for (int round = 0; round < 8; ++round) {
@@ -366,14 +367,14 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyTest, ::testing::ValuesIn(PolicyName
 TEST(SchedulerTest, RegistryNamesThePaperPoliciesThenOurs) {
   EXPECT_EQ(PolicyNames(),
             (std::vector<std::string>{"random", "dotprod", "gpu-clustering", "gpu-packing",
-                                      "bestfit", "fgd", "adaptive-fgd"}));
+                                      "bestfit", "fgd", "adaptive-fgd", "guarded-fgd"}));
   auto fleet = testing::MakeFleet({SharedNode("a", "T4", 2, 8)});
   const Result<std::unique_ptr<Scheduler>> s = Scheduler::Create(fleet.get(), {.policy = "tetris"});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(s.status().message(),
             "unknown scheduling policy 'tetris' (known: random, dotprod, gpu-clustering, "
-            "gpu-packing, bestfit, fgd, adaptive-fgd)");
+            "gpu-packing, bestfit, fgd, adaptive-fgd, guarded-fgd)");
 }
 
 TEST(SchedulerTest, RejectsABadTargetWorkload) {

@@ -14,9 +14,98 @@ sched::ModelMask BitOf(const fleet::Node& node) {
   return sched::ModelMask{1} << node.model.value;
 }
 
+constexpr int kWhole = fleet::kMilliPerGpu;
+
 }  // namespace
 
-OfflineBound::OfflineBound(const fleet::Fleet& fleet) {
+// The family (Fekete and Schepers, "New classes of fast lower bounds for bin packing problems",
+// 2001), with x in milli and one GPU = 1000:
+//   u_k(x) = x if (k+1)x is a multiple of 1000, else floor((k+1)x / 1000) * 1000 / k, k = 1..10;
+//   v_t(x) = 1000 if x > 1000 - t, 0 if x < t, x otherwise, for 1 <= t <= 500, with one t for
+//            each share size seen: t = m + 1 (size m drops to 0) or t = 1001 - m (m rounds up).
+// Each is dual feasible: sizes that sum to at most 1000 have u-sizes that sum to at most 1000.
+// So the shares and whole GPUs of any placement have total u-size at most the fleet's GPUs, and
+// the fractional knapsack that keeps the most milli under that budget is an upper bound on it.
+PackingBound::PackingBound(int64_t total_gpus)
+    : capacity_(total_gpus * kWhole * kScale), count_(kWhole + 1, 0) {
+  for (int64_t k = 1; k <= 10; ++k) {
+    std::vector<int64_t> u(kWhole + 1);
+    for (int64_t x = 0; x <= kWhole; ++x) {
+      const int64_t y = (k + 1) * x;
+      u[static_cast<size_t>(x)] = y % kWhole == 0 ? x * kScale : y / kWhole * kWhole * kScale / k;
+    }
+    AddFunction(std::move(u));
+  }
+}
+
+void PackingBound::AddFunction(std::vector<int64_t> u) {
+  Function f{std::move(u), {}};
+  for (int m : sizes_) f.by_value.push_back(m);
+  auto worse = [&f](int a, int b) {
+    // a keeps less milli per unit of u than b; sizes with u = 0 cost nothing and come last.
+    const int64_t ua = f.u[static_cast<size_t>(a)], ub = f.u[static_cast<size_t>(b)];
+    if (ua == 0 || ub == 0) return ub == 0 && ua != 0;
+    return int64_t{a} * ub < int64_t{b} * ua;
+  };
+  std::stable_sort(f.by_value.begin(), f.by_value.end(), worse);
+  functions_.push_back(std::move(f));
+}
+
+void PackingBound::AddSize(int m) {
+  sizes_.push_back(m);
+  for (Function& f : functions_) {
+    const int64_t um = f.u[static_cast<size_t>(m)];
+    auto it = std::find_if(f.by_value.begin(), f.by_value.end(), [&](int b) {
+      const int64_t ub = f.u[static_cast<size_t>(b)];
+      if (um == 0) return false;
+      return ub == 0 || int64_t{m} * ub < int64_t{b} * um;
+    });
+    f.by_value.insert(it, m);
+  }
+  if (m >= kWhole) return;
+  for (int t : {m + 1, kWhole + 1 - m}) {
+    if (t < 1 || t > kWhole / 2) continue;
+    std::vector<int64_t> u(kWhole + 1);
+    for (int x = 0; x <= kWhole; ++x) {
+      const int v = x > kWhole - t ? kWhole : (x < t ? 0 : x);
+      u[static_cast<size_t>(x)] = int64_t{v} * kScale;
+    }
+    AddFunction(std::move(u));
+  }
+}
+
+void PackingBound::Add(const Pod& pod) {
+  if (pod.demand_milli() <= 0) return;
+  const int m = pod.gpu_milli >= kWhole ? kWhole : pod.gpu_milli;
+  if (count_[static_cast<size_t>(m)] == 0) AddSize(m);
+  count_[static_cast<size_t>(m)] += pod.gpu_milli >= kWhole ? pod.num_gpu : 1;
+}
+
+int64_t PackingBound::Bound() const {
+  int64_t placed = 0;
+  for (int m : sizes_) placed += int64_t{m} * count_[static_cast<size_t>(m)];
+  int64_t best = placed;
+  for (const Function& f : functions_) {
+    int64_t size = 0;
+    for (int m : sizes_) size += f.u[static_cast<size_t>(m)] * count_[static_cast<size_t>(m)];
+    int64_t excess = size - capacity_;
+    int64_t kept = placed;
+    // Drop the sizes that keep the least milli per unit of u first, fractionally; the milli
+    // dropped is rounded down, so what is kept stays an upper bound.
+    for (size_t i = 0; excess > 0 && i < f.by_value.size(); ++i) {
+      const int m = f.by_value[i];
+      const int64_t um = f.u[static_cast<size_t>(m)];
+      if (um == 0) break;
+      const int64_t drop = std::min(excess, um * count_[static_cast<size_t>(m)]);
+      kept -= drop * m / um;
+      excess -= drop;
+    }
+    best = std::min(best, kept);
+  }
+  return best;
+}
+
+OfflineBound::OfflineBound(const fleet::Fleet& fleet) : packing_(fleet.total_gpus()) {
   for (size_t i = 0; i < fleet.size(); ++i) {
     const fleet::Node& node = fleet.node(fleet::NodeIndex(static_cast<uint32_t>(i)));
     const int gpus = static_cast<int>(node.gpus.size());
@@ -93,13 +182,14 @@ int64_t OfflineBound::Augment() {
 }
 
 int64_t OfflineBound::Add(const Pod& pod) {
-  if (pod.demand_milli() <= 0) return flow_;
+  if (pod.demand_milli() <= 0) return bound_milli();
+  packing_.Add(pod);
   const size_t v = group_vertex_[GroupOf(pod)];
   cap_[kSource * n_ + v] += pod.demand_milli();
   // Only the new source capacity can open paths, so augmenting until none is left restores a
   // maximum flow.
   for (int64_t f = Augment(); f > 0; f = Augment()) flow_ += f;
-  return flow_;
+  return bound_milli();
 }
 
 Curve BoundCurve(const std::vector<Pod>& pods, const std::vector<uint32_t>& order,

@@ -7,9 +7,15 @@
 // GPUs for k-GPU pods; a kind takes at most its GPU milli. Any placement is such a flow, so the
 // maximum flow bounds every placement. The flow is grown pod by pod (augmenting paths), so a whole
 // run's curve costs about one search per GPU pod.
+// The flow treats a GPU's milli as fluid, so it misses what packing shares into GPUs wastes (two
+// 600-milli shares never share a GPU). PackingBound adds that: for a dual feasible function u
+// (any set of shares that fits on one GPU has u-sizes summing to at most one GPU), every placement
+// has total u-size at most the fleet's GPUs, and the best fractional knapsack under that budget
+// bounds the milli placed. The bound is the least of the flow and every such knapsack.
 // Thread-safety: OfflineBound is a value owned by one thread; BoundCurve is a pure function.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +28,32 @@ namespace tessera::sim {
 // The policy name under which `tessera sim` runs the bound instead of a scheduler.
 inline constexpr char kOfflineBoundPolicy[] = "offline-bound";
 
+// The knapsack bound over a family of dual feasible functions, grown pod by pod. Whole GPUs are
+// their own u-size under every function; only shares are rounded.
+class PackingBound {
+ public:
+  explicit PackingBound(int64_t total_gpus);
+
+  void Add(const Pod& pod);
+  // The least, over the family, of the most milli the pods added so far could place.
+  int64_t Bound() const;
+
+ private:
+  // u-sizes are in units of 1/kScale milli, so that u = 1000 / k is exact for every k <= 10.
+  static constexpr int64_t kScale = 2520;
+  struct Function {
+    std::vector<int64_t> u;     // u[m] for m = 0..1000 milli, scaled.
+    std::vector<int> by_value;  // The sizes seen, by milli per u ascending: the first to drop.
+  };
+  void AddFunction(std::vector<int64_t> u);
+  void AddSize(int milli);
+
+  int64_t capacity_;                 // GPUs * 1000 * kScale.
+  std::vector<int64_t> count_;       // count_[m]: GPUs held at m milli; m = 1000 for whole GPUs.
+  std::vector<int> sizes_;           // The m with count_[m] > 0, as they first appeared.
+  std::vector<Function> functions_;  // The family; grows as new share sizes appear.
+};
+
 class OfflineBound {
  public:
   // `fleet` is the empty cluster; only its nodes' GPU models and counts are read.
@@ -30,7 +62,7 @@ class OfflineBound {
   // Adds one arrived pod and returns the bound on allocated GPU milli for every pod added so far.
   int64_t Add(const Pod& pod);
 
-  int64_t bound_milli() const { return flow_; }
+  int64_t bound_milli() const { return std::min(flow_, packing_.Bound()); }
 
  private:
   struct Group {
@@ -54,6 +86,7 @@ class OfflineBound {
   std::vector<int64_t> cap_;
   std::vector<size_t> group_vertex_;
   int64_t flow_ = 0;
+  PackingBound packing_;
 };
 
 // The bound's curve over `order` (indices into `pods`), bucketed as a policy's run is

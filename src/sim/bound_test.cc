@@ -73,6 +73,45 @@ TEST(OfflineBoundTest, BoundsByDemandModelsAndGpusPerNode) {
   }
 }
 
+// Shares that cannot share a GPU: the flow alone sees fluid milli, the packing bound sees GPUs.
+TEST(OfflineBoundTest, CountsWhatPackingSharesIntoGpusMustWaste) {
+  const fleet::Fleet four = Nodes("a,64000,262144,4,V100M16\n");  // 4 GPUs.
+  const fleet::Fleet one = Nodes("a,64000,262144,1,V100M16\n");   // 1 GPU.
+  struct Case {
+    std::string what;
+    const fleet::Fleet* fleet;
+    std::vector<Pod> pods;
+    int64_t bound;  // The true optimum in every case here.
+  };
+  const std::vector<Case> cases = {
+      {"no two 600s share a GPU", &four, std::vector<Pod>(6, MakePod(1, 600)), 2400},
+      {"an 810 leaves 190 only small shares use",
+       &four,
+       {MakePod(1, 810), MakePod(1, 810), MakePod(1, 810), MakePod(1, 810), MakePod(1, 810),
+        MakePod(1, 150)},
+       3390},
+      {"three 470s: two per GPU", &one, std::vector<Pod>(3, MakePod(1, 470)), 940},
+      {"shares that fit exactly lose nothing",
+       &one,
+       {MakePod(1, 500), MakePod(1, 250), MakePod(1, 250)},
+       1000},
+      {"whole GPUs and shares",
+       &four,
+       {MakePod(2, 1000), MakePod(1, 700), MakePod(1, 700), MakePod(1, 700)},
+       3400},
+  };
+  for (const Case& c : cases) {
+    OfflineBound bound(*c.fleet);
+    int64_t last = 0;
+    for (const Pod& p : c.pods) {
+      const int64_t b = bound.Add(p);
+      EXPECT_GE(b, last) << c.what;
+      last = b;
+    }
+    EXPECT_EQ(bound.bound_milli(), c.bound) << c.what;
+  }
+}
+
 // The bound is at or above every policy's allocation at every arrived bucket.
 void ExpectBoundAboveEveryPolicy(const Scenario& s, const std::vector<uint64_t>& seeds) {
   std::vector<std::string> policies = sched::PolicyNames();

@@ -79,21 +79,25 @@ std::string Charts(const std::vector<PolicySummary>& summaries) {
   return out;
 }
 
+std::string Distance(double pp) { return std::isnan(pp) ? "&ndash;" : fmt::format("{:+.2f}", pp); }
+
 std::string Table(const std::vector<PolicySummary>& summaries) {
   std::string out =
       "<table>\n<tr><th>policy</th><th>seeds</th><th>unallocated GPU % at 100% arrived</th>"
-      "<th>unallocated GPU % at 130% arrived</th><th>pods</th><th>placed</th><th>failed</th>"
+      "<th>unallocated GPU % at 130% arrived</th><th>distance to the offline bound at 100%, "
+      "pp</th><th>at 130%, pp</th><th>pods</th><th>placed</th><th>failed</th>"
       "<th>placements/s</th><th>wall s</th></tr>\n";
   for (const PolicySummary& s : summaries) {
     std::string seeds;
     for (const uint64_t seed : s.seeds)
       seeds += fmt::format("{}{}", seeds.empty() ? "" : ",", seed);
+    const BoundDistance d = DistanceToBound(summaries, s);
     out += fmt::format(
-        "<tr><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.0f}</td>"
-        "<td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.3f}</td></tr>\n",
+        "<tr><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.3f}</td></tr>\n",
         HtmlEscape(s.policy), seeds, s.seeds.size(), Cell(s.unallocated_at_100),
-        Cell(s.unallocated_at_130), s.pods.mean, s.placed.mean, s.failed.mean,
-        s.placements_per_second.mean, s.wall_seconds.mean);
+        Cell(s.unallocated_at_130), Distance(d.at_100), Distance(d.at_130), s.pods.mean,
+        s.placed.mean, s.failed.mean, s.placements_per_second.mean, s.wall_seconds.mean);
   }
   return out + "</table>\n";
 }
@@ -119,7 +123,10 @@ std::string ReportHtml(const ReportInfo& info, const std::vector<PolicySummary>&
   out +=
       "<p class=\"note\">Figures are the mean &plusmn; sample standard deviation over seeds. "
       "Unallocated GPU % = 100 &minus; allocated GPU milli / capacity, bucketed by arrived GPU "
-      "demand as the FGD authors do (mean of the per-pod rows in each bucket).</p>\n";
+      "demand as the FGD authors do (mean of the per-pod rows in each bucket). The distance to "
+      "the offline bound is the policy's unallocated % minus the bound's, when the run included "
+      "<code>offline-bound</code>: a proven floor under every policy "
+      "(docs/offline-bound.md).</p>\n";
   out += Charts(summaries);
   out += "</body>\n</html>\n";
   return out;

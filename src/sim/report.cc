@@ -6,9 +6,11 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 
 #include "common/csv.h"
+#include "sim/bound.h"
 
 namespace tessera::sim {
 
@@ -128,19 +130,40 @@ std::vector<PolicySummary> Summarize(const std::vector<RunStats>& runs) {
   return out;
 }
 
+BoundDistance DistanceToBound(const std::vector<PolicySummary>& summaries, const PolicySummary& s) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  const auto bound = std::find_if(summaries.begin(), summaries.end(), [](const PolicySummary& b) {
+    return b.policy == kOfflineBoundPolicy;
+  });
+  auto diff = [](const Figure& a, const Figure& b) {
+    return a.n > 0 && b.n > 0 ? a.mean - b.mean : kNaN;
+  };
+  if (bound == summaries.end()) return {kNaN, kNaN};
+  return {diff(s.unallocated_at_100, bound->unallocated_at_100),
+          diff(s.unallocated_at_130, bound->unallocated_at_130)};
+}
+
 std::string SummaryText(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
   std::string out = fmt::format(
       "trace {} ({} pods, {} typical classes)\ncluster {} ({} nodes, {} GPUs), inflate {:g}\n\n",
       info.trace, info.trace_pods, info.typical_classes, info.nodes, info.node_count,
       info.gpu_count, info.inflate);
-  out += fmt::format("{:<16} {:>5} {:>18} {:>18} {:>8} {:>8} {:>8} {:>10} {:>8}\n", "policy",
-                     "seeds", "unalloc% @100", "unalloc% @130", "pods", "placed", "failed",
-                     "placed/s", "wall s");
+  out += fmt::format("{:<16} {:>5} {:>18} {:>18} {:>10} {:>8} {:>8} {:>8} {:>10} {:>8}\n", "policy",
+                     "seeds", "unalloc% @100", "unalloc% @130", "bound+ @100", "pods", "placed",
+                     "failed", "placed/s", "wall s");
   for (const PolicySummary& s : summaries) {
-    out += fmt::format("{:<16} {:>5} {:>18} {:>18} {:>8.0f} {:>8.0f} {:>8.0f} {:>10.0f} {:>8.3f}\n",
-                       s.policy, s.seeds.size(), MeanSd(s.unallocated_at_100),
-                       MeanSd(s.unallocated_at_130), s.pods.mean, s.placed.mean, s.failed.mean,
-                       s.placements_per_second.mean, s.wall_seconds.mean);
+    const BoundDistance d = DistanceToBound(summaries, s);
+    out += fmt::format(
+        "{:<16} {:>5} {:>18} {:>18} {:>10} {:>8.0f} {:>8.0f} {:>8.0f} {:>10.0f} {:>8.3f}\n",
+        s.policy, s.seeds.size(), MeanSd(s.unallocated_at_100), MeanSd(s.unallocated_at_130),
+        std::isnan(d.at_100) ? "-" : fmt::format("{:+.2f}", d.at_100), s.pods.mean, s.placed.mean,
+        s.failed.mean, s.placements_per_second.mean, s.wall_seconds.mean);
+  }
+  if (std::any_of(summaries.begin(), summaries.end(),
+                  [](const PolicySummary& s) { return s.policy == kOfflineBoundPolicy; })) {
+    out +=
+        "\nbound+ @100: the policy's unallocated % minus the offline bound's (a floor under "
+        "every policy; docs/offline-bound.md)\n";
   }
   return out;
 }
@@ -169,6 +192,9 @@ nlohmann::json SummaryJson(const ReportInfo& info, const std::vector<RunStats>& 
                         {"failed", FigureJson(s.failed)},
                         {"wall_seconds", FigureJson(s.wall_seconds)},
                         {"placements_per_second", FigureJson(s.placements_per_second)}});
+    const BoundDistance d = DistanceToBound(summaries, s);
+    if (!std::isnan(d.at_100)) policies.back()["distance_to_bound_pp_at_100"] = d.at_100;
+    if (!std::isnan(d.at_130)) policies.back()["distance_to_bound_pp_at_130"] = d.at_130;
   }
   j["policies"] = std::move(policies);
   return j;

@@ -38,6 +38,13 @@ struct PolicySummary {
 // Groups `runs` by policy, in first-seen order.
 std::vector<PolicySummary> Summarize(const std::vector<RunStats>& runs);
 
+// A policy's distance to the offline bound (policy - bound, unallocated GPU pp) at arrived = 100%
+// and 130%, from the summaries' means; NaN where the bound did not run or a bucket is empty.
+struct BoundDistance {
+  double at_100 = 0, at_130 = 0;
+};
+BoundDistance DistanceToBound(const std::vector<PolicySummary>& summaries, const PolicySummary& s);
+
 // What the runs were about, for the reports' headers.
 struct ReportInfo {
   std::string trace;  // The pod list.

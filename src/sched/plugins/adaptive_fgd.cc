@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -92,18 +93,117 @@ Choice Evaluate(const Need& need, const FragModel& model, const NodeFit& fit, co
   return best;
 }
 
-class AdaptiveFgdPolicy final : public Policy {
+// What guarded-fgd learns beyond the workload: the CPU GPU requests ask per milli-GPU, and how much
+// of the demand is pinned to which GPU models.
+class Guard {
  public:
-  std::string_view Name() const override { return "adaptive-fgd"; }
+  void Observe(const Need& need) {
+    if (need.kind == Kind::kMig) return;
+    const double demand = static_cast<double>(need.milli) * need.count;
+    if (demand <= 0) return;
+    demand_ += demand;
+    gpu_request_cpu_ += static_cast<double>(need.cpu);
+    if (need.mask == 0) return;
+    auto it = std::find_if(pinned_.begin(), pinned_.end(),
+                           [&](const auto& p) { return p.first == need.mask; });
+    if (it == pinned_.end()) {
+      pinned_.emplace_back(need.mask, demand);
+    } else {
+      it->second += demand;
+    }
+  }
 
-  void Observe(const Need& need) override { workload_.Add(need); }
+  // Called once per decision, before Cost: refreshes each model's scarcity from the fleet.
+  void Prepare(const NodeTable& nodes) {
+    if (pinned_.empty()) return;
+    models_.clear();
+    double cluster_free = 0;
+    for (uint32_t n = 0; n < nodes.size(); ++n) {
+      const NodeFit& f = nodes.fit(n);
+      if (f.model_bit == 0) continue;
+      Model& m = ModelOf(f.model_bit);
+      m.capacity += static_cast<double>(nodes.gpus(n).count) * fleet::kMilliPerGpu;
+      m.free += f.gpu_free;
+      cluster_free += f.gpu_free;
+    }
+    for (const auto& [mask, demand] : pinned_) {
+      double capacity = 0;
+      for (const Model& m : models_) capacity += (mask & m.bit) ? m.capacity : 0;
+      if (capacity <= 0) continue;
+      for (Model& m : models_) {
+        if (mask & m.bit) m.pinned += demand * m.capacity / capacity;
+      }
+    }
+    for (Model& m : models_) {
+      const double to_come = m.pinned / demand_ * cluster_free;
+      m.scarcity = m.free > 0 ? std::min(1.0, to_come / m.free) : 1.0;
+    }
+  }
+
+  // The guard's part of the cost of placing `need` on node n (milli-GPU), before the scarcity
+  // penalty is made relative to the feasible nodes' least.
+  double Stranding(const Need& need, const NodeFit& f) const {
+    if (gpu_request_cpu_ <= 0) return 0;
+    const double kappa = gpu_request_cpu_ / demand_;
+    const double g = f.gpu_free, c = static_cast<double>(f.cpu_free);
+    const double take = static_cast<double>(need.milli) * need.count;
+    return StrandedMilli(g - take, c - static_cast<double>(need.cpu), kappa) -
+           StrandedMilli(g, c, kappa);
+  }
+  double Scarcity(const Need& need, ModelMask bit) const {
+    if (pinned_.empty()) return 0;
+    for (const Model& m : models_) {
+      if (m.bit == bit) return static_cast<double>(need.milli) * need.count * m.scarcity;
+    }
+    return 0;
+  }
+
+ private:
+  struct Model {
+    ModelMask bit = 0;
+    double capacity = 0, free = 0, pinned = 0, scarcity = 0;
+  };
+  Model& ModelOf(ModelMask bit) {
+    for (Model& m : models_) {
+      if (m.bit == bit) return m;
+    }
+    return models_.emplace_back(Model{.bit = bit});
+  }
+
+  double demand_ = 0;           // Milli-GPU requested, every GPU request seen.
+  double gpu_request_cpu_ = 0;  // CPU milli those requests asked.
+  std::vector<std::pair<ModelMask, double>> pinned_;  // Demand seen per allowed-model mask.
+  std::vector<Model> models_;
+};
+
+class OnlineFgdPolicy final : public Policy {
+ public:
+  explicit OnlineFgdPolicy(bool guarded) : guarded_(guarded) {}
+  std::string_view Name() const override { return guarded_ ? "guarded-fgd" : "adaptive-fgd"; }
+
+  void Observe(const Need& need) override {
+    workload_.Add(need);
+    if (guarded_) guard_.Observe(need);
+  }
 
   void Score(const Need& need, const NodeTable& nodes, std::span<const uint32_t> feasible,
              std::span<int32_t> scores) override {
+    cost_.assign(feasible.size(), 0.0);
+    if (guarded_) {
+      guard_.Prepare(nodes);
+      double least = std::numeric_limits<double>::infinity();
+      for (size_t i = 0; i < feasible.size(); ++i) {
+        cost_[i] = guard_.Scarcity(need, nodes.fit(feasible[i]).model_bit);
+        least = std::min(least, cost_[i]);
+      }
+      for (size_t i = 0; i < feasible.size(); ++i) {
+        cost_[i] += guard_.Stranding(need, nodes.fit(feasible[i])) - least;
+      }
+    }
     for (size_t i = 0; i < feasible.size(); ++i) {
       const uint32_t n = feasible[i];
       const Choice c = Evaluate(need, workload_.model(), nodes.fit(n), nodes.gpus(n));
-      scores[i] = AdaptiveFgdScore(c.delta);
+      scores[i] = AdaptiveFgdScore(c.delta + cost_[i]);
     }
   }
 
@@ -117,15 +217,27 @@ class AdaptiveFgdPolicy final : public Policy {
   }
 
  private:
+  const bool guarded_;
   LearnedWorkload workload_;
+  Guard guard_;
+  std::vector<double> cost_;  // Per feasible node, reused across decisions.
 };
 
 }  // namespace
 
 int32_t AdaptiveFgdScore(double delta) { return FgdScore(0, delta); }
 
+double StrandedMilli(double gpu_free, double cpu_free, double cpu_per_milli) {
+  if (cpu_per_milli <= 0) return 0;
+  return std::max(0.0, gpu_free - std::max(0.0, cpu_free) / cpu_per_milli);
+}
+
 std::unique_ptr<Policy> NewAdaptiveFgdPolicy(const PolicyEnv&) {
-  return std::make_unique<AdaptiveFgdPolicy>();
+  return std::make_unique<OnlineFgdPolicy>(/*guarded=*/false);
+}
+
+std::unique_ptr<Policy> NewGuardedFgdPolicy(const PolicyEnv&) {
+  return std::make_unique<OnlineFgdPolicy>(/*guarded=*/true);
 }
 
 }  // namespace tessera::sched

@@ -1,13 +1,30 @@
-// Adaptive FGD ("adaptive-fgd"): FGD's fragmentation gradient (plugins/fgd.h), made online.
-// FGD is handed its target workload, the typical pods of the whole trace, before the first pod
-// arrives; this policy learns it from the requests seen so far (Policy::Observe) and nothing
-// else: classes (cpu, per-GPU milli, GPU count, allowed models) counted as they arrive, the most
-// frequent kept up to 95% of the requests, weighted by frequency. The model is rebuilt whenever
-// the count seen has grown by a quarter (at least 64), so a run rebuilds it a few dozen times.
-//   score = FGD's int(sigmoid((F(before) - F(after)) / 1000) * 100), F against the learned model;
-//   ties go to the framework's seeded node order, as FGD's do. (A finer score, or a best-fit
-//   tie-break, measured worse: docs/offline-bound.md.)
-//   A share goes to the lowest-index GPU with the best score, as FGD's does.
+// FGD made online, and Tessera's default placement policy built on it.
+//
+// "adaptive-fgd": FGD's fragmentation gradient (plugins/fgd.h) against a target workload learned
+// from the requests seen so far (Policy::Observe) and nothing else. FGD is handed the typical pods
+// of the whole trace before the first pod arrives; this policy counts classes (cpu, per-GPU milli,
+// GPU count, allowed models) as they arrive and keeps the most frequent up to 95% of the requests,
+// weighted by frequency. The model is rebuilt whenever the count seen has grown by a quarter (at
+// least 64), so a run rebuilds it a few dozen times.
+//   score = FGD's int(sigmoid(-delta / 1000) * 100), delta = F(after) - F(before) against the
+//   learned model; ties go to the framework's seeded node order, as FGD's do. (A finer score, or a
+//   best-fit tie-break, measured worse: docs/offline-bound.md.)
+//
+// "guarded-fgd": adaptive-fgd whose delta also counts, in the same milli-GPU, two losses that FGD's
+// one-pod-at-a-time view misses (docs/offline-bound.md measures each):
+//   CPU stranding. A node's free GPUs need CPU to be rented out. With kappa the CPU the GPU
+//     requests seen so far asked per milli-GPU, a node with g free milli and c free CPU strands
+//     S = max(0, g - c / kappa) milli. FGD's classes test whether *one* pod still fits, so it
+//     happily lets CPU-only pods drain a node whose eight GPUs then go unrented; delta gains
+//     S(after) - S(before).
+//   Scarce models. Requests pinned to some GPU models (gpu_spec) have nowhere else to go. Each
+//     model's pinned demand rate (pinned milli seen per milli seen; a request pinned to several
+//     models split over them by capacity), times the cluster's free milli, is the pinned demand
+//     still to come; over the model's free milli it is the model's scarcity s (capped at 1).
+//     delta gains demand * s for the node's model, less the least such penalty among the
+//     feasible nodes, so a request that can go elsewhere keeps off models its pinned peers need,
+//     and the score of a request with a single choice of model is FGD's.
+// Both terms are zero until requests that need them have been seen; neither reads the future.
 // Thread-safety: see plugin.h.
 #pragma once
 
@@ -19,10 +36,15 @@
 
 namespace tessera::sched {
 
-// The score of a node whose fragmentation against the learned model changes by `delta`
-// (F(after) - F(before), milli-GPU): FGD's truncated sigmoid, 0..100, 50 for no change.
+// The score of a node whose cost (fragmentation change, and for guarded-fgd the stranding and
+// scarcity terms; milli-GPU) is `delta`: FGD's truncated sigmoid, 0..100, 50 for no change.
 int32_t AdaptiveFgdScore(double delta);
 
+// Milli-GPU that `cpu_free` CPU milli cannot serve out of `gpu_free` free milli, when each
+// milli-GPU rented needs `cpu_per_milli` CPU milli; 0 when the CPU covers every free GPU.
+double StrandedMilli(double gpu_free, double cpu_free, double cpu_per_milli);
+
 std::unique_ptr<Policy> NewAdaptiveFgdPolicy(const PolicyEnv& env);
+std::unique_ptr<Policy> NewGuardedFgdPolicy(const PolicyEnv& env);
 
 }  // namespace tessera::sched
