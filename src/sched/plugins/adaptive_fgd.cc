@@ -93,12 +93,14 @@ Choice Evaluate(const Need& need, const FragModel& model, const NodeFit& fit, co
   return best;
 }
 
-// What guarded-fgd learns beyond the workload: the CPU GPU requests ask per milli-GPU, and how much
-// of the demand is pinned to which GPU models.
+// What guarded-fgd learns beyond the workload (the CPU requests ask, per milli-GPU asked, and how
+// much of the demand is pinned to which GPU models) and what it reads from the fleet before each
+// decision.
 class Guard {
  public:
   void Observe(const Need& need) {
     if (need.kind == Kind::kMig) return;
+    cpu_ += static_cast<double>(need.cpu);
     const double demand = static_cast<double>(need.milli) * need.count;
     if (demand <= 0) return;
     demand_ += demand;
@@ -113,18 +115,31 @@ class Guard {
     }
   }
 
-  // Called once per decision, before Cost: refreshes each model's scarcity from the fleet.
+  // Called once per decision, before the costs: the CPU each free milli-GPU should keep, and each
+  // model's scarcity, from one pass over the fleet.
   void Prepare(const NodeTable& nodes) {
-    if (pinned_.empty()) return;
+    double free_cpu = 0, free_gpu = 0;
     models_.clear();
-    double cluster_free = 0;
     for (uint32_t n = 0; n < nodes.size(); ++n) {
       const NodeFit& f = nodes.fit(n);
-      if (f.model_bit == 0) continue;
+      free_cpu += static_cast<double>(std::max<int64_t>(0, f.cpu_free));
+      free_gpu += f.gpu_free;
+      if (f.model_bit == 0 || pinned_.empty()) continue;
       Model& m = ModelOf(f.model_bit);
       m.capacity += static_cast<double>(nodes.gpus(n).count) * fleet::kMilliPerGpu;
       m.free += f.gpu_free;
-      cluster_free += f.gpu_free;
+    }
+    kappa_ = 0;
+    if (demand_ > 0) {
+      // GPU requests need kg CPU per milli-GPU; with CPU-only requests the workload needs ka. The
+      // fleet's free CPU per free milli-GPU is kf. pressure = the share of the free CPU beyond
+      // the GPU requests' need that CPU-only requests would take: near 0, CPU-only requests fit
+      // in the slack and a GPU only needs kg; at 1, CPU is as scarce as GPU and every free GPU
+      // must keep its share of all the CPU asked. The square keeps kg until CPU truly runs short.
+      const double kg = gpu_request_cpu_ / demand_, ka = cpu_ / demand_;
+      const double kf = free_gpu > 0 ? free_cpu / free_gpu : 0;
+      const double pressure = kf > kg ? std::clamp((ka - kg) / (kf - kg), 0.0, 1.0) : 1.0;
+      kappa_ = kg + (ka - kg) * pressure * pressure;
     }
     for (const auto& [mask, demand] : pinned_) {
       double capacity = 0;
@@ -135,23 +150,20 @@ class Guard {
       }
     }
     for (Model& m : models_) {
-      const double to_come = m.pinned / demand_ * cluster_free;
+      const double to_come = m.pinned / demand_ * free_gpu;
       m.scarcity = m.free > 0 ? std::min(1.0, to_come / m.free) : 1.0;
     }
   }
 
-  // The guard's part of the cost of placing `need` on node n (milli-GPU), before the scarcity
-  // penalty is made relative to the feasible nodes' least.
+  // How much more GPU milli node f strands for want of CPU once `need` is placed on it.
   double Stranding(const Need& need, const NodeFit& f) const {
-    if (gpu_request_cpu_ <= 0) return 0;
-    const double kappa = gpu_request_cpu_ / demand_;
     const double g = f.gpu_free, c = static_cast<double>(f.cpu_free);
     const double take = static_cast<double>(need.milli) * need.count;
-    return StrandedMilli(g - take, c - static_cast<double>(need.cpu), kappa) -
-           StrandedMilli(g, c, kappa);
+    return StrandedMilli(g - take, c - static_cast<double>(need.cpu), kappa_) -
+           StrandedMilli(g, c, kappa_);
   }
+  // The milli of pinned demand still to come that `need` would displace on a node of model `bit`.
   double Scarcity(const Need& need, ModelMask bit) const {
-    if (pinned_.empty()) return 0;
     for (const Model& m : models_) {
       if (m.bit == bit) return static_cast<double>(need.milli) * need.count * m.scarcity;
     }
@@ -170,10 +182,12 @@ class Guard {
     return models_.emplace_back(Model{.bit = bit});
   }
 
-  double demand_ = 0;           // Milli-GPU requested, every GPU request seen.
-  double gpu_request_cpu_ = 0;  // CPU milli those requests asked.
+  double cpu_ = 0;              // CPU milli asked by every request seen, CPU-only included.
+  double demand_ = 0;           // Milli-GPU asked by the GPU requests seen.
+  double gpu_request_cpu_ = 0;  // CPU milli those GPU requests asked.
   std::vector<std::pair<ModelMask, double>> pinned_;  // Demand seen per allowed-model mask.
-  std::vector<Model> models_;
+  double kappa_ = 0;           // CPU milli a free milli-GPU should keep; 0 = no estimate yet.
+  std::vector<Model> models_;  // Only while pinned demand has been seen.
 };
 
 class OnlineFgdPolicy final : public Policy {
