@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces the FGD paper's experiment grid with Tessera's scheduler and writes
-# docs/fgd-reproduction.md: 17 openb traces x 6 policies x seeds 42-51 (1,020 runs), our mean
+# docs/fgd-reproduction.md: 17 openb traces x every policy and the offline bound x seeds 42-51, our mean
 # unallocated GPU % beside the authors' published results at arrived = 100% and 130%.
 #
 # Usage: bench/fgd_repro.sh [extra `tessera sim repro` options, e.g. --jobs 2 --seeds 42-43]

@@ -211,7 +211,7 @@ void RegisterAll() {
       BM_Place(st, p, false);
     })->Unit(benchmark::kMillisecond);
   }
-  for (const std::string p : {"bestfit", "fgd"}) {
+  for (const std::string p : {"bestfit", "fgd", "guarded-fgd"}) {
     benchmark::RegisterBenchmark(("BM_Place/" + p + "/10k").c_str(),
                                  [p](benchmark::State& st) { BM_Place(st, p, true); })
         ->Unit(benchmark::kMillisecond)
@@ -222,11 +222,12 @@ void RegisterAll() {
                                  [p](benchmark::State& st) { BM_OpenbRun(st, p, "default"); })
         ->Unit(benchmark::kMillisecond);
   }
-  for (const std::string trace : {"gpuspec33", "gpushare100", "multigpu50"}) {
-    benchmark::RegisterBenchmark(("BM_OpenbRun/fgd/" + trace).c_str(), [trace](
-                                                                           benchmark::State& st) {
-      BM_OpenbRun(st, "fgd", trace);
-    })->Unit(benchmark::kMillisecond);
+  for (const std::string p : {"fgd", "guarded-fgd"}) {
+    for (const std::string trace : {"gpuspec33", "gpushare100", "multigpu50"}) {
+      benchmark::RegisterBenchmark(("BM_OpenbRun/" + p + "/" + trace).c_str(),
+                                   [p, trace](benchmark::State& st) { BM_OpenbRun(st, p, trace); })
+          ->Unit(benchmark::kMillisecond);
+    }
   }
 }
 

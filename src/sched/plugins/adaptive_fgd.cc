@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <limits>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "sched/plugins/fgd.h"
+#include "sched/score_cache.h"
 
 namespace tessera::sched {
 
@@ -119,13 +121,14 @@ class Guard {
   // model's scarcity, from one pass over the fleet.
   void Prepare(const NodeTable& nodes) {
     double free_cpu = 0, free_gpu = 0;
-    models_.clear();
+    const bool pinned = !pinned_.empty();
+    if (pinned) models_.fill(Model{});
     for (uint32_t n = 0; n < nodes.size(); ++n) {
       const NodeFit& f = nodes.fit(n);
       free_cpu += static_cast<double>(std::max<int64_t>(0, f.cpu_free));
       free_gpu += f.gpu_free;
-      if (f.model_bit == 0 || pinned_.empty()) continue;
-      Model& m = ModelOf(f.model_bit);
+      if (!pinned || f.model_bit == 0) continue;
+      Model& m = models_[static_cast<size_t>(std::countr_zero(f.model_bit))];
       m.capacity += static_cast<double>(nodes.gpus(n).count) * fleet::kMilliPerGpu;
       m.free += f.gpu_free;
     }
@@ -141,12 +144,16 @@ class Guard {
       const double pressure = kf > kg ? std::clamp((ka - kg) / (kf - kg), 0.0, 1.0) : 1.0;
       kappa_ = kg + (ka - kg) * pressure * pressure;
     }
+    if (!pinned) return;
     for (const auto& [mask, demand] : pinned_) {
       double capacity = 0;
-      for (const Model& m : models_) capacity += (mask & m.bit) ? m.capacity : 0;
+      for (ModelMask rest = mask; rest != 0; rest &= rest - 1) {
+        capacity += models_[static_cast<size_t>(std::countr_zero(rest))].capacity;
+      }
       if (capacity <= 0) continue;
-      for (Model& m : models_) {
-        if (mask & m.bit) m.pinned += demand * m.capacity / capacity;
+      for (ModelMask rest = mask; rest != 0; rest &= rest - 1) {
+        Model& m = models_[static_cast<size_t>(std::countr_zero(rest))];
+        m.pinned += demand * m.capacity / capacity;
       }
     }
     for (Model& m : models_) {
@@ -164,30 +171,22 @@ class Guard {
   }
   // The milli of pinned demand still to come that `need` would displace on a node of model `bit`.
   double Scarcity(const Need& need, ModelMask bit) const {
-    for (const Model& m : models_) {
-      if (m.bit == bit) return static_cast<double>(need.milli) * need.count * m.scarcity;
-    }
-    return 0;
+    if (pinned_.empty() || bit == 0) return 0;
+    const Model& m = models_[static_cast<size_t>(std::countr_zero(bit))];
+    return static_cast<double>(need.milli) * need.count * m.scarcity;
   }
 
  private:
   struct Model {
-    ModelMask bit = 0;
     double capacity = 0, free = 0, pinned = 0, scarcity = 0;
   };
-  Model& ModelOf(ModelMask bit) {
-    for (Model& m : models_) {
-      if (m.bit == bit) return m;
-    }
-    return models_.emplace_back(Model{.bit = bit});
-  }
 
   double cpu_ = 0;              // CPU milli asked by every request seen, CPU-only included.
   double demand_ = 0;           // Milli-GPU asked by the GPU requests seen.
   double gpu_request_cpu_ = 0;  // CPU milli those GPU requests asked.
   std::vector<std::pair<ModelMask, double>> pinned_;  // Demand seen per allowed-model mask.
-  double kappa_ = 0;           // CPU milli a free milli-GPU should keep; 0 = no estimate yet.
-  std::vector<Model> models_;  // Only while pinned demand has been seen.
+  double kappa_ = 0;                // CPU milli a free milli-GPU should keep; 0 = no estimate yet.
+  std::array<Model, 64> models_{};  // By GPU model index; only while pinned demand has been seen.
 };
 
 class OnlineFgdPolicy final : public Policy {
@@ -196,7 +195,7 @@ class OnlineFgdPolicy final : public Policy {
   std::string_view Name() const override { return guarded_ ? "guarded-fgd" : "adaptive-fgd"; }
 
   void Observe(const Need& need) override {
-    workload_.Add(need);
+    if (workload_.Add(need)) cache_.Clear();  // Scores against the old model are stale.
     if (guarded_) guard_.Observe(need);
   }
 
@@ -214,10 +213,15 @@ class OnlineFgdPolicy final : public Policy {
         cost_[i] += guard_.Stranding(need, nodes.fit(feasible[i])) - least;
       }
     }
+    auto& cache = cache_.For(need, nodes.size());
     for (size_t i = 0; i < feasible.size(); ++i) {
       const uint32_t n = feasible[i];
-      const Choice c = Evaluate(need, workload_.model(), nodes.fit(n), nodes.gpus(n));
-      scores[i] = AdaptiveFgdScore(c.delta + cost_[i]);
+      auto& slot = cache[n];
+      if (slot.epoch != nodes.epoch(n)) {
+        slot.value = Evaluate(need, workload_.model(), nodes.fit(n), nodes.gpus(n)).delta;
+        slot.epoch = nodes.epoch(n);
+      }
+      scores[i] = AdaptiveFgdScore(slot.value + cost_[i]);
     }
   }
 
@@ -234,7 +238,8 @@ class OnlineFgdPolicy final : public Policy {
   const bool guarded_;
   LearnedWorkload workload_;
   Guard guard_;
-  std::vector<double> cost_;  // Per feasible node, reused across decisions.
+  std::vector<double> cost_;      // Per feasible node, reused across decisions.
+  NodeScoreCache<double> cache_;  // Fragmentation deltas against the current learned model.
 };
 
 }  // namespace

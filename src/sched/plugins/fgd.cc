@@ -2,8 +2,9 @@
 
 #include <array>
 #include <cmath>
-#include <unordered_map>
 #include <vector>
+
+#include "sched/score_cache.h"
 
 namespace tessera::sched {
 
@@ -43,30 +44,6 @@ FgdChoice ShareScore(const Need& need, const FragModel& model, const NodeFit& fi
   return best;
 }
 
-// One cached score per node for one request shape; valid while the node's epoch is unchanged.
-struct ShapeKey {
-  int64_t cpu = 0;
-  int64_t gpu_mem = 0;
-  int milli = 0;
-  int count = 0;
-  Kind kind = Kind::kCpuOnly;
-  bool operator==(const ShapeKey&) const = default;
-};
-struct ShapeKeyHash {
-  size_t operator()(const ShapeKey& k) const {
-    uint64_t h = static_cast<uint64_t>(k.cpu) * 0x9e3779b97f4a7c15ULL;
-    h ^= (static_cast<uint64_t>(k.milli) << 20 | static_cast<uint64_t>(k.count) << 8 |
-          static_cast<uint64_t>(k.kind)) *
-         0xc2b2ae3d27d4eb4fULL;
-    h ^= static_cast<uint64_t>(k.gpu_mem) * 0x165667b19e3779f9ULL;
-    return static_cast<size_t>(h ^ (h >> 29));
-  }
-};
-struct ScoreCache {
-  std::vector<uint32_t> epoch;  // 0: nothing cached.
-  std::vector<int8_t> score;
-};
-
 class FgdPolicy final : public Policy {
  public:
   explicit FgdPolicy(const FragModel* model) : model_(model) {}
@@ -74,16 +51,16 @@ class FgdPolicy final : public Policy {
 
   void Score(const Need& need, const NodeTable& nodes, std::span<const uint32_t> feasible,
              std::span<int32_t> scores) override {
-    ScoreCache& cache = CacheFor(need, nodes.size());
+    auto& cache = cache_.For(need, nodes.size());
     for (size_t i = 0; i < feasible.size(); ++i) {
       const uint32_t n = feasible[i];
-      const uint32_t epoch = nodes.epoch(n);
-      if (cache.epoch[n] != epoch) {
-        cache.score[n] = static_cast<int8_t>(
+      auto& slot = cache[n];
+      if (slot.epoch != nodes.epoch(n)) {
+        slot.value = static_cast<int8_t>(
             FgdNodeScore(need, *model_, nodes.fit(n), nodes.gpus(n), nodes.frag(n)).score);
-        cache.epoch[n] = epoch;
+        slot.epoch = nodes.epoch(n);
       }
-      scores[i] = cache.score[n];
+      scores[i] = slot.value;
     }
   }
 
@@ -97,27 +74,8 @@ class FgdPolicy final : public Policy {
   }
 
  private:
-  // A bound on distinct shapes kept; past it the caches start over (the openb traces have at
-  // most a few hundred shapes, so this never happens there).
-  static constexpr size_t kMaxShapes = 1024;
-
-  ScoreCache& CacheFor(const Need& need, size_t nodes) {
-    const ShapeKey key{need.cpu, need.gpu_mem, need.milli, need.count, need.kind};
-    auto it = caches_.find(key);
-    if (it == caches_.end()) {
-      if (caches_.size() >= kMaxShapes) caches_.clear();
-      it = caches_.emplace(key, ScoreCache{}).first;
-    }
-    ScoreCache& cache = it->second;
-    if (cache.epoch.size() < nodes) {
-      cache.epoch.resize(nodes, 0);
-      cache.score.resize(nodes, 0);
-    }
-    return cache;
-  }
-
   const FragModel* model_;
-  std::unordered_map<ShapeKey, ScoreCache, ShapeKeyHash> caches_;
+  NodeScoreCache<int8_t> cache_;
 };
 
 }  // namespace
