@@ -34,6 +34,7 @@ class LearnedWorkload {
     return true;
   }
   const FragModel& model() const { return model_; }
+  std::span<const double> hole_waste() const { return hole_waste_; }
 
  private:
   using Key = std::tuple<int64_t, int, int, ModelMask>;  // cpu, milli, count, mask.
@@ -54,6 +55,12 @@ class LearnedWorkload {
     }
     for (WorkloadClass& c : w) c.weight /= static_cast<double>(kept);
     model_ = FragModel(w);
+    std::map<int, double> per_gpu;  // Per-GPU milli -> GPUs asked; every request, rare ones too.
+    for (const auto& [key, count] : counts_) {
+      const auto& [cpu, milli, gpus, mask] = key;
+      if (milli > 0) per_gpu[milli] += static_cast<double>(count * gpus);
+    }
+    hole_waste_ = HoleWaste({per_gpu.begin(), per_gpu.end()});
   }
 
   static constexpr double kCoverage = 0.95;
@@ -61,6 +68,7 @@ class LearnedWorkload {
   int64_t seen_ = 0;
   int64_t next_rebuild_ = 1;
   FragModel model_{Workload{}};
+  std::vector<double> hole_waste_ = std::vector<double>(fleet::kMilliPerGpu + 1, 0.0);
 };
 
 struct Choice {
@@ -68,7 +76,10 @@ struct Choice {
   int gpu = -1;  // A share's GPU.
 };
 
-Choice Evaluate(const Need& need, const FragModel& model, const NodeFit& fit, const NodeGpus& g) {
+// The fragmentation change of placing `need` on a node; for a share, the best GPU's, where a
+// non-empty `hole_waste` (guarded-fgd) also counts the change in the expected waste of the hole.
+Choice Evaluate(const Need& need, const FragModel& model, std::span<const double> hole_waste,
+                const NodeFit& fit, const NodeGpus& g) {
   FreeArray free = g.free;
   const int64_t cpu_after = fit.cpu_free - need.cpu;
   const double before = model.NodeFrag(fit.model_bit, fit.cpu_free, Span(free, g.count));
@@ -80,7 +91,10 @@ Choice Evaluate(const Need& need, const FragModel& model, const NodeFit& fit, co
       const auto k = static_cast<size_t>(i);
       const int16_t v = free[k];
       free[k] = static_cast<int16_t>(v - need.milli);
-      const double d = model.NodeFrag(fit.model_bit, cpu_after, Span(free, g.count)) - before;
+      double d = model.NodeFrag(fit.model_bit, cpu_after, Span(free, g.count)) - before;
+      if (!hole_waste.empty()) {
+        d += hole_waste[static_cast<size_t>(v - need.milli)] - hole_waste[static_cast<size_t>(v)];
+      }
       free[k] = v;
       if (!found || AdaptiveFgdScore(d) > AdaptiveFgdScore(best.delta)) {
         best.delta = d;
@@ -218,7 +232,8 @@ class OnlineFgdPolicy final : public Policy {
       const uint32_t n = feasible[i];
       auto& slot = cache[n];
       if (slot.epoch != nodes.epoch(n)) {
-        slot.value = Evaluate(need, workload_.model(), nodes.fit(n), nodes.gpus(n)).delta;
+        slot.value =
+            Evaluate(need, workload_.model(), HoleWaste(), nodes.fit(n), nodes.gpus(n)).delta;
         slot.epoch = nodes.epoch(n);
       }
       scores[i] = AdaptiveFgdScore(slot.value + cost_[i]);
@@ -228,13 +243,17 @@ class OnlineFgdPolicy final : public Policy {
   bool SelectGpus(const Need& need, const NodeTable& nodes, uint32_t n,
                   fleet::Assignment* a) override {
     if (need.kind != Kind::kShare) return GrantNonShare(need, nodes, n, a);
-    const Choice c = Evaluate(need, workload_.model(), nodes.fit(n), nodes.gpus(n));
+    const Choice c = Evaluate(need, workload_.model(), HoleWaste(), nodes.fit(n), nodes.gpus(n));
     if (c.gpu < 0) return false;
     GrantShare(need, c.gpu, a);
     return true;
   }
 
  private:
+  std::span<const double> HoleWaste() const {
+    return guarded_ ? workload_.hole_waste() : std::span<const double>{};
+  }
+
   const bool guarded_;
   LearnedWorkload workload_;
   Guard guard_;
@@ -245,6 +264,20 @@ class OnlineFgdPolicy final : public Policy {
 }  // namespace
 
 int32_t AdaptiveFgdScore(double delta) { return FgdScore(0, delta); }
+
+std::vector<double> HoleWaste(const std::vector<std::pair<int, double>>& sizes) {
+  std::vector<double> waste(fleet::kMilliPerGpu + 1, 0.0);
+  for (int h = 1; h <= fleet::kMilliPerGpu; ++h) {
+    double fitting = 0, after = 0;
+    for (const auto& [milli, weight] : sizes) {
+      if (milli > h || weight <= 0) continue;
+      fitting += weight;
+      after += weight * waste[static_cast<size_t>(h - std::min(milli, h))];
+    }
+    waste[static_cast<size_t>(h)] = fitting > 0 ? after / fitting : h;
+  }
+  return waste;
+}
 
 double StrandedMilli(double gpu_free, double cpu_free, double cpu_per_milli) {
   if (cpu_per_milli <= 0) return 0;

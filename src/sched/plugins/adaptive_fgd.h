@@ -10,13 +10,14 @@
 //   learned model; ties go to the framework's seeded node order, as FGD's do. (A finer score, or a
 //   best-fit tie-break, measured worse: docs/offline-bound.md.)
 //
-// "guarded-fgd": adaptive-fgd whose delta also counts, in the same milli-GPU, two losses that FGD's
-// one-pod-at-a-time view misses (docs/offline-bound.md measures each):
-//   CPU stranding. A node's free GPUs need CPU to be rented out. With kappa the CPU the GPU
-//     requests seen so far asked per milli-GPU, a node with g free milli and c free CPU strands
-//     S = max(0, g - c / kappa) milli. FGD's classes test whether *one* pod still fits, so it
-//     happily lets CPU-only pods drain a node whose eight GPUs then go unrented; delta gains
-//     S(after) - S(before).
+// "guarded-fgd": adaptive-fgd whose delta also counts, in the same milli-GPU, three losses that
+// FGD's one-pod-at-a-time view misses (docs/offline-bound.md measures each):
+//   CPU stranding. A node's free GPUs need CPU to be rented out. With kappa the CPU a free
+//     milli-GPU should keep, a node with g free milli and c free CPU strands
+//     S = max(0, g - c / kappa) milli; delta gains S(after) - S(before). FGD's classes test
+//     whether *one* pod still fits, so it lets CPU-only pods drain a node whose GPUs then go
+//     unrented. kappa is what the GPU requests seen asked per milli-GPU, rising toward what all
+//     requests seen asked (CPU-only included) as the fleet's spare CPU runs short.
 //   Scarce models. Requests pinned to some GPU models (gpu_spec) have nowhere else to go. Each
 //     model's pinned demand rate (pinned milli seen per milli seen; a request pinned to several
 //     models split over them by capacity), times the cluster's free milli, is the pinned demand
@@ -24,12 +25,18 @@
 //     delta gains demand * s for the node's model, less the least such penalty among the
 //     feasible nodes, so a request that can go elsewhere keeps off models its pinned peers need,
 //     and the score of a request with a single choice of model is FGD's.
-// Both terms are zero until requests that need them have been seen; neither reads the future.
+//   Share holes. FGD asks whether the next pod of each class fits a GPU's free milli; a hole that
+//     pods still fit can end as waste all the same, depending on what the sizes seen leave behind.
+//     With W(h) the expected milli a hole of h ends up wasting when fillers are drawn from the
+//     requests seen (HoleWaste), placing a share on a GPU costs W(free - milli) - W(free) more.
+// Every term is zero until requests that need it have been seen; none reads the future.
 // Thread-safety: see plugin.h.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "sched/frag.h"
 #include "sched/plugin.h"
@@ -39,6 +46,12 @@ namespace tessera::sched {
 // The score of a node whose cost (fragmentation change, and for guarded-fgd the stranding and
 // scarcity terms; milli-GPU) is `delta`: FGD's truncated sigmoid, 0..100, 50 for no change.
 int32_t AdaptiveFgdScore(double delta);
+
+// W(h) for h = 0..1000: the milli a GPU with h milli free ends up wasting when it keeps being
+// filled by requests drawn from `sizes` (per-GPU milli, weight; a whole GPU is 1000), each next
+// filler drawn by weight among those that fit, until none fits: W(h) = h when nothing fits, else
+// the weighted mean of W(h - m) over the sizes m <= h.
+std::vector<double> HoleWaste(const std::vector<std::pair<int, double>>& sizes);
 
 // Milli-GPU that `cpu_free` CPU milli cannot serve out of `gpu_free` free milli, when each
 // milli-GPU rented needs `cpu_per_milli` CPU milli; 0 when the CPU covers every free GPU.
