@@ -199,7 +199,7 @@ std::string BoundSection(const std::vector<ReproCell>& cells) {
              "bound on the GPU milli any policy could allocate from the same arrived pods, as an "
              "unallocated %: no policy can go below it. Distance = policy - bound. guarded-fgd is "
              "Tessera's policy (docs/scheduler.md); adaptive-fgd is FGD made online without "
-             "guarded-fgd's two guards. Target: guarded-fgd <= 0.85 x FGD, or at least half of "
+             "guarded-fgd's guards. Target: guarded-fgd <= 0.85 x FGD, or at least half of "
              "FGD's distance closed. **Met on {} of {} traces; worst change vs FGD {:+.2f} "
              "pp.**\n\n"
              "| trace | bound | fgd | adaptive-fgd | guarded-fgd | fgd distance | guarded-fgd "
