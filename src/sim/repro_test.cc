@@ -106,6 +106,16 @@ TEST(ReproTest, SetsOurPolicyBesideFgdAndTheBoundWithoutCountingThemAgainstTheAu
             std::string::npos)
       << md;
   EXPECT_NE(md.find("](fgd-default-unallocated.svg)"), std::string::npos) << md;
+  // Every policy's distance to the bound, in the order the policies first appear.
+  EXPECT_NE(md.find("| trace | bound @100 / @130 | fgd | guarded-fgd | adaptive-fgd |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| default | 1.00 / 1.00 | +4.00 / +4.00 | +3.00 / +3.00 | +3.80 / +3.80 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| cpu050 | 0.00 / 0.00 | +5.00 / +5.00 | +5.15 / +5.15 | n/a |"),
+            std::string::npos)
+      << md;
 }
 
 TEST(ReproTest, ChartsEveryPolicyOfTheTraceAndNothingForAnAbsentOne) {
