@@ -1,6 +1,7 @@
 #include "sched/node_table.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace tessera::sched {
 
@@ -72,6 +73,15 @@ void NodeTable::Refresh(uint32_t n) {
   Index(n);
 }
 
+void NodeTable::Count(const NodeFit& f, int gpus, int sign) {
+  total_cpu_free_ += sign * std::max<int64_t>(0, f.cpu_free);
+  total_gpu_free_ += sign * f.gpu_free;
+  if (f.model_bit == 0) return;
+  const auto m = static_cast<size_t>(std::countr_zero(f.model_bit));
+  model_gpus_[m] += sign * gpus;
+  model_gpu_free_[m] += sign * f.gpu_free;
+}
+
 void NodeTable::Read(uint32_t n) {
   const fleet::Node& node = fleet_->node(fleet::NodeIndex(n));
   NodeFit f;
@@ -101,6 +111,8 @@ void NodeTable::Read(uint32_t n) {
     }
   }
   f.whole_cap = static_cast<uint8_t>(whole);
+  Count(fit_[n], gpus_[n].count, -1);
+  Count(f, g.count, +1);
   fit_[n] = f;
   gpus_[n] = g;
   const double frag =

@@ -120,6 +120,12 @@ class NodeTable {
   uint32_t rank(uint32_t n) const { return ranks_[n]; }
   // Σ frag(n), kept up to date on every refresh.
   double total_frag() const { return total_frag_; }
+  // Fleet-wide sums over every node, kept up to date on every refresh: free CPU (negative free
+  // counts as 0), free GPU milli, and per GPU model index (< 64) its GPUs and their free milli.
+  int64_t total_cpu_free() const { return total_cpu_free_; }
+  int64_t total_gpu_free() const { return total_gpu_free_; }
+  int64_t model_gpus(int model) const { return model_gpus_[static_cast<size_t>(model)]; }
+  int64_t model_gpu_free(int model) const { return model_gpu_free_[static_cast<size_t>(model)]; }
 
   const fleet::Fleet& fleet() const { return *fleet_; }
   const FragModel& frag_model() const { return *frag_model_; }
@@ -143,6 +149,8 @@ class NodeTable {
 
   void Grow();
   void Read(uint32_t n);
+  // Adds (sign +1) or removes (-1) a node's summary from the fleet-wide sums.
+  void Count(const NodeFit& f, int gpus, int sign);
   void Unindex(uint32_t n);
   void Index(uint32_t n);
   void InsertIdle(uint32_t n, IdleGroup& g);
@@ -157,6 +165,8 @@ class NodeTable {
   std::vector<uint64_t> versions_;  // The fleet version each node was last read at.
   std::vector<uint32_t> ranks_;
   double total_frag_ = 0;
+  int64_t total_cpu_free_ = 0, total_gpu_free_ = 0;
+  std::array<int64_t, 64> model_gpus_{}, model_gpu_free_{};
 
   std::vector<IdleGroup> groups_;
   std::vector<int32_t> group_of_;  // A group index, kInUse or kUnindexed.

@@ -132,20 +132,10 @@ class Guard {
   }
 
   // Called once per decision, before the costs: the CPU each free milli-GPU should keep, and each
-  // model's scarcity, from one pass over the fleet.
+  // model's scarcity, from the node table's fleet-wide sums (no pass over the nodes).
   void Prepare(const NodeTable& nodes) {
-    double free_cpu = 0, free_gpu = 0;
-    const bool pinned = !pinned_.empty();
-    if (pinned) models_.fill(Model{});
-    for (uint32_t n = 0; n < nodes.size(); ++n) {
-      const NodeFit& f = nodes.fit(n);
-      free_cpu += static_cast<double>(std::max<int64_t>(0, f.cpu_free));
-      free_gpu += f.gpu_free;
-      if (!pinned || f.model_bit == 0) continue;
-      Model& m = models_[static_cast<size_t>(std::countr_zero(f.model_bit))];
-      m.capacity += static_cast<double>(nodes.gpus(n).count) * fleet::kMilliPerGpu;
-      m.free += f.gpu_free;
-    }
+    const auto free_cpu = static_cast<double>(nodes.total_cpu_free());
+    const auto free_gpu = static_cast<double>(nodes.total_gpu_free());
     kappa_ = 0;
     if (demand_ > 0) {
       // GPU requests need kg CPU per milli-GPU; with CPU-only requests the workload needs ka. The
@@ -158,7 +148,12 @@ class Guard {
       const double pressure = kf > kg ? std::clamp((ka - kg) / (kf - kg), 0.0, 1.0) : 1.0;
       kappa_ = kg + (ka - kg) * pressure * pressure;
     }
-    if (!pinned) return;
+    if (pinned_.empty()) return;
+    for (size_t m = 0; m < models_.size(); ++m) {
+      models_[m] = Model{.capacity = static_cast<double>(nodes.model_gpus(static_cast<int>(m)) *
+                                                         fleet::kMilliPerGpu),
+                         .free = static_cast<double>(nodes.model_gpu_free(static_cast<int>(m)))};
+    }
     for (const auto& [mask, demand] : pinned_) {
       double capacity = 0;
       for (ModelMask rest = mask; rest != 0; rest &= rest - 1) {

@@ -1,0 +1,70 @@
+#include "sched/node_table.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+
+#include "sched/frag.h"
+#include "sched/sched_testing.h"
+
+namespace tessera::sched {
+namespace {
+
+// The fleet-wide sums the table keeps as nodes change, against a scan of its own summaries.
+void ExpectSumsMatchAScan(const NodeTable& t) {
+  int64_t cpu = 0, gpu = 0;
+  std::array<int64_t, 64> gpus{}, free{};
+  for (uint32_t n = 0; n < t.size(); ++n) {
+    cpu += std::max<int64_t>(0, t.fit(n).cpu_free);
+    gpu += t.fit(n).gpu_free;
+    if (t.fit(n).model_bit == 0) continue;
+    const auto m = static_cast<size_t>(std::countr_zero(t.fit(n).model_bit));
+    gpus[m] += t.gpus(n).count;
+    free[m] += t.fit(n).gpu_free;
+  }
+  EXPECT_EQ(t.total_cpu_free(), cpu);
+  EXPECT_EQ(t.total_gpu_free(), gpu);
+  for (int m = 0; m < 64; ++m) {
+    EXPECT_EQ(t.model_gpus(m), gpus[static_cast<size_t>(m)]) << m;
+    EXPECT_EQ(t.model_gpu_free(m), free[static_cast<size_t>(m)]) << m;
+  }
+}
+
+TEST(NodeTableTest, KeepsFleetWideSumsThroughAllocationsReleasesAndNewNodes) {
+  auto fleet = testing::MakeFleet(
+      {testing::SharedNode("a", "G2", 8, 96), testing::SharedNode("b", "T4", 2, 32),
+       fleet::NodeSpec{.name = "cpu", .cpu_milli = 64000, .memory_mib = 65536}});
+  const FragModel model{Workload{}};
+  NodeTable t(fleet.get(), &model);
+  ExpectSumsMatchAScan(t);
+  EXPECT_EQ(t.total_gpu_free(), 10000);
+  EXPECT_EQ(t.model_gpus(testing::TheCatalog().FindGpuIndex("T4")->value), 2);
+
+  // A whole GPU and a 300-milli share on the G2 node, and most of the CPU-only node's CPU.
+  fleet::Assignment a{
+      .node = fleet::NodeIndex(0), .cpu_milli = 12000, .memory_mib = 1024, .gpu_count = 1};
+  a.gpus[0] = {.gpu = 0, .milli = 1000};
+  fleet::Assignment b{
+      .node = fleet::NodeIndex(0), .cpu_milli = 4000, .memory_mib = 1024, .gpu_count = 1};
+  b.gpus[0] = {.gpu = 1, .milli = 300};
+  fleet::Assignment c{.node = fleet::NodeIndex(2), .cpu_milli = 60000, .memory_mib = 1024};
+  for (const fleet::Assignment* x : {&a, &b, &c}) {
+    const Status s = fleet->Allocate(*x);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  t.Sync();
+  ExpectSumsMatchAScan(t);
+  EXPECT_EQ(t.total_gpu_free(), 10000 - 1300);
+  EXPECT_EQ(t.total_cpu_free(), 96000 - 16000 + 32000 + 64000 - 60000);
+
+  ASSERT_TRUE(fleet->Release(a).ok());
+  ASSERT_TRUE(fleet->Release(b).ok());
+  ASSERT_TRUE(fleet->AddNode(testing::SharedNode("c", "T4", 4, 32)).ok());
+  t.Sync();
+  ExpectSumsMatchAScan(t);
+  EXPECT_EQ(t.total_gpu_free(), 14000);
+  EXPECT_EQ(t.model_gpus(testing::TheCatalog().FindGpuIndex("T4")->value), 6);
+}
+
+}  // namespace
+}  // namespace tessera::sched
