@@ -58,6 +58,17 @@ class NodeScoreCache {
     return it->second;
   }
 
+  // The value cached in `slot` for a node now at `epoch`, after compute() refreshed it if the
+  // node changed since it was cached.
+  template <typename F>
+  static const T& Get(Slot& slot, uint32_t epoch, F&& compute) {
+    if (slot.epoch != epoch) {
+      slot.value = compute();
+      slot.epoch = epoch;
+    }
+    return slot.value;
+  }
+
   // Forgets everything, e.g. when what the scores are computed against has changed.
   void Clear() { shapes_.clear(); }
 

@@ -225,13 +225,10 @@ class OnlineFgdPolicy final : public Policy {
     auto& cache = cache_.For(need, nodes.size());
     for (size_t i = 0; i < feasible.size(); ++i) {
       const uint32_t n = feasible[i];
-      auto& slot = cache[n];
-      if (slot.epoch != nodes.epoch(n)) {
-        slot.value =
-            Evaluate(need, workload_.model(), HoleWaste(), nodes.fit(n), nodes.gpus(n)).delta;
-        slot.epoch = nodes.epoch(n);
-      }
-      scores[i] = AdaptiveFgdScore(slot.value + cost_[i]);
+      const double delta = NodeScoreCache<double>::Get(cache[n], nodes.epoch(n), [&] {
+        return Evaluate(need, workload_.model(), HoleWaste(), nodes.fit(n), nodes.gpus(n)).delta;
+      });
+      scores[i] = AdaptiveFgdScore(delta + cost_[i]);
     }
   }
 
@@ -267,7 +264,7 @@ std::vector<double> HoleWaste(const std::vector<std::pair<int, double>>& sizes) 
     for (const auto& [milli, weight] : sizes) {
       if (milli > h || weight <= 0) continue;
       fitting += weight;
-      after += weight * waste[static_cast<size_t>(h - std::min(milli, h))];
+      after += weight * waste[static_cast<size_t>(h - milli)];
     }
     waste[static_cast<size_t>(h)] = fitting > 0 ? after / fitting : h;
   }

@@ -54,13 +54,10 @@ class FgdPolicy final : public Policy {
     auto& cache = cache_.For(need, nodes.size());
     for (size_t i = 0; i < feasible.size(); ++i) {
       const uint32_t n = feasible[i];
-      auto& slot = cache[n];
-      if (slot.epoch != nodes.epoch(n)) {
-        slot.value = static_cast<int8_t>(
+      scores[i] = NodeScoreCache<int8_t>::Get(cache[n], nodes.epoch(n), [&] {
+        return static_cast<int8_t>(
             FgdNodeScore(need, *model_, nodes.fit(n), nodes.gpus(n), nodes.frag(n)).score);
-        slot.epoch = nodes.epoch(n);
-      }
-      scores[i] = slot.value;
+      });
     }
   }
 
