@@ -38,28 +38,26 @@ PackingBound::PackingBound(int64_t total_gpus)
   }
 }
 
+bool PackingBound::Function::Worse(int a, int b) const {
+  // a keeps less milli per unit of u than b; sizes with u = 0 cost nothing and come last.
+  const int64_t ua = u[static_cast<size_t>(a)], ub = u[static_cast<size_t>(b)];
+  if (ua == 0 || ub == 0) return ub == 0 && ua != 0;
+  return int64_t{a} * ub < int64_t{b} * ua;
+}
+
 void PackingBound::AddFunction(std::vector<int64_t> u) {
-  Function f{std::move(u), {}};
-  for (int m : sizes_) f.by_value.push_back(m);
-  auto worse = [&f](int a, int b) {
-    // a keeps less milli per unit of u than b; sizes with u = 0 cost nothing and come last.
-    const int64_t ua = f.u[static_cast<size_t>(a)], ub = f.u[static_cast<size_t>(b)];
-    if (ua == 0 || ub == 0) return ub == 0 && ua != 0;
-    return int64_t{a} * ub < int64_t{b} * ua;
-  };
-  std::stable_sort(f.by_value.begin(), f.by_value.end(), worse);
+  Function f{std::move(u), sizes_};
+  std::stable_sort(f.by_value.begin(), f.by_value.end(),
+                   [&f](int a, int b) { return f.Worse(a, b); });
   functions_.push_back(std::move(f));
 }
 
 void PackingBound::AddSize(int m) {
   sizes_.push_back(m);
   for (Function& f : functions_) {
-    const int64_t um = f.u[static_cast<size_t>(m)];
-    auto it = std::find_if(f.by_value.begin(), f.by_value.end(), [&](int b) {
-      const int64_t ub = f.u[static_cast<size_t>(b)];
-      if (um == 0) return false;
-      return ub == 0 || int64_t{m} * ub < int64_t{b} * um;
-    });
+    // After the sizes it is not worse than, so the order stays the stable sort's.
+    auto it = std::upper_bound(f.by_value.begin(), f.by_value.end(), m,
+                               [&f](int a, int b) { return f.Worse(a, b); });
     f.by_value.insert(it, m);
   }
   if (m >= kWhole) return;

@@ -42,8 +42,9 @@ class PackingBound {
   // u-sizes are in units of 1/kScale milli, so that u = 1000 / k is exact for every k <= 10.
   static constexpr int64_t kScale = 2520;
   struct Function {
-    std::vector<int64_t> u;     // u[m] for m = 0..1000 milli, scaled.
-    std::vector<int> by_value;  // The sizes seen, by milli per u ascending: the first to drop.
+    std::vector<int64_t> u;          // u[m] for m = 0..1000 milli, scaled.
+    std::vector<int> by_value;       // The sizes seen, by milli per u ascending: the first to drop.
+    bool Worse(int a, int b) const;  // Size a comes before size b in by_value.
   };
   void AddFunction(std::vector<int64_t> u);
   void AddSize(int milli);
