@@ -20,34 +20,9 @@ std::string Cell(const Figure& f) {
   return fmt::format("{:.2f} &plusmn; {:.2f}", f.mean, f.sd);
 }
 
-enum class Metric { kUnallocated, kFrag, kFragRatio };
-
-ChartSpec CurveChart(const std::vector<PolicySummary>& summaries, Metric metric) {
-  ChartSpec c;
-  c.x_label = "arrived GPU demand (% of cluster GPU capacity)";
-  c.x_min = 0;
-  c.x_max = kMaxArrivedPct;
-  for (size_t i = 0; i < summaries.size(); ++i) {
-    ChartSeries s;
-    s.name = summaries[i].policy;
-    s.color = SeriesColor(i);
-    for (const CurvePoint& p : summaries[i].mean_curve) {
-      double y = kNaN;
-      if (p.has_data) {
-        y = metric == Metric::kUnallocated ? p.unallocated_pct
-            : metric == Metric::kFrag      ? p.frag_pct
-                                           : p.frag_ratio_pct;
-      }
-      s.points.emplace_back(p.arrived_pct, y);
-    }
-    c.series.push_back(std::move(s));
-  }
-  return c;
-}
-
 std::string Charts(const std::vector<PolicySummary>& summaries) {
   std::string out;
-  ChartSpec full = CurveChart(summaries, Metric::kUnallocated);
+  ChartSpec full = CurveChart(summaries, CurveMetric::kUnallocated);
   full.id = "unalloc";
   full.title = "Unallocated GPU % (lower is better)";
   full.y_label = "unallocated GPU (% of capacity)";
@@ -55,21 +30,21 @@ std::string Charts(const std::vector<PolicySummary>& summaries) {
   full.y_max = 100;
   out += LineChartSvg(full);
 
-  ChartSpec zoom = CurveChart(summaries, Metric::kUnallocated);
+  ChartSpec zoom = CurveChart(summaries, CurveMetric::kUnallocated);
   zoom.id = "unalloc-zoom";
   zoom.title = "Unallocated GPU %, arrived 75-130% (as FGD's Fig. 9a)";
   zoom.y_label = "unallocated GPU (% of capacity)";
   zoom.x_min = 75;
   out += LineChartSvg(zoom);
 
-  ChartSpec frag = CurveChart(summaries, Metric::kFrag);
+  ChartSpec frag = CurveChart(summaries, CurveMetric::kFrag);
   frag.id = "frag";
   frag.title = "Fragmentation (% of cluster GPUs)";
   frag.y_label = "fragmented GPU (% of capacity)";
   frag.y_min = 0;
   out += LineChartSvg(frag);
 
-  ChartSpec ratio = CurveChart(summaries, Metric::kFragRatio);
+  ChartSpec ratio = CurveChart(summaries, CurveMetric::kFragRatio);
   ratio.id = "frag-ratio";
   ratio.title = "Fragmentation ratio (% of idle GPU)";
   ratio.y_label = "fragmented / idle GPU (%)";
@@ -103,6 +78,29 @@ std::string Table(const std::vector<PolicySummary>& summaries) {
 }
 
 }  // namespace
+
+ChartSpec CurveChart(const std::vector<PolicySummary>& summaries, CurveMetric metric) {
+  ChartSpec c;
+  c.x_label = "arrived GPU demand (% of cluster GPU capacity)";
+  c.x_min = 0;
+  c.x_max = kMaxArrivedPct;
+  for (size_t i = 0; i < summaries.size(); ++i) {
+    ChartSeries s;
+    s.name = summaries[i].policy;
+    s.color = SeriesColor(i);
+    for (const CurvePoint& p : summaries[i].mean_curve) {
+      double y = kNaN;
+      if (p.has_data) {
+        y = metric == CurveMetric::kUnallocated ? p.unallocated_pct
+            : metric == CurveMetric::kFrag      ? p.frag_pct
+                                                : p.frag_ratio_pct;
+      }
+      s.points.emplace_back(p.arrived_pct, y);
+    }
+    c.series.push_back(std::move(s));
+  }
+  return c;
+}
 
 std::string ReportHtml(const ReportInfo& info, const std::vector<PolicySummary>& summaries) {
   std::string out = fmt::format(

@@ -16,6 +16,7 @@
 
 #include "common/result.h"
 #include "sim/run.h"
+#include "sim/svg_chart.h"
 
 namespace tessera::sim {
 
@@ -55,6 +56,12 @@ struct ReportInfo {
   int64_t trace_pods = 0;       // In the original trace.
   int64_t typical_classes = 0;  // Of the target workload.
 };
+
+// One line per policy (its mean curve over seeds) against arrived %: unallocated GPU %,
+// fragmentation % of capacity, or fragmentation % of idle GPU. Arrived 0-130%; callers narrow the
+// range and set the id, title and y label.
+enum class CurveMetric { kUnallocated, kFrag, kFragRatio };
+ChartSpec CurveChart(const std::vector<PolicySummary>& summaries, CurveMetric metric);
 
 // A plain-text table for the terminal: one line per policy.
 std::string SummaryText(const ReportInfo& info, const std::vector<PolicySummary>& summaries);

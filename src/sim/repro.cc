@@ -246,35 +246,17 @@ std::string BoundSection(const std::vector<ReproCell>& cells) {
 }  // namespace
 
 std::string ReproChartSvg(const std::vector<RunStats>& runs, const std::string& trace) {
-  std::vector<std::string> policies;
+  std::vector<RunStats> of_trace;
   for (const RunStats& r : runs) {
-    if (CanonicalTraceName(r.trace) != trace) continue;
-    if (std::find(policies.begin(), policies.end(), r.spec.policy) == policies.end()) {
-      policies.push_back(r.spec.policy);
-    }
+    if (CanonicalTraceName(r.trace) == trace) of_trace.push_back(r);
   }
-  if (policies.empty()) return "";
-  ChartSpec spec;
+  if (of_trace.empty()) return "";
+  ChartSpec spec = CurveChart(Summarize(of_trace), CurveMetric::kUnallocated);
   spec.id = "repro-" + trace;
   // Arrived 75-130%, as the paper's Fig. 9a: below it every policy places everything.
   spec.title = "Unallocated GPU %, trace " + trace + ", arrived 75-130% (mean over seeds)";
-  spec.x_label = "arrived GPU demand, % of capacity";
   spec.y_label = "unallocated GPU %";
   spec.x_min = 75;
-  spec.x_max = kMaxArrivedPct;
-  for (size_t i = 0; i < policies.size(); ++i) {
-    std::vector<Curve> curves;
-    for (const RunStats& r : runs) {
-      if (CanonicalTraceName(r.trace) == trace && r.spec.policy == policies[i]) {
-        curves.push_back(r.curve);
-      }
-    }
-    ChartSeries series{policies[i], SeriesColor(i), {}};
-    for (const CurvePoint& p : MeanCurve(curves)) {
-      series.points.emplace_back(p.arrived_pct, p.has_data ? p.unallocated_pct : std::nan(""));
-    }
-    spec.series.push_back(std::move(series));
-  }
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + LineChartSvg(spec) + "\n";
 }
 
