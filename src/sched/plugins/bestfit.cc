@@ -1,6 +1,7 @@
 #include "sched/plugins/bestfit.h"
 
 #include "sched/plugins/dotprod.h"
+#include "sched/plugins/summary_score.h"
 
 namespace tessera::sched {
 
@@ -18,25 +19,6 @@ int BestFitScoreFloat(int64_t cpu_free, int64_t gpu_free, int64_t cpu_req, int64
   return static_cast<int>(static_cast<int64_t>(score));
 }
 
-class BestFitPolicy final : public Policy {
- public:
-  std::string_view Name() const override { return "bestfit"; }
-
-  void Score(const Need& need, const NodeTable& nodes, std::span<const uint32_t> feasible,
-             std::span<int32_t> scores) override {
-    const int64_t gpu_req = int64_t{need.milli} * need.count;
-    for (size_t i = 0; i < feasible.size(); ++i) {
-      const NodeFit& f = nodes.fit(feasible[i]);
-      scores[i] = BestFitScore(f.cpu_free, f.gpu_free, need.cpu, gpu_req);
-    }
-  }
-
-  bool SelectGpus(const Need& need, const NodeTable& nodes, uint32_t n,
-                  fleet::Assignment* a) override {
-    return GrantBest(need, nodes, n, a);
-  }
-};
-
 }  // namespace
 
 int BestFitScore(int64_t cpu_free, int64_t gpu_free, int64_t cpu_req, int64_t gpu_req) {
@@ -52,7 +34,7 @@ int BestFitScore(int64_t cpu_free, int64_t gpu_free, int64_t cpu_req, int64_t gp
 }
 
 std::unique_ptr<Policy> NewBestFitPolicy(const PolicyEnv&) {
-  return std::make_unique<BestFitPolicy>();
+  return NewSummaryScorePolicy("bestfit", BestFitScore);
 }
 
 }  // namespace tessera::sched

@@ -1,5 +1,7 @@
 #include "sched/plugins/dotprod.h"
 
+#include "sched/plugins/summary_score.h"
+
 namespace tessera::sched {
 
 namespace {
@@ -21,25 +23,6 @@ int DotProductScoreFloat(int64_t cpu_free, int64_t gpu_free, int64_t cpu_req, in
   return static_cast<int>(static_cast<int64_t>(100.0 * score));
 }
 
-class DotProductPolicy final : public Policy {
- public:
-  std::string_view Name() const override { return "dotprod"; }
-
-  void Score(const Need& need, const NodeTable& nodes, std::span<const uint32_t> feasible,
-             std::span<int32_t> scores) override {
-    const int64_t gpu_req = int64_t{need.milli} * need.count;
-    for (size_t i = 0; i < feasible.size(); ++i) {
-      const NodeFit& f = nodes.fit(feasible[i]);
-      scores[i] = DotProductScore(f.cpu_free, f.gpu_free, need.cpu, gpu_req);
-    }
-  }
-
-  bool SelectGpus(const Need& need, const NodeTable& nodes, uint32_t n,
-                  fleet::Assignment* a) override {
-    return GrantBest(need, nodes, n, a);
-  }
-};
-
 }  // namespace
 
 int DotProductScore(int64_t cpu_free, int64_t gpu_free, int64_t cpu_req, int64_t gpu_req) {
@@ -56,7 +39,7 @@ int DotProductScore(int64_t cpu_free, int64_t gpu_free, int64_t cpu_req, int64_t
 }
 
 std::unique_ptr<Policy> NewDotProductPolicy(const PolicyEnv&) {
-  return std::make_unique<DotProductPolicy>();
+  return NewSummaryScorePolicy("dotprod", DotProductScore);
 }
 
 }  // namespace tessera::sched
