@@ -127,19 +127,7 @@ std::optional<fleet::Assignment> Scheduler::Schedule(const Request& r) {
     s.policy->Score(need, s.table, nodes, scores);
     winner = s.Select(nodes, scores);
   }
-  fleet::Assignment a = BaseAssignment(need, winner);
-  if (!s.policy->SelectGpus(need, s.table, winner, &a)) {
-    s.last_error = Status::Internal(
-        fmt::format("policy '{}' chose node '{}' but found no GPUs on it", s.policy->Name(),
-                    fleet_->node(fleet::NodeIndex(winner)).name));
-    return std::nullopt;
-  }
-  Status booked = Book(a);
-  if (!booked.ok()) {
-    s.last_error = std::move(booked);
-    return std::nullopt;
-  }
-  return a;
+  return Grant(need, winner);
 }
 
 std::optional<fleet::Assignment> Scheduler::ScheduleOn(const Request& r, fleet::NodeIndex n) {
@@ -152,10 +140,16 @@ std::optional<fleet::Assignment> Scheduler::ScheduleOn(const Request& r, fleet::
   if (s.filter->Filter(need, s.table, std::span<const uint32_t>(&node, 1), &node) == 0) {
     return std::nullopt;
   }
+  return Grant(need, node);
+}
+
+std::optional<fleet::Assignment> Scheduler::Grant(const Need& need, uint32_t node) {
+  State& s = *state_;
   fleet::Assignment a = BaseAssignment(need, node);
   if (!s.policy->SelectGpus(need, s.table, node, &a)) {
-    s.last_error = Status::Internal(fmt::format("policy '{}' found no GPUs on feasible node '{}'",
-                                                s.policy->Name(), fleet_->node(n).name));
+    s.last_error =
+        Status::Internal(fmt::format("policy '{}' found no GPUs on feasible node '{}'",
+                                     s.policy->Name(), fleet_->node(fleet::NodeIndex(node)).name));
     return std::nullopt;
   }
   Status booked = Book(a);

@@ -20,6 +20,8 @@
 
 namespace tessera::sched {
 
+struct Need;  // fit.h: a request digested for the filter and the policies.
+
 // Bit i set = catalog GPU model with GpuModelIndex i is allowed. 0 means any model.
 using ModelMask = uint64_t;
 
@@ -105,6 +107,9 @@ class Scheduler {
  private:
   struct State;  // Per-node caches, the node order, the RNG, the plugins, scratch space.
   Scheduler(fleet::Fleet* fleet, Options options, std::unique_ptr<State> state);
+  // Asks the policy for the GPUs of `need` on feasible node `node` and books them; nullopt, with
+  // last_error set, when either fails (a bug: the node passed the filter).
+  std::optional<fleet::Assignment> Grant(const Need& need, uint32_t node);
   Status Book(const fleet::Assignment& a);
 
   fleet::Fleet* fleet_;
