@@ -25,7 +25,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-constexpr const char* kAdmin = "tsr_bench_admin_token";
+constexpr const char* kAdmin =
+    "tsr_00000000000000000000000000000000000000000000000000000000000000b1";
 
 // Many nodes of 8 shared L40S: room for every share the benchmark creates.
 std::string WriteFleet(const testing::TempDir& dir) {

@@ -12,7 +12,8 @@
 
 namespace tessera {
 
-inline constexpr const char* kAdminToken = "tsr_test_admin_token_0123456789";
+inline constexpr const char* kAdminToken =
+    "tsr_0000000000000000000000000000000000000000000000000000000000000001";
 
 // One node of 2 exclusive H100s, one A100-40GB in MIG mode, one L40S shared: small enough that
 // tests fill it on purpose.

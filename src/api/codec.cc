@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "common/ids.h"
 #include "common/json.h"
+#include "common/text.h"
 
 namespace tessera::api {
 
@@ -51,41 +53,91 @@ Status BodyStatus(const JsonFields& f) {
 
 }  // namespace
 
+namespace {
+
+constexpr std::string_view kNameRule =
+    "must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit";
+
+// A quota in GPUs (fractions allowed), as milli-GPU.
+int64_t QuotaMilli(JsonFields& f, bool required) {
+  JsonFields q = f.Object("quota", required);
+  q.RejectUnknown({"gpus"});
+  const double gpus = q.Number("gpus", 0, 1e6, !q.absent());
+  return static_cast<int64_t>(gpus * 1000 + 0.5);
+}
+
+}  // namespace
+
 Result<CreateTenantRequest> ParseCreateTenant(const json& body) {
   JsonFields f(body, "body");
   f.RejectUnknown({"name", "quota"});
   CreateTenantRequest r;
   r.name = f.String("name");
-  if (f.ok() && !IsValidIdBody(r.name)) {
-    f.Fail("name", "must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit");
+  if (f.ok() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
+  r.quota_gpu_milli = QuotaMilli(f, /*required=*/false);
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  return r;
+}
+
+Result<UpdateTenantRequest> ParseUpdateTenant(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"quota", "disabled"});
+  UpdateTenantRequest r;
+  if (body.is_object() && body.contains("quota")) r.quota_gpu_milli = QuotaMilli(f, true);
+  if (body.is_object() && body.contains("disabled")) r.disabled = f.Bool("disabled");
+  if (f.ok() && !r.quota_gpu_milli && !r.disabled) {
+    f.Fail("quota", "give quota, disabled or both");
   }
-  if (const json* quota = f.Get("quota"); quota) {
-    JsonFields q(*quota, "body");
-    q.RejectUnknown({"gpus"});
-    const double gpus = q.Number("gpus", 0, 1e6);
-    for (const auto& e : q.errors()) f.Fail("quota", e.substr(e.find("field")));
-    r.quota_gpu_milli = static_cast<int64_t>(gpus * 1000 + 0.5);
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  return r;
+}
+
+Result<RotateTokenRequest> ParseRotateToken(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"grace_seconds", "revoke_previous"});
+  RotateTokenRequest r;
+  const int64_t max =
+      std::chrono::duration_cast<std::chrono::seconds>(core::kMaxTokenGrace).count();
+  r.grace = std::chrono::seconds(f.Int("grace_seconds", 0, max, false, 3600));
+  const bool revoke = f.Bool("revoke_previous", false, false);
+  if (revoke && body.contains("grace_seconds")) {
+    f.Fail("revoke_previous", "give either revoke_previous or grace_seconds, not both");
   }
+  if (revoke) r.grace = Duration::zero();
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
   return r;
 }
 
 Result<core::CreateInstanceRequest> ParseCreateInstance(const json& body) {
   JsonFields f(body, "body");
-  f.RejectUnknown({"billing", "name", "command", "restart", "instance_type", "gpu_model", "gpus",
-                   "mig_profile", "milli_gpu", "gpu_memory_mib", "vcpus", "memory_mib", "nvlink"});
+  f.RejectUnknown({"billing", "name", "command", "restart", "labels", "annotations",
+                   "instance_type", "gpu_model", "gpus", "mig_profile", "milli_gpu",
+                   "gpu_memory_mib", "vcpus", "memory_mib", "nvlink"});
   core::CreateInstanceRequest r;
   const std::string billing = f.String("billing");
   if (f.ok()) {
     if (auto b = core::ParseBilling(billing)) {
       r.billing = *b;
     } else {
-      f.Fail("billing", fmt::format("'{}' is not on_demand, reserved or spot", billing));
+      f.Fail("billing", fmt::format("'{}' is not on_demand, reserved or spot",
+                                    EscapeForTerminal(billing.substr(0, 40))));
     }
   }
   r.name = f.String("name", false);
+  if (!r.name.empty() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
   r.command = f.String("command", false);
+  if (r.command.size() > kMaxCommandBytes) {
+    f.Fail("command", fmt::format("is {} bytes; at most {}", r.command.size(), kMaxCommandBytes));
+  }
   r.restart = f.Bool("restart", false, true);
+  r.labels = f.StringMap("labels", false);
+  r.annotations = f.StringMap("annotations", false);
+  if (f.ok()) {
+    for (const Status& s :
+         {core::ValidateLabels(r.labels), core::ValidateAnnotations(r.annotations)}) {
+      if (!s.ok()) return s;
+    }
+  }
   r.instance_type = f.String("instance_type", false);
   const bool custom = body.is_object() && body.contains("gpu_model");
   if (!r.instance_type.empty() && custom) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "catalog/catalog.h"
@@ -25,15 +26,32 @@ HttpError ToHttpError(const Status& s);
 // {"error": {"code": code, "message": message}}.
 nlohmann::json ErrorBody(const std::string& code, const std::string& message);
 
-// POST /v1/tenants: {name, quota: {gpus}}.
+// The most a `command` may hold.
+inline constexpr size_t kMaxCommandBytes = 64 << 10;
+
+// POST /v1/tenants: {name, quota?: {gpus}}.
 struct CreateTenantRequest {
   std::string name;
   int64_t quota_gpu_milli = 0;
 };
 Result<CreateTenantRequest> ParseCreateTenant(const nlohmann::json& body);
 
-// POST /v1/instances: billing, optional name/command/restart, and the shape as instance_type or
-// {gpu_model, gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus, memory_mib, nvlink?}.
+// PATCH /v1/tenants/{id}: {quota?: {gpus}, disabled?}, at least one.
+struct UpdateTenantRequest {
+  std::optional<int64_t> quota_gpu_milli;
+  std::optional<bool> disabled;
+};
+Result<UpdateTenantRequest> ParseUpdateTenant(const nlohmann::json& body);
+
+// POST /v1/tenants/{id}/tokens: {grace_seconds?: 0..30 days (default 3600) | revoke_previous?}.
+struct RotateTokenRequest {
+  Duration grace = std::chrono::hours(1);
+};
+Result<RotateTokenRequest> ParseRotateToken(const nlohmann::json& body);
+
+// POST /v1/instances: billing, optional name/command/restart/labels/annotations, and the shape
+// as instance_type or {gpu_model, gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus,
+// memory_mib, nvlink?}.
 Result<core::CreateInstanceRequest> ParseCreateInstance(const nlohmann::json& body);
 
 // GET /v1/instance-types: every type with its shape and its price in each billing mode.

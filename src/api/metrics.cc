@@ -25,7 +25,43 @@ void Metrics::CountRequest(const std::string& method, const std::string& route, 
   ++requests_[{method, route, status}];
 }
 
-std::string Metrics::Render(const core::State& state) const {
+void Metrics::CountRefusal(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refusals_[reason];
+}
+
+namespace {
+
+void Gauge(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+           int64_t value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+void HttpSection(std::string& out, const HttpStats& h) {
+  Gauge(out, "tessera_http_connections", "gauge", "Open HTTP connections.", h.connections_open);
+  Gauge(out, "tessera_http_connections_accepted_total", "counter", "HTTP connections accepted.",
+        h.connections_accepted);
+  Gauge(out, "tessera_http_requests_in_flight", "gauge",
+        "Requests read and not yet answered (long polls included).", h.in_flight);
+  out +=
+      "# HELP tessera_http_refused_total Connections and requests the HTTP layer refused, by "
+      "reason.\n# TYPE tessera_http_refused_total counter\n";
+  for (const auto& [reason, n] : {std::pair{"connection_limit", h.refused_total_limit},
+                                  {"address_connection_limit", h.refused_address_limit},
+                                  {"overloaded", h.refused_overloaded},
+                                  {"timeout", h.timeouts},
+                                  {"too_large", h.too_large},
+                                  {"malformed", h.malformed}}) {
+    out += fmt::format("tessera_http_refused_total{{reason=\"{}\"}} {}\n", reason, n);
+  }
+  Gauge(out, "tessera_http_handler_exceptions_total", "counter",
+        "Exceptions caught at the request barrier (each answered 500 and logged).",
+        h.handler_exceptions);
+}
+
+}  // namespace
+
+std::string Metrics::Render(const core::State& state, const HttpStats& http) const {
   std::string out;
   // Instances by state, billing and tenant.
   std::map<std::tuple<std::string, std::string, std::string>, int64_t> instances;
@@ -78,7 +114,13 @@ std::string Metrics::Render(const core::State& state) const {
   out += fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"+Inf\"}} {}\n", h.count);
   out += fmt::format("tessera_scheduling_latency_seconds_sum {:g}\n", h.sum);
   out += fmt::format("tessera_scheduling_latency_seconds_count {}\n", h.count);
+  HttpSection(out, http);
   std::lock_guard<std::mutex> lock(mu_);
+  out += "# HELP tessera_api_refused_total Requests refused before their route ran, by reason.\n";
+  out += "# TYPE tessera_api_refused_total counter\n";
+  for (const auto& [reason, n] : refusals_) {
+    out += fmt::format("tessera_api_refused_total{{reason=\"{}\"}} {}\n", reason, n);
+  }
   out += "# HELP tessera_api_requests_total API requests by method, route and status code.\n";
   out += "# TYPE tessera_api_requests_total counter\n";
   for (const auto& [k, n] : requests_) {

@@ -1,6 +1,7 @@
-// The server's Prometheus metrics: API requests by route and status, a histogram of scheduling
-// latency, and gauges of instances and GPUs read from the core's state at scrape time. Rendered in
-// the Prometheus text exposition format (version 0.0.4).
+// The server's Prometheus metrics: API requests by route and status, requests refused before
+// authentication, the HTTP layer's connections and limits, a histogram of scheduling latency,
+// and gauges of instances and GPUs read from the core's state at scrape time. Rendered in the
+// Prometheus text exposition format (version 0.0.4).
 // Thread-safety: the counters are locked; Render's state argument must be read on the core thread.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/http.h"
 #include "core/state.h"
 
 namespace tessera::api {
@@ -21,12 +23,18 @@ class Metrics {
   // Counts one API request under its route pattern (not the raw path, to bound cardinality).
   void CountRequest(const std::string& method, const std::string& route, int status);
 
-  // The whole exposition. `state` is read on the core thread by the caller.
-  std::string Render(const core::State& state) const;
+  // Counts a request refused before it reached a route's operation, by why: "unauthenticated"
+  // (no valid token), "disabled" (a disabled tenant's token).
+  void CountRefusal(const std::string& reason);
+
+  // The whole exposition. `state` is read on the core thread by the caller; `http` is the HTTP
+  // layer's counters.
+  std::string Render(const core::State& state, const HttpStats& http) const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::tuple<std::string, std::string, int>, int64_t> requests_;  // Guarded by mu_.
+  std::map<std::string, int64_t> refusals_;                                // Guarded by mu_.
 };
 
 // Escapes a Prometheus label value (backslash, double quote, newline).

@@ -1,39 +1,38 @@
-// The REST API: JSON over HTTP under /v1, plus /healthz, /readyz and /metrics. Handlers
-// authenticate the bearer token, validate the body (400 naming the field, 413 over the size limit,
-// 415 for non-JSON) and hand a command to the core; they never change state themselves. Every
-// mutating request, accepted or refused, is written to the audit log. Errors have the body
-// {"error": {"code": "...", "message": "..."}}. Routes are documented in docs/api.md.
-// Thread-safety: handlers run on the HTTP server's worker threads; shared counters are locked.
+// The REST API server: the HTTP layer (http.h) serving the API's routes (api.h) for one core.
+// Routes are documented in docs/api.md, the HTTP layer's limits in docs/http.md.
+// Thread-safety: Bind, Start and Stop are called from one thread (the server command's).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "api/http.h"
+#include "common/clock.h"
 #include "common/result.h"
 #include "core/core.h"
 
 namespace tessera::api {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080;  // 0 picks a free port.
-  size_t max_body_bytes = 1 << 20;
-  // HTTP worker threads. Each keep-alive connection holds one while open, so this bounds the
-  // clients served at once; handlers mostly wait on the core's durable commit, not on CPU.
-  size_t workers = 128;
+  HttpOptions http;
+  const Clock* clock = nullptr;  // Defaults to the system clock.
 };
 
 class ApiServer {
  public:
-  // `core` and `catalog` must outlive the server.
-  ApiServer(core::Core* core, const catalog::Catalog* catalog, ServerOptions options);
+  // `catalog` must outlive the server.
+  ApiServer(const catalog::Catalog* catalog, ServerOptions options);
   ~ApiServer();
 
-  // Binds the listening socket; errors name the address. After this, port() is known.
+  // Binds the listening socket; errors name the address (in use, not an address) or the TLS
+  // file at fault. After this, port() is known; nothing is served before Start.
   Status Bind();
   int port() const;
-  // Serves until Stop(); blocks.
-  void Serve();
+  bool tls() const;
+  // Serves `core` from now on, on the HTTP layer's threads; returns at once. `core` must outlive
+  // the server, or Stop.
+  void Start(core::Core* core);
+  // Stops serving: requests in flight get a moment to finish. Idempotent.
   void Stop();
 
  private:

@@ -1,7 +1,9 @@
 // Client commands: `tessera instances|tenants|nodes ...` speak to a running server's REST API.
-// They take --url or TESSERA_URL and --token or TESSERA_TOKEN, print aligned tables or, with
+// They take --url or TESSERA_URL, --token or TESSERA_TOKEN and, for an https URL whose
+// certificate no system authority signed, --ca or TESSERA_CA; they print aligned tables or, with
 // -o json, the server's JSON. An error is printed as the server's message, with exit code 1
-// (2 for bad usage).
+// (2 for bad usage). Whatever the server sent is escaped before it reaches the terminal, so a
+// name or command cannot move the cursor, change colours or hide text.
 #include <fmt/format.h>
 #include <httplib.h>
 
@@ -11,6 +13,8 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "common/json.h"
+#include "common/text.h"
 
 namespace tessera::cli {
 
@@ -21,6 +25,7 @@ using nlohmann::json;
 struct ClientFlags {
   std::string url;
   std::string token;
+  std::string ca;
   std::string output = "table";
 };
 
@@ -40,27 +45,68 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
   const std::string url =
       flags.url.empty() ? EnvOr("TESSERA_URL", "http://127.0.0.1:8080") : flags.url;
   const std::string token = flags.token.empty() ? EnvOr("TESSERA_TOKEN", "") : flags.token;
+  const std::string ca = flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca;
   httplib::Client client(url);
+  if (!client.is_valid()) {
+    std::cerr << "tessera: '" << EscapeForTerminal(url)
+              << "' is not a server URL (http://HOST:PORT or https://HOST:PORT)\n";
+    return std::nullopt;
+  }
+  if (!ca.empty()) client.set_ca_cert_path(ca);
+  client.enable_server_certificate_verification(true);
   client.set_connection_timeout(5);
   client.set_read_timeout(60);
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  const std::string text = body ? body->dump() : "{}";
   httplib::Result r = method == "GET"      ? client.Get(path, headers)
                       : method == "DELETE" ? client.Delete(path, headers)
-                                           : client.Post(path, headers, body ? body->dump() : "{}",
-                                                         "application/json");
+                      : method == "PATCH"  ? client.Patch(path, headers, text, "application/json")
+                                           : client.Post(path, headers, text, "application/json");
   if (!r) {
-    std::cerr << "tessera: cannot reach " << url << ": " << httplib::to_string(r.error()) << "\n";
+    std::string why = httplib::to_string(r.error());
+    if (r.error() == httplib::Error::SSLServerVerification) {
+      why += " (the server's certificate is not signed by a known authority: give --ca FILE)";
+    }
+    std::cerr << "tessera: cannot reach " << EscapeForTerminal(url) << ": " << why << "\n";
     return std::nullopt;
   }
   Response out{r->status, json::parse(r->body, nullptr, false)};
   if (r->status >= 400) {
     std::string message = r->body;
-    if (out.body.is_object() && out.body.contains("error")) {
+    if (out.body.is_object() && out.body.contains("error") && out.body["error"].is_object()) {
       message = out.body["error"].value("message", r->body);
     }
-    std::cerr << "tessera: " << message << " (HTTP " << r->status << ")\n";
+    std::cerr << "tessera: " << EscapeForTerminal(message) << " (HTTP " << r->status << ")\n";
     return std::nullopt;
+  }
+  return out;
+}
+
+// Percent-encodes `s` for a path segment or a query value: everything but unreserved characters.
+std::string Encode(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += c;
+    } else {
+      out += fmt::format("%{:02X}", u);
+    }
+  }
+  return out;
+}
+
+// "KEY=VALUE" flags into a JSON object; the error names the flag.
+std::optional<json> KeyValues(const std::vector<std::string>& pairs, const char* flag) {
+  json out = json::object();
+  for (const std::string& p : pairs) {
+    const size_t eq = p.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "tessera: " << flag << " '" << EscapeForTerminal(p) << "' is not KEY=VALUE\n";
+      return std::nullopt;
+    }
+    out[p.substr(0, eq)] = p.substr(eq + 1);
   }
   return out;
 }
@@ -101,7 +147,8 @@ int Show(const ClientFlags& f, const std::optional<Response>& r,
          const std::function<void(const json&)>& table) {
   if (!r) return kExitFailure;
   if (f.output == "json") {
-    std::cout << r->body.dump(2) << "\n";
+    // JSON escapes control characters itself; only invalid UTF-8 needs replacing.
+    std::cout << DumpJson(r->body, 2) << "\n";
   } else {
     table(r->body);
   }
@@ -111,6 +158,9 @@ int Show(const ClientFlags& f, const std::optional<Response>& r,
 void AddCommon(CLI::App* cmd, ClientFlags& f) {
   cmd->add_option("--url", f.url, "Server URL (default $TESSERA_URL or http://127.0.0.1:8080)");
   cmd->add_option("--token", f.token, "Bearer token (default $TESSERA_TOKEN)");
+  cmd->add_option("--ca", f.ca,
+                  "PEM file of the authority that signed an https server's certificate "
+                  "(default $TESSERA_CA, else the system's)");
   cmd->add_option("-o,--output", f.output, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
 }
@@ -120,6 +170,7 @@ struct CreateFlags {
   int gpus = 0, milli_gpu = 0;
   int64_t vcpus = 0, memory_mib = 0, gpu_memory_mib = 0;
   bool no_restart = false;
+  std::vector<std::string> labels, annotations;
 };
 
 json CreateBody(const CreateFlags& c) {
@@ -163,16 +214,33 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
   create->add_option("--name", c->name, "A name for the instance");
   create->add_option("--command", c->command, "The command the workload runs");
   create->add_flag("--no-restart", c->no_restart, "Spot: do not restart after preemption");
+  create->add_option("--label", c->labels, "A label KEY=VALUE (repeatable)");
+  create->add_option("--annotation", c->annotations, "An annotation KEY=VALUE (repeatable)");
   create->callback([f, c, &ctx] {
     json body = CreateBody(*c);
+    const auto labels = KeyValues(c->labels, "--label");
+    const auto annotations = KeyValues(c->annotations, "--annotation");
+    if (!labels || !annotations) {
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    if (!labels->empty()) body["labels"] = *labels;
+    if (!annotations->empty()) body["annotations"] = *annotations;
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/instances", &body),
                          [](const json& j) { PrintInstances(json::array({j})); });
   });
   CLI::App* list = group->add_subcommand("list", "List instances (an admin sees all)");
   AddCommon(list, *f);
+  auto selector = std::make_shared<std::string>();
   list->add_option("--state", *state, "Only instances in this state");
-  list->callback([f, state, &ctx] {
-    const std::string path = "/v1/instances" + (state->empty() ? "" : "?state=" + *state);
+  list->add_option("-l,--label-selector", *selector,
+                   "Only instances whose labels match, e.g. team=ml,env!=prod");
+  list->callback([f, state, selector, &ctx] {
+    std::vector<std::string> query;
+    if (!state->empty()) query.push_back("state=" + Encode(*state));
+    if (!selector->empty()) query.push_back("label_selector=" + Encode(*selector));
+    const std::string path =
+        "/v1/instances" + (query.empty() ? "" : fmt::format("?{}", fmt::join(query, "&")));
     ctx.exit_code =
         Show(*f, Call(*f, "GET", path), [](const json& j) { PrintInstances(j["instances"]); });
   });
@@ -184,17 +252,38 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
     one->add_option("id", *id, "Instance id")->required();
     const std::string method = verb == std::string("get") ? "GET" : "DELETE";
     one->callback([f, id, method, &ctx] {
-      ctx.exit_code = Show(*f, Call(*f, method, "/v1/instances/" + *id),
+      ctx.exit_code = Show(*f, Call(*f, method, "/v1/instances/" + Encode(*id)),
                            [](const json& j) { PrintInstances(json::array({j})); });
     });
   }
+}
+
+struct TenantUpdateFlags {
+  std::optional<double> quota;
+  bool disable = false, enable = false;
+};
+
+struct RotateFlags {
+  std::optional<int64_t> grace_seconds;
+  bool revoke = false;
+};
+
+void PrintTenants(const json& list) {
+  Table t({"ID", "NAME", "QUOTA GPUS", "USED GPUS", "DISABLED", "CREATED"});
+  for (const auto& x : list) {
+    t.AddRow({Str(x, "id"), Str(x, "name"), Gpus(x["quota"]["gpus"]),
+              x.contains("usage") ? Gpus(x["usage"]["gpus"]) : "-", Str(x, "disabled"),
+              Str(x, "created_at")});
+  }
+  t.Print(std::cout);
 }
 
 void RegisterTenants(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   auto name = std::make_shared<std::string>();
   auto quota = std::make_shared<double>(0);
-  CLI::App* group = app.add_subcommand("tenants", "Create and list tenants (admin token)");
+  CLI::App* group =
+      app.add_subcommand("tenants", "Create, list, update tenants and rotate their tokens");
   group->require_subcommand(1);
   CLI::App* create = group->add_subcommand("create", "Create a tenant and print its token");
   AddCommon(create, *f);
@@ -212,13 +301,61 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   CLI::App* list = group->add_subcommand("list", "List tenants");
   AddCommon(list, *f);
   list->callback([f, &ctx] {
-    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/tenants"), [](const json& j) {
-      Table t({"ID", "NAME", "QUOTA GPUS", "CREATED"});
-      for (const auto& x : j["tenants"]) {
-        t.AddRow({Str(x, "id"), Str(x, "name"), Gpus(x["quota"]["gpus"]), Str(x, "created_at")});
-      }
-      t.Print(std::cout);
-    });
+    ctx.exit_code =
+        Show(*f, Call(*f, "GET", "/v1/tenants"), [](const json& j) { PrintTenants(j["tenants"]); });
+  });
+  auto id = std::make_shared<std::string>();
+  CLI::App* get = group->add_subcommand("get", "Show a tenant (a tenant may show itself)");
+  AddCommon(get, *f);
+  get->add_option("id", *id, "Tenant id")->required();
+  get->callback([f, id, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/tenants/" + Encode(*id)),
+                         [](const json& j) { PrintTenants(json::array({j})); });
+  });
+  auto update = std::make_shared<TenantUpdateFlags>();
+  CLI::App* patch = group->add_subcommand("update", "Change a tenant's quota, or disable it");
+  AddCommon(patch, *f);
+  patch->add_option("id", *id, "Tenant id")->required();
+  patch->add_option("--quota-gpus", update->quota, "New GPU quota");
+  patch->add_flag("--disable", update->disable,
+                  "Refuse the tenant's tokens (403) and end its pending instances");
+  patch->add_flag("--enable", update->enable, "Accept the tenant's tokens again");
+  patch->callback([f, id, update, &ctx] {
+    json body = json::object();
+    if (update->quota) body["quota"] = {{"gpus", *update->quota}};
+    if (update->disable && update->enable) {
+      std::cerr << "tessera: give --disable or --enable, not both\n";
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    if (update->disable || update->enable) body["disabled"] = update->disable;
+    ctx.exit_code = Show(*f, Call(*f, "PATCH", "/v1/tenants/" + Encode(*id), &body),
+                         [](const json& j) { PrintTenants(json::array({j})); });
+  });
+  auto rotate = std::make_shared<RotateFlags>();
+  CLI::App* tokens = group->add_subcommand(
+      "rotate-token", "Give a tenant a new token; the old one works for a grace period");
+  AddCommon(tokens, *f);
+  tokens->add_option("id", *id, "Tenant id")->required();
+  tokens->add_option("--grace-seconds", rotate->grace_seconds,
+                     "How long the replaced token keeps working (default 3600)");
+  tokens->add_flag("--revoke-previous", rotate->revoke,
+                   "Revoke the replaced token at once instead");
+  tokens->callback([f, id, rotate, &ctx] {
+    json body = json::object();
+    if (rotate->grace_seconds) body["grace_seconds"] = *rotate->grace_seconds;
+    if (rotate->revoke) body["revoke_previous"] = true;
+    ctx.exit_code = Show(
+        *f, Call(*f, "POST", "/v1/tenants/" + Encode(*id) + "/tokens", &body), [](const json& j) {
+          Table t({"ID", "NAME", "TOKEN (shown once)", "PREVIOUS TOKENS EXPIRE"});
+          std::vector<std::string> expiries;
+          for (const auto& k : j["tokens"]) {
+            if (k.contains("expires_at")) expiries.push_back(Str(k, "expires_at"));
+          }
+          t.AddRow({Str(j, "id"), Str(j, "name"), Str(j, "token"),
+                    expiries.empty() ? "-" : fmt::format("{}", fmt::join(expiries, ", "))});
+          t.Print(std::cout);
+        });
   });
 }
 
@@ -252,9 +389,11 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
     one->add_option("node", *id, "Node id")->required();
     const std::string v = verb;
     one->callback([f, id, v, &ctx] {
-      ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/nodes/" + *id + "/" + v), [](const json& j) {
-        std::cout << Str(j, "id") << ": " << Str(j, "state") << "\n";
-      });
+      ctx.exit_code =
+          Show(*f, Call(*f, "POST", "/v1/nodes/" + Encode(*id) + "/" + v), [](const json& j) {
+            std::cout << EscapeForTerminal(Str(j, "id")) << ": "
+                      << EscapeForTerminal(Str(j, "state")) << "\n";
+          });
     });
   }
 }

@@ -1,11 +1,13 @@
 // `tessera server`: the control plane's main job.
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
 #include "api/server.h"
 #include "catalog/catalog.h"
@@ -23,6 +25,10 @@ struct ServerFlags {
   std::string fleet;
   std::string policy = "guarded-fgd";
   std::string catalog_dir;
+  std::string tls_cert;
+  std::string tls_key;
+  size_t max_connections = api::HttpLimits{}.max_connections;
+  size_t max_connections_per_address = api::HttpLimits{}.max_connections_per_address;
   bool sim_agents = false;
   bool demo = false;
 };
@@ -44,14 +50,21 @@ Result<std::pair<std::string, int>> ParseListen(const std::string& text) {
   return std::pair{text.substr(0, colon), port};
 }
 
-// Decides the operator's token: TESSERA_ADMIN_TOKEN when set; otherwise the stored hash, or a new
-// token printed once. In demo mode a new token is made at every start so it can be shown.
+// Decides the operator's token: TESSERA_ADMIN_TOKEN when set (it must be of full strength);
+// otherwise the stored hash, or a new token printed once. In demo mode a new token is made at
+// every start so it can be shown.
 Result<std::string> SetUpAdminToken(core::Core& core, bool demo) {
   const char* env = std::getenv("TESSERA_ADMIN_TOKEN");
   std::string token = env && *env ? env : "";
   const bool from_env = !token.empty();
-  auto stored = core.Run<std::string>(
-      [](core::State& s, store::Batch&) -> Result<std::string> { return s.admin_token_hash(); });
+  if (from_env && !IsFullStrengthToken(token)) {
+    return Status::InvalidArgument(
+        "TESSERA_ADMIN_TOKEN is not a token of full strength: it must be 'tsr_' and 64 "
+        "lower-case hex digits (256 random bits). Make one with `tessera token new`");
+  }
+  auto stored = core.Run<std::string>([](core::State& s, store::Batch&) -> Result<std::string> {
+    return s.tenants().admin_token_hash();
+  });
   if (!stored.ok()) return stored.status();
   if (!from_env && !stored->empty() && !demo) return std::string();
   if (!from_env) {
@@ -59,11 +72,35 @@ Result<std::string> SetUpAdminToken(core::Core& core, bool demo) {
   }
   const std::string hash = HashToken(token);
   auto set = core.Run<bool>([&](core::State& s, store::Batch& b) -> Result<bool> {
-    if (s.admin_token_hash() != hash) s.SetAdminTokenHash(hash, b);
+    if (s.tenants().admin_token_hash() != hash) s.tenants().SetAdminTokenHash(hash, b);
     return true;
   });
   if (!set.ok()) return set.status();
   return from_env ? std::string() : token;
+}
+
+// Thousands of connections need thousands of descriptors: take the hard limit.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+bool IsLoopback(const std::string& host) {
+  return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+}
+
+void SetUpLogging() {
+  auto logger = spdlog::stderr_logger_mt("tessera");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
+  spdlog::set_default_logger(logger);
+}
+
+int Fail(const Status& s) {
+  std::cerr << "tessera server: " << s.message() << "\n";
+  return kExitFailure;
 }
 
 int RunServer(const ServerFlags& flags) {
@@ -72,23 +109,16 @@ int RunServer(const ServerFlags& flags) {
     std::cerr << "tessera server: " << listen.status().message() << "\n";
     return kExitUsage;
   }
-  auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
-                                           : catalog::Catalog::LoadDir(flags.catalog_dir);
-  if (!catalog.ok()) {
-    std::cerr << "tessera server: " << catalog.status().message() << "\n";
-    return kExitFailure;
-  }
-  core::CoreOptions options;
-  options.catalog = &*catalog;
-  options.fleet_file = flags.demo ? "" : flags.fleet;
-  options.data_dir = flags.data;
-  options.policy = flags.policy;
-  options.sim_agents = flags.sim_agents || flags.demo;
   if (!flags.demo && flags.fleet.empty()) {
     std::cerr << "tessera server: give --fleet FILE (a fleet file or an openb node CSV), or "
                  "--demo\n";
     return kExitUsage;
   }
+  SetUpLogging();
+  RaiseDescriptorLimit();
+  auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
+                                           : catalog::Catalog::LoadDir(flags.catalog_dir);
+  if (!catalog.ok()) return Fail(catalog.status());
   // Block the stop signals before any thread starts, so only the waiter below receives them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -96,22 +126,35 @@ int RunServer(const ServerFlags& flags) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto core = core::Core::Start(options);
-  if (!core.ok()) {
-    std::cerr << "tessera server: " << core.status().message() << "\n";
-    return kExitFailure;
+  // The address first: a server that cannot listen stops before it touches the data.
+  api::ServerOptions server_options;
+  server_options.http.host = listen->first;
+  server_options.http.port = listen->second;
+  server_options.http.tls_cert_file = flags.tls_cert;
+  server_options.http.tls_key_file = flags.tls_key;
+  server_options.http.limits.max_connections = flags.max_connections;
+  server_options.http.limits.max_connections_per_address = flags.max_connections_per_address;
+  core::CoreOptions options;
+  options.catalog = &*catalog;
+  options.fleet_file = flags.demo ? "" : flags.fleet;
+  options.data_dir = flags.data;
+  options.policy = flags.policy;
+  options.sim_agents = flags.sim_agents || flags.demo;
+  std::unique_ptr<core::Core> core;
+  api::ApiServer server(&*catalog, server_options);
+  if (Status s = server.Bind(); !s.ok()) return Fail(s);
+  auto started = core::Core::Start(options);
+  if (!started.ok()) return Fail(started.status());
+  core = std::move(*started);
+  auto token = SetUpAdminToken(*core, flags.demo);
+  if (!token.ok()) return Fail(token.status());
+  const std::string url =
+      fmt::format("{}://{}:{}", server.tls() ? "https" : "http", listen->first, server.port());
+  if (!server.tls() && !IsLoopback(listen->first)) {
+    std::cerr << "WARNING: tessera server listens on " << listen->first
+              << " without TLS: bearer tokens will cross the network in clear text. Give "
+                 "--tls-cert and --tls-key, or listen on 127.0.0.1 behind a TLS proxy.\n";
   }
-  auto token = SetUpAdminToken(**core, flags.demo);
-  if (!token.ok()) {
-    std::cerr << "tessera server: " << token.status().message() << "\n";
-    return kExitFailure;
-  }
-  api::ApiServer server(core->get(), &*catalog, {.host = listen->first, .port = listen->second});
-  if (Status s = server.Bind(); !s.ok()) {
-    std::cerr << "tessera server: " << s.message() << "\n";
-    return kExitFailure;
-  }
-  const std::string url = fmt::format("http://{}:{}", listen->first, server.port());
   std::cout << "tessera server listening on " << url << " (data in " << flags.data << ")\n";
   if (!token->empty()) {
     std::cout << "admin token (shown once, stored only as a hash): " << *token << "\n";
@@ -129,14 +172,11 @@ int RunServer(const ServerFlags& flags) {
               << "  " << tessera << " nodes list\n";
   }
   std::cout.flush();
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    server.Stop();
-  });
-  server.Serve();
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
+  server.Start(core.get());
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("stopping on signal {}", sig);
+  server.Stop();
   return kExitOk;
 }
 
@@ -154,11 +194,33 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
                   "Fleet file (JSON, see docs/fleet.md) or openb node-list CSV");
   cmd->add_option("--policy", flags->policy, "Placement policy")->capture_default_str();
   cmd->add_option("--catalog", flags->catalog_dir, "Catalog directory (default: built in)");
+  cmd->add_option("--tls-cert", flags->tls_cert,
+                  "PEM certificate (chain) to serve HTTPS with; needs --tls-key");
+  cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--max-connections", flags->max_connections,
+                  "Connections held at once; more are answered 503")
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-address", flags->max_connections_per_address,
+                  "Connections from one client address; more are answered 429")
+      ->capture_default_str();
   cmd->add_flag("--sim-agents", flags->sim_agents,
                 "Serve every node with an in-process simulated agent");
   cmd->add_flag("--demo", flags->demo,
                 "Demo fleet with simulated agents; prints a fresh admin token");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunServer(*flags); });
+
+  CLI::App* token = app.add_subcommand("token", "Make bearer tokens");
+  token->require_subcommand(1);
+  token->add_subcommand("new", "Print a new token of full strength (e.g. for TESSERA_ADMIN_TOKEN)")
+      ->callback([&ctx] {
+        auto t = GenerateToken();
+        if (!t.ok()) {
+          std::cerr << "tessera token new: " << t.status().message() << "\n";
+          ctx.exit_code = kExitFailure;
+          return;
+        }
+        std::cout << *t << "\n";
+      });
 }
 
 }  // namespace tessera::cli

@@ -2,7 +2,14 @@
 
 #include <algorithm>
 
+#include "common/text.h"
+
 namespace tessera::cli {
+
+void Table::AddRow(std::vector<std::string> row) {
+  for (std::string& cell : row) cell = EscapeForTerminal(cell);
+  rows_.push_back(std::move(row));
+}
 
 void Table::Print(std::ostream& out) const {
   std::vector<size_t> widths;

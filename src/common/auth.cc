@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 
 #include <array>
+#include <cctype>
 
 namespace tessera {
 namespace {
@@ -43,12 +44,20 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 }
 
 std::string_view BearerToken(std::string_view header) {
-  constexpr std::string_view kPrefix = "Bearer ";
-  if (header.size() <= kPrefix.size() || header.substr(0, kPrefix.size()) != kPrefix) return {};
-  std::string_view t = header.substr(kPrefix.size());
+  constexpr std::string_view kScheme = "bearer";
+  if (header.size() <= kScheme.size() + 1 || header[kScheme.size()] != ' ') return {};
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return {};
+  }
+  std::string_view t = header.substr(kScheme.size() + 1);
   while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
   while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
   return t;
+}
+
+bool IsFullStrengthToken(std::string_view token) {
+  if (token.size() != 68 || token.substr(0, 4) != "tsr_") return false;
+  return token.substr(4).find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
 }  // namespace tessera

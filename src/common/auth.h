@@ -20,7 +20,12 @@ std::string HashToken(std::string_view token);
 // True when a == b, taking time independent of where they differ (lengths may leak).
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
-// The token of an "Authorization: Bearer <token>" header value, or "" when malformed.
+// The token of an "Authorization: Bearer <token>" header value, or "" when malformed. The scheme
+// is case-insensitive (RFC 7235); one or more spaces may follow it.
 std::string_view BearerToken(std::string_view authorization_header);
+
+// True for a token of full strength, as GenerateToken makes them: "tsr_" and 64 lower-case hex
+// digits (256 bits).
+bool IsFullStrengthToken(std::string_view token);
 
 }  // namespace tessera

@@ -25,7 +25,7 @@ TEST(JsonTest, FieldsCollectEveryError) {
   const std::vector<std::string> want = {
       "types.json: entry 'a': field 'id': expected a string, found integer",
       "types.json: entry 'a': field 'vcpus': -1 is out of range [1, 1024]",
-      "types.json: entry 'a': field 'ram': expected an integer, found number",
+      "types.json: entry 'a': field 'ram': expected an integer, found 1.5",
       "types.json: entry 'a': field 'ok': expected true or false, found string",
       "types.json: entry 'a': field 'missing': is required",
       "types.json: entry 'a': field 'colour': is not a known field",

@@ -1,7 +1,11 @@
 #include "core/core.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
+#include "common/text.h"
 #include "fleet/fleet_file.h"
 
 namespace tessera::core {
@@ -58,7 +62,7 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances());
   TESSERA_RETURN_IF_ERROR(state->Restore(tenants, instances));
   TESSERA_ASSIGN_OR_RETURN(auto admin_hash, store.GetSetting("admin_token_hash"));
-  if (admin_hash) state->RestoreAdminTokenHash(*admin_hash);
+  if (admin_hash) state->tenants().RestoreAdminTokenHash(*admin_hash);
   return state;
 }
 
@@ -80,6 +84,7 @@ Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options) {
 
 Core::Core(CoreOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<State> state)
     : options_(std::move(options)), store_(std::move(store)), state_(std::move(state)) {
+  Publish();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -92,8 +97,8 @@ Core::~Core() {
   thread_.join();
 }
 
-void Core::Submit(std::function<void(State&, store::Batch&)> apply,
-                  std::function<void(const Status&)> done) {
+void Core::Enqueue(std::function<void(State&, store::Batch&)> apply,
+                   std::function<void(const Status&)> done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back({std::move(apply), std::move(done)});
@@ -101,10 +106,10 @@ void Core::Submit(std::function<void(State&, store::Batch&)> apply,
   cv_.notify_one();
 }
 
-Result<std::vector<store::AuditRecord>> Core::ListAudit(int64_t after_seq, int limit) {
-  // The store belongs to the core thread, so the read runs there like any command.
-  return Run<std::vector<store::AuditRecord>>(
-      [&](State&, store::Batch&) { return store_->ListAudit(after_seq, limit); });
+void Core::Publish() {
+  if (principals_.load() != state_->tenants().index()) {
+    principals_.store(state_->tenants().index());
+  }
 }
 
 void Core::Loop() {
@@ -116,24 +121,53 @@ void Core::Loop() {
       if (queue_.empty() && stopping_) return;
       round.swap(queue_);
     }
-    store::Batch batch;
+    const Status status = RunRound(round);
+    for (Command& c : round) {
+      try {
+        c.done(status);
+      } catch (const std::exception& e) {
+        spdlog::error("a command's completion threw: {}", EscapeForTerminal(e.what()));
+      }
+    }
+  }
+}
+
+Status Core::RunRound(std::deque<Command>& round) {
+  store::Batch batch;
+  try {
     for (Command& c : round) c.apply(*state_, batch);
     // Simulated agents act right after the commands, in the same durable round, until nothing
     // moves: a stop frees capacity, queued work is placed, and its agent starts it.
     for (int i = 0; i < 8 && state_->TickAgents(batch); ++i) {
     }
-    Status committed = store_->Commit(batch);
-    if (!committed.ok()) {
-      // Memory may now be ahead of the store: rebuild it from what is durable.
-      auto rebuilt = BuildState(options_, *store_);
-      if (rebuilt.ok()) {
-        state_ = std::move(*rebuilt);
-      } else {
-        committed = rebuilt.status().WithPrefix(committed.message());
-      }
-    }
-    for (Command& c : round) c.done(committed);
+  } catch (const std::exception& e) {
+    // Memory may be half-changed: nothing of this round is committed, and memory is rebuilt.
+    const std::string what = EscapeForTerminal(e.what());
+    spdlog::error("a command threw on the core thread: {}; reloading state from the store", what);
+    RebuildOrExit(what);
+    return Status::Internal("an internal error occurred; it has been logged");
   }
+  const Status committed = store_->Commit(batch);
+  if (!committed.ok()) {
+    spdlog::error("commit failed: {}; reloading state from the store", committed.message());
+    RebuildOrExit(committed.message());
+    return Status::Unavailable("the store failed: " + committed.message());
+  }
+  Publish();
+  return Status::Ok();
+}
+
+void Core::RebuildOrExit(const std::string& why) {
+  auto rebuilt = BuildState(options_, *store_);
+  if (!rebuilt.ok()) {
+    spdlog::critical(
+        "cannot rebuild state from the store after '{}': {}; exiting so that a "
+        "supervisor restarts the server from what is durable",
+        why, rebuilt.status().message());
+    std::_Exit(kExitStoreLost);
+  }
+  state_ = std::move(*rebuilt);
+  Publish();
 }
 
 }  // namespace tessera::core

@@ -1,12 +1,16 @@
 // The core is the one thread that owns the fleet, the scheduler and every tenant and instance.
-// API handlers never mutate state: they hand the core a command (a function over State) and wait.
-// The core runs the commands of a round, commits everything they changed to the store in one
-// durable transaction (group commit), and only then releases their results, so an answer always
-// describes committed state. After a failed commit it rebuilds memory from the store and fails
-// the round's commands with Unavailable.
-// Thread-safety: Core::Run may be called from any thread; State is touched only by the core thread.
+// API handlers never mutate state: they hand the core a command (a function over State) and are
+// called back with its result. The core runs the commands of a round, commits everything they
+// changed to the store in one durable transaction (group commit), and only then releases their
+// results, so an answer always describes committed state. After a failed commit, or a command
+// that threw, it rebuilds memory from the store and fails the round's commands; if the store
+// cannot be read back it exits (kExitStoreLost) rather than serve memory the store does not hold.
+// After each commit it publishes the principal index for the HTTP threads.
+// Thread-safety: Submit, Run and principals() may be called from any thread; State is touched
+// only by the core thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -22,6 +26,10 @@
 #include "store/store.h"
 
 namespace tessera::core {
+
+// The exit status when the store can no longer be read back (EX_TEMPFAIL): a supervisor should
+// restart the server, which then serves exactly what is durable.
+inline constexpr int kExitStoreLost = 75;
 
 struct CoreOptions {
   const catalog::Catalog* catalog = nullptr;  // Must outlive the core.
@@ -40,25 +48,36 @@ class Core {
   static Result<std::unique_ptr<Core>> Start(const CoreOptions& options);
   ~Core();  // Finishes the commands already queued, then stops the thread.
 
-  // Runs `fn` on the core thread and returns its result once what it wrote is durable.
+  // Runs `fn` on the core thread and, once what it wrote is durable, calls `done` with its
+  // result, on the core thread (so `done` must be quick: hand the result on, no work). A failed
+  // commit answers Unavailable; a command that throws answers Internal, and the round's state is
+  // rebuilt from the store.
+  template <typename T>
+  void Submit(std::function<Result<T>(State&, store::Batch&)> fn,
+              std::function<void(Result<T>)> done) {
+    auto result = std::make_shared<std::optional<Result<T>>>();
+    Enqueue([fn = std::move(fn), result](State& s, store::Batch& b) { result->emplace(fn(s, b)); },
+            [done = std::move(done), result](const Status& round) {
+              if (!round.ok()) return done(round);
+              if (!*result) return done(Status::Internal("the command did not run"));
+              done(std::move(**result));
+            });
+  }
+
+  // Submit, waiting for the result. For start-up and tests; request handlers use Submit.
   template <typename T>
   Result<T> Run(std::function<Result<T>(State&, store::Batch&)> fn) {
-    std::promise<Result<T>> done;
-    auto future = done.get_future();
-    std::optional<Result<T>> result;
-    Submit([&](State& s, store::Batch& b) { result.emplace(fn(s, b)); },
-           [&](const Status& commit) {
-             if (!commit.ok()) {
-               done.set_value(Status::Unavailable("the store failed: " + commit.message()));
-             } else {
-               done.set_value(std::move(*result));
-             }
-           });
+    std::promise<Result<T>> promise;
+    auto future = promise.get_future();
+    Submit<T>(std::move(fn), [&promise](Result<T> r) { promise.set_value(std::move(r)); });
     return future.get();
   }
 
-  // Audit entries with seq > after_seq, oldest first, at most `limit`; read on the core thread.
-  Result<std::vector<store::AuditRecord>> ListAudit(int64_t after_seq, int limit);
+  // Who each token acts for, as of the last durable commit. Any thread; never null.
+  std::shared_ptr<const PrincipalIndex> principals() const { return principals_.load(); }
+
+  // The store, for reads inside a command (the audit log). Core thread only.
+  store::Store& store() { return *store_; }
 
  private:
   struct Command {
@@ -67,13 +86,21 @@ class Core {
   };
 
   Core(CoreOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<State> state);
-  void Submit(std::function<void(State&, store::Batch&)> apply,
-              std::function<void(const Status&)> done);
+  void Enqueue(std::function<void(State&, store::Batch&)> apply,
+               std::function<void(const Status&)> done);
   void Loop();
+  // Applies one round's commands and commits their batch; the status every command gets.
+  Status RunRound(std::deque<Command>& round);
+  // Replaces memory with what the store holds, after a failed commit or a command that threw.
+  // A store that cannot be read back ends the process: memory must never run ahead of it.
+  void RebuildOrExit(const std::string& why);
+  void Publish();
 
   CoreOptions options_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<State> state_;
+
+  std::atomic<std::shared_ptr<const PrincipalIndex>> principals_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -208,6 +208,8 @@ nlohmann::json ToJson(const Instance& inst) {
                       {"restarts", inst.restarts},
                       {"node", inst.node.empty() ? nlohmann::json() : nlohmann::json(inst.node)},
                       {"gpus", std::move(gpus)}};
+  j["labels"] = inst.labels;
+  j["annotations"] = inst.annotations;
   if (!inst.reason.empty()) j["reason"] = inst.reason;
   if (inst.preempted_at) j["preempted_at"] = FormatRfc3339(*inst.preempted_at);
   return j;
@@ -266,6 +268,17 @@ Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fle
   inst.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
   inst.seq = f.Int("seq", 0, INT64_MAX);
   inst.reason = f.String("reason", false);
+  for (auto [key, map] : {std::pair{"labels", &inst.labels}, {"annotations", &inst.annotations}}) {
+    const nlohmann::json* m = f.Get(key, false);
+    if (!m) continue;
+    if (!m->is_object()) {
+      f.Fail(key, "expected an object");
+      continue;
+    }
+    for (const auto& [k, v] : m->items()) {
+      if (v.is_string()) (*map)[k] = v.get<std::string>();
+    }
+  }
   const nlohmann::json* shape = f.Get("shape");
   if (!state) f.Fail("state", "is not a known state");
   if (!billing) f.Fail("billing", "is not a known billing mode");
@@ -290,32 +303,6 @@ Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fle
     inst.gpus = DescribeGpus(*inst.assignment, fleet);
   }
   return inst;
-}
-
-nlohmann::json ToJson(const Tenant& t) {
-  return {{"id", t.id.str()},
-          {"name", t.name},
-          {"quota", {{"gpus", static_cast<double>(t.quota_gpu_milli) / fleet::kMilliPerGpu}}},
-          {"created_at", FormatRfc3339(t.created_at)}};
-}
-
-nlohmann::json ToStoredJson(const Tenant& t) {
-  nlohmann::json j = ToJson(t);
-  j["quota_gpu_milli"] = t.quota_gpu_milli;
-  return j;
-}
-
-Result<Tenant> TenantFromStoredJson(const nlohmann::json& j) {
-  JsonFields f(j, "stored tenant");
-  Tenant t;
-  TESSERA_ASSIGN_OR_RETURN(t.id, TenantId::Parse(f.String("id")));
-  t.name = f.String("name");
-  t.quota_gpu_milli = f.Int("quota_gpu_milli", 0, INT64_MAX);
-  auto created = ParseRfc3339(f.String("created_at"));
-  TESSERA_RETURN_IF_ERROR(f.status());
-  TESSERA_RETURN_IF_ERROR(created.status());
-  t.created_at = *created;
-  return t;
 }
 
 }  // namespace tessera::core

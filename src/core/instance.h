@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -77,6 +78,8 @@ struct Instance {
   Shape shape;
   std::string command;
   bool restart = true;  // Spot: re-queue automatically after preemption.
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
   Money price_per_hour;
   Time created_at;
   Time updated_at;
@@ -89,25 +92,12 @@ struct Instance {
   std::vector<GpuRef> gpus;
 };
 
-struct Tenant {
-  TenantId id;
-  std::string name;
-  std::string token_hash;
-  int64_t quota_gpu_milli = 0;
-  Time created_at;
-  bool admin = false;  // The operator; not stored as a tenant.
-};
-
 // The API form of an instance.
 nlohmann::json ToJson(const Instance& inst);
 // The stored form: the API form plus what recovery needs (the exact assignment, seq).
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet);
 // Rebuilds an instance from its stored form. Errors name the instance and the field.
 Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fleet);
-
-nlohmann::json ToJson(const Tenant& t);
-nlohmann::json ToStoredJson(const Tenant& t);
-Result<Tenant> TenantFromStoredJson(const nlohmann::json& j);
 
 // The GPUs an assignment holds, as the API shows them.
 std::vector<GpuRef> DescribeGpus(const fleet::Assignment& a, const fleet::Fleet& fleet);

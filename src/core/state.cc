@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <set>
 #include <tuple>
@@ -21,15 +20,6 @@ using catalog::SharingMode;
 // greedy choice (largest victims first). Keeps one preemption decision well under a millisecond.
 constexpr size_t kMaxVictimTrials = 256;
 
-// The number in "prefix-000042", or 0 when the body is not a number (ids made elsewhere).
-int64_t IdNumber(std::string_view id) {
-  const size_t dash = id.rfind('-');
-  int64_t n = 0;
-  if (dash == std::string_view::npos) return 0;
-  const auto [ptr, ec] = std::from_chars(id.data() + dash + 1, id.data() + id.size(), n);
-  return ec == std::errc() && ptr == id.data() + id.size() ? n : 0;
-}
-
 std::string Gpus(int64_t milli) {
   return fmt::format("{:g}", static_cast<double>(milli) / fleet::kMilliPerGpu);
 }
@@ -43,51 +33,24 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       clock_(clock),
       fleet_(std::move(fleet)),
       scheduler_(std::move(scheduler)),
-      sim_agents_(sim_agents) {
-  admin_.id = TenantId::Unchecked("admin");
-  admin_.name = "admin";
-  admin_.admin = true;
-}
+      sim_agents_(sim_agents),
+      tenants_(clock) {}
 
-const Tenant* State::Authenticate(std::string_view token_hash) const {
-  // Every principal is compared, whatever matches, so timing does not reveal which one did.
-  const Tenant* found = nullptr;
-  if (!admin_.token_hash.empty() && ConstantTimeEquals(admin_.token_hash, token_hash)) {
-    found = &admin_;
-  }
-  for (const auto& [id, t] : tenants_) {
-    if (ConstantTimeEquals(t.token_hash, token_hash)) found = &t;
-  }
-  return found;
-}
-
-void State::SetAdminTokenHash(const std::string& hash, store::Batch& batch) {
-  admin_.token_hash = hash;
-  batch.settings.emplace_back("admin_token_hash", hash);
-}
-
-Result<Tenant> State::CreateTenant(const std::string& name, int64_t quota_gpu_milli,
-                                   const std::string& token_hash, store::Batch& batch) {
-  for (const auto& [id, t] : tenants_) {
-    if (t.name == name) {
-      return Status::AlreadyExists(fmt::format("field 'name': tenant '{}' exists already", name));
+Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
+                                   std::optional<bool> disabled, store::Batch& batch) {
+  TESSERA_ASSIGN_OR_RETURN(Tenant t, tenants_.Update(id, quota_gpu_milli, disabled, batch));
+  if (!t.disabled) return t;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Instance& inst = instances_.at(it->second);
+    if (inst.tenant != t.id) {
+      ++it;
+      continue;
     }
+    Transition(inst, InstanceState::kTerminated, "its tenant was disabled while it was pending");
+    Save(inst, batch);
+    it = queue_.erase(it);
   }
-  Tenant t;
-  t.id = TenantId::FromNumber(next_tenant_++);
-  t.name = name;
-  t.token_hash = token_hash;
-  t.quota_gpu_milli = quota_gpu_milli;
-  t.created_at = clock_->Now();
-  tenants_[t.id.str()] = t;
-  batch.tenants.push_back({t.id.str(), t.name, t.token_hash, ToStoredJson(t).dump()});
   return t;
-}
-
-std::vector<Tenant> State::ListTenants() const {
-  std::vector<Tenant> out;
-  for (const auto& [id, t] : tenants_) out.push_back(t);
-  return out;
 }
 
 Result<Shape> State::ResolveShape(const CreateInstanceRequest& req) const {
@@ -217,6 +180,8 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   inst.shape = std::move(shape);
   inst.command = req.command;
   inst.restart = req.restart;
+  inst.labels = req.labels;
+  inst.annotations = req.annotations;
   inst.price_per_hour = price;
   inst.created_at = inst.updated_at = clock_->Now();
   tenant_gpu_milli_[caller.id.str()] += want;
@@ -237,12 +202,13 @@ Result<Instance> State::GetInstance(const Tenant& caller, const std::string& id)
   return it->second;
 }
 
-std::vector<Instance> State::ListInstances(const Tenant& caller,
-                                           std::optional<InstanceState> state) const {
+std::vector<Instance> State::ListInstances(const Tenant& caller, std::optional<InstanceState> state,
+                                           const LabelSelector& selector) const {
   std::vector<Instance> out;
   for (const auto& [id, inst] : instances_) {
     if (!caller.admin && inst.tenant != caller.id) continue;
     if (state && inst.state != *state) continue;
+    if (!Matches(selector, inst.labels)) continue;
     out.push_back(inst);
   }
   return out;
@@ -464,14 +430,7 @@ void LatencyHistogram::Observe(double seconds) {
 
 Status State::Restore(const std::vector<store::TenantRecord>& tenants,
                       const std::vector<store::InstanceRecord>& instances) {
-  for (const auto& rec : tenants) {
-    auto j = ParseJson(rec.doc, "stored tenant " + rec.id);
-    if (!j.ok()) return Status::DataLoss(j.status().message());
-    TESSERA_ASSIGN_OR_RETURN(Tenant t, TenantFromStoredJson(*j));
-    t.token_hash = rec.token_hash;
-    next_tenant_ = std::max(next_tenant_, IdNumber(t.id.str()) + 1);
-    tenants_[t.id.str()] = std::move(t);
-  }
+  TESSERA_RETURN_IF_ERROR(tenants_.Restore(tenants));
   for (const auto& rec : instances) {
     auto j = ParseJson(rec.doc, "stored instance " + rec.id);
     if (!j.ok()) return Status::DataLoss(j.status().message());

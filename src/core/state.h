@@ -18,6 +18,8 @@
 #include "catalog/catalog.h"
 #include "common/clock.h"
 #include "core/instance.h"
+#include "core/labels.h"
+#include "core/tenants.h"
 #include "fleet/fleet.h"
 #include "sched/scheduler.h"
 #include "store/store.h"
@@ -30,8 +32,10 @@ struct CreateInstanceRequest {
   std::string name;
   std::string command;
   bool restart = true;
-  std::string instance_type;  // Either this...
-  Shape shape;                // ...or this, field by field (instance_type empty).
+  std::map<std::string, std::string> labels;       // Validated (ValidateLabels).
+  std::map<std::string, std::string> annotations;  // Validated (ValidateAnnotations).
+  std::string instance_type;                       // Either this...
+  Shape shape;  // ...or this, field by field (instance_type empty).
 };
 
 // A fixed-bucket histogram of scheduling latency, as Prometheus exposes it.
@@ -63,18 +67,13 @@ class State {
   Status Restore(const std::vector<store::TenantRecord>& tenants,
                  const std::vector<store::InstanceRecord>& instances);
 
-  // The principal whose token hashes to `token_hash`: the operator (admin() true) or a tenant;
-  // nullptr when none matches. Hashes are compared in constant time.
-  const Tenant* Authenticate(std::string_view token_hash) const;
+  Tenants& tenants() { return tenants_; }
+  const Tenants& tenants() const { return tenants_; }
 
-  // The operator's token hash ("" until set). Setting it records it in the batch.
-  const std::string& admin_token_hash() const { return admin_.token_hash; }
-  void SetAdminTokenHash(const std::string& hash, store::Batch& batch);
-  void RestoreAdminTokenHash(const std::string& hash) { admin_.token_hash = hash; }
-
-  Result<Tenant> CreateTenant(const std::string& name, int64_t quota_gpu_milli,
-                              const std::string& token_hash, store::Batch& batch);
-  std::vector<Tenant> ListTenants() const;
+  // Changes a tenant's quota or disabled flag. Disabling ends its pending instances (they leave
+  // the queue as terminated, with the reason) and releases their quota; what runs keeps running.
+  Result<Tenant> UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
+                              std::optional<bool> disabled, store::Batch& batch);
 
   // Validates the shape against the catalog and the tenant's quota, then places the instance,
   // preempting spot work if its priority allows, or queues it.
@@ -82,8 +81,8 @@ class State {
                                   store::Batch& batch);
   // NotFound for an unknown id and for another tenant's instance alike.
   Result<Instance> GetInstance(const Tenant& caller, const std::string& id) const;
-  std::vector<Instance> ListInstances(const Tenant& caller,
-                                      std::optional<InstanceState> state) const;
+  std::vector<Instance> ListInstances(const Tenant& caller, std::optional<InstanceState> state,
+                                      const LabelSelector& selector = {}) const;
   // Stops the instance and frees its capacity; queued work may then be placed.
   Result<Instance> DeleteInstance(const Tenant& caller, const std::string& id, store::Batch& batch);
 
@@ -122,14 +121,12 @@ class State {
   std::unique_ptr<sched::Scheduler> scheduler_;
   bool sim_agents_;
 
-  Tenant admin_;
-  std::map<std::string, Tenant> tenants_;                 // By id.
+  Tenants tenants_;
   std::map<std::string, Instance> instances_;             // By id.
   std::map<std::pair<int, int64_t>, std::string> queue_;  // (-priority, seq) -> pending id.
   std::map<std::string, int64_t> tenant_gpu_milli_;       // Active GPU milli by tenant id.
   bool requeued_ = false;  // Preemption re-queued work since the queue was last drained.
   int64_t next_instance_ = 1;
-  int64_t next_tenant_ = 1;
   Counters counters_;
 };
 

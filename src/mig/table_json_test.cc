@@ -90,7 +90,7 @@ TEST(ParseTableTest, Errors) {
       {"duplicate id", [](nlohmann::json& j) { j["profiles"][2]["id"] = 19; },
        g3 + ": field 'id': 19 is also the id of '1g.10gb'"},
       {"id as float", [](nlohmann::json& j) { j["profiles"][2]["id"] = 9.5; },
-       g3 + ": field 'id': expected an integer, found number"},
+       g3 + ": field 'id': expected an integer, found 9.5"},
       {"compute above the table's",
        [](nlohmann::json& j) { j["profiles"][2]["compute_slices"] = 8; },
        g3 + ": field 'compute_slices': 8 is out of range [1, 7]"},

@@ -100,6 +100,16 @@ CommandResult RunTessera(const std::vector<std::string>& args, const std::string
   return result;
 }
 
+bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key) {
+  cert = dir.File("cert.pem");
+  key = dir.File("key.pem");
+  const std::string cmd =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+      "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout '" +
+      key + "' -out '" + cert + "' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) Stop(SIGKILL);
 }
@@ -115,7 +125,7 @@ bool ServerProcess::Start(const std::vector<std::string>& args, const std::strin
     close(fds[0]);
     close(fds[1]);
     if (!admin_token.empty()) setenv("TESSERA_ADMIN_TOKEN", admin_token.c_str(), 1);
-    std::vector<std::string> all = {bin, "server", "--listen", "127.0.0.1:0"};
+    std::vector<std::string> all = {bin, "server", "--listen", listen_host_ + ":0"};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
@@ -126,7 +136,7 @@ bool ServerProcess::Start(const std::vector<std::string>& args, const std::strin
   close(fds[1]);
   out_fd_ = fds[0];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  const std::string marker = "listening on http://127.0.0.1:";
+  const std::string marker = "listening on ";
   while (std::chrono::steady_clock::now() < deadline) {
     pollfd p{out_fd_, POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
@@ -135,14 +145,18 @@ bool ServerProcess::Start(const std::vector<std::string>& args, const std::strin
     if (n <= 0) return false;  // Exited before it was ready.
     output_.append(buf, static_cast<size_t>(n));
     const size_t at = output_.find(marker);
-    if (at != std::string::npos) {
-      const size_t start = at + marker.size();
-      const size_t end = output_.find_first_not_of("0123456789", start);
-      if (end == std::string::npos) continue;
-      port_ = std::stoi(output_.substr(start, end - start));
-      url_ = "http://127.0.0.1:" + std::to_string(port_);
-      return true;
-    }
+    if (at == std::string::npos) continue;
+    // "listening on http://HOST:PORT " or "https://...".
+    const std::string host = "://" + listen_host_ + ":";
+    const size_t h = output_.find(host, at);
+    if (h == std::string::npos) continue;
+    const size_t start = h + host.size();
+    const size_t end = output_.find_first_not_of("0123456789", start);
+    if (end == std::string::npos) continue;
+    port_ = std::stoi(output_.substr(start, end - start));
+    url_ = output_.substr(at + marker.size(), h - at - marker.size()) +
+           "://127.0.0.1:" + std::to_string(port_);
+    return true;
   }
   return false;
 }

@@ -49,6 +49,10 @@ struct CommandResult {
 // text, and waits for it.
 CommandResult RunTessera(const std::vector<std::string>& args, const std::string& stdin_text = "");
 
+// Writes a self-signed certificate for 127.0.0.1 (and localhost) and its key into `dir`, with
+// the openssl command, and sets their paths. False when openssl fails.
+bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key);
+
 // A `tessera server` child process on a free loopback port, for end-to-end tests. Start waits
 // until the server prints its URL; the destructor kills it (SIGKILL) if it still runs.
 class ServerProcess {
@@ -58,10 +62,12 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
-  // Runs `tessera server --listen 127.0.0.1:0 <args>` with TESSERA_ADMIN_TOKEN=admin_token (when
+  // Runs `tessera server --listen HOST:0 <args>` with TESSERA_ADMIN_TOKEN=admin_token (when
   // not empty). Returns false, with the output so far in output(), when it exits or does not
-  // print its URL within 20 seconds.
+  // print its URL within 20 seconds. url() is http:// or https:// 127.0.0.1 and the port.
   bool Start(const std::vector<std::string>& args, const std::string& admin_token);
+  // The host to listen on (default 127.0.0.1); call before Start.
+  void SetListenHost(std::string host) { listen_host_ = std::move(host); }
   // Sends `signal` and waits for the process; returns its exit status (128+N for signal N).
   int Stop(int signal);
   const std::string& url() const { return url_; }
@@ -72,6 +78,7 @@ class ServerProcess {
  private:
   int pid_ = -1;
   int out_fd_ = -1;
+  std::string listen_host_ = "127.0.0.1";
   std::string url_;
   int port_ = 0;
   std::string output_;

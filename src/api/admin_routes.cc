@@ -1,0 +1,133 @@
+// The operator's routes (nodes, the audit log, metrics) and the health checks.
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "api/api.h"
+#include "api/codec.h"
+#include "api/routes.h"
+#include "common/json.h"
+#include "common/text.h"
+
+namespace tessera::api {
+
+namespace {
+
+using nlohmann::json;
+
+json Passthrough(const json& j) { return j; }
+
+// Reads query parameter `name` as an integer in [0, max] into `value`; the error names it.
+Status IntParam(const Target& target, const char* name, int64_t max, int64_t& value) {
+  const std::string* text = target.Param(name);
+  if (!text) return Status::Ok();
+  int64_t v = 0;
+  const auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+  if (ec != std::errc() || p != text->data() + text->size() || v < 0 || v > max) {
+    return Status::InvalidArgument(
+        fmt::format("query parameter '{}': '{}' is not an integer in [0, {}]", name,
+                    EscapeForTerminal(std::string_view(*text).substr(0, 40)), max));
+  }
+  value = v;
+  return Status::Ok();
+}
+
+void AddNodeRoutes(Api& table) {
+  table.Add("GET", "/v1/nodes", Access::kAdmin, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+                     return json{{"nodes", NodesJson(s.fleet())}};
+                   },
+                   200, Passthrough, nullptr});
+            });
+  for (const bool drain : {true, false}) {
+    const std::string verb = drain ? "drain" : "undrain";
+    table.Add("POST", "/v1/nodes/{id}/" + verb, Access::kAdmin, BodyKind::kOptionalJson, true,
+              [drain](Api& api, std::shared_ptr<Call> call) {
+                Status refusal = call->body_status;
+                if (refusal.ok()) {
+                  JsonFields f(call->body, "body");
+                  f.RejectUnknown({});
+                  refusal = f.status();
+                }
+                const std::string node = call->params[0];
+                api.Run<json>(call, refusal,
+                              {[drain, node](core::State& s, store::Batch& b,
+                                             const core::Tenant&) -> Result<json> {
+                                 TESSERA_RETURN_IF_ERROR(s.SetNodeDrained(node, drain, b));
+                                 return json{{"id", node}, {"state", drain ? "draining" : "ready"}};
+                               },
+                               200, Passthrough, [](const json& j) { return j.value("id", ""); }});
+              });
+  }
+}
+
+void AddObservabilityRoutes(Api& table) {
+  table.Add("GET", "/healthz", Access::kPublic, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Reply(*call, JsonResponse(200, {{"status", "ok"}}));
+            });
+  table.Add("GET", "/readyz", Access::kPublic, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              if (!api.ready())
+                return api.Reply(*call, ErrorResponse(503, "unavailable", "starting"));
+              api.Reply(*call, JsonResponse(200, {{"status", "ready"}}));
+            });
+  // Metrics name tenants and count their instances, so only the operator may read them
+  // (Prometheus sends the admin token with `authorization: {credentials: ...}`).
+  table.Add("GET", "/metrics", Access::kAdmin, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Api* a = &api;
+              api.core().Submit<std::string>(
+                  [call, a](core::State& s, store::Batch&) -> Result<std::string> {
+                    TESSERA_RETURN_IF_ERROR(s.tenants().Authenticate(call->token_hash).status());
+                    return a->metrics().Render(s, a->http_stats());
+                  },
+                  [call, a](Result<std::string> text) {
+                    if (!text.ok()) return a->ReplyError(*call, text.status());
+                    HttpResponse r;
+                    r.content_type = "text/plain; version=0.0.4";
+                    r.body = std::move(*text);
+                    a->Reply(*call, std::move(r));
+                  });
+            });
+  table.Add("GET", "/v1/audit", Access::kAdmin, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              int64_t after = 0;
+              int64_t limit = 100;
+              Status refusal = IntParam(call->request.parsed, "after", INT64_MAX, after);
+              if (refusal.ok()) refusal = IntParam(call->request.parsed, "limit", 1000, limit);
+              core::Core* core = &api.core();
+              api.Run<json>(call, refusal,
+                            {[core, after, limit](core::State&, store::Batch&,
+                                                  const core::Tenant&) -> Result<json> {
+                               // The store belongs to the core thread, where this runs.
+                               TESSERA_ASSIGN_OR_RETURN(
+                                   auto entries,
+                                   core->store().ListAudit(after, static_cast<int>(limit)));
+                               json out = json::array();
+                               for (const auto& e : entries) {
+                                 out.push_back({{"seq", e.seq},
+                                                {"at", e.at},
+                                                {"actor", e.actor},
+                                                {"action", e.action},
+                                                {"target", e.target},
+                                                {"status", e.status},
+                                                {"detail", e.detail}});
+                               }
+                               return json{{"entries", std::move(out)}};
+                             },
+                             200, Passthrough, nullptr});
+            });
+}
+
+}  // namespace
+
+void AddAdminRoutes(Api& table) {
+  AddNodeRoutes(table);
+  AddObservabilityRoutes(table);
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,249 @@
+#include "api/api.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "api/codec.h"
+#include "common/auth.h"
+#include "common/json.h"
+#include "common/text.h"
+
+namespace tessera::api {
+
+namespace {
+
+// A body sent to a route that takes none is read up to this and ignored.
+constexpr size_t kIgnoredBodyBytes = 4 << 10;
+
+bool IEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// True for "application/json" exactly (any case), with parameters allowed, but no charset
+// other than UTF-8, the only one JSON has (RFC 8259).
+bool IsJsonMediaType(std::string_view type) {
+  const size_t semi = type.find(';');
+  if (!IEquals(Trim(type.substr(0, semi)), "application/json")) return false;
+  while (semi != std::string_view::npos && !type.empty()) {
+    type.remove_prefix(std::min(type.size(), type.find(';') + 1));
+    const std::string_view param = Trim(type.substr(0, type.find(';')));
+    const size_t eq = param.find('=');
+    if (eq != std::string_view::npos && IEquals(Trim(param.substr(0, eq)), "charset")) {
+      std::string_view value = Trim(param.substr(eq + 1));
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+        value = value.substr(1, value.size() - 2);
+      }
+      if (!IEquals(value, "utf-8")) return false;
+    }
+    if (type.find(';') == std::string_view::npos) break;
+  }
+  return true;
+}
+
+std::vector<std::string> Segments(std::string_view path) {
+  std::vector<std::string> out;
+  for (std::string_view s : PathSegments(path)) out.emplace_back(s);
+  return out;
+}
+
+}  // namespace
+
+HttpResponse StatusResponse(const Status& status) {
+  const HttpError e = ToHttpError(status);
+  return ErrorResponse(e.status, e.code, status.message());
+}
+
+HttpResponse JsonResponse(int status, const nlohmann::json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = DumpJson(body);
+  return r;
+}
+
+std::string Actor(const core::Tenant& t) { return t.admin ? "admin" : t.id.str(); }
+
+Api::Api(const catalog::Catalog* catalog, const Clock* clock) : catalog_(catalog), clock_(clock) {}
+
+void Api::Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
+              Handler handler) {
+  std::vector<std::string> segments = Segments(pattern);
+  routes_.push_back({std::move(method), std::move(pattern), std::move(segments), access, body,
+                     audited, std::move(handler)});
+}
+
+const Api::Route* Api::Match(const HttpRequest& head, std::vector<std::string>& params,
+                             std::vector<std::string>& allowed) const {
+  const std::vector<std::string_view> path = PathSegments(head.parsed.path);
+  const Route* found = nullptr;
+  for (const Route& r : routes_) {
+    if (r.segments.size() != path.size()) continue;
+    std::vector<std::string> p;
+    bool match = true;
+    for (size_t i = 0; i < path.size() && match; ++i) {
+      const std::string& s = r.segments[i];
+      if (s.size() > 2 && s.front() == '{' && s.back() == '}') {
+        match = !path[i].empty();
+        p.emplace_back(path[i]);
+      } else {
+        match = s == path[i];
+      }
+    }
+    if (!match) continue;
+    allowed.push_back(r.method);
+    if (r.method == head.method && !found) {
+      found = &r;
+      params = std::move(p);
+    }
+  }
+  return found;
+}
+
+Result<core::Principal> Api::Authenticate(const HttpRequest& head, std::string& token_hash) {
+  const std::string* header = head.Header("authorization");
+  if (!header) {
+    return Status::Unauthenticated("missing bearer token (Authorization: Bearer <token>)");
+  }
+  const std::string_view token = BearerToken(*header);
+  if (token.empty()) {
+    return Status::Unauthenticated("the Authorization header must be 'Bearer <token>'");
+  }
+  token_hash = HashToken(token);
+  return core::Authenticate(*core_->principals(), token_hash, clock_->Now());
+}
+
+HeadDecision Api::OnHead(const HttpRequest& head) {
+  HeadDecision decision;
+  std::vector<std::string> params, allowed;
+  const Route* route = Match(head, params, allowed);
+  if (!route) {
+    HttpResponse r;
+    if (allowed.empty()) {
+      r = ErrorResponse(404, "not_found",
+                        fmt::format("no route {} {}", head.method, head.parsed.path));
+    } else {
+      r = ErrorResponse(405, "method_not_allowed",
+                        fmt::format("{} does not take {}; it takes {}", head.parsed.path,
+                                    head.method, fmt::join(allowed, ", ")));
+      r.headers.emplace_back("Allow", fmt::format("{}", fmt::join(allowed, ", ")));
+    }
+    metrics_.CountRequest(head.method, "unmatched", r.status);
+    decision.refuse = std::move(r);
+    return decision;
+  }
+  std::string token_hash;
+  core::Principal principal;
+  if (route->access != Access::kPublic) {
+    auto p = Authenticate(head, token_hash);
+    if (!p.ok()) {
+      const int status = StatusResponse(p.status()).status;
+      metrics_.CountRefusal(status == 401 ? "unauthenticated" : "disabled");
+      if (status == 401) SampleAnonymous(head, p.status().message());
+      HttpResponse r = StatusResponse(p.status());
+      if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tessera\"");
+      metrics_.CountRequest(head.method, route->pattern, r.status);
+      decision.refuse = std::move(r);
+      return decision;
+    }
+    principal = *p;
+    const bool admin_only = route->access == Access::kAdmin && !principal.admin;
+    const bool tenant_only = route->access == Access::kTenant && principal.admin;
+    if (admin_only || tenant_only) {
+      const std::string message =
+          admin_only ? "this route is for the operator's admin token"
+                     : "the admin token has no quota; create instances with a tenant's token";
+      decision.refuse = ErrorResponse(403, "forbidden", message);
+      if (route->audited) AuditAsync(principal, head, 403, message);
+      metrics_.CountRequest(head.method, route->pattern, 403);
+      return decision;
+    }
+  }
+  decision.max_body = kIgnoredBodyBytes;
+  if (route->body != BodyKind::kNone) {
+    decision.max_body = SIZE_MAX;  // The HTTP layer's limit (1 MiB) applies.
+    const std::string* type = head.Header("content-type");
+    if (head.has_body && (!type || !IsJsonMediaType(*type))) {
+      const std::string message =
+          type ? fmt::format("Content-Type must be application/json, not '{}'",
+                             EscapeForTerminal(type->substr(0, 100)))
+               : std::string("Content-Type must be application/json");
+      decision.refuse = ErrorResponse(415, "unsupported_media_type", message);
+      if (route->audited) AuditAsync(principal, head, 415, message);
+      metrics_.CountRequest(head.method, route->pattern, 415);
+      return decision;
+    }
+  }
+  decision.handler = [this, route, params = std::move(params), token_hash, principal](
+                         HttpRequest&& request, Responder responder) {
+    auto call = std::make_shared<Call>(Call{std::move(request), route->pattern, route->audited,
+                                            params, token_hash, principal, nlohmann::json::object(),
+                                            Status::Ok(), std::move(responder)});
+    if (route->body != BodyKind::kNone) {
+      if (call->request.body.empty() && route->body == BodyKind::kOptionalJson) {
+        call->body = nlohmann::json::object();
+      } else if (auto j = ParseJson(call->request.body, "body"); j.ok()) {
+        call->body = std::move(*j);
+        if (!call->body.is_object()) {
+          call->body_status = Status::InvalidArgument(
+              fmt::format("body: expected an object, found {}", JsonTypeName(call->body)));
+        }
+      } else {
+        call->body_status = j.status();
+      }
+    }
+    route->handler(*this, std::move(call));
+  };
+  return decision;
+}
+
+void Api::AuditAsync(const core::Principal& who, const HttpRequest& head, int status,
+                     const std::string& detail) {
+  store::AuditRecord record{0,
+                            FormatRfc3339(clock_->Now()),
+                            who.admin ? "admin" : who.tenant.str(),
+                            head.method + " " + head.parsed.path,
+                            "",
+                            status,
+                            detail};
+  core_->Submit<bool>(
+      [record = std::move(record)](core::State&, store::Batch& b) -> Result<bool> {
+        b.audit.push_back(record);
+        return true;
+      },
+      [](Result<bool>) {});
+}
+
+void Api::SampleAnonymous(const HttpRequest& head, const std::string& why) {
+  const Time now = clock_->Now();
+  int64_t skipped = 0;
+  {
+    std::lock_guard<std::mutex> lock(sample_mu_);
+    if (now - last_sample_ < std::chrono::seconds(1)) {
+      ++unsampled_;
+      return;
+    }
+    last_sample_ = now;
+    skipped = unsampled_;
+    unsampled_ = 0;
+  }
+  spdlog::warn("refused an unauthenticated request from {}: {} {}: {}{}", head.peer, head.method,
+               EscapeForTerminal(head.parsed.path.substr(0, 200)), why,
+               skipped > 0 ? fmt::format(" (and {} more since the last report)", skipped) : "");
+}
+
+void Api::Reply(Call& call, HttpResponse response) {
+  metrics_.CountRequest(call.request.method, call.route, response.status);
+  call.responder.Send(std::move(response));
+}
+
+void Api::ReplyError(Call& call, const Status& status) { Reply(call, StatusResponse(status)); }
+
+}  // namespace tessera::api

@@ -1,0 +1,174 @@
+// The API between the HTTP layer and the core: the route table, and the path every request
+// takes through it. At the head stage, before a byte of the body is read, a request is matched
+// to a route (404, 405), its token is checked against the principal index the core publishes
+// (401, 403; no durable write, only a counter and a sampled log line), and a JSON route's media
+// type and announced length are checked (415, 413). Then the body is parsed (400 naming the
+// field) and the route's operation runs as one command on the core, which checks the token again
+// (it may have been revoked since), runs the operation and, for a mutating route, appends the
+// audit record to the same durable batch. The answer is rendered on the I/O thread.
+// Routes live in tenant_routes.cc, instance_routes.cc and admin_routes.cc.
+// Thread-safety: Api's methods run on the I/O threads; operations run on the core thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "api/http.h"
+#include "api/metrics.h"
+#include "catalog/catalog.h"
+#include "common/clock.h"
+#include "core/core.h"
+
+namespace tessera::api {
+
+// Who may call a route.
+enum class Access {
+  kPublic,    // No token (health checks).
+  kAnyToken,  // The admin or any tenant.
+  kAdmin,     // The operator's admin token only.
+  kTenant,    // A tenant's token only (the admin has no quota to spend).
+};
+
+// What a route takes as its body.
+enum class BodyKind {
+  kNone,          // Nothing (a body sent anyway is read, up to 4 KiB, and ignored).
+  kJson,          // A JSON object, Content-Type application/json.
+  kOptionalJson,  // As kJson when a body is sent; an empty body reads as {}.
+};
+
+// One request on its way through the API.
+struct Call {
+  HttpRequest request;
+  std::string route;                // The route's pattern, for metrics: "/v1/instances/{id}".
+  bool audited = false;             // A mutating route: the outcome goes to the audit log.
+  std::vector<std::string> params;  // The pattern's {placeholders}, in order.
+  std::string token_hash;           // Empty on public routes.
+  core::Principal principal;
+  nlohmann::json body;  // The parsed body (kJson, kOptionalJson); {} otherwise.
+  Status body_status;   // Why the body could not be parsed, if it could not.
+  Responder responder;
+};
+
+// An operation on the core for a call, and how its answer looks.
+template <typename T>
+struct Op {
+  // Runs as the authenticated caller; what it writes to the batch is committed with its audit.
+  std::function<Result<T>(core::State&, store::Batch&, const core::Tenant&)> run;
+  int ok_status = 200;
+  std::function<nlohmann::json(const T&)> render;
+  // The id the operation acted on, for the audit log; may be empty.
+  std::function<std::string(const T&)> target;
+};
+
+class Api {
+ public:
+  using Handler = std::function<void(Api&, std::shared_ptr<Call>)>;
+
+  // `catalog` and `clock` must outlive this; set_core before serving.
+  Api(const catalog::Catalog* catalog, const Clock* clock);
+
+  // Registers a route; `pattern` segments in braces ("{id}") match any one segment.
+  void Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
+           Handler handler);
+
+  // The HTTP layer's head handler: match, authenticate, check the media type.
+  HeadDecision OnHead(const HttpRequest& head);
+
+  // Runs `op` on the core for `call`, unless `refusal` is an error, which is answered instead
+  // (and audited on a mutating route). The answer goes to call->responder.
+  template <typename T>
+  void Run(std::shared_ptr<Call> call, Status refusal, Op<T> op);
+
+  // Answers `call` with `response`, counting it under the route.
+  void Reply(Call& call, HttpResponse response);
+  // Answers `call` with `status`'s HTTP error.
+  void ReplyError(Call& call, const Status& status);
+
+  core::Core& core() { return *core_; }
+  void set_core(core::Core* core) { core_ = core; }
+  const catalog::Catalog& catalog() const { return *catalog_; }
+  const Clock& clock() const { return *clock_; }
+  Metrics& metrics() { return metrics_; }
+  void set_http_stats(std::function<HttpStats()> stats) { http_stats_ = std::move(stats); }
+  HttpStats http_stats() const { return http_stats_ ? http_stats_() : HttpStats{}; }
+  bool ready() const { return ready_; }
+  void set_ready(bool ready) { ready_ = ready; }
+
+ private:
+  struct Route {
+    std::string method;
+    std::string pattern;
+    std::vector<std::string> segments;
+    Access access;
+    BodyKind body;
+    bool audited;
+    Handler handler;
+  };
+
+  // The route and its parameters for a path, and the methods the path allows.
+  const Route* Match(const HttpRequest& head, std::vector<std::string>& params,
+                     std::vector<std::string>& allowed) const;
+  // The principal behind the request's bearer token, or the refusal to answer (401, 403).
+  Result<core::Principal> Authenticate(const HttpRequest& head, std::string& token_hash);
+  // Appends one audit record in its own core round (for refusals answered before the core ran).
+  void AuditAsync(const core::Principal& who, const HttpRequest& head, int status,
+                  const std::string& detail);
+  // Logs an unauthenticated request, at most one line a second with a count of the rest.
+  void SampleAnonymous(const HttpRequest& head, const std::string& why);
+
+  core::Core* core_ = nullptr;
+  const catalog::Catalog* catalog_;
+  const Clock* clock_;
+  Metrics metrics_;
+  std::function<HttpStats()> http_stats_;
+  std::atomic<bool> ready_{false};
+  std::vector<Route> routes_;  // Fixed before serving starts.
+
+  std::mutex sample_mu_;
+  Time last_sample_;       // Guarded by sample_mu_.
+  int64_t unsampled_ = 0;  // Guarded by sample_mu_.
+};
+
+// The error answer for a Status: its HTTP status and code (docs/api.md) and its message.
+HttpResponse StatusResponse(const Status& status);
+// A JSON answer.
+HttpResponse JsonResponse(int status, const nlohmann::json& body);
+
+// The actor an audit record names: "admin", a tenant id.
+std::string Actor(const core::Tenant& t);
+
+template <typename T>
+void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
+  auto shared_op = std::make_shared<Op<T>>(std::move(op));
+  core_->Submit<T>(
+      [call, refusal = std::move(refusal), shared_op, this](core::State& s,
+                                                            store::Batch& b) -> Result<T> {
+        auto caller = s.tenants().Authenticate(call->token_hash);
+        // A token refused here was valid at the head stage and revoked since: no audit either.
+        if (!caller.ok()) return caller.status();
+        Result<T> out = refusal.ok() ? shared_op->run(s, b, **caller) : Result<T>(refusal);
+        if (call->audited) {
+          const int status = out.ok() ? shared_op->ok_status : StatusResponse(out.status()).status;
+          b.audit.push_back({0, FormatRfc3339(clock_->Now()), Actor(**caller),
+                             call->request.method + " " + call->request.parsed.path,
+                             out.ok() && shared_op->target ? shared_op->target(*out) : "", status,
+                             out.ok() ? "" : out.status().message()});
+        }
+        return out;
+      },
+      [call, shared_op, this](Result<T> r) {
+        // On the core thread: hand the result over and render it on the connection's thread.
+        call->responder.SendLater([call, shared_op, this, r = std::move(r)]() {
+          HttpResponse response = r.ok() ? JsonResponse(shared_op->ok_status, shared_op->render(*r))
+                                         : StatusResponse(r.status());
+          metrics_.CountRequest(call->request.method, call->route, response.status);
+          return response;
+        });
+      });
+}
+
+}  // namespace tessera::api

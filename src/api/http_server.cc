@@ -1,0 +1,833 @@
+// The HTTP layer on Boost.Beast and Asio. This is the only translation unit that includes Boost:
+// it compiles slowly, and nothing else should pay for it.
+//
+// One Session per connection, its work serialized on its own strand. A request goes:
+//   idle (wait for a first byte, idle_timeout) -> head (header_timeout from that byte, size and
+//   count limits) -> the application's HeadHandler -> body (body_timeout, the decided limit) ->
+//   the handler -> waiting for the Responder (no timer: long polls) -> write (write_timeout)
+//   -> idle again, or a lingering close.
+// Sessions are owned by the server's registry, so a Responder held by another thread keeps only
+// a weak reference, and nothing bound to the io_context outlives it.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unordered_map>
+
+#include "api/http.h"
+#include "common/text.h"
+
+namespace tessera::api {
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+HttpResponse ErrorResponse(int status, std::string_view code, std::string_view message) {
+  const nlohmann::json body = {{"error", {{"code", code}, {"message", message}}}};
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+const std::string* HttpRequest::Header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// Whether the server still runs. Responders check it, under its lock, before they post work to
+// the io_context, so nothing is posted to one that is gone.
+struct Liveness {
+  std::mutex mu;
+  bool alive = true;
+};
+
+struct Counters {
+  std::atomic<int64_t> open{0}, accepted{0}, refused_total{0}, refused_address{0},
+      refused_overloaded{0}, timeouts{0}, too_large{0}, malformed{0}, exceptions{0}, in_flight{0};
+};
+
+// What a Responder and a stream reach a session through, from any thread.
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
+ public:
+  virtual ~SessionBase() = default;
+  virtual net::any_io_executor executor() = 0;
+  // These run on the session's strand.
+  virtual void Answer(HttpResponse response) = 0;
+  virtual void StartStream(int status, std::string content_type) = 0;
+  virtual void QueueChunk(std::string chunk) = 0;
+  virtual void EndStream() = 0;
+  virtual void Close() = 0;
+  std::atomic<bool> closed{false};
+};
+
+// Shared between a stream's writer (any thread) and its session (the strand).
+struct StreamState {
+  std::atomic<size_t> buffered{0};
+  std::atomic<bool> closed{false};
+};
+
+// Runs `fn(session)` on the session's strand if the server and the session are still there.
+template <typename Fn>
+void PostTo(const std::shared_ptr<Liveness>& live, const std::weak_ptr<SessionBase>& weak, Fn fn) {
+  std::lock_guard<std::mutex> lock(live->mu);
+  if (!live->alive) return;
+  if (std::shared_ptr<SessionBase> s = weak.lock()) {
+    net::post(s->executor(), [s, fn = std::move(fn)]() mutable { fn(*s); });
+  }
+}
+
+class StreamImpl final : public HttpStream {
+ public:
+  StreamImpl(std::shared_ptr<Liveness> live, std::weak_ptr<SessionBase> session,
+             std::shared_ptr<StreamState> state, size_t max_buffer)
+      : live_(std::move(live)),
+        session_(std::move(session)),
+        state_(std::move(state)),
+        max_buffer_(max_buffer) {}
+
+  bool Write(std::string chunk) override {
+    if (state_->closed || chunk.empty()) return !state_->closed;
+    if (state_->buffered.fetch_add(chunk.size()) + chunk.size() > max_buffer_) {
+      // The client reads slower than we write: cut it off rather than buffer without bound.
+      state_->closed = true;
+      PostTo(live_, session_, [](SessionBase& s) { s.Close(); });
+      return false;
+    }
+    PostTo(live_, session_,
+           [c = std::move(chunk)](SessionBase& s) mutable { s.QueueChunk(std::move(c)); });
+    return true;
+  }
+
+  void Close() override {
+    if (state_->closed.exchange(true)) return;
+    PostTo(live_, session_, [](SessionBase& s) { s.EndStream(); });
+  }
+
+  size_t Buffered() const override { return state_->buffered; }
+
+ private:
+  std::shared_ptr<Liveness> live_;
+  std::weak_ptr<SessionBase> session_;
+  std::shared_ptr<StreamState> state_;
+  size_t max_buffer_;
+};
+
+}  // namespace
+
+struct Responder::Shared {
+  std::shared_ptr<Liveness> live;
+  std::weak_ptr<SessionBase> session;
+  std::shared_ptr<StreamState> stream_state;
+  size_t max_stream_buffer = 0;
+  std::atomic<bool> answered{false};
+
+  ~Shared() {
+    if (answered) return;
+    PostTo(live, session, [](SessionBase& s) {
+      s.Answer(ErrorResponse(500, "internal", "the server did not answer this request"));
+    });
+  }
+};
+
+void Responder::Send(HttpResponse response) const {
+  if (shared_->answered.exchange(true)) return;
+  PostTo(shared_->live, shared_->session,
+         [r = std::move(response)](SessionBase& s) mutable { s.Answer(std::move(r)); });
+}
+
+void Responder::SendLater(std::function<HttpResponse()> make) const {
+  if (shared_->answered.exchange(true)) return;
+  PostTo(shared_->live, shared_->session, [make = std::move(make)](SessionBase& s) {
+    HttpResponse r;
+    try {
+      r = make();
+    } catch (const std::exception& e) {
+      spdlog::error("exception rendering a response: {}", EscapeForTerminal(e.what()));
+      r = ErrorResponse(500, "internal", "an internal error occurred; it has been logged");
+    }
+    s.Answer(std::move(r));
+  });
+}
+
+std::shared_ptr<HttpStream> Responder::Stream(int status, std::string content_type) const {
+  if (shared_->answered.exchange(true)) return nullptr;
+  PostTo(shared_->live, shared_->session,
+         [status, t = std::move(content_type)](SessionBase& s) mutable {
+           s.StartStream(status, std::move(t));
+         });
+  return std::make_shared<StreamImpl>(shared_->live, shared_->session, shared_->stream_state,
+                                      shared_->max_stream_buffer);
+}
+
+bool Responder::Abandoned() const {
+  std::shared_ptr<SessionBase> s = shared_->session.lock();
+  return !s || s->closed;
+}
+
+struct HttpServer::Impl {
+  HttpOptions options;
+  HeadHandler on_head;
+  // Declared first, destroyed last: everything below may hold objects bound to it.
+  net::io_context ioc;
+  std::optional<ssl::context> tls;
+  tcp::acceptor acceptor;
+  net::steady_timer accept_pause;
+  std::vector<std::thread> threads;
+  std::shared_ptr<Liveness> live = std::make_shared<Liveness>();
+  Counters counters;
+
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::shared_ptr<SessionBase>> sessions;  // Guarded by mu.
+  std::unordered_map<std::string, size_t> per_address;                  // Guarded by mu.
+  uint64_t next_session = 1;                                            // Guarded by mu.
+  bool started = false;
+  bool stopped = false;
+
+  Impl(HttpOptions o, HeadHandler h)
+      : options(std::move(o)),
+        on_head(std::move(h)),
+        ioc(std::max(1, options.threads)),
+        acceptor(net::make_strand(ioc)),
+        accept_pause(acceptor.get_executor()) {}
+
+  void Accept();
+  void OnAccept(beast::error_code ec, tcp::socket socket);
+  void Refuse(tcp::socket socket, int status, std::string_view code, std::string message);
+  void Forget(uint64_t id, const std::string& address);
+};
+
+namespace {
+
+bool IEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+template <typename Stream>
+class Session final : public SessionBase {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, tcp::socket>;
+
+  Session(HttpServer::Impl* server, uint64_t id, std::string address, Stream stream)
+      : server_(server),
+        limits_(server->options.limits),
+        id_(id),
+        address_(std::move(address)),
+        stream_(std::move(stream)),
+        deadline_(stream_.get_executor()) {}
+
+  net::any_io_executor executor() override { return stream_.get_executor(); }
+
+  void Run() {
+    if constexpr (kTls) {
+      Arm(limits_.header_timeout);
+      stream_.async_handshake(ssl::stream_base::server, [self = Self()](beast::error_code ec) {
+        if (ec) return self->Close();
+        self->Idle();
+      });
+    } else {
+      Idle();
+    }
+  }
+
+  void Answer(HttpResponse response) override {
+    if (!awaiting_) return;
+    awaiting_ = false;
+    --server_->counters.in_flight;
+    Write(std::move(response));
+  }
+
+  void StartStream(int status, std::string content_type) override {
+    if (!awaiting_) return;
+    awaiting_ = false;
+    --server_->counters.in_flight;
+    streaming_ = true;
+    stream_head_.emplace(static_cast<http::status>(status), 11);
+    stream_head_->set(http::field::content_type, content_type);
+    stream_head_->set(http::field::cache_control, "no-cache");
+    stream_head_->keep_alive(keep_alive_);
+    stream_head_->chunked(true);
+    serializer_.emplace(*stream_head_);
+    writing_ = true;
+    Arm(limits_.write_timeout);
+    http::async_write_header(stream_, *serializer_, [self = Self()](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) return self->Close();
+      self->WriteNextChunk();
+    });
+  }
+
+  void QueueChunk(std::string chunk) override {
+    if (!streaming_ || closed) return;
+    chunks_.push_back(std::move(chunk));
+    if (!writing_) WriteNextChunk();
+  }
+
+  void EndStream() override {
+    if (!streaming_ || closed) return;
+    ending_ = true;
+    if (!writing_) WriteNextChunk();
+  }
+
+  void Close() override {
+    if (closed.exchange(true)) return;
+    if (stream_state_) stream_state_->closed = true;
+    if (awaiting_) {
+      awaiting_ = false;
+      --server_->counters.in_flight;
+    }
+    beast::error_code ignored;
+    Disarm();
+    Lowest().close(ignored);
+    server_->Forget(id_, address_);
+  }
+
+ private:
+  std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+  tcp::socket& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  // Starts the one deadline of whatever the session waits for now. When it passes, the socket's
+  // operations are cancelled (they complete with operation_aborted) and timed_out_ tells why;
+  // the socket stays open, so a 408 can still be written.
+  void Arm(std::chrono::milliseconds after) {
+    timed_out_ = false;
+    const uint64_t generation = ++deadline_generation_;
+    deadline_.expires_after(after);
+    deadline_.async_wait([self = Self(), generation](beast::error_code ec) {
+      if (ec || generation != self->deadline_generation_ || self->closed) return;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->Lowest().cancel(ignored);
+    });
+  }
+  void Disarm() {
+    ++deadline_generation_;
+    deadline_.cancel();
+  }
+
+  // Waits for the first byte of the next request (or uses what is buffered already).
+  void Idle() {
+    if (closed) return;
+    if (buffer_.size() > 0) return ReadHead();
+    if (buffer_.capacity() > 16 << 10) buffer_.shrink_to_fit();
+    Arm(limits_.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(1024), [self = Self()](beast::error_code ec, size_t n) {
+      if (ec) return self->Close();  // Idle or gone: close quietly.
+      self->buffer_.commit(n);
+      self->ReadHead();
+    });
+  }
+
+  void ReadHead() {
+    head_parser_.emplace();
+    head_parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
+    head_parser_->body_limit(boost::none);  // Decided once the head is read, not by the parser.
+    Arm(limits_.header_timeout);
+    http::async_read_header(stream_, buffer_, *head_parser_,
+                            [self = Self()](beast::error_code ec, size_t) { self->OnHead(ec); });
+  }
+
+  void OnHead(beast::error_code ec) {
+    keep_alive_ = true;
+    if (ec) return OnReadError(ec, /*in_head=*/true);
+    const auto& msg = head_parser_->get();
+    keep_alive_ = msg.keep_alive();
+    const bool body_follows = !head_parser_->is_done();
+    if (msg.target().size() + msg.method_string().size() + 10 > limits_.max_request_line) {
+      ++server_->counters.too_large;
+      return Fail(414, "uri_too_long",
+                  fmt::format("the request line is over {} bytes", limits_.max_request_line));
+    }
+    HttpRequest head;
+    head.method = std::string(msg.method_string());
+    head.target = std::string(msg.target());
+    head.peer = address_;
+    head.has_body = body_follows;
+    size_t count = 0;
+    for (const auto& field : msg) {
+      if (++count > limits_.max_header_count) {
+        ++server_->counters.too_large;
+        return Fail(431, "header_fields_too_large",
+                    fmt::format("more than {} header fields", limits_.max_header_count));
+      }
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (!IsValidUtf8(field.value())) {
+        ++server_->counters.malformed;
+        return Fail(400, "invalid_argument",
+                    fmt::format("header '{}' is not valid UTF-8", EscapeForTerminal(name)));
+      }
+      head.headers.emplace_back(std::move(name), std::string(field.value()));
+    }
+    auto target = ParseTarget(head.target);
+    if (!target.ok()) {
+      ++server_->counters.malformed;
+      return Fail(400, "invalid_argument", target.status().message());
+    }
+    head.parsed = std::move(*target);
+    HeadDecision decision;
+    try {
+      decision = server_->on_head(head);
+    } catch (const std::exception& e) {
+      decision.refuse = Barrier(head, e.what());
+    } catch (...) {
+      decision.refuse = Barrier(head, "unknown exception");
+    }
+    if (decision.refuse) {
+      if (body_follows) keep_alive_ = false;  // The body is not read; the connection ends.
+      return Write(std::move(*decision.refuse));
+    }
+    if (server_->counters.in_flight >= static_cast<int64_t>(limits_.max_in_flight)) {
+      ++server_->counters.refused_overloaded;
+      if (body_follows) keep_alive_ = false;
+      HttpResponse busy = ErrorResponse(503, "overloaded", "too many requests in flight; retry");
+      busy.headers.emplace_back("Retry-After", "1");
+      return Write(std::move(busy));
+    }
+    const size_t max_body = std::min(decision.max_body, limits_.max_body_bytes);
+    if (const auto length = head_parser_->content_length(); length && *length > max_body) {
+      ++server_->counters.too_large;
+      return Fail(413, "payload_too_large",
+                  fmt::format("the body is {} bytes; the limit is {}", *length, max_body));
+    }
+    ++server_->counters.in_flight;
+    awaiting_ = true;
+    max_body_ = max_body;
+    handler_ = std::move(decision.handler);
+    request_ = std::move(head);
+    if (!body_follows) return Dispatch();
+    const bool expect_continue = IEquals(msg[http::field::expect], "100-continue");
+    body_parser_.emplace(std::move(*head_parser_));
+    head_parser_.reset();
+    body_parser_->body_limit(max_body);
+    if (!expect_continue) return ReadBody();
+    // The client waits for our word before it sends the body: give it now that the head passed.
+    continue_.emplace(http::status::continue_, 11);
+    Arm(limits_.write_timeout);
+    http::async_write(stream_, *continue_, [self = Self()](beast::error_code e, size_t) {
+      self->continue_.reset();
+      if (e) return self->Close();
+      self->ReadBody();
+    });
+  }
+
+  void ReadBody() {
+    Arm(limits_.body_timeout);
+    http::async_read(stream_, buffer_, *body_parser_,
+                     [self = Self()](beast::error_code ec, size_t) {
+                       if (ec) return self->OnReadError(ec, /*in_head=*/false);
+                       self->request_.body = self->body_parser_->release().body();
+                       self->body_parser_.reset();
+                       self->Dispatch();
+                     });
+  }
+
+  void Dispatch() {
+    head_parser_.reset();
+    Disarm();  // The handler may hold the request as long as it likes.
+    auto shared = std::make_shared<Responder::Shared>();
+    shared->live = server_->live;
+    shared->session = weak_from_this();
+    stream_state_ = std::make_shared<StreamState>();
+    shared->stream_state = stream_state_;
+    shared->max_stream_buffer = limits_.max_stream_buffer;
+    Responder responder(std::move(shared));
+    RequestHandler handler = std::move(handler_);
+    HttpRequest what;  // For the log line, should the handler throw.
+    what.method = request_.method;
+    what.target = request_.target;
+    try {
+      handler(std::move(request_), responder);
+    } catch (const std::exception& e) {
+      responder.Send(Barrier(what, e.what()));
+    } catch (...) {
+      responder.Send(Barrier(what, "unknown exception"));
+    }
+  }
+
+  // The answer to an exception that reached this layer: logged, counted, a documented 500.
+  HttpResponse Barrier(const HttpRequest& req, std::string_view what) {
+    ++server_->counters.exceptions;
+    spdlog::error("exception serving {} {} from {}: {}", req.method, EscapeForTerminal(req.target),
+                  address_, EscapeForTerminal(what));
+    return ErrorResponse(500, "internal", "an internal error occurred; it has been logged");
+  }
+
+  void OnReadError(beast::error_code ec, bool in_head) {
+    if (timed_out_) ec = beast::error::timeout;
+    if (ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+        ec == ssl::error::stream_truncated) {
+      return Close();
+    }
+    keep_alive_ = false;
+    if (ec == beast::error::timeout) {
+      ++server_->counters.timeouts;
+      return Fail(
+          408, "request_timeout",
+          in_head ? fmt::format("the request head took over {} ms", limits_.header_timeout.count())
+                  : fmt::format("the body took over {} ms", limits_.body_timeout.count()));
+    }
+    if (ec == http::error::header_limit) {
+      ++server_->counters.too_large;
+      // Without a line end in what was read, the request line alone is over the limit.
+      const auto data = buffer_.data();
+      const std::string_view seen(static_cast<const char*>(data.data()), data.size());
+      if (seen.find("\r\n") == std::string_view::npos) {
+        return Fail(414, "uri_too_long",
+                    fmt::format("the request line is over {} bytes", limits_.max_header_bytes));
+      }
+      return Fail(431, "header_fields_too_large",
+                  fmt::format("the request head is over {} bytes", limits_.max_header_bytes));
+    }
+    if (ec == http::error::body_limit) {
+      ++server_->counters.too_large;
+      return Fail(413, "payload_too_large",
+                  fmt::format("the body is over the limit of {} bytes", max_body_));
+    }
+    ++server_->counters.malformed;
+    Fail(400, "bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
+  }
+
+  // Answers an error of this layer and ends the connection.
+  void Fail(int status, std::string_view code, std::string message) {
+    if (awaiting_) {
+      awaiting_ = false;
+      --server_->counters.in_flight;
+    }
+    keep_alive_ = false;
+    Write(ErrorResponse(status, code, message));
+  }
+
+  void Write(HttpResponse r) {
+    if (closed) return;
+    response_.emplace(static_cast<http::status>(r.status), 11);
+    response_->set(http::field::content_type, r.content_type);
+    for (auto& [k, v] : r.headers) response_->set(k, v);
+    response_->body() = std::move(r.body);
+    response_->keep_alive(keep_alive_);
+    response_->prepare_payload();
+    Arm(limits_.write_timeout);
+    http::async_write(stream_, *response_, [self = Self()](beast::error_code ec, size_t) {
+      self->response_.reset();
+      if (ec) {
+        if (self->timed_out_) ++self->server_->counters.timeouts;
+        return self->Close();
+      }
+      self->AfterResponse();
+    });
+  }
+
+  void WriteNextChunk() {
+    if (closed) return;
+    if (chunks_.empty()) {
+      if (!ending_) return;
+      writing_ = true;
+      Arm(limits_.write_timeout);
+      net::async_write(stream_, http::make_chunk_last(),
+                       [self = Self()](beast::error_code ec, size_t) {
+                         self->writing_ = false;
+                         if (ec) return self->Close();
+                         self->streaming_ = self->ending_ = false;
+                         self->serializer_.reset();
+                         self->stream_head_.reset();
+                         self->AfterResponse();
+                       });
+      return;
+    }
+    writing_ = true;
+    Arm(limits_.write_timeout);
+    net::async_write(stream_, http::make_chunk(net::buffer(chunks_.front())),
+                     [self = Self()](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       self->stream_state_->buffered -= self->chunks_.front().size();
+                       self->chunks_.pop_front();
+                       if (ec) {
+                         if (self->timed_out_) ++self->server_->counters.timeouts;
+                         return self->Close();
+                       }
+                       self->WriteNextChunk();
+                     });
+  }
+
+  void AfterResponse() {
+    if (keep_alive_) return Idle();
+    Linger();
+  }
+
+  // Ends the connection after an answer that left the request's body unread: stop sending, then
+  // read and drop what the client still sends for a moment, so it reads our answer rather than
+  // a reset.
+  void Linger() {
+    if constexpr (kTls) {
+      Arm(std::chrono::seconds(2));
+      stream_.async_shutdown([self = Self()](beast::error_code) { self->Close(); });
+    } else {
+      beast::error_code ignored;
+      Lowest().shutdown(tcp::socket::shutdown_send, ignored);
+      Arm(std::chrono::seconds(2));
+      Drain();
+    }
+  }
+
+  void Drain() {
+    if (lingered_ > (8u << 20)) return Close();
+    stream_.async_read_some(net::buffer(scratch_), [self = Self()](beast::error_code ec, size_t n) {
+      if (ec) return self->Close();
+      self->lingered_ += n;
+      self->Drain();
+    });
+  }
+
+  HttpServer::Impl* server_;
+  const HttpLimits& limits_;
+  uint64_t id_;
+  std::string address_;
+  Stream stream_;
+  net::steady_timer deadline_;
+  uint64_t deadline_generation_ = 0;
+  bool timed_out_ = false;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::empty_body>> head_parser_;
+  std::optional<http::request_parser<http::string_body>> body_parser_;
+  std::optional<http::response<http::empty_body>> continue_;
+  std::optional<http::response<http::string_body>> response_;
+  bool keep_alive_ = true;
+  bool awaiting_ = false;  // A handler holds the request and owes an answer.
+  size_t max_body_ = 0;
+  RequestHandler handler_;
+  HttpRequest request_;
+  // A chunked response in progress.
+  bool streaming_ = false, writing_ = false, ending_ = false;
+  std::shared_ptr<StreamState> stream_state_;
+  std::optional<http::response<http::empty_body>> stream_head_;
+  std::optional<http::response_serializer<http::empty_body>> serializer_;
+  std::deque<std::string> chunks_;
+  std::array<char, 4096> scratch_{};
+  size_t lingered_ = 0;
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    OnAccept(ec, std::move(socket));
+  });
+}
+
+void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
+  if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+  if (ec) {
+    // Out of descriptors (EMFILE, ENFILE) or a connection that died in the queue: pause a moment
+    // rather than spin, then accept again.
+    spdlog::warn("accepting a connection failed: {}", ec.message());
+    accept_pause.expires_after(std::chrono::milliseconds(50));
+    accept_pause.async_wait([this](beast::error_code e) {
+      if (!e) Accept();
+    });
+    return;
+  }
+  ++counters.accepted;
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  const auto endpoint = socket.remote_endpoint(ignored);
+  const std::string address = ignored ? "unknown" : endpoint.address().to_string();
+  uint64_t id = 0;
+  bool total = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (sessions.size() >= options.limits.max_connections) {
+      ++counters.refused_total;
+      total = true;
+    } else if (per_address[address] >= options.limits.max_connections_per_address) {
+      ++counters.refused_address;
+    } else {
+      id = next_session++;
+      ++per_address[address];
+    }
+  }
+  if (id == 0) {
+    Refuse(std::move(socket), total ? 503 : 429, total ? "overloaded" : "too_many_connections",
+           total ? fmt::format("the server holds its limit of {} connections",
+                               options.limits.max_connections)
+                 : fmt::format("{} holds the limit of {} connections per client address", address,
+                               options.limits.max_connections_per_address));
+    return Accept();
+  }
+  std::shared_ptr<SessionBase> session;
+  if (tls) {
+    auto s = std::make_shared<Session<beast::ssl_stream<tcp::socket>>>(
+        this, id, address, beast::ssl_stream<tcp::socket>(std::move(socket), *tls));
+    session = s;
+    net::dispatch(s->executor(), [s] { s->Run(); });
+  } else {
+    auto s = std::make_shared<Session<tcp::socket>>(this, id, address, std::move(socket));
+    session = s;
+    net::dispatch(s->executor(), [s] { s->Run(); });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    sessions[id] = std::move(session);
+    ++counters.open;
+  }
+  Accept();
+}
+
+void HttpServer::Impl::Refuse(tcp::socket socket, int status, std::string_view code,
+                              std::string message) {
+  spdlog::warn("refused a connection: {}", message);
+  if (tls) return;  // No plain-text answer on a TLS port; closing says enough.
+  const HttpResponse r = ErrorResponse(status, code, message);
+  auto text = std::make_shared<std::string>(fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+      "Connection: close\r\n\r\n{}",
+      status, status == 429 ? "Too Many Requests" : "Service Unavailable", r.body.size(), r.body));
+  auto sock = std::make_shared<tcp::socket>(std::move(socket));
+  net::async_write(*sock, net::buffer(*text), [sock, text](beast::error_code, size_t) {
+    beast::error_code ignored;
+    sock->shutdown(tcp::socket::shutdown_both, ignored);
+    sock->close(ignored);
+  });
+}
+
+void HttpServer::Impl::Forget(uint64_t id, const std::string& address) {
+  std::shared_ptr<SessionBase> keep;  // Released after the lock: it may be the last reference.
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = sessions.find(id);
+  if (it == sessions.end()) return;
+  keep = std::move(it->second);
+  sessions.erase(it);
+  --counters.open;
+  if (auto a = per_address.find(address); a != per_address.end() && --a->second == 0) {
+    per_address.erase(a);
+  }
+}
+
+HttpServer::HttpServer(HttpOptions options, HeadHandler on_head)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(on_head))) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Bind() {
+  Impl& s = *impl_;
+  const std::string where = fmt::format("{}:{}", s.options.host, s.options.port);
+  if (!s.options.tls_cert_file.empty() || !s.options.tls_key_file.empty()) {
+    if (s.options.tls_cert_file.empty() || s.options.tls_key_file.empty()) {
+      return Status::InvalidArgument("TLS needs both --tls-cert and --tls-key");
+    }
+    s.tls.emplace(ssl::context::tls_server);
+    s.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                       ssl::context::single_dh_use);
+    beast::error_code ec;
+    s.tls->use_certificate_chain_file(s.options.tls_cert_file, ec);
+    if (ec) {
+      return Status::InvalidArgument(fmt::format("--tls-cert {}: cannot load the certificate: {}",
+                                                 s.options.tls_cert_file, ec.message()));
+    }
+    s.tls->use_private_key_file(s.options.tls_key_file, ssl::context::pem, ec);
+    if (ec) {
+      return Status::InvalidArgument(fmt::format("--tls-key {}: cannot load the private key: {}",
+                                                 s.options.tls_key_file, ec.message()));
+    }
+    if (SSL_CTX_check_private_key(s.tls->native_handle()) != 1) {
+      return Status::InvalidArgument(fmt::format("--tls-key {} does not match --tls-cert {}",
+                                                 s.options.tls_key_file, s.options.tls_cert_file));
+    }
+  }
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(s.options.host, ec);
+  if (ec) {
+    return Status::InvalidArgument(
+        fmt::format("cannot listen on {}: '{}' is not an IP address", where, s.options.host));
+  }
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(s.options.port));
+  s.acceptor.open(endpoint.protocol(), ec);
+  // SO_REUSEADDR only lets a restarted server take its port while old connections linger in
+  // TIME_WAIT; unlike SO_REUSEPORT it never lets two servers share a port.
+  if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind(endpoint, ec);
+  if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    beast::error_code ignored;
+    s.acceptor.close(ignored);
+    if (ec == net::error::address_in_use) {
+      return Status::Unavailable(fmt::format(
+          "cannot listen on {}: the address is in use (is another server running?)", where));
+    }
+    return Status::Unavailable(fmt::format("cannot listen on {}: {}", where, ec.message()));
+  }
+  s.options.port = s.acceptor.local_endpoint().port();
+  return Status::Ok();
+}
+
+int HttpServer::port() const { return impl_->options.port; }
+
+bool HttpServer::tls() const { return impl_->tls.has_value(); }
+
+void HttpServer::Start() {
+  Impl& s = *impl_;
+  if (s.started) return;
+  s.started = true;
+  net::dispatch(s.acceptor.get_executor(), [&s] { s.Accept(); });
+  for (int i = 0; i < std::max(1, s.options.threads); ++i) {
+    s.threads.emplace_back([&s] { s.ioc.run(); });
+  }
+}
+
+void HttpServer::Stop() {
+  Impl& s = *impl_;
+  if (s.stopped) return;
+  s.stopped = true;
+  if (s.started) {
+    net::dispatch(s.acceptor.get_executor(), [&s] {
+      beast::error_code ignored;
+      s.acceptor.close(ignored);
+      s.accept_pause.cancel();
+    });
+    // Requests in flight get a moment to be answered and written.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (s.counters.in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.live->mu);
+    s.live->alive = false;
+  }
+  s.ioc.stop();
+  for (auto& t : s.threads) t.join();
+  s.threads.clear();
+  std::unordered_map<uint64_t, std::shared_ptr<SessionBase>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    sessions.swap(s.sessions);
+  }
+  sessions.clear();  // While the io_context still exists.
+}
+
+HttpStats HttpServer::Stats() const {
+  const Counters& c = impl_->counters;
+  return {c.open,     c.accepted,  c.refused_total, c.refused_address, c.refused_overloaded,
+          c.timeouts, c.too_large, c.malformed,     c.exceptions,      c.in_flight};
+}
+
+}  // namespace tessera::api

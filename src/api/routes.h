@@ -1,0 +1,13 @@
+// The route families of the API, each registered by one function (docs/api.md).
+// Thread-safety: called once, before serving starts.
+#pragma once
+
+namespace tessera::api {
+
+class Api;
+
+void AddTenantRoutes(Api& api);    // /v1/tenants..., /v1/instance-types
+void AddInstanceRoutes(Api& api);  // /v1/instances...
+void AddAdminRoutes(Api& api);     // /v1/nodes..., /v1/audit, /metrics, /healthz, /readyz
+
+}  // namespace tessera::api

@@ -1,0 +1,132 @@
+// Tenants and their tokens (docs/api.md, "Tenants"), and the instance types any caller may read.
+#include <fmt/format.h>
+
+#include "api/api.h"
+#include "api/codec.h"
+#include "api/routes.h"
+#include "common/auth.h"
+
+namespace tessera::api {
+
+namespace {
+
+using nlohmann::json;
+
+// A tenant reads only itself; the admin reads any. Others are answered as unknown.
+Result<const core::Tenant*> Visible(const core::State& s, const core::Tenant& caller,
+                                    const std::string& id) {
+  const core::Tenant* t = s.tenants().Find(id);
+  if (!t || (!caller.admin && caller.id != t->id)) {
+    return Status::NotFound(fmt::format("tenant '{}' not found", id));
+  }
+  return t;
+}
+
+json TenantJson(const core::State& s, const core::Tenant& t) {
+  return core::ToJson(t, s.TenantGpuMilli(t.id));
+}
+
+// A new token, or the error to answer (the system's random generator failed).
+Result<std::pair<std::string, std::string>> NewToken() {
+  TESSERA_ASSIGN_OR_RETURN(std::string token, GenerateToken());
+  std::string hash = HashToken(token);
+  return std::pair{std::move(token), std::move(hash)};
+}
+
+}  // namespace
+
+void AddTenantRoutes(Api& table) {
+  table.Add(
+      "POST", "/v1/tenants", Access::kAdmin, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        Result<CreateTenantRequest> req = call->body_status.ok()
+                                              ? ParseCreateTenant(call->body)
+                                              : Result<CreateTenantRequest>(call->body_status);
+        auto token = NewToken();
+        if (!token.ok()) return api.ReplyError(*call, token.status());
+        api.Run<json>(
+            call, req.status(),
+            {[req, token](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(
+                   core::Tenant t,
+                   s.tenants().Create(req->name, req->quota_gpu_milli, token->second, b));
+               json j = TenantJson(s, t);
+               j["token"] = token->first;  // Shown this once; only its hash is stored.
+               return j;
+             },
+             201, [](const json& j) { return j; },
+             [](const json& j) { return j.value("id", ""); }});
+      });
+  table.Add("GET", "/v1/tenants", Access::kAdmin, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+                     json out = json::array();
+                     for (const core::Tenant* t : s.tenants().List()) {
+                       out.push_back(TenantJson(s, *t));
+                     }
+                     return json{{"tenants", std::move(out)}};
+                   },
+                   200, [](const json& j) { return j; }, nullptr});
+            });
+  table.Add("GET", "/v1/tenants/{id}", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              const std::string id = call->params[0];
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[id](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, Visible(s, caller, id));
+                     return TenantJson(s, *t);
+                   },
+                   200, [](const json& j) { return j; }, nullptr});
+            });
+  table.Add(
+      "PATCH", "/v1/tenants/{id}", Access::kAdmin, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        Result<UpdateTenantRequest> req = call->body_status.ok()
+                                              ? ParseUpdateTenant(call->body)
+                                              : Result<UpdateTenantRequest>(call->body_status);
+        const std::string id = call->params[0];
+        api.Run<json>(
+            call, req.status(),
+            {[req, id](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(core::Tenant t,
+                                        s.UpdateTenant(id, req->quota_gpu_milli, req->disabled, b));
+               return TenantJson(s, t);
+             },
+             200, [](const json& j) { return j; },
+             [](const json& j) { return j.value("id", ""); }});
+      });
+  // A tenant rotates its own token; the admin rotates any tenant's.
+  table.Add("POST", "/v1/tenants/{id}/tokens", Access::kAnyToken, BodyKind::kOptionalJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Result<RotateTokenRequest> req = call->body_status.ok()
+                                                   ? ParseRotateToken(call->body)
+                                                   : Result<RotateTokenRequest>(call->body_status);
+              auto token = NewToken();
+              if (!token.ok()) return api.ReplyError(*call, token.status());
+              const std::string id = call->params[0];
+              api.Run<json>(call, req.status(),
+                            {[req, token, id](core::State& s, store::Batch& b,
+                                              const core::Tenant& caller) -> Result<json> {
+                               TESSERA_RETURN_IF_ERROR(Visible(s, caller, id).status());
+                               TESSERA_ASSIGN_OR_RETURN(
+                                   core::Tenant t,
+                                   s.tenants().Rotate(id, token->second, req->grace, b));
+                               json j = TenantJson(s, t);
+                               j["token"] = token->first;  // Shown this once.
+                               return j;
+                             },
+                             201, [](const json& j) { return j; },
+                             [](const json& j) { return j.value("id", ""); }});
+            });
+  table.Add(
+      "GET", "/v1/instance-types", Access::kAnyToken, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        // The catalog is immutable: no core round needed once the caller is known.
+        api.Reply(*call, JsonResponse(200, {{"instance_types", InstanceTypesJson(api.catalog())}}));
+      });
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,107 @@
+#include "common/text.h"
+
+#include <fmt/format.h>
+
+namespace tessera {
+
+namespace {
+
+// The length of the valid UTF-8 sequence that starts at s[i], or 0 when none does.
+size_t SequenceLength(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b0 = byte(i);
+  if (b0 < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // The allowed range of the second byte.
+  if (b0 >= 0xc2 && b0 <= 0xdf) {
+    n = 2;
+  } else if (b0 >= 0xe0 && b0 <= 0xef) {
+    n = 3;
+    if (b0 == 0xe0) lo = 0xa0;  // Overlong.
+    if (b0 == 0xed) hi = 0x9f;  // Surrogates.
+  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+    n = 4;
+    if (b0 == 0xf0) lo = 0x90;  // Overlong.
+    if (b0 == 0xf4) hi = 0x8f;  // Above U+10FFFF.
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
+  }
+  return n;
+}
+
+// U+2028 and U+2029 (line and paragraph separators) and the bidirectional overrides and
+// isolates (U+202A..U+202E, U+2066..U+2069), which reorder what a terminal shows.
+bool IsInvisibleControl(std::string_view seq) {
+  const auto b1 = static_cast<unsigned char>(seq[1]);
+  const auto b2 = static_cast<unsigned char>(seq[2]);
+  if (static_cast<unsigned char>(seq[0]) != 0xe2) return false;
+  return (b1 == 0x80 && b2 >= 0xa8 && b2 <= 0xae) || (b1 == 0x81 && b2 >= 0xa6 && b2 <= 0xa9);
+}
+
+}  // namespace
+
+std::optional<size_t> FindInvalidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = SequenceLength(s, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::nullopt;
+}
+
+std::string EscapeForTerminal(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = SequenceLength(s, i);
+    if (n == 0) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+      continue;
+    }
+    if (n == 1) {
+      switch (c) {
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case 0x1b:
+          out += "\\e";
+          break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            out += fmt::format("\\x{:02x}", c);
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+    } else if (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) {
+      // U+0080..U+009F: the C1 controls, which include CSI.
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(s[i + 1]));
+    } else if (n == 3 && IsInvisibleControl(s.substr(i, 3))) {
+      const auto b1 = static_cast<unsigned>(static_cast<unsigned char>(s[i + 1]));
+      const auto b2 = static_cast<unsigned>(static_cast<unsigned char>(s[i + 2]));
+      out += fmt::format("\\u{:04x}", 0x2000u | ((b1 & 0x3fu) << 6) | (b2 & 0x3fu));
+    } else {
+      out.append(s.substr(i, n));
+    }
+    i += n;
+  }
+  return out;
+}
+
+}  // namespace tessera

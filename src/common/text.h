@@ -1,0 +1,22 @@
+// Text checks and escapes for strings that come from outside: UTF-8 validation, and the escape
+// that makes any byte string safe to print on a terminal or in a log line.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+// The byte offset of the first byte that breaks UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or nullopt when `s` is valid UTF-8.
+std::optional<size_t> FindInvalidUtf8(std::string_view s);
+inline bool IsValidUtf8(std::string_view s) { return !FindInvalidUtf8(s); }
+
+// `s` with everything a terminal would act on made visible: C0 controls and DEL as \n, \t, \r,
+// \e or \xNN; C1 controls, line separators and bidirectional overrides as \uNNNN; a backslash
+// doubled; and every byte of invalid UTF-8 as \xNN. Printable UTF-8 passes through unchanged.
+std::string EscapeForTerminal(std::string_view s);
+
+}  // namespace tessera

@@ -1,0 +1,221 @@
+#include "core/tenants.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/json.h"
+
+namespace tessera::core {
+
+namespace {
+
+// The number in "tenant-000042", or 0 when the body is not a number.
+int64_t IdNumber(std::string_view id) {
+  const size_t dash = id.rfind('-');
+  int64_t n = 0;
+  if (dash == std::string_view::npos) return 0;
+  const auto [ptr, ec] = std::from_chars(id.data() + dash + 1, id.data() + id.size(), n);
+  return ec == std::errc() && ptr == id.data() + id.size() ? n : 0;
+}
+
+// Drops the tokens whose grace has ended.
+void Prune(Tenant& t, Time now) {
+  std::erase_if(t.tokens, [&](const Token& k) { return k.expires_at && *k.expires_at <= now; });
+}
+
+}  // namespace
+
+Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view token_hash, Time now) {
+  // The lookup is keyed by the token's SHA-256: its timing can tell nothing about the token.
+  auto it = index.find(std::string(token_hash));
+  if (it == index.end()) return Status::Unauthenticated("invalid token");
+  const Principal& p = it->second;
+  if (p.expires_at && *p.expires_at <= now) {
+    return Status::Unauthenticated("this token was replaced and its grace period has ended");
+  }
+  if (p.disabled) {
+    return Status::PermissionDenied(fmt::format("tenant '{}' is disabled", p.tenant.str()));
+  }
+  return p;
+}
+
+Tenants::Tenants(const Clock* clock) : clock_(clock) {
+  admin_.id = TenantId::Unchecked("admin");
+  admin_.name = "admin";
+  admin_.admin = true;
+  Rebuild();
+}
+
+Status Tenants::Restore(const std::vector<store::TenantRecord>& records) {
+  for (const auto& rec : records) {
+    auto j = ParseJson(rec.doc, "stored tenant " + rec.id);
+    if (!j.ok()) return Status::DataLoss(j.status().message());
+    auto t = TenantFromStoredJson(*j, rec.token_hash);
+    if (!t.ok()) return Status::DataLoss(t.status().message());
+    next_tenant_ = std::max(next_tenant_, IdNumber(t->id.str()) + 1);
+    by_id_[t->id.str()] = std::move(*t);
+  }
+  Rebuild();
+  return Status::Ok();
+}
+
+void Tenants::SetAdminTokenHash(const std::string& hash, store::Batch& batch) {
+  RestoreAdminTokenHash(hash);
+  batch.settings.emplace_back("admin_token_hash", hash);
+}
+
+void Tenants::RestoreAdminTokenHash(const std::string& hash) {
+  admin_hash_ = hash;
+  Rebuild();
+}
+
+Result<Tenant> Tenants::Create(const std::string& name, int64_t quota_gpu_milli,
+                               const std::string& token_hash, store::Batch& batch) {
+  for (const auto& [id, t] : by_id_) {
+    if (t.name == name) {
+      return Status::AlreadyExists(fmt::format("field 'name': tenant '{}' exists already", name));
+    }
+  }
+  Tenant t;
+  t.id = TenantId::FromNumber(next_tenant_++);
+  t.name = name;
+  t.quota_gpu_milli = quota_gpu_milli;
+  t.created_at = clock_->Now();
+  t.tokens.push_back({token_hash, t.created_at, std::nullopt});
+  Tenant& stored = by_id_[t.id.str()] = std::move(t);
+  Save(stored, batch);
+  Rebuild();
+  return stored;
+}
+
+const Tenant* Tenants::Find(std::string_view id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &it->second;
+}
+
+std::vector<const Tenant*> Tenants::List() const {
+  std::vector<const Tenant*> out;
+  for (const auto& [id, t] : by_id_) out.push_back(&t);
+  return out;
+}
+
+Result<Tenant> Tenants::Update(std::string_view id, std::optional<int64_t> quota_gpu_milli,
+                               std::optional<bool> disabled, store::Batch& batch) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return Status::NotFound(fmt::format("tenant '{}' not found", id));
+  Tenant& t = it->second;
+  if (quota_gpu_milli) t.quota_gpu_milli = *quota_gpu_milli;
+  if (disabled) t.disabled = *disabled;
+  Save(t, batch);
+  Rebuild();
+  return t;
+}
+
+Result<Tenant> Tenants::Rotate(std::string_view id, const std::string& new_hash, Duration grace,
+                               store::Batch& batch) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return Status::NotFound(fmt::format("tenant '{}' not found", id));
+  Tenant& t = it->second;
+  const Time now = clock_->Now();
+  const Time end = now + std::clamp(grace, Duration::zero(), kMaxTokenGrace);
+  for (Token& k : t.tokens) {
+    if (!k.expires_at || *k.expires_at > end) k.expires_at = end;
+  }
+  Prune(t, now);
+  t.tokens.push_back({new_hash, now, std::nullopt});
+  Save(t, batch);
+  Rebuild();
+  return t;
+}
+
+Result<const Tenant*> Tenants::Authenticate(std::string_view token_hash) const {
+  TESSERA_ASSIGN_OR_RETURN(Principal p, core::Authenticate(*index_, token_hash, clock_->Now()));
+  if (p.admin) return &admin_;
+  const Tenant* t = Find(p.tenant.str());
+  if (!t) return Status::Unauthenticated("invalid token");
+  return t;
+}
+
+void Tenants::Save(Tenant& t, store::Batch& batch) {
+  Prune(t, clock_->Now());
+  const std::string current = t.tokens.empty() ? "" : t.tokens.back().hash;
+  batch.tenants.push_back({t.id.str(), t.name, current, ToStoredJson(t).dump()});
+}
+
+void Tenants::Rebuild() {
+  auto index = std::make_shared<PrincipalIndex>();
+  if (!admin_hash_.empty()) (*index)[admin_hash_] = Principal{admin_.id, true, false, {}};
+  for (const auto& [id, t] : by_id_) {
+    for (const Token& k : t.tokens) {
+      (*index)[k.hash] = Principal{t.id, false, t.disabled, k.expires_at};
+    }
+  }
+  index_ = std::move(index);
+}
+
+nlohmann::json ToJson(const Tenant& t, std::optional<int64_t> gpu_milli_in_use) {
+  nlohmann::json tokens = nlohmann::json::array();
+  for (const Token& k : t.tokens) {
+    nlohmann::json kj = {{"created_at", FormatRfc3339(k.created_at)}};
+    if (k.expires_at) kj["expires_at"] = FormatRfc3339(*k.expires_at);
+    tokens.push_back(std::move(kj));
+  }
+  nlohmann::json j = {{"id", t.id.str()},
+                      {"name", t.name},
+                      {"quota", {{"gpus", static_cast<double>(t.quota_gpu_milli) / 1000}}},
+                      {"disabled", t.disabled},
+                      {"created_at", FormatRfc3339(t.created_at)},
+                      {"tokens", std::move(tokens)}};
+  if (gpu_milli_in_use) {
+    j["usage"] = {{"gpus", static_cast<double>(*gpu_milli_in_use) / 1000}};
+  }
+  return j;
+}
+
+nlohmann::json ToStoredJson(const Tenant& t) {
+  nlohmann::json j = ToJson(t);
+  j["quota_gpu_milli"] = t.quota_gpu_milli;
+  for (size_t i = 0; i < t.tokens.size(); ++i) j["tokens"][i]["hash"] = t.tokens[i].hash;
+  return j;
+}
+
+Result<Tenant> TenantFromStoredJson(const nlohmann::json& j, const std::string& column_hash) {
+  JsonFields f(j, "stored tenant");
+  Tenant t;
+  auto id = TenantId::Parse(f.String("id"));
+  t.name = f.String("name");
+  t.quota_gpu_milli = f.Int("quota_gpu_milli", 0, INT64_MAX);
+  t.disabled = f.Bool("disabled", false, false);
+  auto created = ParseRfc3339(f.String("created_at"));
+  const nlohmann::json* tokens = f.Get("tokens", false);
+  TESSERA_RETURN_IF_ERROR(f.status());
+  TESSERA_RETURN_IF_ERROR(id.status());
+  TESSERA_RETURN_IF_ERROR(created.status());
+  t.id = *id;
+  t.created_at = *created;
+  if (!tokens) {
+    // Written before tokens could be rotated: the one token is the store's column.
+    t.tokens.push_back({column_hash, t.created_at, std::nullopt});
+    return t;
+  }
+  if (!tokens->is_array()) return Status::DataLoss("stored tenant: field 'tokens': not an array");
+  for (const auto& kj : *tokens) {
+    JsonFields k(kj, fmt::format("stored tenant {}: tokens", t.id.str()));
+    Token token;
+    token.hash = k.String("hash");
+    auto at = ParseRfc3339(k.String("created_at"));
+    const std::string expires = k.String("expires_at", false);
+    TESSERA_RETURN_IF_ERROR(k.status());
+    TESSERA_RETURN_IF_ERROR(at.status());
+    token.created_at = *at;
+    if (!expires.empty()) {
+      TESSERA_ASSIGN_OR_RETURN(token.expires_at, ParseRfc3339(expires));
+    }
+    t.tokens.push_back(std::move(token));
+  }
+  return t;
+}
+
+}  // namespace tessera::core

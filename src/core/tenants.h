@@ -1,0 +1,113 @@
+// Tenants and the tokens that act for them, and the operator's (admin) token. Tenants owns who
+// may call the API: it creates tenants, changes their quota or disables them, rotates their
+// tokens (the replaced token keeps working for a grace period, or stops at once), and keeps the
+// principal index: token hash -> who it acts for. The index is an immutable snapshot rebuilt on
+// every change, so the core can hand it to the HTTP threads, which then authenticate a request
+// before reading its body and without a core round. Only token hashes are held, never tokens.
+// Thread-safety: Tenants belongs to the core thread; a published PrincipalIndex is immutable and
+// may be read from any thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/result.h"
+#include "store/store.h"
+
+namespace tessera::core {
+
+struct Token {
+  std::string hash;  // Lower-case hex SHA-256 of the token.
+  Time created_at;
+  std::optional<Time> expires_at;  // Set on a replaced token: the end of its grace period.
+};
+
+struct Tenant {
+  TenantId id;
+  std::string name;
+  int64_t quota_gpu_milli = 0;
+  bool disabled = false;
+  Time created_at;
+  std::vector<Token> tokens;  // The current token last; replaced ones in their grace before it.
+  bool admin = false;         // The operator; not stored as a tenant.
+};
+
+// Who a token acts for, as the index holds it.
+struct Principal {
+  TenantId tenant;  // "admin" for the operator.
+  bool admin = false;
+  bool disabled = false;
+  std::optional<Time> expires_at;
+};
+
+// Token hash -> principal.
+using PrincipalIndex = std::unordered_map<std::string, Principal>;
+
+// The principal `token_hash` acts for at `now`. Unauthenticated for an unknown or expired token,
+// PermissionDenied for a disabled tenant. The one rule for the HTTP threads and the core alike.
+Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view token_hash, Time now);
+
+// The longest grace period a replaced token may keep.
+inline constexpr Duration kMaxTokenGrace = std::chrono::hours(24 * 30);
+
+class Tenants {
+ public:
+  explicit Tenants(const Clock* clock);  // `clock` must outlive this.
+
+  // Rebuilds from stored records. DataLoss naming the record when one is corrupt.
+  Status Restore(const std::vector<store::TenantRecord>& records);
+
+  // The operator's token hash ("" until set). Setting it records it in the batch.
+  const std::string& admin_token_hash() const { return admin_hash_; }
+  void SetAdminTokenHash(const std::string& hash, store::Batch& batch);
+  void RestoreAdminTokenHash(const std::string& hash);
+
+  // AlreadyExists for a name in use.
+  Result<Tenant> Create(const std::string& name, int64_t quota_gpu_milli,
+                        const std::string& token_hash, store::Batch& batch);
+  // The tenant with this id, or nullptr (also for "admin").
+  const Tenant* Find(std::string_view id) const;
+  std::vector<const Tenant*> List() const;
+  // Sets the quota and/or the disabled flag. NotFound for an unknown id.
+  Result<Tenant> Update(std::string_view id, std::optional<int64_t> quota_gpu_milli,
+                        std::optional<bool> disabled, store::Batch& batch);
+  // Makes `new_hash` the tenant's token. The previous tokens stop at now + grace (0: at once);
+  // tokens already in a shorter grace keep it. NotFound for an unknown id.
+  Result<Tenant> Rotate(std::string_view id, const std::string& new_hash, Duration grace,
+                        store::Batch& batch);
+
+  // The authoritative check on the core thread: the tenant (or the operator) behind a token.
+  Result<const Tenant*> Authenticate(std::string_view token_hash) const;
+
+  // The current index; a new object after every change, so a pointer compare tells.
+  const std::shared_ptr<const PrincipalIndex>& index() const { return index_; }
+
+ private:
+  void Rebuild();
+  void Save(Tenant& t, store::Batch& batch);
+
+  const Clock* clock_;
+  Tenant admin_;
+  std::string admin_hash_;
+  std::map<std::string, Tenant, std::less<>> by_id_;
+  int64_t next_tenant_ = 1;
+  std::shared_ptr<const PrincipalIndex> index_;
+};
+
+// The API form of a tenant (no token hashes); `gpus_in_use` in milli-GPU when known.
+nlohmann::json ToJson(const Tenant& t, std::optional<int64_t> gpu_milli_in_use = std::nullopt);
+// The stored form: the API form plus the milli quota and the token hashes.
+nlohmann::json ToStoredJson(const Tenant& t);
+// Rebuilds a tenant from its stored form; `column_hash` is the store's token_hash column, used
+// when the document predates the token list.
+Result<Tenant> TenantFromStoredJson(const nlohmann::json& j, const std::string& column_hash);
+
+}  // namespace tessera::core
