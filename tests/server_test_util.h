@@ -60,6 +60,7 @@ class ServerTest : public ::testing::Test {
     const std::string text = raw_body ? *raw_body : (body ? body->dump() : "");
     httplib::Result r = method == "GET"      ? client.Get(path, headers)
                         : method == "DELETE" ? client.Delete(path, headers)
+                        : method == "PATCH"  ? client.Patch(path, headers, text, content_type)
                                              : client.Post(path, headers, text, content_type);
     HttpReply out;
     if (!r) return out;
@@ -71,6 +72,9 @@ class ServerTest : public ::testing::Test {
 
   HttpReply Post(const std::string& path, const std::string& token, const nlohmann::json& body) {
     return Call("POST", path, token, &body);
+  }
+  HttpReply Patch(const std::string& path, const std::string& token, const nlohmann::json& body) {
+    return Call("PATCH", path, token, &body);
   }
   HttpReply Get(const std::string& path, const std::string& token) {
     return Call("GET", path, token);

@@ -142,6 +142,39 @@ void PrintInstances(const json& list) {
   t.Print(std::cout);
 }
 
+// One instance as "Field: value" lines, as `kubectl describe` shows an object: what the table
+// leaves out (command, labels, annotations, reason) included, every value escaped.
+void PrintInstanceDetail(const json& i) {
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"ID", Str(i, "id")},
+      {"Name", Str(i, "name")},
+      {"Tenant", Str(i, "tenant")},
+      {"State", Str(i, "state")},
+      {"Reason", Str(i, "reason")},
+      {"Billing", Str(i, "billing")},
+      {"Node", Str(i, "node")},
+      {"Price/h (USD)", Str(i, "price_per_hour_usd")},
+      {"Restarts", Str(i, "restarts")},
+      {"Created", Str(i, "created_at")},
+      {"Command", Str(i, "command")}};
+  for (const char* map : {"labels", "annotations"}) {
+    std::vector<std::string> pairs;
+    if (i.contains(map) && i[map].is_object()) {
+      for (const auto& [k, v] : i[map].items()) {
+        pairs.push_back(k + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+      }
+    }
+    rows.emplace_back(map == std::string("labels") ? "Labels" : "Annotations",
+                      pairs.empty() ? "-" : fmt::format("{}", fmt::join(pairs, ", ")));
+  }
+  std::vector<std::string> gpus;
+  for (const auto& g : i["gpus"]) gpus.push_back(Str(g, "uuid"));
+  rows.emplace_back("GPUs", gpus.empty() ? "-" : fmt::format("{}", fmt::join(gpus, ", ")));
+  for (const auto& [field, value] : rows) {
+    std::cout << fmt::format("{:<15}{}\n", field + ":", EscapeForTerminal(value));
+  }
+}
+
 // Prints `r` as JSON or through `table`; returns the exit code.
 int Show(const ClientFlags& f, const std::optional<Response>& r,
          const std::function<void(const json&)>& table) {
@@ -252,8 +285,11 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
     one->add_option("id", *id, "Instance id")->required();
     const std::string method = verb == std::string("get") ? "GET" : "DELETE";
     one->callback([f, id, method, &ctx] {
-      ctx.exit_code = Show(*f, Call(*f, method, "/v1/instances/" + Encode(*id)),
-                           [](const json& j) { PrintInstances(json::array({j})); });
+      ctx.exit_code =
+          Show(*f, Call(*f, method, "/v1/instances/" + Encode(*id)), [method](const json& j) {
+            if (method == "GET") return PrintInstanceDetail(j);
+            PrintInstances(json::array({j}));
+          });
     });
   }
 }
