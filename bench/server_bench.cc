@@ -1,22 +1,30 @@
 // Benchmarks of the control-plane server, run against the real binary on loopback:
 //   1. durable instance creations per second through the API (closed loop, 32 clients);
 //   2. p50 and p99 latency of POST /v1/instances at a fixed request rate (open loop);
-//   3. start-up time, process start to /readyz, with 10,000 instances in the store.
-// Usage: server_bench [--requests N] [--rate R]; TESSERA_BIN names the binary.
+//   3. start-up time, process start to /readyz, with 10,000 instances in the store;
+//   4. connections held per GiB: 10,000 idle connections, the server's resident memory before
+//      and after, and /healthz's latency while they are open.
+// With TESSERA_BASELINE_BIN naming an earlier build (scripts/build-baseline.sh), 1-3 run on both
+// binaries in alternating rounds on the same machine, and the table gives each one's median and
+// the ratio, so a regression shows whatever the machine's speed that minute.
+// Usage: server_bench [--requests N] [--rate R] [--rounds K] [--connections C].
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <mutex>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "testing/raw_http.h"
 #include "testing/testing.h"
 
 namespace tessera {
@@ -27,6 +35,8 @@ using nlohmann::json;
 
 constexpr const char* kAdmin =
     "tsr_00000000000000000000000000000000000000000000000000000000000000b1";
+constexpr int kClients = 32;
+const std::string kShare = R"({"billing":"spot","instance_type":"shared.l40s.half"})";
 
 // Many nodes of 8 shared L40S: room for every share the benchmark creates.
 std::string WriteFleet(const testing::TempDir& dir) {
@@ -41,14 +51,11 @@ std::string NewTenant(const std::string& url, const std::string& name) {
   auto r = c.Post("/v1/tenants", {{"Authorization", std::string("Bearer ") + kAdmin}}, body.dump(),
                   "application/json");
   if (!r || r->status != 201) {
-    std::fprintf(stderr, "cannot create a tenant\n");
+    std::fprintf(stderr, "cannot create a tenant: %s\n", r ? r->body.c_str() : "no answer");
     std::exit(1);
   }
   return json::parse(r->body)["token"];
 }
-
-constexpr int kClients = 32;
-const std::string kShare = R"({"billing":"spot","instance_type":"shared.l40s.half"})";
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -56,7 +63,10 @@ double Percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
-void Throughput(const std::string& url, const std::string& token, int requests) {
+double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
+
+// Durable creations per second with kClients clients in a closed loop.
+double Throughput(const std::string& url, const std::string& token, int requests) {
   std::atomic<int> next{0}, failed{0};
   const auto start = Clock::now();
   std::vector<std::thread> clients;
@@ -65,31 +75,29 @@ void Throughput(const std::string& url, const std::string& token, int requests) 
       httplib::Client client(url);
       const httplib::Headers h = {{"Authorization", "Bearer " + token}};
       while (next++ < requests) {
-        const auto t0 = Clock::now();
         auto r = client.Post("/v1/instances", h, kShare, "application/json");
-        if (!r || r->status != 201) {
-          if (failed++ == 0) {
-            std::fprintf(stderr, "first failure after %.3f s: %s\n",
-                         std::chrono::duration<double>(Clock::now() - t0).count(),
-                         r ? fmt::format("HTTP {}: {}", r->status, r->body).c_str()
-                           : httplib::to_string(r.error()).c_str());
-          }
+        if ((!r || r->status != 201) && failed++ == 0) {
+          std::fprintf(stderr, "first failure: %s\n",
+                       r ? fmt::format("HTTP {}: {}", r->status, r->body).c_str()
+                         : httplib::to_string(r.error()).c_str());
         }
       }
     });
   }
   for (auto& t : clients) t.join();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  fmt::print("durable creations/s ({} clients, {} requests): {:.0f}  [failed {}]\n", kClients,
-             requests, requests / secs, failed.load());
+  if (failed > 0) std::fprintf(stderr, "%d requests failed\n", failed.load());
+  return requests / secs;
 }
 
-void FixedRate(const std::string& url, const std::string& token, int requests, double rate) {
+// p50 and p99 latency, in ms, of creations sent at `rate` per second whatever happened to earlier
+// ones (open loop): a request's latency counts from when it was due.
+std::pair<double, double> FixedRate(const std::string& url, const std::string& token, int requests,
+                                    double rate) {
   std::vector<double> latencies(static_cast<size_t>(requests));
   std::vector<std::thread> senders;
   const auto start = Clock::now();
   std::atomic<int> next{0};
-  // Open loop: request i is due at start + i/rate whatever happened to earlier ones.
   for (int c = 0; c < 16; ++c) {
     senders.emplace_back([&] {
       httplib::Client client(url);
@@ -105,13 +113,14 @@ void FixedRate(const std::string& url, const std::string& token, int requests, d
     });
   }
   for (auto& t : senders) t.join();
-  fmt::print("latency at {:.0f} req/s ({} requests): p50 {:.2f} ms, p99 {:.2f} ms\n", rate,
-             requests, Percentile(latencies, 0.5) * 1e3, Percentile(latencies, 0.99) * 1e3);
+  return {Percentile(latencies, 0.5) * 1e3, Percentile(latencies, 0.99) * 1e3};
 }
 
-void StartUp(const std::string& data, const std::string& fleet) {
+// Seconds from process start to /readyz with what `data` holds.
+double StartUp(const std::string& bin, const std::string& data, const std::string& fleet) {
   const auto start = Clock::now();
   testing::ServerProcess server;
+  server.SetBinary(bin);
   if (!server.Start({"--data", data, "--fleet", fleet}, kAdmin)) {
     std::fprintf(stderr, "restart failed:\n%s\n", server.output().c_str());
     std::exit(1);
@@ -122,10 +131,99 @@ void StartUp(const std::string& data, const std::string& fleet) {
     if (r && r->status == 200) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  auto list = c.Get("/v1/instances", {{"Authorization", std::string("Bearer ") + kAdmin}});
-  const size_t n = list ? json::parse(list->body)["instances"].size() : 0;
-  fmt::print("start-up to ready with {} stored instances: {:.3f} s\n", n, secs);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Figures {
+  double creates_per_s = 0, p50_ms = 0, p99_ms = 0, startup_s = 0;
+};
+
+// One round on `bin`: a fresh store, the closed loop, the open loop, then a restart over the
+// 10,000 instances they made.
+Figures Round(const std::string& bin, int requests, double rate) {
+  testing::TempDir dir;
+  const std::string fleet = WriteFleet(dir);
+  const std::string data = dir.File("data");
+  Figures f;
+  {
+    testing::ServerProcess server;
+    server.SetBinary(bin);
+    if (!server.Start({"--data", data, "--fleet", fleet}, kAdmin)) {
+      std::fprintf(stderr, "%s failed to start:\n%s\n", bin.c_str(), server.output().c_str());
+      std::exit(1);
+    }
+    const std::string token = NewTenant(server.url(), "bench");
+    f.creates_per_s = Throughput(server.url(), token, requests);
+    std::tie(f.p50_ms, f.p99_ms) = FixedRate(server.url(), token, std::min(requests, 5000), rate);
+    server.Stop(SIGTERM);
+  }
+  f.startup_s = StartUp(bin, data, fleet);
+  return f;
+}
+
+int64_t ResidentKiB(int pid) {
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
+// Opens `count` idle connections (a thousand per loopback source address, under the per-address
+// limit) and reports what they cost the server and how fast it answers meanwhile.
+void Connections(const std::string& bin, int count) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  testing::TempDir dir;
+  testing::ServerProcess server;
+  server.SetBinary(bin);
+  if (!server.Start({"--data", dir.File("data"), "--fleet", WriteFleet(dir)}, kAdmin)) {
+    std::fprintf(stderr, "server failed to start:\n%s\n", server.output().c_str());
+    std::exit(1);
+  }
+  httplib::Client client(server.url());
+  (void)client.Get("/healthz");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int64_t before = ResidentKiB(server.pid());
+  std::vector<std::unique_ptr<testing::RawConnection>> held;
+  for (int i = 0; i < count; ++i) {
+    auto c = testing::RawConnection::Open(server.port(), fmt::format("127.0.2.{}", 1 + i / 1000));
+    if (!c) {
+      std::fprintf(stderr, "connection %d failed (descriptor limit %lu)\n", i,
+                   static_cast<unsigned long>(limit.rlim_cur));
+      break;
+    }
+    held.push_back(std::move(c));
+  }
+  // Let the server accept them all.
+  for (int i = 0; i < 100; ++i) {
+    auto m = client.Get("/metrics", {{"Authorization", std::string("Bearer ") + kAdmin}});
+    if (m && m->body.find(fmt::format("tessera_http_connections {}", held.size() + 1)) !=
+                 std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const int64_t after = ResidentKiB(server.pid());
+  std::vector<double> health;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = Clock::now();
+    auto r = client.Get("/healthz");
+    if (r && r->status == 200) {
+      health.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  }
+  const double per_conn_kib =
+      static_cast<double>(after - before) / static_cast<double>(std::max<size_t>(1, held.size()));
+  fmt::print(
+      "idle connections held: {}; server RSS {:.1f} -> {:.1f} MiB ({:.2f} KiB each, "
+      "{:.0f} connections per GiB); /healthz meanwhile p50 {:.2f} ms, p99 {:.2f} ms\n",
+      held.size(), before / 1024.0, after / 1024.0, per_conn_kib,
+      per_conn_kib > 0 ? 1024.0 * 1024.0 / per_conn_kib : 0.0, Median(health),
+      Percentile(health, 0.99));
 }
 
 }  // namespace
@@ -135,26 +233,47 @@ int main(int argc, char** argv) {
   using namespace tessera;
   int requests = 5000;  // Plus 5,000 at the fixed rate: 10,000 stored for the start-up figure.
   double rate = 1000;
+  int rounds = 3;
+  int connections = 10000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--requests") requests = std::atoi(argv[i + 1]);
     if (a == "--rate") rate = std::atof(argv[i + 1]);
+    if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
+    if (a == "--connections") connections = std::atoi(argv[i + 1]);
   }
-  setenv("TESSERA_BIN", TESSERA_BIN, 0);
-  testing::TempDir dir;
-  const std::string fleet = WriteFleet(dir);
-  const std::string data = dir.File("data");
-  {
-    testing::ServerProcess server;
-    if (!server.Start({"--data", data, "--fleet", fleet}, kAdmin)) {
-      std::fprintf(stderr, "server failed to start:\n%s\n", server.output().c_str());
-      return 1;
+  const std::string current = TESSERA_BIN;
+  const char* baseline_env = std::getenv("TESSERA_BASELINE_BIN");
+  const std::string baseline = baseline_env && *baseline_env ? baseline_env : "";
+  std::map<std::string, std::vector<Figures>> runs;
+  for (int r = 0; r < rounds; ++r) {
+    if (!baseline.empty()) runs["baseline"].push_back(Round(baseline, requests, rate));
+    runs["current"].push_back(Round(current, requests, rate));
+  }
+  auto median = [&](const std::string& who, double Figures::*field) {
+    std::vector<double> v;
+    for (const Figures& f : runs[who]) v.push_back(f.*field);
+    return Median(v);
+  };
+  fmt::print(
+      "server: {} requests closed-loop ({} clients), {} at {:.0f} req/s, {} round(s); "
+      "medians\n",
+      requests, kClients, std::min(requests, 5000), rate, rounds);
+  fmt::print("{:<36}{:>12}{:>12}{:>10}\n", "", baseline.empty() ? "" : "baseline", "current",
+             baseline.empty() ? "" : "ratio");
+  for (const auto& [name, field] : std::vector<std::pair<std::string, double Figures::*>>{
+           {"durable creations/s", &Figures::creates_per_s},
+           {fmt::format("p50 ms at {:.0f} req/s", rate), &Figures::p50_ms},
+           {fmt::format("p99 ms at {:.0f} req/s", rate), &Figures::p99_ms},
+           {"start-up s with 10,000 instances", &Figures::startup_s}}) {
+    const double cur = median("current", field);
+    if (baseline.empty()) {
+      fmt::print("{:<36}{:>12}{:>12.2f}\n", name, "", cur);
+    } else {
+      const double base = median("baseline", field);
+      fmt::print("{:<36}{:>12.2f}{:>12.2f}{:>10.2f}\n", name, base, cur, cur / base);
     }
-    const std::string token = NewTenant(server.url(), "bench");
-    Throughput(server.url(), token, requests);
-    FixedRate(server.url(), token, std::min(requests, 5000), rate);
-    server.Stop(SIGTERM);
   }
-  StartUp(data, fleet);
+  if (connections > 0) Connections(current, connections);
   return 0;
 }

@@ -117,7 +117,7 @@ ServerProcess::~ServerProcess() {
 bool ServerProcess::Start(const std::vector<std::string>& args, const std::string& admin_token) {
   int fds[2];
   if (pipe(fds) != 0) return false;
-  const std::string bin = TesseraBinary();
+  const std::string bin = binary_.empty() ? TesseraBinary() : binary_;
   pid_ = fork();
   if (pid_ == 0) {
     dup2(fds[1], STDOUT_FILENO);

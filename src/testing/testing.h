@@ -68,6 +68,9 @@ class ServerProcess {
   bool Start(const std::vector<std::string>& args, const std::string& admin_token);
   // The host to listen on (default 127.0.0.1); call before Start.
   void SetListenHost(std::string host) { listen_host_ = std::move(host); }
+  // The binary to run (default TesseraBinary()); call before Start.
+  void SetBinary(std::string path) { binary_ = std::move(path); }
+  int pid() const { return pid_; }
   // Sends `signal` and waits for the process; returns its exit status (128+N for signal N).
   int Stop(int signal);
   const std::string& url() const { return url_; }
@@ -79,6 +82,7 @@ class ServerProcess {
   int pid_ = -1;
   int out_fd_ = -1;
   std::string listen_host_ = "127.0.0.1";
+  std::string binary_;
   std::string url_;
   int port_ = 0;
   std::string output_;
