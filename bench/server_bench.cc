@@ -221,8 +221,8 @@ void Connections(const std::string& bin, int count) {
   fmt::print(
       "idle connections held: {}; server RSS {:.1f} -> {:.1f} MiB ({:.2f} KiB each, "
       "{:.0f} connections per GiB); /healthz meanwhile p50 {:.2f} ms, p99 {:.2f} ms\n",
-      held.size(), before / 1024.0, after / 1024.0, per_conn_kib,
-      per_conn_kib > 0 ? 1024.0 * 1024.0 / per_conn_kib : 0.0, Median(health),
+      held.size(), static_cast<double>(before) / 1024.0, static_cast<double>(after) / 1024.0,
+      per_conn_kib, per_conn_kib > 0 ? 1024.0 * 1024.0 / per_conn_kib : 0.0, Median(health),
       Percentile(health, 0.99));
 }
 

@@ -59,9 +59,16 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
 
 TEST_F(ClientCliTest, ErrorsPrintTheServersMessage) {
   const std::string token = NewTenant("acme", 1);
-  auto over = Cli({"instances", "create", "--type", "gpu.8xh100"}, token);
+  auto over = Cli({"instances", "create", "--gpu-model", "H100-80GB", "--gpus", "2", "--vcpus", "4",
+                   "--memory-mib", "1024"},
+                  token);
   EXPECT_EQ(over.exit_code, 1);
-  EXPECT_NE(over.err.find("quota exceeded by 7 GPUs"), std::string::npos) << over.err;
+  EXPECT_NE(over.err.find("quota exceeded by 1 GPUs"), std::string::npos) << over.err;
+  auto never = Cli({"instances", "create", "--type", "gpu.8xh100"}, token);
+  EXPECT_EQ(never.exit_code, 1);
+  EXPECT_NE(never.err.find("the largest H100-80GB node has 2 GPUs; 8 asked (HTTP 400)"),
+            std::string::npos)
+      << never.err;
   auto missing = Cli({"instances", "get", "inst-000404"}, token);
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("instance 'inst-000404' not found (HTTP 404)"), std::string::npos)

@@ -33,15 +33,26 @@ Status IntParam(const Target& target, const char* name, int64_t max, int64_t& va
 }
 
 void AddNodeRoutes(Api& table) {
-  table.Add("GET", "/v1/nodes", Access::kAdmin, BodyKind::kNone, false,
-            [](Api& api, std::shared_ptr<Call> call) {
-              api.Run<json>(
-                  call, Status::Ok(),
-                  {[](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
-                     return json{{"nodes", NodesJson(s.fleet())}};
-                   },
-                   200, Passthrough, nullptr});
-            });
+  table.Add(
+      "GET", "/v1/nodes", Access::kAdmin, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        int64_t after = 0;
+        size_t limit = 0;
+        Status refusal = PageParams(call->request.parsed, after, limit);
+        api.Run<json>(
+            call, refusal,
+            {[after, limit](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+               // Nodes are listed in the fleet file's order; a token is the
+               // position after which the next page starts.
+               const size_t begin = static_cast<size_t>(after);
+               json j = {{"nodes", NodesJson(s.fleet(), begin, limit)}};
+               if (begin + limit < s.fleet().size()) {
+                 j["next_page_token"] = PageToken(static_cast<int64_t>(begin + limit));
+               }
+               return j;
+             },
+             200, Passthrough, nullptr});
+      });
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";
     table.Add("POST", "/v1/nodes/{id}/" + verb, Access::kAdmin, BodyKind::kOptionalJson, true,

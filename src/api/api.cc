@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
+
 #include "api/codec.h"
 #include "common/auth.h"
 #include "common/json.h"
@@ -70,6 +72,41 @@ HttpResponse JsonResponse(int status, const nlohmann::json& body) {
 }
 
 std::string Actor(const core::Tenant& t) { return t.admin ? "admin" : t.id.str(); }
+
+Status PageParams(const Target& target, int64_t& after, size_t& limit) {
+  auto number = [](const std::string& text, int64_t max) -> std::optional<int64_t> {
+    int64_t v = 0;
+    const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || p != text.data() + text.size() || v < 0 || v > max) {
+      return std::nullopt;
+    }
+    return v;
+  };
+  after = 0;
+  limit = 100;
+  if (const std::string* text = target.Param("limit")) {
+    auto v = number(*text, 1000);
+    if (!v || *v == 0) {
+      return Status::InvalidArgument(
+          fmt::format("query parameter 'limit': '{}' is not an integer in [1, 1000]",
+                      EscapeForTerminal(std::string_view(*text).substr(0, 40))));
+    }
+    limit = static_cast<size_t>(*v);
+  }
+  if (const std::string* text = target.Param("page_token")) {
+    auto v =
+        text->size() > 1 && (*text)[0] == 'p' ? number(text->substr(1), INT64_MAX) : std::nullopt;
+    if (!v) {
+      return Status::InvalidArgument(
+          "query parameter 'page_token': not a token this server gave (use a page's "
+          "next_page_token as it is)");
+    }
+    after = *v;
+  }
+  return Status::Ok();
+}
+
+std::string PageToken(int64_t after) { return fmt::format("p{}", after); }
 
 Api::Api(const catalog::Catalog* catalog, const Clock* clock) : catalog_(catalog), clock_(clock) {}
 

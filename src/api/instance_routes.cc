@@ -4,6 +4,7 @@
 #include "api/api.h"
 #include "api/codec.h"
 #include "api/routes.h"
+#include "common/json.h"
 #include "common/text.h"
 
 namespace tessera::api {
@@ -26,6 +27,18 @@ Result<std::string> InstanceIdParam(const Call& call) {
   return id;
 }
 
+// An instance that left the working set, read from the store; NotFound as for an unknown one.
+Result<core::Instance> Archived(core::Core& core, const core::State& s, const core::Tenant& caller,
+                                const std::string& id) {
+  const Status unknown = Status::NotFound(fmt::format("instance '{}' not found", id));
+  TESSERA_ASSIGN_OR_RETURN(auto record, core.store().GetInstance(id));
+  if (!record) return unknown;
+  TESSERA_ASSIGN_OR_RETURN(json doc, ParseJson(record->doc, "stored instance " + id));
+  TESSERA_ASSIGN_OR_RETURN(core::StoredInstance stored, core::FromStoredJson(doc, s.fleet()));
+  if (!caller.admin && stored.instance.tenant != caller.id) return unknown;
+  return stored.instance;
+}
+
 }  // namespace
 
 void AddInstanceRoutes(Api& table) {
@@ -43,33 +56,34 @@ void AddInstanceRoutes(Api& table) {
             });
   table.Add("GET", "/v1/instances", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
-              Status refusal;
-              std::optional<core::InstanceState> state;
+              core::ListQuery query;
+              Status refusal = PageParams(call->request.parsed, query.after_seq, query.limit);
               if (const std::string* text = call->request.parsed.Param("state")) {
-                state = core::ParseState(*text);
-                if (!state) {
+                query.state = core::ParseState(*text);
+                if (!query.state) {
                   refusal = Status::InvalidArgument(
                       fmt::format("query parameter 'state': '{}' is not an instance state",
                                   EscapeForTerminal(text->substr(0, 40))));
                 }
               }
-              core::LabelSelector selector;
               if (const std::string* text = call->request.parsed.Param("label_selector")) {
                 auto parsed = core::ParseLabelSelector(*text);
                 if (parsed.ok()) {
-                  selector = std::move(*parsed);
+                  query.selector = std::move(*parsed);
                 } else {
                   refusal = parsed.status();
                 }
               }
               api.Run<json>(call, refusal,
-                            {[state, selector](core::State& s, store::Batch&,
-                                               const core::Tenant& caller) -> Result<json> {
+                            {[query](core::State& s, store::Batch&,
+                                     const core::Tenant& caller) -> Result<json> {
+                               const core::InstancePage page = s.ListInstances(caller, query);
                                json out = json::array();
-                               for (const auto& i : s.ListInstances(caller, state, selector)) {
-                                 out.push_back(core::ToJson(i));
-                               }
-                               return json{{"instances", std::move(out)}};
+                               for (const auto& i : page.items) out.push_back(core::ToJson(i));
+                               json j = {{"instances", std::move(out)}};
+                               if (page.next_after)
+                                 j["next_page_token"] = PageToken(*page.next_after);
+                               return j;
                              },
                              200, [](const json& j) { return j; }, nullptr});
             });
@@ -77,10 +91,14 @@ void AddInstanceRoutes(Api& table) {
             [](Api& api, std::shared_ptr<Call> call) {
               auto id = InstanceIdParam(*call);
               if (!id.ok()) return api.ReplyError(*call, id.status());
+              core::Core* core = &api.core();
               api.Run<core::Instance>(
                   call, Status::Ok(),
-                  {[id = *id](core::State& s, store::Batch&, const core::Tenant& caller) {
-                     return s.GetInstance(caller, id);
+                  {[id = *id, core](core::State& s, store::Batch&, const core::Tenant& caller) {
+                     auto inst = s.GetInstance(caller, id);
+                     if (inst.ok() || inst.status().code() != StatusCode::kNotFound) return inst;
+                     // Ended long enough ago to have left memory: the store still has it.
+                     return Archived(*core, s, caller, id);
                    },
                    200, Render, nullptr});
             });

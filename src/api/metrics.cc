@@ -65,32 +65,39 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   std::string out;
   // Instances by state, billing and tenant.
   std::map<std::tuple<std::string, std::string, std::string>, int64_t> instances;
-  for (const auto& [id, inst] : state.instances()) {
+  state.instances().ForEach([&](const core::Instance& inst) {
     ++instances[{std::string(core::StateName(inst.state)),
                  std::string(core::BillingName(inst.billing)), inst.tenant.str()}];
-  }
+  });
   out += "# HELP tessera_instances Instances by state, billing mode and tenant.\n";
   out += "# TYPE tessera_instances gauge\n";
   for (const auto& [k, n] : instances) {
     out += fmt::format("tessera_instances{{state=\"{}\",billing=\"{}\",tenant=\"{}\"}} {}\n",
                        std::get<0>(k), std::get<1>(k), EscapeLabel(std::get<2>(k)), n);
   }
-  // GPUs allocated and free by model and sharing mode, in GPUs (shares as fractions).
+  // GPUs allocated and free by model and sharing mode, in GPUs (shares as fractions). MIG slices
+  // are summed per model in compute slices and rounded down once, as quotas count them.
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> gpus;
+  std::map<std::string, std::pair<int64_t, int64_t>> mig;  // Model -> (GPUs, slices used).
   const fleet::Fleet& fleet = state.fleet();
   for (const fleet::Node& n : fleet.nodes()) {
     if (!n.model.valid()) continue;
     const std::string model = fleet.catalog().gpu(n.model).id;
     for (const fleet::Gpu& g : n.gpus) {
-      auto& [used, free] = gpus[{model, std::string(catalog::SharingModeName(g.mode))}];
-      int64_t free_milli = g.free_milli;
-      if (g.mode == catalog::SharingMode::kMig && !g.mig_instances.empty()) {
-        const int total = fleet.catalog().gpu(n.model).mig->compute_slices;
-        free_milli = int64_t{total - fleet::UsedComputeSlices(g)} * fleet::kMilliPerGpu / total;
+      if (g.mode == catalog::SharingMode::kMig) {
+        ++mig[model].first;
+        mig[model].second += fleet::UsedComputeSlices(g);
+        continue;
       }
-      used += fleet::kMilliPerGpu - free_milli;
-      free += free_milli;
+      auto& [used, free] = gpus[{model, std::string(catalog::SharingModeName(g.mode))}];
+      used += fleet::kMilliPerGpu - g.free_milli;
+      free += g.free_milli;
     }
+  }
+  for (const auto& [model, counts] : mig) {
+    const int total = fleet.catalog().FindGpu(model)->mig->compute_slices;
+    const int64_t used = core::MigSliceMilli(counts.second, total);
+    gpus[{model, "mig"}] = {used, counts.first * fleet::kMilliPerGpu - used};
   }
   out += "# HELP tessera_gpus GPUs allocated and free, by model and sharing mode.\n";
   out += "# TYPE tessera_gpus gauge\n";

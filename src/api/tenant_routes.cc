@@ -59,16 +59,27 @@ void AddTenantRoutes(Api& table) {
       });
   table.Add("GET", "/v1/tenants", Access::kAdmin, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
-              api.Run<json>(
-                  call, Status::Ok(),
-                  {[](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
-                     json out = json::array();
-                     for (const core::Tenant* t : s.tenants().List()) {
-                       out.push_back(TenantJson(s, *t));
-                     }
-                     return json{{"tenants", std::move(out)}};
-                   },
-                   200, [](const json& j) { return j; }, nullptr});
+              int64_t after = 0;
+              size_t limit = 0;
+              Status refusal = PageParams(call->request.parsed, after, limit);
+              api.Run<json>(call, refusal,
+                            {[after, limit](core::State& s, store::Batch&,
+                                            const core::Tenant&) -> Result<json> {
+                               json out = json::array();
+                               std::optional<int64_t> next;
+                               for (const core::Tenant* t : s.tenants().List()) {
+                                 if (core::TenantNumber(t->id.str()) <= after) continue;
+                                 if (out.size() == limit) {
+                                   next = core::TenantNumber(out.back()["id"].get<std::string>());
+                                   break;
+                                 }
+                                 out.push_back(TenantJson(s, *t));
+                               }
+                               json j = {{"tenants", std::move(out)}};
+                               if (next) j["next_page_token"] = PageToken(*next);
+                               return j;
+                             },
+                             200, [](const json& j) { return j; }, nullptr});
             });
   table.Add("GET", "/v1/tenants/{id}", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {

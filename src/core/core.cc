@@ -37,30 +37,37 @@ sched::Workload CatalogWorkload(const catalog::Catalog& catalog) {
   return w;
 }
 
-// Loads the fleet, applies stored node states, creates the scheduler and restores tenants and
-// instances: everything memory holds, rebuilt from what is durable.
-Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Store& store) {
+// Loads the fleet, creates the scheduler and restores tenants, instances and node states:
+// everything memory holds, rebuilt from what is durable. What recovery reconciled goes to
+// `batch`, to be committed before anything else runs.
+Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Store& store,
+                                          store::Batch& batch, RecoveryReport* report) {
   const Clock* clock = options.clock ? options.clock : &SystemClock::Get();
   Result<fleet::Fleet> loaded = options.fleet_file.empty()
                                     ? fleet::DemoFleet(*options.catalog)
                                     : fleet::LoadFleetFile(*options.catalog, options.fleet_file);
   if (!loaded.ok()) return loaded.status();
   auto fleet = std::make_unique<fleet::Fleet>(std::move(*loaded));
-  for (size_t i = 0; i < fleet->size(); ++i) {
-    const fleet::NodeIndex n(static_cast<uint32_t>(i));
-    TESSERA_ASSIGN_OR_RETURN(auto saved, store.GetSetting("node_state/" + fleet->node(n).name));
-    if (saved && *saved == "draining") {
-      TESSERA_RETURN_IF_ERROR(fleet->SetNodeState(n, fleet::NodeState::kDraining));
-    }
-  }
   sched::Options sched_options{options.policy, options.seed, CatalogWorkload(*options.catalog)};
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<sched::Scheduler> scheduler,
                            sched::Scheduler::Create(fleet.get(), sched_options));
+  StateOptions state_options;
+  state_options.sim_agents = options.sim_agents;
+  state_options.retention = options.instance_retention;
   auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
-                                       std::move(scheduler), options.sim_agents);
+                                       std::move(scheduler), state_options);
+  std::map<std::string, fleet::NodeState> node_states;
+  TESSERA_ASSIGN_OR_RETURN(auto settings, store.ListSettings("node_state/"));
+  for (const auto& [key, value] : settings) {
+    node_states[key.substr(std::string("node_state/").size())] =
+        value == "draining" ? fleet::NodeState::kDraining : fleet::NodeState::kReady;
+  }
   TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
-  TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances());
-  TESSERA_RETURN_IF_ERROR(state->Restore(tenants, instances));
+  const std::string since = FormatRfc3339(clock->Now() - options.instance_retention);
+  TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));
+  TESSERA_ASSIGN_OR_RETURN(RecoveryReport r,
+                           state->Restore(tenants, instances, node_states, batch));
+  if (report) *report = std::move(r);
   TESSERA_ASSIGN_OR_RETURN(auto admin_hash, store.GetSetting("admin_token_hash"));
   if (admin_hash) state->tenants().RestoreAdminTokenHash(*admin_hash);
   return state;
@@ -71,13 +78,22 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
 Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store,
                            store::OpenSqliteStore(options.data_dir));
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<State> state, BuildState(options, *store));
+  return Start(options, std::move(store));
+}
+
+Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options,
+                                          std::unique_ptr<store::Store> store) {
+  store::Batch reconciled;
+  RecoveryReport report;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<State> state,
+                           BuildState(options, *store, reconciled, &report));
+  for (const std::string& line : report.failed) spdlog::warn("reconciled at restart: {}", line);
+  spdlog::info("{}", report.Summary());
+  // What recovery changed is durable before anything is served.
+  TESSERA_RETURN_IF_ERROR(store->Commit(reconciled));
   std::unique_ptr<Core> core(new Core(options, std::move(store), std::move(state)));
   // Place whatever was queued before the restart, and let agents catch up.
-  auto settled = core->Run<bool>([](State& s, store::Batch& b) -> Result<bool> {
-    s.DrainPending(b);
-    return true;
-  });
+  auto settled = core->Run<bool>([](State&, store::Batch&) -> Result<bool> { return true; });
   if (!settled.ok()) return settled.status();
   return core;
 }
@@ -135,11 +151,12 @@ void Core::Loop() {
 Status Core::RunRound(std::deque<Command>& round) {
   store::Batch batch;
   try {
+    state_->BeginRound();
     for (Command& c : round) c.apply(*state_, batch);
-    // Simulated agents act right after the commands, in the same durable round, until nothing
-    // moves: a stop frees capacity, queued work is placed, and its agent starts it.
-    for (int i = 0; i < 8 && state_->TickAgents(batch); ++i) {
-    }
+    // Agents' reports and queued work, in the same durable round: a stop frees capacity, queued
+    // work is placed, and its agent starts it.
+    state_->EndRound(batch);
+    PruneAudit();
   } catch (const std::exception& e) {
     // Memory may be half-changed: nothing of this round is committed, and memory is rebuilt.
     const std::string what = EscapeForTerminal(e.what());
@@ -157,8 +174,28 @@ Status Core::RunRound(std::deque<Command>& round) {
   return Status::Ok();
 }
 
+void Core::PruneAudit() {
+  const Clock* clock = options_.clock ? options_.clock : &SystemClock::Get();
+  const Time now = clock->Now();
+  if (options_.audit_retention <= Duration::zero() ||
+      now - last_audit_prune_ < std::chrono::hours(1)) {
+    return;
+  }
+  last_audit_prune_ = now;
+  auto pruned = store_->PruneAudit(FormatRfc3339(now - options_.audit_retention));
+  if (!pruned.ok()) {
+    spdlog::warn("pruning the audit log failed: {}", pruned.status().message());
+  } else if (*pruned > 0) {
+    spdlog::info("pruned {} audit entries older than the retention period", *pruned);
+  }
+}
+
 void Core::RebuildOrExit(const std::string& why) {
-  auto rebuilt = BuildState(options_, *store_);
+  store::Batch reconciled;
+  auto rebuilt = BuildState(options_, *store_, reconciled, nullptr);
+  if (rebuilt.ok()) {
+    if (Status s = store_->Commit(reconciled); !s.ok()) rebuilt = s;
+  }
   if (!rebuilt.ok()) {
     spdlog::critical(
         "cannot rebuild state from the store after '{}': {}; exiting so that a "

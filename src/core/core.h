@@ -39,13 +39,22 @@ struct CoreOptions {
   std::string policy = "guarded-fgd";
   uint64_t seed = 42;
   bool sim_agents = false;
+  // How long an ended instance stays in memory (the store keeps it for billing and audit).
+  Duration instance_retention = std::chrono::hours(1);
+  // How long audit entries are kept; zero keeps them for ever.
+  Duration audit_retention = std::chrono::hours(24 * 90);
 };
 
 class Core {
  public:
-  // Opens the store, loads the fleet, rebuilds tenants and instances (re-booking every held
-  // assignment), and starts the core thread. Errors name the file or record at fault.
+  // Opens the store in options.data_dir (locking it: one server per directory), loads the fleet,
+  // rebuilds tenants and instances reconciled with the fleet and catalog (recovery.h), commits
+  // what was reconciled, logs a summary, and starts the core thread. Errors name the file or
+  // record at fault.
   static Result<std::unique_ptr<Core>> Start(const CoreOptions& options);
+  // The same on a store the caller opened (tests hand in one that fails on demand).
+  static Result<std::unique_ptr<Core>> Start(const CoreOptions& options,
+                                             std::unique_ptr<store::Store> store);
   ~Core();  // Finishes the commands already queued, then stops the thread.
 
   // Runs `fn` on the core thread and, once what it wrote is durable, calls `done` with its
@@ -95,12 +104,15 @@ class Core {
   // A store that cannot be read back ends the process: memory must never run ahead of it.
   void RebuildOrExit(const std::string& why);
   void Publish();
+  // Deletes audit entries past the retention period, at most once an hour.
+  void PruneAudit();
 
   CoreOptions options_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<State> state_;
 
   std::atomic<std::shared_ptr<const PrincipalIndex>> principals_;
+  Time last_audit_prune_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -48,40 +48,66 @@ nlohmann::json AssignmentJson(const fleet::Assignment& a, const fleet::Fleet& fl
           {"gpus", std::move(gpus)}};
 }
 
-Result<fleet::Assignment> AssignmentFromJson(const nlohmann::json& j, const fleet::Fleet& fleet,
-                                             const std::string& where) {
+// The assignment a stored record holds, bound to today's fleet. DataLoss when the record is
+// malformed; FailedPrecondition, saying what changed, when it names a node, GPU or MIG profile
+// the fleet no longer has (`binding` gets that; the result is then empty).
+Result<std::optional<fleet::Assignment>> AssignmentFromJson(const nlohmann::json& j,
+                                                            const fleet::Fleet& fleet,
+                                                            const std::string& where,
+                                                            Status& binding) {
   JsonFields f(j, where + ": assignment");
   const std::string node_name = f.String("node");
   fleet::Assignment a;
   a.cpu_milli = f.Int("cpu_milli", 0, INT64_MAX);
   a.memory_mib = f.Int("memory_mib", 0, INT64_MAX);
   const nlohmann::json* gpus = f.Get("gpus");
-  TESSERA_RETURN_IF_ERROR(f.status());
-  TESSERA_ASSIGN_OR_RETURN(a.node, fleet.Find(node_name));
-  const fleet::Node& node = fleet.node(a.node);
+  if (!f.ok()) return Status::DataLoss(f.status().message());
   if (!gpus->is_array() || gpus->size() > fleet::kMaxGpusPerNode) {
     return Status::DataLoss(where + ": assignment: field 'gpus': expected an array of grants");
   }
+  struct Grant {
+    fleet::GpuGrant grant;
+    std::string profile;
+  };
+  std::vector<Grant> grants;
   for (const auto& gj : *gpus) {
     JsonFields g(gj, where + ": assignment: gpus");
-    fleet::GpuGrant grant;
-    grant.gpu = static_cast<int>(g.Int("gpu", 0, fleet::kMaxGpusPerNode - 1));
-    grant.milli = static_cast<int>(g.Int("milli", 0, fleet::kMilliPerGpu));
-    grant.memory_mib = g.Int("memory_mib", 0, INT64_MAX);
-    const std::string profile = g.String("mig_profile", false);
-    grant.mig_start = static_cast<int>(g.Int("mig_start", 0, 7, false));
-    TESSERA_RETURN_IF_ERROR(g.status());
-    if (!profile.empty()) {
-      const auto* model = node.model.valid() ? &fleet.catalog().gpu(node.model) : nullptr;
-      grant.mig_profile = model && model->mig ? model->mig->Find(profile) : nullptr;
-      if (!grant.mig_profile) {
-        return Status::DataLoss(
-            fmt::format("{}: MIG profile '{}' unknown on node {}", where, profile, node_name));
+    Grant grant;
+    grant.grant.gpu = static_cast<int>(g.Int("gpu", 0, fleet::kMaxGpusPerNode - 1));
+    grant.grant.milli = static_cast<int>(g.Int("milli", 0, fleet::kMilliPerGpu));
+    grant.grant.memory_mib = g.Int("memory_mib", 0, INT64_MAX);
+    grant.profile = g.String("mig_profile", false);
+    grant.grant.mig_start = static_cast<int>(g.Int("mig_start", 0, 7, false));
+    if (!g.ok()) return Status::DataLoss(g.status().message());
+    grants.push_back(std::move(grant));
+  }
+  auto node = fleet.Find(node_name);
+  if (!node.ok()) {
+    binding = Status::FailedPrecondition(fmt::format("node '{}' left the fleet", node_name));
+    return std::optional<fleet::Assignment>();
+  }
+  a.node = *node;
+  const fleet::Node& n = fleet.node(a.node);
+  for (Grant& grant : grants) {
+    if (static_cast<size_t>(grant.grant.gpu) >= n.gpus.size()) {
+      binding = Status::FailedPrecondition(
+          fmt::format("node '{}' has {} GPU(s) now; the instance held GPU {}", node_name,
+                      n.gpus.size(), grant.grant.gpu));
+      return std::optional<fleet::Assignment>();
+    }
+    if (!grant.profile.empty()) {
+      const auto* model = n.model.valid() ? &fleet.catalog().gpu(n.model) : nullptr;
+      grant.grant.mig_profile = model && model->mig ? model->mig->Find(grant.profile) : nullptr;
+      if (!grant.grant.mig_profile) {
+        binding = Status::FailedPrecondition(
+            fmt::format("MIG profile '{}' is not in the table of node '{}' any more", grant.profile,
+                        node_name));
+        return std::optional<fleet::Assignment>();
       }
     }
-    a.gpus[static_cast<size_t>(a.gpu_count++)] = grant;
+    a.gpus[static_cast<size_t>(a.gpu_count++)] = grant.grant;
   }
-  return a;
+  return std::optional<fleet::Assignment>(a);
 }
 
 }  // namespace
@@ -131,8 +157,7 @@ int64_t Shape::GpuMilli(const catalog::Catalog& catalog) const {
       const catalog::GpuModel* m = catalog.FindGpu(gpu_model);
       const mig::Profile* p = m && m->mig ? m->mig->Find(mig_profile) : nullptr;
       if (!p) return fleet::kMilliPerGpu;
-      const int total = m->mig->compute_slices;
-      return (int64_t{p->compute_slices} * fleet::kMilliPerGpu + total - 1) / total;
+      return int64_t{p->compute_slices} * fleet::kMilliPerGpu / m->mig->compute_slices;
     }
   }
   return 0;
@@ -252,11 +277,12 @@ Result<Time> TimeField(JsonFields& f, std::string_view key) {
 
 }  // namespace
 
-Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fleet) {
+Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fleet) {
   const std::string where =
       fmt::format("stored instance '{}'", j.is_object() ? j.value("id", "?") : "?");
   JsonFields f(j, where);
-  Instance inst;
+  StoredInstance out;
+  Instance& inst = out.instance;
   auto id = InstanceId::Parse(f.String("id"));
   auto tenant = TenantId::Parse(f.String("tenant"));
   inst.name = f.String("name");
@@ -268,21 +294,12 @@ Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fle
   inst.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
   inst.seq = f.Int("seq", 0, INT64_MAX);
   inst.reason = f.String("reason", false);
-  for (auto [key, map] : {std::pair{"labels", &inst.labels}, {"annotations", &inst.annotations}}) {
-    const nlohmann::json* m = f.Get(key, false);
-    if (!m) continue;
-    if (!m->is_object()) {
-      f.Fail(key, "expected an object");
-      continue;
-    }
-    for (const auto& [k, v] : m->items()) {
-      if (v.is_string()) (*map)[k] = v.get<std::string>();
-    }
-  }
+  inst.labels = f.StringMap("labels", false);
+  inst.annotations = f.StringMap("annotations", false);
   const nlohmann::json* shape = f.Get("shape");
   if (!state) f.Fail("state", "is not a known state");
   if (!billing) f.Fail("billing", "is not a known billing mode");
-  TESSERA_RETURN_IF_ERROR(f.status());
+  if (!f.ok()) return Status::DataLoss(f.status().message());
   for (const Status& s : {id.status(), tenant.status(), price.status()}) {
     if (!s.ok()) return Status::DataLoss(s.WithPrefix(where).message());
   }
@@ -291,18 +308,29 @@ Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fle
   inst.state = *state;
   inst.billing = *billing;
   inst.price_per_hour = *price;
-  TESSERA_RETURN_IF_ERROR(ParseShape(*shape, where, inst.shape));
-  TESSERA_ASSIGN_OR_RETURN(inst.created_at, TimeField(f, "created_at"));
-  TESSERA_ASSIGN_OR_RETURN(inst.updated_at, TimeField(f, "updated_at"));
+  if (Status s = ParseShape(*shape, where, inst.shape); !s.ok()) {
+    return Status::DataLoss(s.message());
+  }
+  for (auto [key, field] :
+       {std::pair{"created_at", &inst.created_at}, {"updated_at", &inst.updated_at}}) {
+    auto t = TimeField(f, key);
+    if (!t.ok()) return Status::DataLoss(t.status().message());
+    *field = *t;
+  }
   if (j.contains("preempted_at")) {
-    TESSERA_ASSIGN_OR_RETURN(inst.preempted_at, TimeField(f, "preempted_at"));
+    auto t = TimeField(f, "preempted_at");
+    if (!t.ok()) return Status::DataLoss(t.status().message());
+    inst.preempted_at = *t;
   }
   if (j.contains("assignment")) {
-    TESSERA_ASSIGN_OR_RETURN(inst.assignment, AssignmentFromJson(j["assignment"], fleet, where));
-    inst.node = fleet.node(inst.assignment->node).name;
-    inst.gpus = DescribeGpus(*inst.assignment, fleet);
+    TESSERA_ASSIGN_OR_RETURN(inst.assignment,
+                             AssignmentFromJson(j["assignment"], fleet, where, out.binding));
+    if (inst.assignment) {
+      inst.node = fleet.node(inst.assignment->node).name;
+      inst.gpus = DescribeGpus(*inst.assignment, fleet);
+    }
   }
-  return inst;
+  return out;
 }
 
 }  // namespace tessera::core

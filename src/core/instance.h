@@ -54,8 +54,8 @@ struct Shape {
   int64_t memory_mib = 0;
   bool nvlink = false;
 
-  // GPU demand in milli-GPU, the unit of quotas: 1000 per whole GPU, milli_gpu for a share, and
-  // for a MIG slice its compute slices over the GPU's, rounded up.
+  // GPU demand in milli-GPU: 1000 per whole GPU, milli_gpu for a share, and for a MIG slice its
+  // compute slices over the GPU's, rounded down (quotas sum slices first: core/usage.h).
   int64_t GpuMilli(const catalog::Catalog& catalog) const;
 };
 
@@ -96,8 +96,16 @@ struct Instance {
 nlohmann::json ToJson(const Instance& inst);
 // The stored form: the API form plus what recovery needs (the exact assignment, seq).
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet);
-// Rebuilds an instance from its stored form. Errors name the instance and the field.
-Result<Instance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fleet);
+// An instance rebuilt from its stored form, and whether the assignment it held still names
+// today's fleet: `binding` is FailedPrecondition, saying what changed, when its node, GPU or MIG
+// profile is gone (instance.assignment is then empty).
+struct StoredInstance {
+  Instance instance;
+  Status binding;
+};
+// Rebuilds an instance from its stored form. DataLoss naming the instance and the field when the
+// record is malformed.
+Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Fleet& fleet);
 
 // The GPUs an assignment holds, as the API shows them.
 std::vector<GpuRef> DescribeGpus(const fleet::Assignment& a, const fleet::Fleet& fleet);

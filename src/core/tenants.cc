@@ -11,21 +11,20 @@ namespace tessera::core {
 
 namespace {
 
-// The number in "tenant-000042", or 0 when the body is not a number.
-int64_t IdNumber(std::string_view id) {
-  const size_t dash = id.rfind('-');
-  int64_t n = 0;
-  if (dash == std::string_view::npos) return 0;
-  const auto [ptr, ec] = std::from_chars(id.data() + dash + 1, id.data() + id.size(), n);
-  return ec == std::errc() && ptr == id.data() + id.size() ? n : 0;
-}
-
 // Drops the tokens whose grace has ended.
 void Prune(Tenant& t, Time now) {
   std::erase_if(t.tokens, [&](const Token& k) { return k.expires_at && *k.expires_at <= now; });
 }
 
 }  // namespace
+
+int64_t TenantNumber(std::string_view id) {
+  const size_t dash = id.rfind('-');
+  int64_t n = 0;
+  if (dash == std::string_view::npos) return 0;
+  const auto [ptr, ec] = std::from_chars(id.data() + dash + 1, id.data() + id.size(), n);
+  return ec == std::errc() && ptr == id.data() + id.size() ? n : 0;
+}
 
 Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view token_hash, Time now) {
   // The lookup is keyed by the token's SHA-256: its timing can tell nothing about the token.
@@ -54,7 +53,7 @@ Status Tenants::Restore(const std::vector<store::TenantRecord>& records) {
     if (!j.ok()) return Status::DataLoss(j.status().message());
     auto t = TenantFromStoredJson(*j, rec.token_hash);
     if (!t.ok()) return Status::DataLoss(t.status().message());
-    next_tenant_ = std::max(next_tenant_, IdNumber(t->id.str()) + 1);
+    next_tenant_ = std::max(next_tenant_, TenantNumber(t->id.str()) + 1);
     by_id_[t->id.str()] = std::move(*t);
   }
   Rebuild();
@@ -98,6 +97,9 @@ const Tenant* Tenants::Find(std::string_view id) const {
 std::vector<const Tenant*> Tenants::List() const {
   std::vector<const Tenant*> out;
   for (const auto& [id, t] : by_id_) out.push_back(&t);
+  std::sort(out.begin(), out.end(), [](const Tenant* a, const Tenant* b) {
+    return TenantNumber(a->id.str()) < TenantNumber(b->id.str());
+  });
   return out;
 }
 

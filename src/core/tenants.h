@@ -55,6 +55,9 @@ using PrincipalIndex = std::unordered_map<std::string, Principal>;
 // PermissionDenied for a disabled tenant. The one rule for the HTTP threads and the core alike.
 Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view token_hash, Time now);
 
+// The number in "tenant-000042" (42), or 0 when there is none: tenants are listed in this order.
+int64_t TenantNumber(std::string_view id);
+
 // The longest grace period a replaced token may keep.
 inline constexpr Duration kMaxTokenGrace = std::chrono::hours(24 * 30);
 
@@ -75,6 +78,7 @@ class Tenants {
                         const std::string& token_hash, store::Batch& batch);
   // The tenant with this id, or nullptr (also for "admin").
   const Tenant* Find(std::string_view id) const;
+  // Every tenant, in creation order.
   std::vector<const Tenant*> List() const;
   // Sets the quota and/or the disabled flag. NotFound for an unknown id.
   Result<Tenant> Update(std::string_view id, std::optional<int64_t> quota_gpu_milli,

@@ -17,11 +17,6 @@ bool ProfileInTable(const mig::Table& table, const mig::Profile* p) {
   return false;
 }
 
-// Milli-GPU that `used` of `total` compute slices stand for, rounded down.
-int64_t MigMilli(int used, int total) {
-  return total > 0 ? int64_t{kMilliPerGpu} * used / total : 0;
-}
-
 // What is wrong with `islands` on a node of `gpus` GPUs, or "" when they are valid.
 std::string IslandProblem(const std::vector<std::vector<int>>& islands, int gpus) {
   GpuMask seen = 0;
@@ -349,8 +344,7 @@ Result<Fleet::GpuChange> Fleet::PlanChange(const Node& n, const GpuGrant& grant,
       c.mig_index = allocate ? 0 : FindMigInstance(gpu, grant);
       const size_t left = gpu.mig_instances.size() - (allocate ? 0 : 1);
       c.free_milli = allocate || left > 0 ? 0 : kMilliPerGpu;
-      c.used_milli_delta =
-          MigMilli(after, table.compute_slices) - MigMilli(before, table.compute_slices);
+      c.mig_slices_delta = sign * grant.mig_profile->compute_slices;
       broken = after < 0 || after > table.compute_slices || c.mig_index < 0;
       break;
     }
@@ -397,6 +391,7 @@ Status Fleet::Apply(const Assignment& a, bool allocate) {
       }
     }
     used_gpu_milli_ += c.used_milli_delta;
+    mig_slices_used_[n.model.value] += c.mig_slices_delta;
   }
   n.cpu_milli_free = cpu_free;
   n.memory_mib_free = mem_free;
@@ -413,6 +408,17 @@ Status Fleet::Allocate(const Assignment& a) {
 Status Fleet::Release(const Assignment& a) {
   TESSERA_RETURN_IF_ERROR(CanRelease(a));
   return Apply(a, /*allocate=*/false);
+}
+
+int64_t Fleet::used_gpu_milli() const {
+  int64_t milli = used_gpu_milli_;
+  for (size_t m = 0; m < mig_slices_used_.size(); ++m) {
+    if (mig_slices_used_[m] == 0) continue;
+    const int total =
+        catalog_->gpu(catalog::GpuModelIndex(static_cast<uint32_t>(m))).mig->compute_slices;
+    milli += mig_slices_used_[m] * kMilliPerGpu / total;
+  }
+  return milli;
 }
 
 Status Fleet::SetGpuMode(NodeIndex ni, int gpu_index, SharingMode mode) {

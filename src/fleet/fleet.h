@@ -121,7 +121,11 @@ class Fleet {
   Status CanAllocate(const Assignment& a) const;
   // Books `a` whole, or refuses it and changes nothing.
   Status Allocate(const Assignment& a);
-  // Returns what `a` booked. Refused, changing nothing, unless `a` is held as given.
+  // Returns what `a` booked. Refused, changing nothing, unless the capacity `a` names is held.
+  // REQUIRES: `a` was booked by Allocate and not released since. The fleet counts capacity; it
+  // does not record who holds it, so releasing an equal grant that another workload holds (two
+  // 300-milli shares on one GPU) is not told apart: the caller keeps each workload's assignment
+  // and releases only its own (the core does, per instance).
   Status Release(const Assignment& a);
   // OK when Release(a) would succeed; otherwise the reason, naming node and GPU.
   Status CanRelease(const Assignment& a) const;
@@ -133,17 +137,19 @@ class Fleet {
   // Incremented on every change to node n, so schedulers can cache per-node values.
   uint64_t version(NodeIndex n) const { return versions_[n.value]; }
 
-  // Totals across the fleet.
+  // Totals across the fleet. MIG slices count as their compute slices over the GPU's, summed per
+  // GPU model and rounded down once (the unit quotas and /metrics use too).
   int64_t total_gpus() const { return total_gpus_; }
-  int64_t used_gpu_milli() const { return used_gpu_milli_; }
+  int64_t used_gpu_milli() const;
 
  private:
   // What one grant does to its GPU, computed before anything changes.
   struct GpuChange {
     int free_milli = 0;
     int64_t free_memory_mib = 0;
-    int64_t used_milli_delta = 0;
-    int mig_index = -1;  // Release: the instance to remove.
+    int64_t used_milli_delta = 0;  // Whole GPUs and shares.
+    int mig_slices_delta = 0;      // MIG compute slices.
+    int mig_index = -1;            // Release: the instance to remove.
   };
 
   Status ValidateSpec(const NodeSpec& spec, const catalog::GpuModel** model) const;
@@ -163,7 +169,8 @@ class Fleet {
   std::vector<uint64_t> versions_;
   std::unordered_map<std::string, NodeIndex> by_name_;
   int64_t total_gpus_ = 0;
-  int64_t used_gpu_milli_ = 0;
+  int64_t used_gpu_milli_ = 0;                 // Whole GPUs and shares.
+  std::array<int64_t, 64> mig_slices_used_{};  // By GPU model index.
 };
 
 }  // namespace tessera::fleet

@@ -1,6 +1,11 @@
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "store/store.h"
@@ -18,7 +23,18 @@ CREATE TABLE IF NOT EXISTS audit (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, actor TEXT NOT NULL,
   action TEXT NOT NULL, target TEXT NOT NULL, status INTEGER NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_by_time ON audit(at);
 )sql";
+
+// Instances gained ended_at after the first release: add it, fill it for the instances that had
+// ended, and index it, so start-up loads only what is active or recent.
+constexpr const char* kAddEndedAt = R"sql(
+ALTER TABLE instances ADD COLUMN ended_at TEXT NOT NULL DEFAULT '';
+UPDATE instances SET ended_at = COALESCE(json_extract(doc, '$.updated_at'), '')
+  WHERE state IN ('terminated', 'succeeded', 'failed', 'preempted');
+)sql";
+constexpr const char* kIndexEndedAt =
+    "CREATE INDEX IF NOT EXISTS instances_by_end ON instances(ended_at);";
 
 // A prepared statement, finalized on destruction.
 class Stmt {
@@ -64,18 +80,30 @@ class Connection {
 
 class SqliteStore final : public Store {
  public:
-  SqliteStore(sqlite3* db, std::string path) : conn_(db), db_(db), path_(std::move(path)) {}
+  SqliteStore(sqlite3* db, std::string path, int lock_fd)
+      : lock_(lock_fd), conn_(db), db_(db), path_(std::move(path)) {}
 
   Status Prepare() {
     TESSERA_RETURN_IF_ERROR(Exec(kSchema));
+    TESSERA_ASSIGN_OR_RETURN(bool has_ended_at, HasColumn("instances", "ended_at"));
+    if (!has_ended_at) {
+      TESSERA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+      if (Status s = Exec(kAddEndedAt); !s.ok()) {
+        (void)Exec("ROLLBACK");
+        return s;
+      }
+      TESSERA_RETURN_IF_ERROR(Exec("COMMIT"));
+    }
+    TESSERA_RETURN_IF_ERROR(Exec(kIndexEndedAt));
     TESSERA_RETURN_IF_ERROR(PrepareOne(
         "INSERT INTO tenants(id,name,token_hash,doc) VALUES(?1,?2,?3,?4) ON CONFLICT(id) DO "
         "UPDATE SET name=excluded.name, token_hash=excluded.token_hash, doc=excluded.doc",
         put_tenant_));
-    TESSERA_RETURN_IF_ERROR(PrepareOne(
-        "INSERT INTO instances(id,tenant,state,doc) VALUES(?1,?2,?3,?4) ON CONFLICT(id) DO "
-        "UPDATE SET tenant=excluded.tenant, state=excluded.state, doc=excluded.doc",
-        put_instance_));
+    TESSERA_RETURN_IF_ERROR(
+        PrepareOne("INSERT INTO instances(id,tenant,state,doc,ended_at) VALUES(?1,?2,?3,?4,?5) ON "
+                   "CONFLICT(id) DO UPDATE SET tenant=excluded.tenant, state=excluded.state, "
+                   "doc=excluded.doc, ended_at=excluded.ended_at",
+                   put_instance_));
     TESSERA_RETURN_IF_ERROR(PrepareOne(
         "INSERT INTO audit(at,actor,action,target,status,detail) VALUES(?1,?2,?3,?4,?5,?6)",
         put_audit_));
@@ -110,15 +138,33 @@ class SqliteStore final : public Store {
     return out;
   }
 
-  Result<std::vector<InstanceRecord>> LoadInstances() override {
+  Result<std::vector<InstanceRecord>> LoadInstances(const std::string& ended_since) override {
     std::vector<InstanceRecord> out;
     Stmt q;
-    TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT id,tenant,state,doc FROM instances ORDER BY id", q));
+    TESSERA_RETURN_IF_ERROR(PrepareOne(
+        "SELECT id,tenant,state,doc,ended_at FROM instances WHERE ended_at='' OR ended_at>=?1 "
+        "ORDER BY id",
+        q));
+    q.Bind(1, ended_since);
     while (sqlite3_step(q.get()) == SQLITE_ROW) {
-      out.push_back({q.Text(0), q.Text(1), q.Text(2), q.Text(3)});
+      out.push_back({q.Text(0), q.Text(1), q.Text(2), q.Text(3), q.Text(4)});
     }
     TESSERA_RETURN_IF_ERROR(Check(sqlite3_errcode(db_), "reading instances"));
     return out;
+  }
+
+  Result<std::optional<InstanceRecord>> GetInstance(const std::string& id) override {
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(
+        PrepareOne("SELECT id,tenant,state,doc,ended_at FROM instances WHERE id=?1", q));
+    q.Bind(1, id);
+    const int rc = sqlite3_step(q.get());
+    if (rc == SQLITE_ROW) {
+      return std::optional<InstanceRecord>(
+          InstanceRecord{q.Text(0), q.Text(1), q.Text(2), q.Text(3), q.Text(4)});
+    }
+    if (rc == SQLITE_DONE) return std::optional<InstanceRecord>();
+    return Check(rc, "reading instance " + id);
   }
 
   Result<std::vector<AuditRecord>> ListAudit(int64_t after_seq, int limit) override {
@@ -138,6 +184,14 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  Result<int64_t> PruneAudit(const std::string& before) override {
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(PrepareOne("DELETE FROM audit WHERE at<?1", q));
+    q.Bind(1, before);
+    TESSERA_RETURN_IF_ERROR(StepDone(q, "pruning the audit log"));
+    return static_cast<int64_t>(sqlite3_changes(db_));
+  }
+
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     Stmt q;
     TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT value FROM settings WHERE key=?1", q));
@@ -146,6 +200,18 @@ class SqliteStore final : public Store {
     if (rc == SQLITE_ROW) return std::optional<std::string>(q.Text(0));
     if (rc == SQLITE_DONE) return std::optional<std::string>();
     return Check(rc, "reading a setting");
+  }
+
+  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
+      const std::string& prefix) override {
+    std::vector<std::pair<std::string, std::string>> out;
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(PrepareOne(
+        "SELECT key,value FROM settings WHERE substr(key,1,length(?1))=?1 ORDER BY key", q));
+    q.Bind(1, prefix);
+    while (sqlite3_step(q.get()) == SQLITE_ROW) out.emplace_back(q.Text(0), q.Text(1));
+    TESSERA_RETURN_IF_ERROR(Check(sqlite3_errcode(db_), "reading settings"));
+    return out;
   }
 
  private:
@@ -164,6 +230,7 @@ class SqliteStore final : public Store {
       put_instance_.Bind(2, i.tenant);
       put_instance_.Bind(3, i.state);
       put_instance_.Bind(4, i.doc);
+      put_instance_.Bind(5, i.ended_at);
       TESSERA_RETURN_IF_ERROR(StepDone(put_instance_, "writing instance " + i.id));
     }
     for (const auto& a : b.audit) {
@@ -203,11 +270,35 @@ class SqliteStore final : public Store {
     return Status::DataLoss(std::move(msg));
   }
 
+  Result<bool> HasColumn(const char* table, const char* column) {
+    Stmt q;
+    TESSERA_RETURN_IF_ERROR(PrepareOne(
+        fmt::format("SELECT 1 FROM pragma_table_info('{}') WHERE name='{}'", table, column).c_str(),
+        q));
+    const int rc = sqlite3_step(q.get());
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return Check(rc, "reading the schema");
+  }
+
   Status Check(int rc, const std::string& what) const {
     if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return Status::Ok();
     return Status::DataLoss(fmt::format("{}: {}: {}", path_, what, sqlite3_errmsg(db_)));
   }
 
+  // Released last, after the connection closes: the directory stays ours until then.
+  class Lock {
+   public:
+    explicit Lock(int fd) : fd_(fd) {}
+    ~Lock() {
+      if (fd_ >= 0) close(fd_);
+    }
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    int fd_;
+  } lock_;
   Connection conn_;
   sqlite3* db_;
   std::string path_;
@@ -216,28 +307,92 @@ class SqliteStore final : public Store {
 
 }  // namespace
 
+namespace {
+
+// Takes dir/LOCK for this process: one writer per data directory. The lock is an flock, so it
+// goes with the process however it dies, and a stale file never blocks a restart.
+Result<int> LockDirectory(const std::string& dir) {
+  const std::string path = dir + "/LOCK";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::Unavailable(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[32] = {};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return Status::FailedPrecondition(fmt::format(
+          "data directory {} is in use by another tessera server{}; one server per data "
+          "directory",
+          dir, pid.empty() ? "" : fmt::format(" (pid {})", pid)));
+    }
+    return Status::Unavailable(fmt::format("{}: cannot lock: {}", path, std::strerror(err)));
+  }
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The pid is only for the message a second server prints; the lock is what matters.
+  }
+  return fd;
+}
+
+// Runs `pragma` and returns the first column of its first row ("" when it returns none).
+Result<std::string> PragmaValue(sqlite3* db, const std::string& path, const char* pragma) {
+  std::string value;
+  char* err = nullptr;
+  const int rc = sqlite3_exec(
+      db, pragma,
+      [](void* out, int cols, char** vals, char**) {
+        if (cols > 0 && vals[0] && static_cast<std::string*>(out)->empty()) {
+          *static_cast<std::string*>(out) = vals[0];
+        }
+        return 0;
+      },
+      &value, &err);
+  if (rc != SQLITE_OK) {
+    std::string msg = fmt::format("{}: {}: {}", path, pragma, err ? err : sqlite3_errstr(rc));
+    sqlite3_free(err);
+    return Status::DataLoss(std::move(msg));
+  }
+  return value;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
     return Status::NotFound(fmt::format("{}: cannot create directory: {}", dir, ec.message()));
+  TESSERA_ASSIGN_OR_RETURN(const int lock_fd, LockDirectory(dir));
   const std::string path = dir + "/tessera.db";
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  auto store = std::make_unique<SqliteStore>(db, path);  // Owns db from here on, even on error.
+  // Owns db and the lock from here on, even on error.
+  auto store = std::make_unique<SqliteStore>(db, path, lock_fd);
   if (rc != SQLITE_OK) {
     return Status::DataLoss(fmt::format("{}: cannot open: {}", path, db ? sqlite3_errmsg(db) : ""));
   }
   sqlite3_busy_timeout(db, 5000);
-  for (const char* pragma :
-       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
-    char* err = nullptr;
-    if (sqlite3_exec(db, pragma, nullptr, nullptr, &err) != SQLITE_OK) {
-      std::string msg = fmt::format("{}: {}: {}", path, pragma, err ? err : "");
-      sqlite3_free(err);
-      return Status::DataLoss(std::move(msg));
-    }
+  TESSERA_ASSIGN_OR_RETURN(const std::string mode,
+                           PragmaValue(db, path, "PRAGMA journal_mode=WAL"));
+  if (mode != "wal") {
+    return Status::FailedPrecondition(fmt::format(
+        "{}: the journal mode is '{}', not WAL; a committed batch would not be durable as "
+        "documented (is the directory on a file system without shared memory, such as NFS?)",
+        path, mode));
+  }
+  for (const char* pragma : {"PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
+    TESSERA_RETURN_IF_ERROR(PragmaValue(db, path, pragma).status());
+  }
+  TESSERA_ASSIGN_OR_RETURN(const std::string sync, PragmaValue(db, path, "PRAGMA synchronous"));
+  if (sync != "2") {
+    return Status::FailedPrecondition(
+        fmt::format("{}: synchronous is {}, not FULL (2)", path, sync));
   }
   TESSERA_RETURN_IF_ERROR(store->Prepare());
   return std::unique_ptr<Store>(std::move(store));

@@ -4,6 +4,7 @@
 // per round of commands (group commit) and rebuilds memory from Load* at start-up.
 // Records hold typed columns for lookups plus a JSON document for the rest, so fields can be
 // added without a schema migration.
+// The core receives its Store as this interface, so tests can hand it one that fails on demand.
 // Thread-safety: a Store is used by one thread at a time (the core); implementations need not
 // lock.
 #pragma once
@@ -26,10 +27,11 @@ struct TenantRecord {
 };
 
 struct InstanceRecord {
-  std::string id;      // "inst-000042".
-  std::string tenant;  // Owning tenant id.
-  std::string state;   // "pending", "running", ... (indexed for the restart queue).
-  std::string doc;     // JSON: the whole instance, assignment included.
+  std::string id;        // "inst-000042".
+  std::string tenant;    // Owning tenant id.
+  std::string state;     // "pending", "running", ... (indexed for the restart queue).
+  std::string doc;       // JSON: the whole instance, assignment included.
+  std::string ended_at;  // RFC 3339 once the instance has ended (a terminal state); "" before.
 };
 
 struct AuditRecord {
@@ -60,20 +62,31 @@ class Store {
   // Applies `batch` atomically and durably. On error nothing of the batch is applied.
   virtual Status Commit(const Batch& batch) = 0;
 
-  // Everything stored, for rebuilding memory at start-up. Order: by id.
+  // What memory is rebuilt from at start-up. Order: by id.
   virtual Result<std::vector<TenantRecord>> LoadTenants() = 0;
-  virtual Result<std::vector<InstanceRecord>> LoadInstances() = 0;
+  // The instances that have not ended, and those that ended at or after `ended_since` (RFC 3339
+  // UTC as FormatRfc3339 writes it; "" loads every instance).
+  virtual Result<std::vector<InstanceRecord>> LoadInstances(const std::string& ended_since) = 0;
+  // One instance by id, however long ago it ended; nullopt when unknown.
+  virtual Result<std::optional<InstanceRecord>> GetInstance(const std::string& id) = 0;
 
   // Audit entries with seq > after_seq, oldest first, at most `limit`.
   virtual Result<std::vector<AuditRecord>> ListAudit(int64_t after_seq, int limit) = 0;
+  // Deletes the audit entries recorded before `before` (RFC 3339 UTC); returns how many.
+  virtual Result<int64_t> PruneAudit(const std::string& before) = 0;
 
   // A setting's value, or nullopt when unset.
   virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
+  // Every setting whose key starts with `prefix`, by key.
+  virtual Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
+      const std::string& prefix) = 0;
 };
 
 // Opens (creating when missing) the SQLite store in directory `dir`, itself created when missing,
-// with WAL journaling and synchronous=FULL so a committed batch survives power loss.
-// Errors name the path.
+// with WAL journaling (checked, not assumed: a file system that cannot do WAL is an error) and
+// synchronous=FULL so a committed batch survives power loss. The store holds an exclusive lock on
+// `dir` (dir/LOCK, flock) until it is destroyed, so a second server on the same directory fails
+// here, naming the directory and the holder's pid. Errors name the path.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir);
 
 }  // namespace tessera::store

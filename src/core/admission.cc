@@ -1,0 +1,282 @@
+#include "core/admission.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "mig/mig.h"
+
+namespace tessera::core {
+
+namespace {
+
+using catalog::SharingMode;
+
+std::string Mode(SharingMode m) { return std::string(catalog::SharingModeName(m)); }
+
+// The most GPUs of `mode` on one NVLink island of `n` (any mode when `any`).
+int LargestIsland(const fleet::Node& n, SharingMode mode, bool any) {
+  std::map<int, int> islands;
+  for (const fleet::Gpu& g : n.gpus) {
+    if (g.island >= 0 && (any || g.mode == mode)) ++islands[g.island];
+  }
+  int best = 0;
+  for (const auto& [island, count] : islands) best = std::max(best, count);
+  return best;
+}
+
+int GpusInMode(const fleet::Node& n, SharingMode mode) {
+  return static_cast<int>(std::count_if(n.gpus.begin(), n.gpus.end(),
+                                        [&](const fleet::Gpu& g) { return g.mode == mode; }));
+}
+
+// Whether `n` could host `s` by its GPUs alone: with its GPUs in their modes now (`now`), or in
+// any mode an operator could set.
+bool GpusCouldHost(const fleet::Node& n, const Shape& s, bool now) {
+  switch (s.mode) {
+    case SharingMode::kExclusive:
+      if (s.nvlink && s.gpus > 1) return LargestIsland(n, SharingMode::kExclusive, !now) >= s.gpus;
+      return (now ? GpusInMode(n, SharingMode::kExclusive) : static_cast<int>(n.gpus.size())) >=
+             s.gpus;
+    case SharingMode::kShared:
+      return now ? GpusInMode(n, SharingMode::kShared) > 0 : !n.gpus.empty();
+    case SharingMode::kMig:
+      return now ? GpusInMode(n, SharingMode::kMig) > 0 : !n.gpus.empty();
+  }
+  return false;
+}
+
+}  // namespace
+
+sched::Request Admission::RequestFor(const Shape& s, Billing billing) const {
+  sched::Request r;
+  r.cpu_milli = s.vcpus * 1000;
+  r.memory_mib = s.memory_mib;
+  if (auto idx = catalog_->FindGpuIndex(s.gpu_model)) r.allowed_models = uint64_t{1} << idx->value;
+  switch (s.mode) {
+    case SharingMode::kExclusive:
+      r.gpu_count = s.gpus;
+      r.gpu_milli = s.gpus > 0 ? fleet::kMilliPerGpu : 0;
+      r.nvlink = s.nvlink;
+      break;
+    case SharingMode::kShared:
+      r.gpu_count = 1;
+      r.gpu_milli = s.milli_gpu;
+      r.gpu_memory_mib = s.gpu_memory_mib;
+      break;
+    case SharingMode::kMig:
+      r.gpu_count = 1;
+      r.gpu_milli = fleet::kMilliPerGpu;
+      r.mig_profile = s.mig_profile;
+      break;
+  }
+  r.priority = Priority(billing);
+  return r;
+}
+
+Result<Shape> Admission::Resolve(const CreateInstanceRequest& req) const {
+  Shape shape = req.shape;
+  if (!req.instance_type.empty()) {
+    const catalog::InstanceType* it = catalog_->FindInstanceType(req.instance_type);
+    if (!it) {
+      return Status::InvalidArgument(
+          fmt::format("field 'instance_type': unknown instance type '{}'", req.instance_type));
+    }
+    return Shape{it->id,        it->gpu_model,      it->sharing, it->gpus,       it->mig_profile,
+                 it->milli_gpu, it->gpu_memory_mib, it->vcpus,   it->memory_mib, it->nvlink};
+  }
+  const catalog::GpuModel* model = catalog_->FindGpu(shape.gpu_model);
+  if (!model) {
+    return Status::InvalidArgument(
+        fmt::format("field 'gpu_model': unknown GPU model '{}'", shape.gpu_model));
+  }
+  shape.gpu_model = model->id;
+  if (shape.mode == SharingMode::kMig) {
+    if (!model->mig) {
+      return Status::InvalidArgument(
+          fmt::format("field 'mig_profile': {} does not support MIG", model->id));
+    }
+    if (!model->mig->Find(shape.mig_profile)) {
+      std::vector<std::string> names;
+      for (const auto& p : model->mig->profiles) names.push_back(p.name);
+      return Status::InvalidArgument(
+          fmt::format("field 'mig_profile': '{}' is not a MIG profile of {} (valid: {})",
+                      shape.mig_profile, model->id, fmt::join(names, ", ")));
+    }
+  }
+  if (shape.mode == SharingMode::kShared && shape.gpu_memory_mib > model->memory_mib) {
+    return Status::InvalidArgument(
+        fmt::format("field 'gpu_memory_mib': {} exceeds the {} MiB of a {}", shape.gpu_memory_mib,
+                    model->memory_mib, model->id));
+  }
+  return shape;
+}
+
+Result<Money> Admission::PriceOf(const Shape& shape, Billing billing) const {
+  auto pick = [&](const catalog::Price& p) {
+    switch (billing) {
+      case Billing::kReserved:
+        return p.reserved_1y_per_hour;
+      case Billing::kOnDemand:
+        return p.on_demand_per_hour;
+      case Billing::kSpot:
+        return p.spot_per_hour;
+    }
+    return p.on_demand_per_hour;
+  };
+  if (!shape.instance_type.empty()) {
+    const catalog::Price* p = catalog_->FindPrice(shape.instance_type);
+    if (!p) return Status::Internal("no price for instance type " + shape.instance_type);
+    return pick(*p);
+  }
+  // A custom shape costs its share of the cheapest whole-GPU price for the model.
+  std::optional<Money> per_gpu;
+  for (const auto& it : catalog_->instance_types()) {
+    if (it.gpu_model != shape.gpu_model || it.sharing != SharingMode::kExclusive || it.gpus < 1) {
+      continue;
+    }
+    const catalog::Price* p = catalog_->FindPrice(it.id);
+    if (!p) continue;
+    const Money m = pick(*p).MulDiv(1, it.gpus);
+    if (!per_gpu || m < *per_gpu) per_gpu = m;
+  }
+  if (!per_gpu) {
+    return Status::InvalidArgument(fmt::format(
+        "field 'gpu_model': the price book has no whole-GPU price for {}", shape.gpu_model));
+  }
+  return per_gpu->MulDiv(shape.GpuMilli(*catalog_), fleet::kMilliPerGpu);
+}
+
+Status Admission::Check(const Shape& s) const {
+  const int64_t cpu = s.vcpus * 1000;
+  const bool gpu = !(s.mode == SharingMode::kExclusive && s.gpus == 0);
+  const auto model = gpu ? catalog_->FindGpuIndex(s.gpu_model) : std::nullopt;
+  int nodes_with_model = 0, most_gpus = 0, largest_island = 0;
+  int64_t most_cpu = 0, most_memory = 0;
+  bool fits_any_mode = false;
+  for (const fleet::Node& n : fleet_->nodes()) {
+    if (gpu && (!model || n.model != *model)) continue;
+    ++nodes_with_model;
+    most_gpus = std::max(most_gpus, static_cast<int>(n.gpus.size()));
+    largest_island = std::max(largest_island, LargestIsland(n, SharingMode::kExclusive, true));
+    if (gpu && !GpusCouldHost(n, s, /*now=*/false)) continue;
+    most_cpu = std::max(most_cpu, n.cpu_milli);
+    most_memory = std::max(most_memory, n.memory_mib);
+    if (n.cpu_milli < cpu || n.memory_mib < s.memory_mib) continue;
+    if (!gpu || GpusCouldHost(n, s, /*now=*/true)) return Status::Ok();
+    fits_any_mode = true;
+  }
+  if (fits_any_mode) {
+    return Status::FailedPrecondition(fmt::format(
+        "no {} GPU is in {} mode now; the fleet's {} nodes could host this shape once an "
+        "operator switches idle GPUs to {} mode",
+        s.gpu_model, Mode(s.mode), s.gpu_model, Mode(s.mode)));
+  }
+  const std::string what = gpu ? fmt::format("{} node", s.gpu_model) : std::string("node");
+  if (gpu && nodes_with_model == 0) {
+    return Status::InvalidArgument(
+        fmt::format("field 'gpu_model': the fleet has no {} GPUs", s.gpu_model));
+  }
+  if (s.mode == SharingMode::kExclusive && gpu && most_gpus < s.gpus) {
+    return Status::InvalidArgument(
+        fmt::format("field 'gpus': the largest {} has {} GPUs; {} asked", what, most_gpus, s.gpus));
+  }
+  if (s.mode == SharingMode::kExclusive && gpu && s.nvlink && s.gpus > 1 &&
+      largest_island < s.gpus) {
+    return Status::InvalidArgument(
+        fmt::format("field 'nvlink': no {} has an NVLink island of {} GPUs (the largest has {})",
+                    what, s.gpus, largest_island));
+  }
+  if (most_cpu < cpu) {
+    return Status::InvalidArgument(
+        fmt::format("field 'vcpus': no {} that could host the GPUs has {} vCPUs (the most is {})",
+                    what, s.vcpus, most_cpu / 1000));
+  }
+  return Status::InvalidArgument(fmt::format(
+      "field 'memory_mib': no {} that could host the rest has {} MiB of memory (the most is {})",
+      what, s.memory_mib, most_memory));
+}
+
+Status Admission::CheckShape(const Shape& shape) {
+  const std::string key =
+      fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", shape.gpu_model, Mode(shape.mode), shape.gpus,
+                  shape.mig_profile, shape.milli_gpu, shape.gpu_memory_mib, shape.vcpus,
+                  shape.memory_mib, shape.nvlink);
+  auto it = verdicts_.find(key);
+  if (it == verdicts_.end()) it = verdicts_.emplace(key, Check(shape)).first;
+  return it->second;
+}
+
+Result<Admitted> Admission::Admit(const CreateInstanceRequest& req) {
+  TESSERA_ASSIGN_OR_RETURN(Shape shape, Resolve(req));
+  TESSERA_ASSIGN_OR_RETURN(Money price, PriceOf(shape, req.billing));
+  TESSERA_RETURN_IF_ERROR(CheckShape(shape));
+  return Admitted{std::move(shape), price};
+}
+
+std::string Admission::PendingReason(const Instance& inst, size_t preemptible) const {
+  const Shape& s = inst.shape;
+  const int64_t cpu = s.vcpus * 1000;
+  const bool gpu = !(s.mode == SharingMode::kExclusive && s.gpus == 0);
+  const auto model = gpu ? catalog_->FindGpuIndex(s.gpu_model) : std::nullopt;
+  std::string want;
+  switch (gpu ? s.mode : SharingMode::kExclusive) {
+    case SharingMode::kExclusive:
+      want = gpu ? fmt::format("{} x {}{} with ", s.gpus, s.gpu_model, s.nvlink ? " on NVLink" : "")
+                 : "";
+      break;
+    case SharingMode::kShared:
+      want = fmt::format("{} milli of a shared {} with ", s.milli_gpu, s.gpu_model);
+      break;
+    case SharingMode::kMig:
+      want = fmt::format("a {} slice of a {} with ", s.mig_profile, s.gpu_model);
+      break;
+  }
+  int best_free = 0, unready = 0;
+  bool roomy = false;  // A ready node with the CPU and memory free.
+  for (const fleet::Node& n : fleet_->nodes()) {
+    if (gpu && (!model || n.model != *model)) continue;
+    if (n.state != fleet::NodeState::kReady) {
+      ++unready;
+      continue;
+    }
+    if (n.cpu_milli_free < cpu || n.memory_mib_free < s.memory_mib) continue;
+    roomy = true;
+    int free = 0;
+    for (const fleet::Gpu& g : n.gpus) {
+      if (g.mode != (gpu ? s.mode : SharingMode::kExclusive)) continue;
+      switch (s.mode) {
+        case SharingMode::kExclusive:
+          free += g.free_milli == fleet::kMilliPerGpu ? 1 : 0;
+          break;
+        case SharingMode::kShared:
+          free += g.free_milli >= s.milli_gpu && g.free_memory_mib >= s.gpu_memory_mib ? 1 : 0;
+          break;
+        case SharingMode::kMig: {
+          const int total = catalog_->gpu(n.model).mig->compute_slices;
+          const mig::Profile* p = catalog_->gpu(n.model).mig->Find(s.mig_profile);
+          free += p && total - fleet::UsedComputeSlices(g) >= p->compute_slices ? 1 : 0;
+          break;
+        }
+      }
+    }
+    best_free = std::max(best_free, free);
+  }
+  std::string out =
+      fmt::format("waiting for {}{} vCPUs and {} MiB on one node; ", want, s.vcpus, s.memory_mib);
+  if (!roomy) {
+    out += gpu ? fmt::format("no ready {} node has those vCPUs and memory free", s.gpu_model)
+               : "no ready node has them free";
+  } else if (s.mode == SharingMode::kExclusive && gpu) {
+    out += fmt::format("the best node has {} free", best_free);
+  } else {
+    out += "no GPU has room";
+  }
+  if (unready > 0) out += fmt::format("; {} such node(s) draining or down", unready);
+  if (preemptible > 0 && inst.billing != Billing::kSpot) {
+    out += fmt::format("; {} spot instance(s) preemptible", preemptible);
+  }
+  return out;
+}
+
+}  // namespace tessera::core

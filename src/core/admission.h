@@ -1,0 +1,74 @@
+// Admission: what a create request becomes before it may wait or run. The shape is resolved from
+// the catalog (an instance type, or a custom shape checked field by field), priced, and checked
+// against the fleet as built: a shape that no node could host even when empty is refused with
+// InvalidArgument (400) saying why; one that a node could host only in another GPU sharing mode
+// than any GPU has now is refused with FailedPrecondition (409), since an operator can change the
+// mode. So nothing that can never run waits in the queue, holds quota, or costs a queue pass.
+// Verdicts are cached per shape until the fleet's GPU modes or nodes change.
+// Admission also writes the reason a pending instance waits, from the fleet as it is now.
+// Thread-safety: none; the core thread owns it.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "catalog/catalog.h"
+#include "common/money.h"
+#include "core/instance.h"
+#include "fleet/fleet.h"
+#include "sched/scheduler.h"
+
+namespace tessera::core {
+
+// What POST /v1/instances asks for, already type-checked by the API layer.
+struct CreateInstanceRequest {
+  Billing billing = Billing::kOnDemand;
+  std::string name;
+  std::string command;
+  bool restart = true;
+  std::map<std::string, std::string> labels;       // Validated (ValidateLabels).
+  std::map<std::string, std::string> annotations;  // Validated (ValidateAnnotations).
+  std::string instance_type;                       // Either this...
+  Shape shape;  // ...or this, field by field (instance_type empty).
+};
+
+struct Admitted {
+  Shape shape;
+  Money price_per_hour;
+};
+
+class Admission {
+ public:
+  // `catalog` and `fleet` must outlive this.
+  Admission(const catalog::Catalog* catalog, const fleet::Fleet* fleet)
+      : catalog_(catalog), fleet_(fleet) {}
+
+  // The request's shape and price, or why it can never be placed on this fleet. Errors name the
+  // field (instance_type, gpu_model, mig_profile, gpus, vcpus, memory_mib, ...).
+  Result<Admitted> Admit(const CreateInstanceRequest& req);
+  // OK, or why no node of the fleet could ever host `shape` (InvalidArgument), or could only in
+  // another GPU mode (FailedPrecondition). Cached per shape.
+  Status CheckShape(const Shape& shape);
+  // Forgets cached verdicts: call when GPU modes change or nodes join or leave.
+  void FleetChanged() { verdicts_.clear(); }
+
+  // Why `inst` (pending) waits, as the fleet is now, e.g. "waiting for 3 x H100-80GB with 16
+  // vCPUs and 65536 MiB on one node; the best node has 2 free; 4 spot instances preemptible".
+  // `preemptible` is what preemption could take for it (0 for spot work, which preempts nothing).
+  std::string PendingReason(const Instance& inst, size_t preemptible) const;
+
+  // The scheduler's request for a shape and billing mode.
+  sched::Request RequestFor(const Shape& shape, Billing billing) const;
+
+ private:
+  Result<Shape> Resolve(const CreateInstanceRequest& req) const;
+  Result<Money> PriceOf(const Shape& shape, Billing billing) const;
+  // OK, or why no node could ever host `shape` (see the header).
+  Status Check(const Shape& shape) const;
+
+  const catalog::Catalog* catalog_;
+  const fleet::Fleet* fleet_;
+  std::map<std::string, Status> verdicts_;  // By a shape's text form.
+};
+
+}  // namespace tessera::core

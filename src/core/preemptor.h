@@ -1,0 +1,76 @@
+// The preemptor: when reserved or on-demand work cannot be placed, it finds spot instances to
+// evict for it, on one node: the fewest victims that make the request fit there, then the ones
+// that free the least GPU. Victims are kept in an index by node as they come and go (only spot
+// instances that hold capacity and are not being deleted), so a search looks only at nodes that
+// have victims and could host the request once they leave. A search tries at most
+// Limits::max_nodes such nodes and Limits::max_trials victim sets per node, and a round allows at
+// most Limits::searches_per_round searches: whatever the requests, preemption costs a round a
+// bounded amount of scheduler work (docs/api.md states the budget).
+// Thread-safety: none; the core thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "core/instance.h"
+#include "fleet/fleet.h"
+#include "sched/scheduler.h"
+
+namespace tessera::core {
+
+class Preemptor {
+ public:
+  struct Limits {
+    size_t max_nodes = 32;           // Candidate nodes tried per search.
+    size_t max_trials = 256;         // Victim sets tried per node and set size.
+    size_t searches_per_round = 16;  // Searches per core round.
+  };
+
+  struct Plan {
+    fleet::NodeIndex node;
+    std::vector<Instance*> victims;
+  };
+
+  // `catalog`, `fleet` and `scheduler` must outlive this.
+  Preemptor(const catalog::Catalog* catalog, const fleet::Fleet* fleet, sched::Scheduler* scheduler,
+            Limits limits);
+
+  // `inst` may now be evicted: a spot instance that holds capacity. REQUIRES: inst->assignment,
+  // and `inst` stays at its address until Untrack.
+  void Track(Instance* inst);
+  // `inst` may no longer be evicted (it is being released, deleted or evicted). REQUIRES:
+  // inst->assignment still set (untrack before releasing). Untracking twice does nothing.
+  void Untrack(const Instance* inst);
+
+  // A plan to fit `req`, or nullopt when none was found within the limits (or the round's
+  // searches are spent: then budget_spent() is true). Changes nothing: the caller evicts.
+  std::optional<Plan> Find(const sched::Request& req);
+
+  // Starts a round: its searches are counted from zero.
+  void NewRound() { searches_ = 0; }
+  bool budget_spent() const { return searches_ >= limits_.searches_per_round; }
+  // Spot instances on nodes whose GPUs `req` could use: what a pending reason reports.
+  size_t CountFor(const sched::Request& req) const;
+  size_t size() const { return tracked_; }
+
+ private:
+  // Nodes worth a search for `req`, best first.
+  std::vector<uint32_t> Candidates(const sched::Request& req) const;
+  // Whether `req` fits on `node` once `victims` are released; the fleet is restored after.
+  bool FitsWithout(const sched::Request& req, fleet::NodeIndex node,
+                   const std::vector<Instance*>& victims);
+  int64_t Milli(const Instance* i) const { return i->shape.GpuMilli(*catalog_); }
+
+  const catalog::Catalog* catalog_;
+  const fleet::Fleet* fleet_;
+  sched::Scheduler* scheduler_;
+  Limits limits_;
+  std::unordered_map<uint32_t, std::vector<Instance*>> by_node_;
+  size_t tracked_ = 0;
+  size_t searches_ = 0;
+};
+
+}  // namespace tessera::core

@@ -1,0 +1,76 @@
+#include "core/queue.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace tessera::core {
+
+PendingQueue::Key PendingQueue::KeyOf(const Instance& inst) {
+  const Shape& s = inst.shape;
+  return {s.gpu_model,      s.mode,  s.gpus,       s.mig_profile, s.milli_gpu,
+          s.gpu_memory_mib, s.vcpus, s.memory_mib, s.nvlink,      inst.billing};
+}
+
+void PendingQueue::Push(const Instance& inst) {
+  Key key = KeyOf(inst);
+  groups_[key].insert({inst.seq, inst.id.str()});
+  by_id_[inst.id.str()] = std::move(key);
+}
+
+bool PendingQueue::Remove(const Instance& inst) {
+  auto it = by_id_.find(inst.id.str());
+  if (it == by_id_.end()) return false;
+  auto g = groups_.find(it->second);
+  g->second.erase({inst.seq, inst.id.str()});
+  if (g->second.empty()) groups_.erase(g);
+  by_id_.erase(it);
+  return true;
+}
+
+size_t PendingQueue::Pass(size_t max_failures,
+                          const std::function<bool(const std::string& id)>& place) {
+  // The groups in order: priority first (the billing mode is the key's last field), then the
+  // oldest member.
+  std::vector<std::pair<std::pair<int, int64_t>, Key>> order;
+  order.reserve(groups_.size());
+  for (const auto& [key, members] : groups_) {
+    order.push_back({{-Priority(std::get<Billing>(key)), members.begin()->first}, key});
+  }
+  std::sort(order.begin(), order.end());
+  size_t start = 0;
+  if (resume_) {
+    auto at = std::find_if(order.begin(), order.end(),
+                           [&](const auto& o) { return o.second == *resume_; });
+    if (at != order.end()) start = static_cast<size_t>(at - order.begin());
+    resume_.reset();
+  }
+  size_t placed = 0, failures = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Key& key = order[(start + i) % order.size()].second;
+    if (failures == max_failures) {
+      resume_ = key;
+      break;
+    }
+    for (;;) {
+      auto g = groups_.find(key);
+      if (g == groups_.end()) break;  // Every member was placed.
+      const std::pair<int64_t, std::string> member = *g->second.begin();
+      const std::string& id = member.second;
+      if (!place(id)) {
+        ++failures;
+        break;
+      }
+      // Placed: it leaves the queue (`place` may have emptied the group already).
+      if (auto left = by_id_.find(id); left != by_id_.end()) {
+        g = groups_.find(left->second);
+        g->second.erase(member);
+        if (g->second.empty()) groups_.erase(g);
+        by_id_.erase(left);
+      }
+      ++placed;
+    }
+  }
+  return placed;
+}
+
+}  // namespace tessera::core
