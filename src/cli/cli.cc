@@ -3,9 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "common/log.h"
+
 namespace tessera::cli {
 
 int Run(int argc, char** argv) {
+  InitLogging();
   CLI::App app(
       "Tessera: a GPU cloud in one binary. Pools GPU servers, rents them as whole GPUs,\n"
       "MIG slices or shares, schedules them against fragmentation, and replays cluster\n"

@@ -1,6 +1,5 @@
 // `tessera server`: the control plane's main job.
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
@@ -92,12 +91,6 @@ bool IsLoopback(const std::string& host) {
   return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
 }
 
-void SetUpLogging() {
-  auto logger = spdlog::stderr_logger_mt("tessera");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
-  spdlog::set_default_logger(logger);
-}
-
 int Fail(const Status& s) {
   std::cerr << "tessera server: " << s.message() << "\n";
   return kExitFailure;
@@ -114,7 +107,6 @@ int RunServer(const ServerFlags& flags) {
                  "--demo\n";
     return kExitUsage;
   }
-  SetUpLogging();
   RaiseDescriptorLimit();
   auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
                                            : catalog::Catalog::LoadDir(flags.catalog_dir);

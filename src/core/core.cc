@@ -90,7 +90,7 @@ Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options,
   for (const std::string& line : report.failed) spdlog::warn("reconciled at restart: {}", line);
   spdlog::info("{}", report.Summary());
   // What recovery changed is durable before anything is served.
-  TESSERA_RETURN_IF_ERROR(store->Commit(reconciled));
+  if (!reconciled.empty()) TESSERA_RETURN_IF_ERROR(store->Commit(reconciled));
   std::unique_ptr<Core> core(new Core(options, std::move(store), std::move(state)));
   // Place whatever was queued before the restart, and let agents catch up.
   auto settled = core->Run<bool>([](State&, store::Batch&) -> Result<bool> { return true; });
@@ -193,7 +193,7 @@ void Core::PruneAudit() {
 void Core::RebuildOrExit(const std::string& why) {
   store::Batch reconciled;
   auto rebuilt = BuildState(options_, *store_, reconciled, nullptr);
-  if (rebuilt.ok()) {
+  if (rebuilt.ok() && !reconciled.empty()) {
     if (Status s = store_->Commit(reconciled); !s.ok()) rebuilt = s;
   }
   if (!rebuilt.ok()) {

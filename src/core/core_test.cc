@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "catalog/catalog.h"
+#include "common/log.h"
+#include "store/memory_store.h"
 #include "testing/testing.h"
 
 namespace tessera::core {
@@ -73,6 +75,107 @@ TEST_F(CoreTest, ThePrincipalIndexIsPublishedOnlyOnceACommitIsDurable) {
   ASSERT_TRUE(created.ok());
   EXPECT_FALSE(seen_inside->count("hash-acme"));
   EXPECT_TRUE(core_->principals()->count("hash-acme"));
+}
+
+// A store that fails on demand: its commits, its reads, or both.
+class FailingStore final : public store::Store {
+ public:
+  explicit FailingStore(std::unique_ptr<store::Store> inner) : inner_(std::move(inner)) {}
+  bool fail_commits = false;
+  bool fail_reads = false;
+
+  Status Commit(const store::Batch& b) override {
+    if (fail_commits) return Status::DataLoss("disk full (injected)");
+    return inner_->Commit(b);
+  }
+  Result<std::vector<store::TenantRecord>> LoadTenants() override {
+    if (fail_reads) return Status::DataLoss("I/O error (injected)");
+    return inner_->LoadTenants();
+  }
+  Result<std::vector<store::InstanceRecord>> LoadInstances(const std::string& since) override {
+    if (fail_reads) return Status::DataLoss("I/O error (injected)");
+    return inner_->LoadInstances(since);
+  }
+  Result<std::optional<store::InstanceRecord>> GetInstance(const std::string& id) override {
+    return inner_->GetInstance(id);
+  }
+  Result<std::vector<store::AuditRecord>> ListAudit(int64_t after, int limit) override {
+    return inner_->ListAudit(after, limit);
+  }
+  Result<int64_t> PruneAudit(const std::string& before) override {
+    return inner_->PruneAudit(before);
+  }
+  Result<std::optional<std::string>> GetSetting(const std::string& key) override {
+    return inner_->GetSetting(key);
+  }
+  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
+      const std::string& prefix) override {
+    if (fail_reads) return Status::DataLoss("I/O error (injected)");
+    return inner_->ListSettings(prefix);
+  }
+
+ private:
+  std::unique_ptr<store::Store> inner_;
+};
+
+class FailingStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = catalog::Catalog::LoadEmbedded();
+    ASSERT_TRUE(c.ok());
+    catalog_ = std::make_unique<catalog::Catalog>(std::move(*c));
+    options_.catalog = catalog_.get();
+    options_.clock = &clock_;
+    auto store = std::make_unique<FailingStore>(store::NewMemoryStore());
+    store_ = store.get();
+    auto core = Core::Start(options_, std::move(store));
+    ASSERT_TRUE(core.ok()) << core.status().message();
+    core_ = std::move(*core);
+  }
+
+  std::vector<std::string> TenantNames() {
+    return *core_->Run<std::vector<std::string>>([](State& s, store::Batch&) {
+      std::vector<std::string> out;
+      for (const Tenant* t : s.tenants().List()) out.push_back(t->name);
+      return Result<std::vector<std::string>>(out);
+    });
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<catalog::Catalog> catalog_;
+  CoreOptions options_;
+  FailingStore* store_ = nullptr;
+  std::unique_ptr<Core> core_;
+};
+
+TEST_F(FailingStoreTest, AFailedCommitAnswersUnavailableAndMemoryMatchesTheStore) {
+  ASSERT_TRUE(core_->Run<Tenant>([](State& s, store::Batch& b) {
+                      return s.tenants().Create("kept", 1000, "h1", b);
+                    })
+                  .ok());
+  store_->fail_commits = true;
+  auto lost = core_->Run<Tenant>(
+      [](State& s, store::Batch& b) { return s.tenants().Create("lost", 1000, "h2", b); });
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(lost.status().message(), "the store failed: disk full (injected)");
+  store_->fail_commits = false;
+  EXPECT_EQ(TenantNames(), std::vector<std::string>{"kept"})
+      << "memory was rebuilt from the store, which never held 'lost'";
+  EXPECT_FALSE(core_->principals()->count("h2"));
+}
+
+TEST_F(FailingStoreTest, ACommitAndARebuildThatBothFailStopTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  InitLogging();  // The log goes to standard error, where the death test reads it.
+  EXPECT_EXIT(
+      {
+        store_->fail_commits = true;
+        store_->fail_reads = true;
+        (void)core_->Run<Tenant>(
+            [](State& s, store::Batch& b) { return s.tenants().Create("x", 1, "h", b); });
+      },
+      ::testing::ExitedWithCode(kExitStoreLost), "cannot rebuild state from the store");
 }
 
 }  // namespace

@@ -74,13 +74,16 @@ bool Preemptor::FitsWithout(const sched::Request& req, fleet::NodeIndex node,
 
 std::optional<Preemptor::Plan> Preemptor::Find(const sched::Request& req) {
   if (budget_spent()) return std::nullopt;
+  const std::vector<uint32_t> candidates = Candidates(req);
+  if (candidates.empty()) return std::nullopt;  // Nothing to try: no search spent.
   ++searches_;
+  ++searches_total_;
   struct Choice {
     Plan plan;
     int64_t freed = 0;
   };
   std::optional<Choice> best;
-  for (const uint32_t node_value : Candidates(req)) {
+  for (const uint32_t node_value : candidates) {
     const fleet::NodeIndex node(node_value);
     std::vector<Instance*> victims = by_node_.at(node_value);
     std::sort(victims.begin(), victims.end(), [&](const Instance* a, const Instance* b) {

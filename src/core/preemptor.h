@@ -55,6 +55,8 @@ class Preemptor {
   // Spot instances on nodes whose GPUs `req` could use: what a pending reason reports.
   size_t CountFor(const sched::Request& req) const;
   size_t size() const { return tracked_; }
+  // Searches run since the start (a search with no candidate node is not run).
+  int64_t searches_total() const { return searches_total_; }
 
  private:
   // Nodes worth a search for `req`, best first.
@@ -71,6 +73,7 @@ class Preemptor {
   std::unordered_map<uint32_t, std::vector<Instance*>> by_node_;
   size_t tracked_ = 0;
   size_t searches_ = 0;
+  int64_t searches_total_ = 0;
 };
 
 }  // namespace tessera::core

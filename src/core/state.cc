@@ -248,6 +248,7 @@ bool State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
       // The search showed it fits once the victims are gone; anything else is a bug.
       if (!a) std::abort();
     }
+    counters_.preemption_searches = preemptor_.searches_total();
   }
   if (!a) return false;
   Book(inst, *a);

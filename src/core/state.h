@@ -56,6 +56,7 @@ struct LatencyHistogram {
 struct Counters {
   int64_t scheduling_attempts = 0;
   int64_t preemptions = 0;
+  int64_t preemption_searches = 0;
   int64_t evicted = 0;  // Ended instances that left memory after the retention period.
   LatencyHistogram scheduling_latency;
 };

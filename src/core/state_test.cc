@@ -1,0 +1,287 @@
+// State and its parts together, on a fake clock and without a store: admission, quota in one
+// unit, the queue, preemption and its rules, agents, retention and pages.
+#include "core/state.h"
+
+#include <gtest/gtest.h>
+
+#include "catalog/catalog.h"
+#include "fleet/fleet_file.h"
+
+namespace tessera::core {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Two exclusive H100s on one NVLink island, one A100-40GB in MIG mode, one shared L40S, and a
+// second L40S whose GPU is exclusive.
+constexpr const char* kFleet = R"({"name": "t", "shapes": [
+  {"name": "h100", "count": 1, "gpu_model": "H100-80GB", "gpus": 2, "vcpus": 64,
+   "memory_gib": 512, "nvlink": "all", "gpu_mode": "exclusive"},
+  {"name": "a100", "count": 1, "gpu_model": "A100-40GB", "gpus": 1, "vcpus": 32,
+   "memory_gib": 256, "gpu_mode": "mig"},
+  {"name": "l40s", "count": 1, "gpu_model": "L40S-48GB", "gpus": 1, "vcpus": 32,
+   "memory_gib": 256, "gpu_mode": "shared"}]})";
+
+const catalog::Catalog& TheCatalog() {
+  static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
+  return c;
+}
+
+CreateInstanceRequest Type(const std::string& type, Billing billing = Billing::kOnDemand) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.instance_type = type;
+  return r;
+}
+
+CreateInstanceRequest H100(int gpus, Billing billing, int64_t vcpus = 4) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.shape.gpu_model = "H100-80GB";
+  r.shape.mode = catalog::SharingMode::kExclusive;
+  r.shape.gpus = gpus;
+  r.shape.vcpus = vcpus;
+  r.shape.memory_mib = 1024;
+  return r;
+}
+
+class StateTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Build(); }
+
+  // Simulated agents, and the rest of the options as `edit` leaves them.
+  static StateOptions Options(const std::function<void(StateOptions&)>& edit = nullptr) {
+    StateOptions o;
+    o.sim_agents = true;
+    if (edit) edit(o);
+    return o;
+  }
+
+  void Build(StateOptions options = Options(), const char* fleet_json = kFleet) {
+    auto f = fleet::ParseFleetJson(TheCatalog(), fleet_json, "fleet");
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    auto fleet = std::make_unique<fleet::Fleet>(std::move(*f));
+    auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
+    ASSERT_TRUE(sched.ok());
+    state_ = std::make_unique<State>(&TheCatalog(), &clock_, std::move(fleet), std::move(*sched),
+                                     options);
+    store::Batch b;
+    acme_ = *state_->tenants().Create("acme", 16000, "h-acme", b);
+    beta_ = *state_->tenants().Create("beta", 16000, "h-beta", b);
+  }
+
+  // A round as the core runs it: the commands, then the end of the round.
+  Result<Instance> Create(const Tenant& t, const CreateInstanceRequest& r) {
+    state_->BeginRound();
+    auto out = state_->CreateInstance(*state_->tenants().Find(t.id.str()), r, batch_);
+    state_->EndRound(batch_);
+    return out;
+  }
+  Result<Instance> Delete(const Tenant& t, const std::string& id) {
+    state_->BeginRound();
+    auto out = state_->DeleteInstance(*state_->tenants().Find(t.id.str()), id, batch_);
+    state_->EndRound(batch_);
+    return out;
+  }
+  Instance Get(const std::string& id) {
+    Tenant admin;
+    admin.admin = true;
+    return *state_->GetInstance(admin, id);
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<State> state_;
+  Tenant acme_, beta_;
+  store::Batch batch_;
+};
+
+TEST_F(StateTest, ShapesTheFleetCanNeverHostAreRefusedSayingWhy) {
+  struct Case {
+    CreateInstanceRequest req;
+    StatusCode code;
+    std::string message;
+  };
+  CreateInstanceRequest nvlink = H100(2, Billing::kOnDemand);
+  nvlink.shape.nvlink = true;
+  const std::vector<Case> cases = {
+      {H100(3, Billing::kOnDemand), StatusCode::kInvalidArgument,
+       "field 'gpus': the largest H100-80GB node has 2 GPUs; 3 asked"},
+      {H100(1, Billing::kOnDemand, 4096), StatusCode::kInvalidArgument,
+       "field 'vcpus': no H100-80GB node that could host the GPUs has 4096 vCPUs (the most is "
+       "64)"},
+      {Type("gpu.1xa100-80gb"), StatusCode::kInvalidArgument,
+       "field 'gpu_model': the fleet has no A100-80GB GPUs"},
+      {Type("mig.h100.1g.10gb"), StatusCode::kFailedPrecondition,
+       "no H100-80GB GPU is in mig mode now; the fleet's H100-80GB nodes could host this shape "
+       "once an operator switches idle GPUs to mig mode"},
+      {Type("gpu.1xl40s"), StatusCode::kFailedPrecondition,
+       "no L40S-48GB GPU is in exclusive mode now; the fleet's L40S-48GB nodes could host this "
+       "shape once an operator switches idle GPUs to exclusive mode"},
+  };
+  for (const Case& c : cases) {
+    auto r = Create(acme_, c.req);
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_EQ(r.status().code(), c.code) << c.message;
+    EXPECT_EQ(r.status().message(), c.message);
+  }
+  EXPECT_TRUE(Create(acme_, nvlink).ok()) << "the two H100s share an island";
+  EXPECT_EQ(state_->TenantGpuMilli(acme_.id), 2000) << "refused requests hold no quota";
+  EXPECT_EQ(state_->queue().size(), 0u);
+}
+
+TEST_F(StateTest, PendingWorkSaysWhyItWaits) {
+  ASSERT_TRUE(Create(acme_, H100(2, Billing::kSpot)).ok());
+  ASSERT_TRUE(Create(acme_, H100(1, Billing::kSpot)).ok());  // Waits: both GPUs are taken.
+  auto od = Create(beta_, H100(2, Billing::kReserved, 62));  // Preempts the 2-GPU spot one.
+  ASSERT_TRUE(od.ok());
+  EXPECT_EQ(od->state, InstanceState::kScheduled);
+  auto waits = Create(beta_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(waits.ok());
+  EXPECT_EQ(waits->state, InstanceState::kPending);
+  EXPECT_EQ(waits->reason,
+            "waiting for 1 x H100-80GB with 4 vCPUs and 1024 MiB on one node; no ready "
+            "H100-80GB node has those vCPUs and memory free");
+  Tenant admin;
+  admin.admin = true;
+  for (const Instance& i : state_->ListInstances(admin, {}).items) {
+    if (i.state == InstanceState::kPending && i.restarts == 1) {
+      EXPECT_NE(i.reason.find("preempted by higher-priority work; restarting; waiting for"),
+                std::string::npos)
+          << i.reason;
+    }
+  }
+}
+
+TEST_F(StateTest, SevenMigSlicesOfOneGpuCostExactlyOneGpuOfQuota) {
+  store::Batch b;
+  const Tenant one = *state_->tenants().Create("one", 1000, "h-one", b);
+  for (int i = 0; i < 7; ++i) {
+    auto r = Create(one, Type("mig.a100-40gb.1g.5gb"));
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().message();
+    EXPECT_EQ(r->state, InstanceState::kScheduled);
+  }
+  EXPECT_EQ(state_->TenantGpuMilli(one.id), 1000);
+  EXPECT_EQ(state_->fleet().used_gpu_milli(), 1000) << "the fleet counts them alike";
+  auto eighth = Create(one, Type("mig.a100-40gb.1g.5gb"));
+  ASSERT_FALSE(eighth.ok());
+  EXPECT_EQ(eighth.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(StateTest, ADeletedSpotInstanceIsNeverAVictimNorRestarted) {
+  auto spot = Create(acme_, H100(2, Billing::kSpot));
+  ASSERT_TRUE(spot.ok());
+  EXPECT_EQ(Get(spot->id.str()).state, InstanceState::kRunning);
+  // One round: the owner deletes it, and an on-demand create that needs its GPUs arrives. With
+  // agents serving the nodes the delete waits for the agent's stop, so the create must not take
+  // the GPUs by preempting an instance that is being deleted.
+  state_->BeginRound();
+  ASSERT_TRUE(state_->DeleteInstance(*state_->tenants().Find(acme_.id.str()), spot->id.str(),
+                                     batch_)
+                  .ok());
+  auto od = state_->CreateInstance(*state_->tenants().Find(beta_.id.str()),
+                                   H100(2, Billing::kOnDemand), batch_);
+  ASSERT_TRUE(od.ok());
+  EXPECT_EQ(od->state, InstanceState::kPending) << "no victim: the only spot work is stopping";
+  state_->EndRound(batch_);
+  const Instance deleted = Get(spot->id.str());
+  EXPECT_EQ(deleted.state, InstanceState::kTerminated);
+  EXPECT_EQ(deleted.restarts, 0);
+  EXPECT_EQ(Get(od->id.str()).state, InstanceState::kRunning)
+      << "the agent's stop freed the GPUs within the round";
+  EXPECT_EQ(state_->counters().preemptions, 0);
+}
+
+TEST_F(StateTest, IdenticalRequestsQueueInOrderAndAPassIsBudgeted) {
+  Build(Options([](StateOptions& o) { o.queue_failures_per_pass = 2; }));
+  ASSERT_TRUE(Create(acme_, H100(2, Billing::kOnDemand)).ok());  // Fills the H100 node.
+  std::vector<std::string> waiting;
+  for (int vcpus = 1; vcpus <= 5; ++vcpus) {  // Five groups, one request each.
+    auto r = Create(acme_, H100(1, Billing::kOnDemand, vcpus));
+    ASSERT_EQ(r->state, InstanceState::kPending);
+    waiting.push_back(r->id.str());
+  }
+  const auto twin = Create(acme_, H100(1, Billing::kOnDemand, 1));
+  EXPECT_EQ(twin->state, InstanceState::kPending);
+  EXPECT_EQ(state_->queue().size(), 6u);
+  EXPECT_EQ(state_->queue().groups(), 5u) << "identical requests share a group";
+  const int64_t attempts = state_->counters().scheduling_attempts;
+  // Nothing freed: an empty round makes no attempt.
+  state_->BeginRound();
+  state_->EndRound(batch_);
+  EXPECT_EQ(state_->counters().scheduling_attempts, attempts);
+}
+
+TEST_F(StateTest, PreemptionSearchesAreBoundedPerRound) {
+  Build(Options([](StateOptions& o) { o.preemption.searches_per_round = 2; }));
+  // Spot work fills the L40S; reserved requests for the H100s can never be helped by it.
+  CreateInstanceRequest half = Type("shared.l40s.half", Billing::kSpot);
+  ASSERT_TRUE(Create(acme_, half).ok());
+  ASSERT_TRUE(Create(acme_, H100(2, Billing::kSpot)).ok());
+  ASSERT_TRUE(Create(beta_, H100(2, Billing::kReserved, 62)).ok());  // Preempts.
+  EXPECT_EQ(state_->counters().preemptions, 1);
+  // The preempted spot work restarts and waits; now flood one round with reserved requests of
+  // fifty shapes that preemption could only try to help: at most two searches run.
+  store::Batch b;
+  const Tenant big = *state_->tenants().Create("big", 1000000, "h-big", b);
+  const int64_t searches = state_->counters().preemption_searches;
+  state_->BeginRound();
+  for (int i = 1; i <= 50; ++i) {
+    auto r = state_->CreateInstance(*state_->tenants().Find(big.id.str()),
+                                    H100(1, Billing::kReserved, i), batch_);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->state, InstanceState::kPending);
+  }
+  state_->EndRound(batch_);
+  EXPECT_LE(state_->counters().preemption_searches - searches, 2);
+  EXPECT_EQ(state_->queue().groups(), 51u);
+}
+
+TEST_F(StateTest, EndedInstancesLeaveMemoryAfterTheRetentionPeriod) {
+  Build(Options([](StateOptions& o) { o.retention = 10min; }));
+  auto a = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(Delete(acme_, a->id.str()).ok());
+  EXPECT_EQ(Get(a->id.str()).state, InstanceState::kTerminated);
+  clock_.Advance(9min);
+  state_->BeginRound();
+  state_->EndRound(batch_);
+  EXPECT_EQ(state_->instances().size(), 1u);
+  clock_.Advance(2min);
+  state_->BeginRound();
+  state_->EndRound(batch_);
+  EXPECT_EQ(state_->instances().size(), 0u);
+  EXPECT_EQ(state_->counters().evicted, 1);
+  Tenant admin;
+  admin.admin = true;
+  EXPECT_EQ(state_->GetInstance(admin, a->id.str()).status().code(), StatusCode::kNotFound);
+  // Its last record is in the batch, for the store to keep.
+  EXPECT_EQ(batch_.instances.back().state, "terminated");
+  EXPECT_FALSE(batch_.instances.back().ended_at.empty());
+}
+
+TEST_F(StateTest, PagesAreStableInCreationOrder) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 7; ++i) {
+    ids.push_back(Create(i % 2 ? beta_ : acme_, Type("shared.l40s.half", Billing::kSpot))
+                      ->id.str());
+  }
+  Tenant admin;
+  admin.admin = true;
+  std::vector<std::string> seen;
+  ListQuery q;
+  q.limit = 3;
+  for (int page = 0; page < 5; ++page) {
+    const InstancePage p = state_->ListInstances(admin, q);
+    for (const Instance& i : p.items) seen.push_back(i.id.str());
+    if (!p.next_after) break;
+    q.after_seq = *p.next_after;
+  }
+  EXPECT_EQ(seen, ids);
+  // A tenant's pages hold only its own instances.
+  ListQuery mine;
+  const InstancePage acme = state_->ListInstances(*state_->tenants().Find(acme_.id.str()), mine);
+  EXPECT_EQ(acme.items.size(), 4u);
+  EXPECT_FALSE(acme.next_after);
+}
+
+}  // namespace
+}  // namespace tessera::core
