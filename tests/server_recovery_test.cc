@@ -17,7 +17,7 @@ using nlohmann::json;
 TEST_F(ServerTest, Kill9MidStreamLosesNothingAcknowledged) {
   const std::string token = NewTenant("acme", 1000);
   std::mutex mu;
-  std::map<std::string, std::string> acked;  // id -> state in the 201.
+  std::map<std::string, json> acked;  // id -> the 201's body.
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
   for (int c = 0; c < 4; ++c) {
@@ -34,7 +34,7 @@ TEST_F(ServerTest, Kill9MidStreamLosesNothingAcknowledged) {
         if (r->status != 201) continue;
         const json j = json::parse(r->body);
         std::lock_guard<std::mutex> lock(mu);
-        acked[j["id"]] = j["state"];
+        acked[j["id"]] = j;
       }
     });
   }
@@ -56,8 +56,18 @@ TEST_F(ServerTest, Kill9MidStreamLosesNothingAcknowledged) {
   ASSERT_EQ(list.status, 200);
   std::map<std::string, json> after;
   for (const auto& i : list.body["instances"]) after[i["id"]] = i;
-  for (const auto& [id, state] : acked) {
+  for (const auto& [id, ack] : acked) {
     ASSERT_TRUE(after.count(id)) << id << " was acknowledged with 201 but is gone";
+    const json& now = after[id];
+    // Nothing was deleted and spot L40S shares cannot make room for H100s, so an acknowledged
+    // instance is as it was answered, except that its agent has started a scheduled one in the
+    // same durable round. It holds the very GPUs it was answered with.
+    const std::string want = ack["state"] == "scheduled" ? "running" : ack["state"];
+    EXPECT_EQ(now["state"], want) << id;
+    EXPECT_EQ(now["node"], ack["node"]) << id;
+    EXPECT_EQ(now["gpus"], ack["gpus"]) << id;
+    EXPECT_EQ(now["shape"], ack["shape"]) << id;
+    EXPECT_EQ(now["price_per_hour_usd"], ack["price_per_hour_usd"]) << id;
   }
   // Nothing booked twice: every (node, GPU) of an exclusive H100 is held by at most one
   // instance, and every L40S share adds up to at most one GPU.

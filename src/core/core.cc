@@ -12,6 +12,8 @@ namespace tessera::core {
 
 namespace {
 
+constexpr auto kDeferredRoundDelay = std::chrono::milliseconds(20);
+
 // The target workload for fragmentation-aware policies before any traffic is seen: one class
 // per GPU instance type of the catalog, weighted equally.
 sched::Workload CatalogWorkload(const catalog::Catalog& catalog) {
@@ -131,9 +133,17 @@ void Core::Publish() {
 void Core::Loop() {
   for (;;) {
     std::deque<Command> round;
+    // Work deferred to a later round (queued requests that waited on the round's preemption
+    // budget) gets a round of its own soon, even when no request comes to start one.
+    const bool deferred = state_->has_deferred_work();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      const auto ready = [&] { return stopping_ || !queue_.empty(); };
+      if (deferred) {
+        cv_.wait_for(lock, kDeferredRoundDelay, ready);
+      } else {
+        cv_.wait(lock, ready);
+      }
       if (queue_.empty() && stopping_) return;
       round.swap(queue_);
     }

@@ -149,9 +149,10 @@ class FailingStoreTest : public ::testing::Test {
 };
 
 TEST_F(FailingStoreTest, AFailedCommitAnswersUnavailableAndMemoryMatchesTheStore) {
-  ASSERT_TRUE(core_->Run<Tenant>([](State& s, store::Batch& b) {
-                      return s.tenants().Create("kept", 1000, "h1", b);
-                    })
+  ASSERT_TRUE(core_
+                  ->Run<Tenant>([](State& s, store::Batch& b) {
+                    return s.tenants().Create("kept", 1000, "h1", b);
+                  })
                   .ok());
   store_->fail_commits = true;
   auto lost = core_->Run<Tenant>(

@@ -83,7 +83,9 @@ std::optional<Preemptor::Plan> Preemptor::Find(const sched::Request& req) {
     int64_t freed = 0;
   };
   std::optional<Choice> best;
+  size_t trials = 0;
   for (const uint32_t node_value : candidates) {
+    if (trials >= limits_.max_trials) break;
     const fleet::NodeIndex node(node_value);
     std::vector<Instance*> victims = by_node_.at(node_value);
     std::sort(victims.begin(), victims.end(), [&](const Instance* a, const Instance* b) {
@@ -91,15 +93,15 @@ std::optional<Preemptor::Plan> Preemptor::Find(const sched::Request& req) {
     });
     // Release the first k (largest first) and see whether the request fits: this bounds the
     // smallest victim count on this node. Then look for a cheaper set of that size.
-    for (size_t k = 1; k <= victims.size(); ++k) {
+    for (size_t k = 1; k <= victims.size() && trials < limits_.max_trials; ++k) {
       if (best && k > best->plan.victims.size()) break;
       std::vector<Instance*> prefix(victims.begin(), victims.begin() + static_cast<long>(k));
+      ++trials;
       if (!FitsWithout(req, node, prefix)) continue;
       Choice choice{{node, prefix}, 0};
       for (Instance* v : prefix) choice.freed += Milli(v);
       std::vector<bool> mask(victims.size(), false);
       std::fill(mask.end() - static_cast<long>(k), mask.end(), true);
-      size_t trials = 0;
       do {
         if (++trials > limits_.max_trials) break;
         std::vector<Instance*> set;

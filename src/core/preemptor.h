@@ -3,9 +3,10 @@
 // that free the least GPU. Victims are kept in an index by node as they come and go (only spot
 // instances that hold capacity and are not being deleted), so a search looks only at nodes that
 // have victims and could host the request once they leave. A search tries at most
-// Limits::max_nodes such nodes and Limits::max_trials victim sets per node, and a round allows at
+// Limits::max_nodes such nodes and Limits::max_trials victim sets in all, and a round allows at
 // most Limits::searches_per_round searches: whatever the requests, preemption costs a round a
-// bounded amount of scheduler work (docs/api.md states the budget).
+// bounded amount of scheduler work (docs/api.md states the budget): a trial is a release of the
+// victims, one placement attempt on the node and a re-booking, some microseconds.
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
@@ -24,9 +25,9 @@ namespace tessera::core {
 class Preemptor {
  public:
   struct Limits {
-    size_t max_nodes = 32;           // Candidate nodes tried per search.
-    size_t max_trials = 256;         // Victim sets tried per node and set size.
-    size_t searches_per_round = 16;  // Searches per core round.
+    size_t max_nodes = 16;          // Candidate nodes tried per search.
+    size_t max_trials = 256;        // Victim sets tried per search, over all its nodes.
+    size_t searches_per_round = 8;  // Searches per core round.
   };
 
   struct Plan {

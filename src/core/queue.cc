@@ -11,9 +11,11 @@ PendingQueue::Key PendingQueue::KeyOf(const Instance& inst) {
           s.gpu_memory_mib, s.vcpus, s.memory_mib, s.nvlink,      inst.billing};
 }
 
-void PendingQueue::Push(const Instance& inst) {
+void PendingQueue::Push(const Instance& inst, bool tried) {
   Key key = KeyOf(inst);
-  groups_[key].insert({inst.seq, inst.id.str()});
+  Group& g = groups_[key];
+  g.members.insert({inst.seq, inst.id.str()});
+  if (tried) g.failed_in = generation_;
   by_id_[inst.id.str()] = std::move(key);
 }
 
@@ -21,20 +23,25 @@ bool PendingQueue::Remove(const Instance& inst) {
   auto it = by_id_.find(inst.id.str());
   if (it == by_id_.end()) return false;
   auto g = groups_.find(it->second);
-  g->second.erase({inst.seq, inst.id.str()});
-  if (g->second.empty()) groups_.erase(g);
+  g->second.members.erase({inst.seq, inst.id.str()});
+  if (g->second.members.empty()) groups_.erase(g);
   by_id_.erase(it);
   return true;
 }
 
+bool PendingQueue::HasUntried() const {
+  return std::any_of(groups_.begin(), groups_.end(),
+                     [&](const auto& g) { return g.second.failed_in != generation_; });
+}
+
 size_t PendingQueue::Pass(size_t max_failures,
-                          const std::function<bool(const std::string& id)>& place) {
-  // The groups in order: priority first (the billing mode is the key's last field), then the
-  // oldest member.
+                          const std::function<Attempt(const std::string& id)>& place) {
+  // The untried groups in order: priority first (the billing mode is the key's last field),
+  // then the oldest member.
   std::vector<std::pair<std::pair<int, int64_t>, Key>> order;
-  order.reserve(groups_.size());
-  for (const auto& [key, members] : groups_) {
-    order.push_back({{-Priority(std::get<Billing>(key)), members.begin()->first}, key});
+  for (const auto& [key, g] : groups_) {
+    if (g.failed_in == generation_) continue;
+    order.push_back({{-Priority(std::get<Billing>(key)), g.members.begin()->first}, key});
   }
   std::sort(order.begin(), order.end());
   size_t start = 0;
@@ -54,17 +61,22 @@ size_t PendingQueue::Pass(size_t max_failures,
     for (;;) {
       auto g = groups_.find(key);
       if (g == groups_.end()) break;  // Every member was placed.
-      const std::pair<int64_t, std::string> member = *g->second.begin();
-      const std::string& id = member.second;
-      if (!place(id)) {
+      const std::pair<int64_t, std::string> member = *g->second.members.begin();
+      const Attempt a = place(member.second);
+      if (a == Attempt::kNoRoom) {
+        g->second.failed_in = generation_;
         ++failures;
         break;
       }
+      if (a == Attempt::kDeferred) {
+        ++failures;  // It cost an attempt all the same.
+        break;
+      }
       // Placed: it leaves the queue (`place` may have emptied the group already).
-      if (auto left = by_id_.find(id); left != by_id_.end()) {
+      if (auto left = by_id_.find(member.second); left != by_id_.end()) {
         g = groups_.find(left->second);
-        g->second.erase(member);
-        if (g->second.empty()) groups_.erase(g);
+        g->second.members.erase(member);
+        if (g->second.members.empty()) groups_.erase(g);
         by_id_.erase(left);
       }
       ++placed;

@@ -2,9 +2,11 @@
 // (shape and billing): the scheduler answers identical requests alike, so one failed attempt
 // stands for its whole group and a pass costs one attempt per group, however many wait in it.
 // Within a group the oldest goes first; groups go by priority, then by their oldest member, and a
-// group that does not fit never holds back the ones after it. A pass makes at most a given number
-// of failed attempts; when there are more groups than that, the next pass starts where this one
-// stopped, so every group is tried in turn and no input makes a pass cost more than its budget.
+// group that does not fit never holds back the ones after it.
+// The fleet's capacity has generations: the caller starts a new one whenever capacity frees. A
+// group that failed in the current generation is not tried again until the next, so a pass over
+// an unchanged fleet costs nothing. A pass makes at most a given number of failed attempts; the
+// groups it did not reach stay untried, and the next pass starts with them.
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
@@ -21,6 +23,13 @@
 
 namespace tessera::core {
 
+// What one placement attempt came to.
+enum class Attempt {
+  kPlaced,    // It holds capacity now.
+  kNoRoom,    // Nothing fits, preemption included: its group waits for capacity to free.
+  kDeferred,  // Not fully tried (the round's preemption budget was spent): try again soon.
+};
+
 class PendingQueue {
  public:
   // Identical requests: the shape, field by field, and the billing mode.
@@ -28,8 +37,9 @@ class PendingQueue {
                          int64_t, bool, Billing>;
   static Key KeyOf(const Instance& inst);
 
-  // Queues `inst`. REQUIRES: it is pending and not queued.
-  void Push(const Instance& inst);
+  // Queues `inst`. REQUIRES: it is pending and not queued. `tried` says whether an attempt for
+  // it just found no room in the current generation (its group then waits for the next).
+  void Push(const Instance& inst, bool tried = false);
   // Takes `inst` out; false when it was not queued.
   bool Remove(const Instance& inst);
   // True when requests identical to `inst` wait (a new one must queue behind them).
@@ -37,15 +47,26 @@ class PendingQueue {
   size_t size() const { return by_id_.size(); }
   size_t groups() const { return groups_.size(); }
 
-  // One pass: for each group in order, `place(id)` is called on its oldest member, then on the
-  // next while it returns true (placed: the pass takes it out of the queue); the first false ends
-  // the group. At most `max_failures` groups fail per pass. Returns the placements made.
-  size_t Pass(size_t max_failures, const std::function<bool(const std::string& id)>& place);
+  // Starts a new generation: capacity freed, so every group may fit again.
+  void CapacityFreed() { ++generation_; }
+  // True when some group has not been tried in the current generation.
+  bool HasUntried() const;
+
+  // One pass over the untried groups: for each in order, `place(id)` is called on its oldest
+  // member, then on the next while it answers kPlaced (the pass takes it out of the queue). A
+  // kNoRoom ends the group until the next generation; a kDeferred leaves it untried. At most
+  // `max_failures` attempts may fail or defer per pass. Returns the placements made.
+  size_t Pass(size_t max_failures, const std::function<Attempt(const std::string& id)>& place);
 
  private:
   using Members = std::set<std::pair<int64_t, std::string>>;  // (seq, id), oldest first.
-  std::map<Key, Members> groups_;
+  struct Group {
+    Members members;
+    int64_t failed_in = -1;  // The generation in which it last found no room.
+  };
+  std::map<Key, Group> groups_;
   std::unordered_map<std::string, Key> by_id_;
+  int64_t generation_ = 0;
   std::optional<Key> resume_;  // Where the next pass starts, after a pass ran out of budget.
 };
 

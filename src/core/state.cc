@@ -75,8 +75,11 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   Instance& stored = instances_.Add(std::move(inst));
   usage_.Add(stored.tenant.str(), stored.shape);
   // Identical requests already waiting go first: this one queues behind them.
-  if (queue_.HasGroup(stored) || !Place(stored, batch, /*first_attempt=*/true)) {
+  if (queue_.HasGroup(stored)) {
     queue_.Push(stored);
+  } else if (const Attempt a = Place(stored, batch, /*first_attempt=*/true);
+             a != Attempt::kPlaced) {
+    queue_.Push(stored, /*tried=*/a == Attempt::kNoRoom);
   }
   Save(stored, batch);
   return Shown(stored);
@@ -125,7 +128,7 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
     // No agent serves the node, so nothing runs there to wait for.
     Unbook(inst);
     Transition(inst, InstanceState::kTerminated, "deleted by its owner");
-    queue_dirty_ = true;
+    queue_.CapacityFreed();
   }
   Save(inst, batch);
   return Shown(inst);
@@ -136,49 +139,50 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
   TESSERA_RETURN_IF_ERROR(
       fleet_->SetNodeState(n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
   batch.settings.emplace_back("node_state/" + node, drained ? "draining" : "ready");
-  if (!drained) queue_dirty_ = true;
+  if (!drained) queue_.CapacityFreed();
   return Status::Ok();
 }
 
 void State::EndRound(store::Batch& batch) {
   // Agents act, freed capacity is offered to the queue, and placed work is started, until
-  // nothing moves (each step is bounded, and so is the number of steps).
+  // nothing moves (each pass is budgeted, and so is the number of passes).
   for (int i = 0; i < 8; ++i) {
-    ApplyAgentReports(batch);
-    if (!queue_dirty_) break;
-    queue_dirty_ = false;
-    PlaceQueued(batch);
+    const bool reported = ApplyAgentReports(batch);
+    if (i > 0 && !reported) break;
+    if (queue_.HasUntried()) PlaceQueued(batch);
   }
-  // Work that waited on the round's preemption budget tries again next round.
-  if (preemptor_.budget_spent() && queue_.size() > 0) queue_dirty_ = true;
   counters_.evicted +=
       static_cast<int64_t>(instances_.EvictEndedBefore(clock_->Now() - options_.retention));
 }
 
-void State::ApplyAgentReports(store::Batch& batch) {
+bool State::ApplyAgentReports(store::Batch& batch) {
+  bool changed = false;
   for (const AgentReport& report : agents_.Collect()) {
     Instance* inst = instances_.Find(report.instance);
     if (!inst) continue;
     if (report.state == InstanceState::kRunning && inst->state == InstanceState::kScheduled) {
       Transition(*inst, InstanceState::kRunning, report.reason);
       Save(*inst, batch);
+      changed = true;
     } else if (report.state == InstanceState::kTerminated &&
                inst->state == InstanceState::kStopping) {
       Unbook(*inst);
       Transition(*inst, InstanceState::kTerminated, report.reason);
       Save(*inst, batch);
-      queue_dirty_ = true;
+      queue_.CapacityFreed();
+      changed = true;
     }
   }
+  return changed;
 }
 
 void State::PlaceQueued(store::Batch& batch) {
   queue_.Pass(options_.queue_failures_per_pass, [&](const std::string& id) {
     Instance* inst = instances_.Find(id);
-    if (!inst || inst->state != InstanceState::kPending) return true;  // Drop a stale entry.
-    if (!Place(*inst, batch, /*first_attempt=*/false)) return false;
-    Save(*inst, batch);
-    return true;
+    if (!inst || inst->state != InstanceState::kPending) return Attempt::kPlaced;  // Stale.
+    const Attempt a = Place(*inst, batch, /*first_attempt=*/false);
+    if (a == Attempt::kPlaced) Save(*inst, batch);
+    return a;
   });
 }
 
@@ -233,7 +237,7 @@ void State::Unbook(Instance& inst) {
   inst.gpus.clear();
 }
 
-bool State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
+Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   (void)first_attempt;
   const sched::Request req = admission_.RequestFor(inst.shape, inst.billing);
   const auto start = std::chrono::steady_clock::now();
@@ -241,7 +245,11 @@ bool State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   counters_.scheduling_latency.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   ++counters_.scheduling_attempts;
+  bool deferred = false;
   if (!a && inst.billing != Billing::kSpot) {
+    // With the round's searches spent, a request that preemption might help is tried again in
+    // a later round rather than written off until capacity frees.
+    deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
     if (auto plan = preemptor_.Find(req)) {
       for (Instance* v : plan->victims) Evict(*v, batch);
       a = scheduler_->ScheduleOn(req, plan->node);
@@ -250,11 +258,11 @@ bool State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
     }
     counters_.preemption_searches = preemptor_.searches_total();
   }
-  if (!a) return false;
+  if (!a) return deferred ? Attempt::kDeferred : Attempt::kNoRoom;
   Book(inst, *a);
   Transition(inst, InstanceState::kScheduled, "");
   agents_.Notify(inst);
-  return true;
+  return Attempt::kPlaced;
 }
 
 void State::Evict(Instance& v, store::Batch& batch) {
@@ -266,8 +274,7 @@ void State::Evict(Instance& v, store::Batch& batch) {
   if (v.restart) {
     ++v.restarts;
     Transition(v, InstanceState::kPending, "preempted by higher-priority work; restarting");
-    queue_.Push(v);
-    queue_dirty_ = true;  // It may fit elsewhere at once.
+    queue_.Push(v);  // Untried: it may fit elsewhere at once.
   }
   Save(v, batch);
 }
@@ -333,7 +340,6 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     auto n = fleet_->Find(name);
     if (n.ok()) TESSERA_RETURN_IF_ERROR(fleet_->SetNodeState(*n, state));
   }
-  queue_dirty_ = queue_.size() > 0;
   return report;
 }
 

@@ -127,6 +127,10 @@ class State {
   // leave memory.
   void EndRound(store::Batch& batch);
 
+  // True when queued work should be tried again in a round of its own: capacity freed or the
+  // last round's preemption budget ran out with work waiting.
+  bool has_deferred_work() const { return queue_.HasUntried(); }
+
   const fleet::Fleet& fleet() const { return *fleet_; }
   const catalog::Catalog& catalog() const { return *catalog_; }
   const InstanceTable& instances() const { return instances_; }
@@ -136,14 +140,15 @@ class State {
   int64_t TenantGpuMilli(const TenantId& tenant) const { return usage_.Milli(tenant.str()); }
 
  private:
-  // Tries to place `inst` now, preempting if its priority allows. True when placed.
-  bool Place(Instance& inst, store::Batch& batch, bool first_attempt);
+  // Tries to place `inst` now, preempting if its priority allows.
+  Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);
   void Evict(Instance& victim, store::Batch& batch);
   void Book(Instance& inst, const fleet::Assignment& a);
   void Unbook(Instance& inst);
   // One budgeted pass over the queue.
   void PlaceQueued(store::Batch& batch);
-  void ApplyAgentReports(store::Batch& batch);
+  // True when a report changed something.
+  bool ApplyAgentReports(store::Batch& batch);
   void Save(const Instance& inst, store::Batch& batch);
   void Transition(Instance& inst, InstanceState to, std::string reason);
   // `inst` as the API shows it: a pending one with the reason it waits.
@@ -166,7 +171,6 @@ class State {
   PendingQueue queue_;
   Preemptor preemptor_;
   AgentSupervisor agents_;
-  bool queue_dirty_ = false;  // Capacity freed (or work re-queued) since the last pass.
   int64_t next_instance_ = 1;
   Counters counters_;
 };

@@ -175,9 +175,8 @@ TEST_F(StateTest, ADeletedSpotInstanceIsNeverAVictimNorRestarted) {
   // agents serving the nodes the delete waits for the agent's stop, so the create must not take
   // the GPUs by preempting an instance that is being deleted.
   state_->BeginRound();
-  ASSERT_TRUE(state_->DeleteInstance(*state_->tenants().Find(acme_.id.str()), spot->id.str(),
-                                     batch_)
-                  .ok());
+  ASSERT_TRUE(
+      state_->DeleteInstance(*state_->tenants().Find(acme_.id.str()), spot->id.str(), batch_).ok());
   auto od = state_->CreateInstance(*state_->tenants().Find(beta_.id.str()),
                                    H100(2, Billing::kOnDemand), batch_);
   ASSERT_TRUE(od.ok());
@@ -261,8 +260,8 @@ TEST_F(StateTest, EndedInstancesLeaveMemoryAfterTheRetentionPeriod) {
 TEST_F(StateTest, PagesAreStableInCreationOrder) {
   std::vector<std::string> ids;
   for (int i = 0; i < 7; ++i) {
-    ids.push_back(Create(i % 2 ? beta_ : acme_, Type("shared.l40s.half", Billing::kSpot))
-                      ->id.str());
+    ids.push_back(
+        Create(i % 2 ? beta_ : acme_, Type("shared.l40s.half", Billing::kSpot))->id.str());
   }
   Tenant admin;
   admin.admin = true;
