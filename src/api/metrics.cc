@@ -107,6 +107,16 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
                          k.second, status, static_cast<double>(milli) / fleet::kMilliPerGpu);
     }
   }
+  Gauge(out, "tessera_queue_pending", "gauge", "Instances waiting in the queue.",
+        static_cast<int64_t>(state.queue().size()));
+  Gauge(out, "tessera_queue_groups", "gauge",
+        "Groups of identical queued requests (one placement attempt each per pass).",
+        static_cast<int64_t>(state.queue().groups()));
+  Gauge(out, "tessera_preemption_searches_total", "counter", "Searches for spot victims run.",
+        state.counters().preemption_searches);
+  Gauge(out, "tessera_instances_evicted_total", "counter",
+        "Ended instances that left memory after the retention period (the store keeps them).",
+        state.counters().evicted);
   out += "# HELP tessera_preemptions_total Spot instances preempted.\n";
   out += "# TYPE tessera_preemptions_total counter\n";
   out += fmt::format("tessera_preemptions_total {}\n", state.counters().preemptions);

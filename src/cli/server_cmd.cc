@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "api/server.h"
 #include "catalog/catalog.h"
@@ -28,6 +29,8 @@ struct ServerFlags {
   std::string tls_key;
   size_t max_connections = api::HttpLimits{}.max_connections;
   size_t max_connections_per_address = api::HttpLimits{}.max_connections_per_address;
+  std::string instance_retention = "1h";
+  std::string audit_retention = "90d";
   bool sim_agents = false;
   bool demo = false;
 };
@@ -47,6 +50,24 @@ Result<std::pair<std::string, int>> ParseListen(const std::string& text) {
         fmt::format("--listen: '{}' is not HOST:PORT (e.g. 127.0.0.1:8080)", text));
   }
   return std::pair{text.substr(0, colon), port};
+}
+
+// "90s", "15m", "1h", "90d" (or "0": for ever, where allowed) as a Duration; the error names
+// `flag`.
+Result<Duration> ParseDuration(const std::string& text, const std::string& flag) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  int64_t n = -1;
+  if (digits > 0 && digits <= 9) n = std::stoll(text.substr(0, digits));
+  const std::map<std::string, int64_t> seconds = {{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
+  auto u = seconds.find(unit);
+  if (n < 0 || (u == seconds.end() && !(n == 0 && unit.empty()))) {
+    return Status::InvalidArgument(
+        fmt::format("{}: '{}' is not a duration such as 90s, 15m, 1h or 90d", flag, text));
+  }
+  return std::chrono::duration_cast<Duration>(
+      std::chrono::seconds(n * (u == seconds.end() ? 0 : u->second)));
 }
 
 // Decides the operator's token: TESSERA_ADMIN_TOKEN when set (it must be of full strength);
@@ -102,6 +123,14 @@ int RunServer(const ServerFlags& flags) {
     std::cerr << "tessera server: " << listen.status().message() << "\n";
     return kExitUsage;
   }
+  auto instance_retention = ParseDuration(flags.instance_retention, "--instance-retention");
+  auto audit_retention = ParseDuration(flags.audit_retention, "--audit-retention");
+  for (const Status& s : {instance_retention.status(), audit_retention.status()}) {
+    if (!s.ok()) {
+      std::cerr << "tessera server: " << s.message() << "\n";
+      return kExitUsage;
+    }
+  }
   if (!flags.demo && flags.fleet.empty()) {
     std::cerr << "tessera server: give --fleet FILE (a fleet file or an openb node CSV), or "
                  "--demo\n";
@@ -132,6 +161,8 @@ int RunServer(const ServerFlags& flags) {
   options.data_dir = flags.data;
   options.policy = flags.policy;
   options.sim_agents = flags.sim_agents || flags.demo;
+  options.instance_retention = *instance_retention;
+  options.audit_retention = *audit_retention;
   std::unique_ptr<core::Core> core;
   api::ApiServer server(&*catalog, server_options);
   if (Status s = server.Bind(); !s.ok()) return Fail(s);
@@ -194,6 +225,12 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--max-connections-per-address", flags->max_connections_per_address,
                   "Connections from one client address; more are answered 429")
+      ->capture_default_str();
+  cmd->add_option("--instance-retention", flags->instance_retention,
+                  "How long ended instances stay in memory and in lists (the store keeps them)")
+      ->capture_default_str();
+  cmd->add_option("--audit-retention", flags->audit_retention,
+                  "How long audit entries are kept; 0 keeps them for ever")
       ->capture_default_str();
   cmd->add_flag("--sim-agents", flags->sim_agents,
                 "Serve every node with an in-process simulated agent");
