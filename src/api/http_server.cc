@@ -672,22 +672,26 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
                                options.limits.max_connections_per_address));
     return Accept();
   }
+  // Registered before it runs, so the count never trails what the session already served.
   std::shared_ptr<SessionBase> session;
+  std::function<void()> run;
   if (tls) {
     auto s = std::make_shared<Session<beast::ssl_stream<tcp::socket>>>(
         this, id, address, beast::ssl_stream<tcp::socket>(std::move(socket), *tls));
     session = s;
-    net::dispatch(s->executor(), [s] { s->Run(); });
+    run = [s] { s->Run(); };
   } else {
     auto s = std::make_shared<Session<tcp::socket>>(this, id, address, std::move(socket));
     session = s;
-    net::dispatch(s->executor(), [s] { s->Run(); });
+    run = [s] { s->Run(); };
   }
+  const net::any_io_executor executor = session->executor();
   {
     std::lock_guard<std::mutex> lock(mu);
     sessions[id] = std::move(session);
     ++counters.open;
   }
+  net::dispatch(executor, std::move(run));
   Accept();
 }
 
