@@ -12,7 +12,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr auto kDeferredRoundDelay = std::chrono::milliseconds(20);
+constexpr auto kDeferredRoundDelay = std::chrono::milliseconds(50);
 
 // The target workload for fragmentation-aware policies before any traffic is seen: one class
 // per GPU instance type of the catalog, weighted equally.

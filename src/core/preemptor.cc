@@ -1,7 +1,10 @@
 #include "core/preemptor.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+
+#include "mig/mig.h"
 
 namespace tessera::core {
 
@@ -40,14 +43,7 @@ std::vector<uint32_t> Preemptor::Candidates(const sched::Request& req) const {
         (!n.model.valid() || !(req.allowed_models & (uint64_t{1} << n.model.value)))) {
       continue;
     }
-    // An upper bound on what the node could offer once every victim left.
-    int64_t cpu = n.cpu_milli_free, memory = n.memory_mib_free;
-    for (const Instance* v : victims) {
-      cpu += v->assignment->cpu_milli;
-      memory += v->assignment->memory_mib;
-    }
-    if (cpu < req.cpu_milli || memory < req.memory_mib) continue;
-    if (static_cast<int>(n.gpus.size()) < req.gpu_count) continue;
+    if (!MightFit(req, n, victims)) continue;
     out.push_back({victims.size(), node_value});
   }
   std::sort(out.begin(), out.end(), [](const Scored& a, const Scored& b) {
@@ -59,8 +55,66 @@ std::vector<uint32_t> Preemptor::Candidates(const sched::Request& req) const {
   return nodes;
 }
 
+bool Preemptor::MightFit(const sched::Request& req, const fleet::Node& n,
+                         const std::vector<Instance*>& victims) const {
+  int64_t cpu = n.cpu_milli_free, memory = n.memory_mib_free;
+  std::array<int, fleet::kMaxGpusPerNode> freed{};         // Milli of whole GPUs and shares.
+  std::array<int, fleet::kMaxGpusPerNode> freed_slices{};  // MIG compute slices.
+  for (const Instance* v : victims) {
+    cpu += v->assignment->cpu_milli;
+    memory += v->assignment->memory_mib;
+    for (int g = 0; g < v->assignment->gpu_count; ++g) {
+      const fleet::GpuGrant& grant = v->assignment->gpus[static_cast<size_t>(g)];
+      if (grant.mig_profile) {
+        freed_slices[static_cast<size_t>(grant.gpu)] += grant.mig_profile->compute_slices;
+      } else {
+        freed[static_cast<size_t>(grant.gpu)] += grant.milli;
+      }
+    }
+  }
+  if (cpu < req.cpu_milli || memory < req.memory_mib) return false;
+  if (static_cast<int>(n.gpus.size()) < req.gpu_count) return false;
+  if (req.gpu_count == 0) return true;
+  if (!req.mig_profile.empty()) {
+    // Some MIG GPU must have the profile's compute slices free once the victims leave (where
+    // they sit is for the trial to find out).
+    const catalog::GpuModel& model = catalog_of(n);
+    const mig::Profile* p = model.mig ? model.mig->Find(req.mig_profile) : nullptr;
+    if (!p) return false;
+    for (size_t g = 0; g < n.gpus.size(); ++g) {
+      if (n.gpus[g].mode != catalog::SharingMode::kMig) continue;
+      const int free =
+          model.mig->compute_slices - fleet::UsedComputeSlices(n.gpus[g]) + freed_slices[g];
+      if (free >= p->compute_slices) return true;
+    }
+    return false;
+  }
+  if (req.gpu_milli < fleet::kMilliPerGpu) {
+    for (size_t g = 0; g < n.gpus.size(); ++g) {
+      if (n.gpus[g].mode == catalog::SharingMode::kShared &&
+          n.gpus[g].free_milli + freed[g] >= req.gpu_milli) {
+        return true;
+      }
+    }
+    return false;
+  }
+  // Whole GPUs: enough fully free ones, on one NVLink island when the request asks for it.
+  std::array<int, fleet::kMaxGpusPerNode + 1> per_island{};  // Index island + 1; 0 = none.
+  int whole = 0;
+  for (size_t g = 0; g < n.gpus.size(); ++g) {
+    if (n.gpus[g].mode == catalog::SharingMode::kMig) continue;
+    if (n.gpus[g].free_milli + freed[g] < fleet::kMilliPerGpu) continue;
+    ++whole;
+    if (n.gpus[g].island >= 0) ++per_island[static_cast<size_t>(n.gpus[g].island + 1)];
+  }
+  if (!(req.nvlink && req.gpu_count > 1)) return whole >= req.gpu_count;
+  return *std::max_element(per_island.begin() + 1, per_island.end()) >= req.gpu_count;
+}
+
 bool Preemptor::FitsWithout(const sched::Request& req, fleet::NodeIndex node,
                             const std::vector<Instance*>& victims) {
+  // The cheap bound first: a trial changes the fleet twice over and costs far more.
+  if (!MightFit(req, fleet_->node(node), victims)) return false;
   for (Instance* v : victims) (void)scheduler_->Release(*v->assignment);
   std::optional<fleet::Assignment> trial = scheduler_->ScheduleOn(req, node);
   if (trial) (void)scheduler_->Release(*trial);
@@ -73,11 +127,12 @@ bool Preemptor::FitsWithout(const sched::Request& req, fleet::NodeIndex node,
 }
 
 std::optional<Preemptor::Plan> Preemptor::Find(const sched::Request& req) {
-  if (budget_spent()) return std::nullopt;
-  const std::vector<uint32_t> candidates = Candidates(req);
-  if (candidates.empty()) return std::nullopt;  // Nothing to try: no search spent.
+  if (budget_spent() || by_node_.empty()) return std::nullopt;
+  // Looking for candidates scans every node with victims: that is a search, found or not.
   ++searches_;
   ++searches_total_;
+  const std::vector<uint32_t> candidates = Candidates(req);
+  if (candidates.empty()) return std::nullopt;
   struct Choice {
     Plan plan;
     int64_t freed = 0;
@@ -96,6 +151,7 @@ std::optional<Preemptor::Plan> Preemptor::Find(const sched::Request& req) {
     for (size_t k = 1; k <= victims.size() && trials < limits_.max_trials; ++k) {
       if (best && k > best->plan.victims.size()) break;
       std::vector<Instance*> prefix(victims.begin(), victims.begin() + static_cast<long>(k));
+      if (!MightFit(req, fleet_->node(node), prefix)) continue;  // Costs no trial.
       ++trials;
       if (!FitsWithout(req, node, prefix)) continue;
       Choice choice{{node, prefix}, 0};

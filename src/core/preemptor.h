@@ -25,9 +25,9 @@ namespace tessera::core {
 class Preemptor {
  public:
   struct Limits {
-    size_t max_nodes = 16;          // Candidate nodes tried per search.
-    size_t max_trials = 256;        // Victim sets tried per search, over all its nodes.
-    size_t searches_per_round = 8;  // Searches per core round.
+    size_t max_nodes = 8;           // Candidate nodes tried per search.
+    size_t max_trials = 16;         // Victim sets tried per search, over all its nodes.
+    size_t searches_per_round = 4;  // Searches per core round.
   };
 
   struct Plan {
@@ -62,6 +62,11 @@ class Preemptor {
  private:
   // Nodes worth a search for `req`, best first.
   std::vector<uint32_t> Candidates(const sched::Request& req) const;
+  // False when `req` cannot fit on `n` even once `victims` are released, by counting: CPU,
+  // memory, and the GPUs (or the share) the victims would leave free. True says only "maybe".
+  bool MightFit(const sched::Request& req, const fleet::Node& n,
+                const std::vector<Instance*>& victims) const;
+  const catalog::GpuModel& catalog_of(const fleet::Node& n) const { return catalog_->gpu(n.model); }
   // Whether `req` fits on `node` once `victims` are released; the fleet is restored after.
   bool FitsWithout(const sched::Request& req, fleet::NodeIndex node,
                    const std::vector<Instance*>& victims);

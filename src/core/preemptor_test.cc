@@ -82,14 +82,16 @@ TEST_F(PreemptorTest, SearchesPerRoundAreBounded) {
   Preemptor p(&TheCatalog(), fleet_.get(), scheduler_.get(), {.searches_per_round = 2});
   Spot(p, 1);
   EXPECT_FALSE(p.Find(Gpus(3))) << "no node has three GPUs";
-  EXPECT_EQ(p.searches_total(), 0) << "no candidate node: no search spent";
-  EXPECT_TRUE(p.Find(Gpus(2)));
+  EXPECT_EQ(p.searches_total(), 1) << "looking for candidates is a search";
   EXPECT_FALSE(p.budget_spent());
   EXPECT_TRUE(p.Find(Gpus(2)));
   EXPECT_TRUE(p.budget_spent());
   EXPECT_FALSE(p.Find(Gpus(2))) << "the round's searches are spent";
   EXPECT_EQ(p.searches_total(), 2);
   p.NewRound();
+  Preemptor empty(&TheCatalog(), fleet_.get(), scheduler_.get(), {});
+  EXPECT_FALSE(empty.Find(Gpus(1)));
+  EXPECT_EQ(empty.searches_total(), 0) << "without victims there is nothing to search";
   EXPECT_TRUE(p.Find(Gpus(2)));
 }
 

@@ -12,6 +12,9 @@ namespace tessera::core {
 
 namespace {
 
+// Passes over the queue in one round: a stop an agent reports frees capacity for another pass.
+constexpr int kMaxPassesPerRound = 4;
+
 std::string Gpus(int64_t milli) {
   return fmt::format("{:g}", static_cast<double>(milli) / fleet::kMilliPerGpu);
 }
@@ -146,7 +149,7 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
 void State::EndRound(store::Batch& batch) {
   // Agents act, freed capacity is offered to the queue, and placed work is started, until
   // nothing moves (each pass is budgeted, and so is the number of passes).
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kMaxPassesPerRound; ++i) {
     const bool reported = ApplyAgentReports(batch);
     if (i > 0 && !reported) break;
     if (queue_.HasUntried()) PlaceQueued(batch);

@@ -67,7 +67,7 @@ struct StateOptions {
   Duration retention = std::chrono::hours(1);
   Preemptor::Limits preemption;
   // Groups of queued work that may fail to place per queue pass.
-  size_t queue_failures_per_pass = 64;
+  size_t queue_failures_per_pass = 32;
 };
 
 // A page of instances, and where the next one starts.

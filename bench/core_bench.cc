@@ -1,0 +1,203 @@
+// The core's round budget on a large fleet (docs/core.md). A round's cost is bounded whatever
+// the requests: one budgeted queue pass per change in capacity, a bounded number of preemption
+// searches. These benchmarks build the worst case the bounds allow and time it:
+//   BM_Round/create          a round that creates one instance (no queue), 10,000 nodes;
+//   BM_Round/freed_worst     a round that frees capacity while 2,000 distinct reserved requests
+//                            for 4 NVLinked GPUs wait. Every node has two islands of four GPUs,
+//                            each holding two on-demand GPUs and two spot ones: four GPUs could
+//                            be freed on every node, so every node is worth a search, but never
+//                            four on one island, so every trial fails. The pass spends its whole
+//                            attempt budget and the round its whole search budget;
+//   BM_Round/restore         recovery of 80,000 running instances (start-up).
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "catalog/catalog.h"
+#include "common/json.h"
+#include "core/state.h"
+#include "fleet/fleet_file.h"
+
+namespace tessera::core {
+namespace {
+
+const catalog::Catalog& TheCatalog() {
+  static const catalog::Catalog* c =
+      new catalog::Catalog(std::move(catalog::Catalog::LoadEmbedded()).value());
+  return *c;
+}
+
+constexpr int kNodes = 10000;
+
+std::string FleetJson() {
+  return fmt::format(R"({{"name": "big", "shapes": [
+    {{"name": "h100", "count": {}, "gpu_model": "H100-80GB", "gpus": 8, "vcpus": 192,
+     "memory_gib": 2048, "nvlink": [[0, 1, 2, 3], [4, 5, 6, 7]], "gpu_mode": "exclusive"}}]}})",
+                     kNodes);
+}
+
+std::unique_ptr<fleet::Fleet> NewFleet() {
+  return std::make_unique<fleet::Fleet>(
+      std::move(fleet::ParseFleetJson(TheCatalog(), FleetJson(), "big")).value());
+}
+
+std::unique_ptr<State> NewState(FakeClock* clock) {
+  auto fleet = NewFleet();
+  auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}}).value();
+  StateOptions options;
+  options.sim_agents = false;  // Deletes free capacity at once, in the same round.
+  return std::make_unique<State>(&TheCatalog(), clock, std::move(fleet), std::move(sched), options);
+}
+
+CreateInstanceRequest H100(int gpus, Billing billing, int64_t vcpus, int64_t memory_mib) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.shape.gpu_model = "H100-80GB";
+  r.shape.gpus = gpus;
+  r.shape.vcpus = vcpus;
+  r.shape.memory_mib = memory_mib;
+  return r;
+}
+
+// The stored record of a running instance holding exactly `gpus` of node `node`.
+store::InstanceRecord Running(const fleet::Fleet& fleet, int64_t seq, const TenantId& tenant,
+                              Billing billing, uint32_t node, std::vector<int> gpus, Time now) {
+  Instance i;
+  i.id = InstanceId::FromNumber(seq);
+  i.seq = seq;
+  i.tenant = tenant;
+  i.name = i.id.str();
+  i.state = InstanceState::kRunning;
+  i.billing = billing;
+  i.shape.gpu_model = "H100-80GB";
+  i.shape.gpus = static_cast<int>(gpus.size());
+  i.shape.vcpus = 8;
+  i.shape.memory_mib = 1024;
+  i.created_at = i.updated_at = now;
+  fleet::Assignment a;
+  a.node = fleet::NodeIndex(node);
+  a.cpu_milli = 8000;
+  a.memory_mib = 1024;
+  for (int g : gpus)
+    a.gpus[static_cast<size_t>(a.gpu_count++)] = {g, fleet::kMilliPerGpu, 0, nullptr, 0};
+  i.assignment = a;
+  return {i.id.str(), tenant.str(), "running", DumpJson(ToStoredJson(i, fleet)), ""};
+}
+
+// Every node: on-demand work on GPUs 0-1 and 4-5, spot work on each of GPUs 2, 3, 6 and 7.
+struct Loaded {
+  FakeClock clock;
+  std::unique_ptr<State> state;
+  Tenant tenant;
+  std::vector<std::string> spot;
+};
+
+Loaded& World() {
+  static Loaded* w = [] {
+    auto* l = new Loaded;
+    l->state = NewState(&l->clock);
+    store::Batch tenants;
+    Tenants maker(&l->clock);
+    l->tenant = *maker.Create("load", int64_t{1} << 40, "h", tenants);
+    const auto fleet = NewFleet();
+    std::vector<store::InstanceRecord> records;
+    int64_t seq = 1;
+    for (uint32_t n = 0; n < kNodes; ++n) {
+      for (const std::vector<int>& gpus : {std::vector<int>{0, 1}, std::vector<int>{4, 5}}) {
+        records.push_back(
+            Running(*fleet, seq++, l->tenant.id, Billing::kOnDemand, n, gpus, l->clock.Now()));
+      }
+      for (int g : {2, 3, 6, 7}) {
+        l->spot.push_back(InstanceId::FromNumber(seq).str());
+        records.push_back(
+            Running(*fleet, seq++, l->tenant.id, Billing::kSpot, n, {g}, l->clock.Now()));
+      }
+    }
+    store::Batch reconciled;
+    auto report = l->state->Restore(tenants.tenants, records, {}, reconciled);
+    if (!report.ok() || !report->failed.empty()) std::abort();
+    const Tenant& t = *l->state->tenants().Find(l->tenant.id.str());
+    for (int g = 0; g < 2000; ++g) {
+      store::Batch batch;
+      l->state->BeginRound();
+      CreateInstanceRequest r = H100(4, Billing::kReserved, 1 + g % 100, 1024 + g);
+      r.shape.nvlink = true;
+      (void)l->state->CreateInstance(t, r, batch);
+      l->state->EndRound(batch);
+    }
+    return l;
+  }();
+  return *w;
+}
+
+void BM_RoundCreate(benchmark::State& bs) {
+  Loaded& w = World();
+  const Tenant& t = *w.state->tenants().Find(w.tenant.id.str());
+  for (auto _ : bs) {
+    store::Batch batch;
+    w.state->BeginRound();
+    auto i = w.state->CreateInstance(t, H100(1, Billing::kSpot, 1, 64), batch);
+    w.state->EndRound(batch);
+    bs.PauseTiming();
+    store::Batch undo;
+    w.state->BeginRound();
+    (void)w.state->DeleteInstance(t, i->id.str(), undo);
+    bs.ResumeTiming();
+  }
+}
+
+void BM_RoundFreedWorst(benchmark::State& bs) {
+  Loaded& w = World();
+  const Tenant& t = *w.state->tenants().Find(w.tenant.id.str());
+  int64_t searches = 0, rounds = 0;
+  for (auto _ : bs) {
+    // A spot instance ends: capacity frees, and every waiting group is worth a try again.
+    const std::string victim = w.spot.back();
+    w.spot.pop_back();
+    const int64_t before = w.state->counters().preemption_searches;
+    store::Batch batch;
+    w.state->BeginRound();
+    (void)w.state->DeleteInstance(t, victim, batch);
+    w.state->EndRound(batch);
+    searches += w.state->counters().preemption_searches - before;
+    ++rounds;
+    bs.PauseTiming();
+    store::Batch refill;
+    w.state->BeginRound();
+    auto i = w.state->CreateInstance(t, H100(1, Billing::kSpot, 8, 1024), refill);
+    w.spot.push_back(i->id.str());
+    bs.ResumeTiming();
+  }
+  bs.counters["searches/round"] = static_cast<double>(searches) / static_cast<double>(rounds);
+  bs.counters["queued"] = static_cast<double>(w.state->queue().size());
+}
+
+void BM_Restore(benchmark::State& bs) {
+  // The records of 10,000 nodes' worth of running work, as the store would hand them back.
+  FakeClock clock;
+  auto source = NewState(&clock);
+  store::Batch records;
+  const Tenant t = *source->tenants().Create("load", int64_t{1} << 40, "h", records);
+  for (int n = 0; n < kNodes; ++n) {
+    for (int s = 0; s < 8; ++s) {
+      (void)source->CreateInstance(*source->tenants().Find(t.id.str()),
+                                   H100(1, Billing::kOnDemand, 8, 1024), records);
+    }
+  }
+  for (auto _ : bs) {
+    auto state = NewState(&clock);
+    store::Batch reconciled;
+    auto report = state->Restore(records.tenants, records.instances, {}, reconciled);
+    if (!report.ok() || !report->failed.empty()) std::abort();
+    benchmark::DoNotOptimize(report);
+  }
+  bs.counters["instances"] = static_cast<double>(records.instances.size());
+}
+
+BENCHMARK(BM_RoundCreate)->Name("BM_Round/create")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RoundFreedWorst)->Name("BM_Round/freed_worst")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Restore)->Name("BM_Round/restore")->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
+}  // namespace tessera::core
+
+BENCHMARK_MAIN();
