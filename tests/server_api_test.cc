@@ -263,6 +263,43 @@ TEST_F(ServerTest, MetricsExposeInstancesGpusLatencyAndRequests) {
   }
 }
 
+TEST_F(ServerTest, ListsComeInStablePages) {
+  const std::string token = NewTenant("acme", 8);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto r =
+        Post("/v1/instances", token, {{"billing", "spot"}, {"instance_type", "shared.l40s.half"}});
+    ids.push_back(r.body.value("id", ""));
+  }
+  std::vector<std::string> seen;
+  std::string path = "/v1/instances?limit=2";
+  for (int page = 0; page < 5; ++page) {
+    auto r = Get(path, token);
+    ASSERT_EQ(r.status, 200) << r.raw;
+    for (const auto& i : r.body["instances"]) seen.push_back(i["id"]);
+    if (!r.body.contains("next_page_token")) break;
+    path = "/v1/instances?limit=2&page_token=" + r.body["next_page_token"].get<std::string>();
+  }
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(Get("/v1/instances?limit=0", token).status, 400);
+  EXPECT_EQ(Get("/v1/instances?limit=1001", token).status, 400);
+  auto bad = Get("/v1/instances?page_token=xyz", token);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.raw.find("query parameter 'page_token'"), std::string::npos);
+  auto nodes = Get("/v1/nodes?limit=1", kAdminToken);
+  ASSERT_EQ(nodes.body["nodes"].size(), 1u);
+  auto rest =
+      Get("/v1/nodes?limit=5&page_token=" + nodes.body["next_page_token"].get<std::string>(),
+          kAdminToken);
+  EXPECT_EQ(rest.body["nodes"].size(), 2u);
+  EXPECT_FALSE(rest.body.contains("next_page_token"));
+  EXPECT_EQ(testing::RunTessera(
+                {"instances", "list", "--url", server_->url(), "--token", token, "-o", "json"})
+                    .out.find(ids.back()) != std::string::npos,
+            true)
+      << "the client follows every page";
+}
+
 TEST_F(ServerTest, UnknownRoutesAnswerJson404) {
   auto r = Get("/v1/nope", kAdminToken);
   EXPECT_EQ(r.status, 404);

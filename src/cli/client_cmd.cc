@@ -111,6 +111,26 @@ std::optional<json> KeyValues(const std::vector<std::string>& pairs, const char*
   return out;
 }
 
+// Every page of a list route: `path` (which may carry a query) is fetched page after page, and
+// the items under `key` are put together as one answer.
+std::optional<Response> CallAll(const ClientFlags& flags, const std::string& path,
+                                const std::string& key) {
+  const std::string sep = path.find('?') == std::string::npos ? "?" : "&";
+  std::optional<Response> all;
+  std::string token;
+  for (;;) {
+    auto page = Call(flags, "GET",
+                     path + sep + "limit=1000" + (token.empty() ? "" : "&page_token=" + token));
+    if (!page) return std::nullopt;
+    if (!all) {
+      all = Response{page->status, {{key, json::array()}}};
+    }
+    for (auto& item : page->body[key]) all->body[key].push_back(std::move(item));
+    if (!page->body.contains("next_page_token")) return all;
+    token = Encode(page->body["next_page_token"].get<std::string>());
+  }
+}
+
 std::string Str(const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return "-";
   if (j[key].is_string()) return j[key].get<std::string>();
@@ -274,8 +294,8 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
     if (!selector->empty()) query.push_back("label_selector=" + Encode(*selector));
     const std::string path =
         "/v1/instances" + (query.empty() ? "" : fmt::format("?{}", fmt::join(query, "&")));
-    ctx.exit_code =
-        Show(*f, Call(*f, "GET", path), [](const json& j) { PrintInstances(j["instances"]); });
+    ctx.exit_code = Show(*f, CallAll(*f, path, "instances"),
+                         [](const json& j) { PrintInstances(j["instances"]); });
   });
   for (const char* verb : {"get", "delete"}) {
     CLI::App* one = group->add_subcommand(
@@ -337,8 +357,8 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   CLI::App* list = group->add_subcommand("list", "List tenants");
   AddCommon(list, *f);
   list->callback([f, &ctx] {
-    ctx.exit_code =
-        Show(*f, Call(*f, "GET", "/v1/tenants"), [](const json& j) { PrintTenants(j["tenants"]); });
+    ctx.exit_code = Show(*f, CallAll(*f, "/v1/tenants", "tenants"),
+                         [](const json& j) { PrintTenants(j["tenants"]); });
   });
   auto id = std::make_shared<std::string>();
   CLI::App* get = group->add_subcommand("get", "Show a tenant (a tenant may show itself)");
@@ -403,7 +423,7 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
   CLI::App* list = group->add_subcommand("list", "List nodes with capacity and allocations");
   AddCommon(list, *f);
   list->callback([f, &ctx] {
-    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/nodes"), [](const json& j) {
+    ctx.exit_code = Show(*f, CallAll(*f, "/v1/nodes", "nodes"), [](const json& j) {
       Table t({"NODE", "STATE", "GPU MODEL", "GPUS", "GPU FREE", "VCPU FREE", "MEM FREE MIB",
                "WORKLOADS"});
       for (const auto& n : j["nodes"]) {
