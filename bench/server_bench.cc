@@ -17,7 +17,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <unistd.h>
+
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -136,7 +139,22 @@ double StartUp(const std::string& bin, const std::string& data, const std::strin
 
 struct Figures {
   double creates_per_s = 0, p50_ms = 0, p99_ms = 0, startup_s = 0;
+  double cpu_ms_per_1k = 0;  // The server's CPU time (user + system) per 1,000 closed-loop creates.
 };
+
+// The CPU seconds (user + system) process `pid` has used.
+double CpuSeconds(int pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 1; i <= 13 && rest >> field; ++i) {
+    if (i >= 12) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 // One round on `bin`: a fresh store, the closed loop, the open loop, then a restart over the
 // 10,000 instances they made.
@@ -153,7 +171,9 @@ Figures Round(const std::string& bin, int requests, double rate) {
       std::exit(1);
     }
     const std::string token = NewTenant(server.url(), "bench");
+    const double cpu_before = CpuSeconds(server.pid());
     f.creates_per_s = Throughput(server.url(), token, requests);
+    f.cpu_ms_per_1k = (CpuSeconds(server.pid()) - cpu_before) * 1e6 / requests;
     std::tie(f.p50_ms, f.p99_ms) = FixedRate(server.url(), token, std::min(requests, 5000), rate);
     server.Stop(SIGTERM);
   }
@@ -265,7 +285,8 @@ int main(int argc, char** argv) {
            {"durable creations/s", &Figures::creates_per_s},
            {fmt::format("p50 ms at {:.0f} req/s", rate), &Figures::p50_ms},
            {fmt::format("p99 ms at {:.0f} req/s", rate), &Figures::p99_ms},
-           {"start-up s with 10,000 instances", &Figures::startup_s}}) {
+           {"start-up s with 10,000 instances", &Figures::startup_s},
+           {"server CPU ms per 1,000 creates", &Figures::cpu_ms_per_1k}}) {
     const double cur = median("current", field);
     if (baseline.empty()) {
       fmt::print("{:<36}{:>12}{:>12.2f}\n", name, "", cur);
