@@ -24,9 +24,8 @@ Status IntParam(const Target& target, const char* name, int64_t max, int64_t& va
   int64_t v = 0;
   const auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
   if (ec != std::errc() || p != text->data() + text->size() || v < 0 || v > max) {
-    return Status::InvalidArgument(
-        fmt::format("query parameter '{}': '{}' is not an integer in [0, {}]", name,
-                    EscapeForTerminal(std::string_view(*text).substr(0, 40)), max));
+    return Status::InvalidArgument(fmt::format(
+        "query parameter '{}': '{}' is not an integer in [0, {}]", name, Quote(*text), max));
   }
   value = v;
   return Status::Ok();

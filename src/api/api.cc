@@ -87,9 +87,8 @@ Status PageParams(const Target& target, int64_t& after, size_t& limit) {
   if (const std::string* text = target.Param("limit")) {
     auto v = number(*text, 1000);
     if (!v || *v == 0) {
-      return Status::InvalidArgument(
-          fmt::format("query parameter 'limit': '{}' is not an integer in [1, 1000]",
-                      EscapeForTerminal(std::string_view(*text).substr(0, 40))));
+      return Status::InvalidArgument(fmt::format(
+          "query parameter 'limit': '{}' is not an integer in [1, 1000]", Quote(*text)));
     }
     limit = static_cast<size_t>(*v);
   }
@@ -209,8 +208,7 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
     const std::string* type = head.Header("content-type");
     if (head.has_body && (!type || !IsJsonMediaType(*type))) {
       const std::string message =
-          type ? fmt::format("Content-Type must be application/json, not '{}'",
-                             EscapeForTerminal(type->substr(0, 100)))
+          type ? fmt::format("Content-Type must be application/json, not '{}'", Quote(*type))
                : std::string("Content-Type must be application/json");
       decision.refuse = ErrorResponse(415, "unsupported_media_type", message);
       if (route->audited) AuditAsync(principal, head, 415, message);
@@ -236,7 +234,11 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
         call->body_status = j.status();
       }
     }
-    route->handler(*this, std::move(call));
+    route->handler(*this, call);
+    // The handler has parsed what it needs; the raw body and its JSON need not wait in memory
+    // for the core's answer.
+    call->body = nlohmann::json();
+    std::string().swap(call->request.body);
   };
   return decision;
 }
@@ -272,7 +274,7 @@ void Api::SampleAnonymous(const HttpRequest& head, const std::string& why) {
     unsampled_ = 0;
   }
   spdlog::warn("refused an unauthenticated request from {}: {} {}: {}{}", head.peer, head.method,
-               EscapeForTerminal(head.parsed.path.substr(0, 200)), why,
+               Quote(head.parsed.path, 200), why,
                skipped > 0 ? fmt::format(" (and {} more since the last report)", skipped) : "");
 }
 

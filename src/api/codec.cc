@@ -119,8 +119,7 @@ Result<core::CreateInstanceRequest> ParseCreateInstance(const json& body) {
     if (auto b = core::ParseBilling(billing)) {
       r.billing = *b;
     } else {
-      f.Fail("billing", fmt::format("'{}' is not on_demand, reserved or spot",
-                                    EscapeForTerminal(billing.substr(0, 40))));
+      f.Fail("billing", fmt::format("'{}' is not on_demand, reserved or spot", Quote(billing)));
     }
   }
   r.name = f.String("name", false);

@@ -39,8 +39,9 @@ struct HttpLimits {
   std::chrono::milliseconds write_timeout{30'000};   // For one response (or one stream chunk).
   size_t max_connections = 16'384;             // Open at once; more are answered 503 and closed.
   size_t max_connections_per_address = 1'024;  // From one client address: 429 beyond.
-  size_t max_in_flight = 4'096;        // Requests handed to handlers, not yet answered: 503 beyond.
-  size_t max_stream_buffer = 1 << 20;  // Unsent bytes of a stream before it is cut off.
+  size_t max_in_flight = 4'096;  // Requests handed to handlers, not yet answered: 503 beyond.
+  size_t max_body_bytes_in_flight = 256 << 20;  // Their bodies, announced or read: 503 beyond.
+  size_t max_stream_buffer = 1 << 20;           // Unsent bytes of a stream before it is cut off.
 };
 
 struct HttpOptions {

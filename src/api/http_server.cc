@@ -59,7 +59,8 @@ struct Liveness {
 
 struct Counters {
   std::atomic<int64_t> open{0}, accepted{0}, refused_total{0}, refused_address{0},
-      refused_overloaded{0}, timeouts{0}, too_large{0}, malformed{0}, exceptions{0}, in_flight{0};
+      refused_overloaded{0}, timeouts{0}, too_large{0}, malformed{0}, exceptions{0}, in_flight{0},
+      body_bytes{0};
 };
 
 // What a Responder and a stream reach a session through, from any thread.
@@ -259,15 +260,13 @@ class Session final : public SessionBase {
 
   void Answer(HttpResponse response) override {
     if (!awaiting_) return;
-    awaiting_ = false;
-    --server_->counters.in_flight;
+    Settle();
     Write(std::move(response));
   }
 
   void StartStream(int status, std::string content_type) override {
     if (!awaiting_) return;
-    awaiting_ = false;
-    --server_->counters.in_flight;
+    Settle();
     streaming_ = true;
     stream_head_.emplace(static_cast<http::status>(status), 11);
     stream_head_->set(http::field::content_type, content_type);
@@ -299,10 +298,7 @@ class Session final : public SessionBase {
   void Close() override {
     if (closed.exchange(true)) return;
     if (stream_state_) stream_state_->closed = true;
-    if (awaiting_) {
-      awaiting_ = false;
-      --server_->counters.in_flight;
-    }
+    Settle();
     beast::error_code ignored;
     Disarm();
     Lowest().close(ignored);
@@ -310,6 +306,15 @@ class Session final : public SessionBase {
   }
 
  private:
+  // The request in flight is answered or abandoned: it no longer counts against the limits.
+  void Settle() {
+    if (!awaiting_) return;
+    awaiting_ = false;
+    --server_->counters.in_flight;
+    server_->counters.body_bytes -= static_cast<int64_t>(reserved_body_);
+    reserved_body_ = 0;
+  }
+
   std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
   tcp::socket& Lowest() { return beast::get_lowest_layer(stream_); }
 
@@ -412,12 +417,26 @@ class Session final : public SessionBase {
       return Write(std::move(busy));
     }
     const size_t max_body = std::min(decision.max_body, limits_.max_body_bytes);
-    if (const auto length = head_parser_->content_length(); length && *length > max_body) {
+    const auto length = head_parser_->content_length();
+    if (length && *length > max_body) {
       ++server_->counters.too_large;
       return Fail(413, "payload_too_large",
                   fmt::format("the body is {} bytes; the limit is {}", *length, max_body));
     }
+    // Bodies held in memory are bounded too: a chunked one counts at its limit.
+    const size_t reserve = body_follows ? (length ? static_cast<size_t>(*length) : max_body) : 0;
+    if (server_->counters.body_bytes + static_cast<int64_t>(reserve) >
+        static_cast<int64_t>(limits_.max_body_bytes_in_flight)) {
+      ++server_->counters.refused_overloaded;
+      keep_alive_ = false;
+      HttpResponse busy =
+          ErrorResponse(503, "overloaded", "too many request bodies in flight; retry");
+      busy.headers.emplace_back("Retry-After", "1");
+      return Write(std::move(busy));
+    }
     ++server_->counters.in_flight;
+    server_->counters.body_bytes += static_cast<int64_t>(reserve);
+    reserved_body_ = reserve;
     awaiting_ = true;
     max_body_ = max_body;
     handler_ = std::move(decision.handler);
@@ -518,10 +537,7 @@ class Session final : public SessionBase {
 
   // Answers an error of this layer and ends the connection.
   void Fail(int status, std::string_view code, std::string message) {
-    if (awaiting_) {
-      awaiting_ = false;
-      --server_->counters.in_flight;
-    }
+    Settle();
     keep_alive_ = false;
     Write(ErrorResponse(status, code, message));
   }
@@ -622,6 +638,7 @@ class Session final : public SessionBase {
   bool keep_alive_ = true;
   bool awaiting_ = false;  // A handler holds the request and owes an answer.
   size_t max_body_ = 0;
+  size_t reserved_body_ = 0;  // Counted in counters.body_bytes while awaiting_.
   RequestHandler handler_;
   HttpRequest request_;
   // A chunked response in progress.
@@ -638,9 +655,8 @@ class Session final : public SessionBase {
 
 void HttpServer::Impl::Accept() {
   net::io_context& home = *contexts[next_context++ % contexts.size()];
-  acceptor.async_accept(home, [this](beast::error_code ec, tcp::socket socket) {
-    OnAccept(ec, std::move(socket));
-  });
+  acceptor.async_accept(
+      home, [this](beast::error_code ec, tcp::socket socket) { OnAccept(ec, std::move(socket)); });
 }
 
 void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {

@@ -259,6 +259,37 @@ TEST_F(HttpServerTest, RequestsInFlightAreBoundedAndLongPollsAnswerLater) {
   EXPECT_EQ(server_->Stats().in_flight, 0);
 }
 
+TEST_F(HttpServerTest, BodiesHeldInMemoryAreBoundedInAll) {
+  HttpLimits limits;
+  limits.max_body_bytes_in_flight = 3000;
+  std::mutex mu;
+  std::vector<Responder> held;
+  Start(limits, [&](HttpRequest&&, Responder r) {
+    std::lock_guard<std::mutex> lock(mu);
+    held.push_back(r);
+  });
+  auto a = Connect(), b = Connect();
+  ASSERT_TRUE(a->Send(HttpRequestText("POST", "/hold", "", std::string(2000, 'a'))));
+  for (int i = 0; i < 200 && server_->Stats().in_flight < 1; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(b->Send(HttpRequestText("POST", "/more", "", std::string(2000, 'b'))));
+  auto busy = b->Read(2s);
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 503) << "2,000 + 2,000 bytes of bodies would pass the 3,000 allowed";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Responder& r : held) r.Send({});
+  }
+  EXPECT_EQ(a->Read(2s)->status, 200);
+  auto c = Connect();
+  ASSERT_TRUE(c->Send(HttpRequestText("POST", "/again", "", std::string(2000, 'c'))));
+  for (int i = 0; i < 200 && server_->Stats().in_flight < 1; ++i) std::this_thread::sleep_for(5ms);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    held.back().Send({});
+  }
+  EXPECT_EQ(c->Read(2s)->status, 200) << "the first body's bytes were released with its answer";
+}
+
 TEST_F(HttpServerTest, AHandlerThatThrowsOrForgetsToAnswerGets500AndServingGoesOn) {
   Start(
       {},

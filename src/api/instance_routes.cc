@@ -20,9 +20,7 @@ std::string AuditTarget(const core::Instance& i) { return i.id.str(); }
 Result<std::string> InstanceIdParam(const Call& call) {
   const std::string& id = call.params[0];
   if (!InstanceId::Parse(id).ok()) {
-    std::string shown = EscapeForTerminal(std::string_view(id).substr(0, 64));
-    if (id.size() > 64) shown += "...";
-    return Status::NotFound(fmt::format("instance '{}' not found", shown));
+    return Status::NotFound(fmt::format("instance '{}' not found", Quote(id)));
   }
   return id;
 }
@@ -61,9 +59,8 @@ void AddInstanceRoutes(Api& table) {
               if (const std::string* text = call->request.parsed.Param("state")) {
                 query.state = core::ParseState(*text);
                 if (!query.state) {
-                  refusal = Status::InvalidArgument(
-                      fmt::format("query parameter 'state': '{}' is not an instance state",
-                                  EscapeForTerminal(text->substr(0, 40))));
+                  refusal = Status::InvalidArgument(fmt::format(
+                      "query parameter 'state': '{}' is not an instance state", Quote(*text)));
                 }
               }
               if (const std::string* text = call->request.parsed.Param("label_selector")) {

@@ -97,7 +97,7 @@ class StrictBuilder final : public nlohmann::json_sax<json> {
       path += names_[i];
     }
     if (!path.empty()) path += '.';
-    return EscapeForTerminal(path + k);
+    return Quote(path + k, 120);
   }
 
   std::vector<json*> stack_;  // The open containers; each stays put while it is open.
@@ -115,7 +115,7 @@ Result<json> ParseJson(std::string_view text, std::string_view where) {
   if (!builder.semantic_error.empty()) {
     return Status::InvalidArgument(fmt::format("{}: {}", where, builder.semantic_error));
   }
-  std::string token = EscapeForTerminal(std::string_view(builder.error_token).substr(0, 40));
+  std::string token = Quote(builder.error_token, 40);
   return Status::InvalidArgument(
       fmt::format("{}: malformed JSON at byte {} near '{}'", where, builder.error_pos, token));
 }
@@ -262,7 +262,7 @@ std::map<std::string, std::string> JsonFields::StringMap(std::string_view key, b
   }
   for (const auto& [k, e] : v->items()) {
     if (!e.is_string()) {
-      Fail(fmt::format("{}.{}", key, EscapeForTerminal(k.substr(0, 80))),
+      Fail(fmt::format("{}.{}", key, Quote(k)),
            fmt::format("expected a string, found {}", JsonTypeName(e)));
       continue;
     }
@@ -275,7 +275,7 @@ void JsonFields::RejectUnknown(std::initializer_list<std::string_view> known) {
   if (!j_.is_object()) return;
   for (auto it = j_.begin(); it != j_.end(); ++it) {
     if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
-      Fail(EscapeForTerminal(std::string_view(it.key()).substr(0, 80)), "is not a known field");
+      Fail(Quote(it.key()), "is not a known field");
     }
   }
 }

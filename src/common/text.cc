@@ -104,4 +104,12 @@ std::string EscapeForTerminal(std::string_view s) {
   return out;
 }
 
+std::string Quote(std::string_view s, size_t max) {
+  if (s.size() <= max) return EscapeForTerminal(s);
+  // Cut at a character boundary, so the cut itself makes no invalid UTF-8.
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
+  return EscapeForTerminal(s.substr(0, cut)) + "...";
+}
+
 }  // namespace tessera

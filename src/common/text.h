@@ -19,4 +19,9 @@ inline bool IsValidUtf8(std::string_view s) { return !FindInvalidUtf8(s); }
 // doubled; and every byte of invalid UTF-8 as \xNN. Printable UTF-8 passes through unchanged.
 std::string EscapeForTerminal(std::string_view s);
 
+// Client text as an error message may show it: escaped as above and cut to at most `max` bytes
+// of the original, with "..." when cut, so a megabyte sent cannot make a megabyte of message
+// (or of audit log).
+std::string Quote(std::string_view s, size_t max = 64);
+
 }  // namespace tessera

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/text.h"
 #include "mig/mig.h"
 
 namespace tessera::core {
@@ -79,8 +80,8 @@ Result<Shape> Admission::Resolve(const CreateInstanceRequest& req) const {
   if (!req.instance_type.empty()) {
     const catalog::InstanceType* it = catalog_->FindInstanceType(req.instance_type);
     if (!it) {
-      return Status::InvalidArgument(
-          fmt::format("field 'instance_type': unknown instance type '{}'", req.instance_type));
+      return Status::InvalidArgument(fmt::format(
+          "field 'instance_type': unknown instance type '{}'", Quote(req.instance_type)));
     }
     return Shape{it->id,        it->gpu_model,      it->sharing, it->gpus,       it->mig_profile,
                  it->milli_gpu, it->gpu_memory_mib, it->vcpus,   it->memory_mib, it->nvlink};
@@ -88,7 +89,7 @@ Result<Shape> Admission::Resolve(const CreateInstanceRequest& req) const {
   const catalog::GpuModel* model = catalog_->FindGpu(shape.gpu_model);
   if (!model) {
     return Status::InvalidArgument(
-        fmt::format("field 'gpu_model': unknown GPU model '{}'", shape.gpu_model));
+        fmt::format("field 'gpu_model': unknown GPU model '{}'", Quote(shape.gpu_model)));
   }
   shape.gpu_model = model->id;
   if (shape.mode == SharingMode::kMig) {
@@ -101,7 +102,7 @@ Result<Shape> Admission::Resolve(const CreateInstanceRequest& req) const {
       for (const auto& p : model->mig->profiles) names.push_back(p.name);
       return Status::InvalidArgument(
           fmt::format("field 'mig_profile': '{}' is not a MIG profile of {} (valid: {})",
-                      shape.mig_profile, model->id, fmt::join(names, ", ")));
+                      Quote(shape.mig_profile), model->id, fmt::join(names, ", ")));
     }
   }
   if (shape.mode == SharingMode::kShared && shape.gpu_memory_mib > model->memory_mib) {

@@ -39,13 +39,6 @@ bool IsDnsSubdomain(std::string_view s) {
   }
 }
 
-// A key for a message: escaped and cut short, since it may be anything a client sent.
-std::string Shown(std::string_view key) {
-  std::string s = EscapeForTerminal(key.substr(0, 80));
-  if (key.size() > 80) s += "...";
-  return s;
-}
-
 }  // namespace
 
 Status ValidateLabelKey(std::string_view key, std::string_view field) {
@@ -57,7 +50,7 @@ Status ValidateLabelKey(std::string_view key, std::string_view field) {
   return Status::InvalidArgument(fmt::format(
       "field '{}': key '{}' is not [prefix/]name: a name of 1-63 of A-Z a-z 0-9 . _ - starting "
       "and ending with a letter or digit, after an optional DNS subdomain prefix",
-      field, Shown(key)));
+      field, Quote(key)));
 }
 
 Status ValidateLabels(const std::map<std::string, std::string>& labels) {
@@ -71,7 +64,7 @@ Status ValidateLabels(const std::map<std::string, std::string>& labels) {
       return Status::InvalidArgument(fmt::format(
           "field 'labels': the value of '{}' must be empty or 1-63 of A-Z a-z 0-9 . _ - "
           "starting and ending with a letter or digit",
-          Shown(k)));
+          Quote(k)));
     }
   }
   return Status::Ok();
@@ -125,7 +118,7 @@ Result<LabelSelector> ParseLabelSelector(std::string_view text) {
     if (!ValidateLabelKey(key, "label_selector").ok() || (!r.value.empty() && !IsName(r.value))) {
       return Status::InvalidArgument(fmt::format(
           "query parameter 'label_selector': '{}' is not key, !key, key=value or key!=value",
-          Shown(part)));
+          Quote(part)));
     }
     r.key = std::string(key);
     out.push_back(std::move(r));

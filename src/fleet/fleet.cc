@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "common/text.h"
+
 namespace tessera::fleet {
 
 namespace {
@@ -135,7 +137,7 @@ Result<NodeIndex> Fleet::AddNode(const NodeSpec& spec) {
 
 Result<NodeIndex> Fleet::Find(std::string_view name) const {
   auto it = by_name_.find(std::string(name));
-  if (it == by_name_.end()) return Status::NotFound(fmt::format("no node named '{}'", name));
+  if (it == by_name_.end()) return Status::NotFound(fmt::format("no node named '{}'", Quote(name)));
   return it->second;
 }
 
