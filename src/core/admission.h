@@ -52,7 +52,8 @@ class Admission {
   // Forgets cached verdicts: call when GPU modes change or nodes join or leave.
   void FleetChanged() { verdicts_.clear(); }
 
-  // Why `inst` (pending) waits, as the fleet is now, e.g. "waiting for 3 x H100-80GB with 16
+  // REQUIRES: `inst` is pending.
+  // Why `inst` waits, as the fleet is now, e.g. "waiting for 3 x H100-80GB with 16
   // vCPUs and 65536 MiB on one node; the best node has 2 free; 4 spot instances preemptible".
   // `preemptible` is what preemption could take for it (0 for spot work, which preempts nothing).
   std::string PendingReason(const Instance& inst, size_t preemptible) const;

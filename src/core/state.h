@@ -89,6 +89,7 @@ class State {
   State(const catalog::Catalog* catalog, const Clock* clock, std::unique_ptr<fleet::Fleet> fleet,
         std::unique_ptr<sched::Scheduler> scheduler, StateOptions options);
 
+  // REQUIRES: a fresh State, before any other operation.
   // Rebuilds from stored records, reconciling with today's fleet and catalog (recovery.h): what
   // cannot come back is marked failed, its record written to `batch`. Stored node states are
   // applied after the bookings, so drained nodes keep their work. DataLoss naming the record only
@@ -105,6 +106,7 @@ class State {
   Result<Tenant> UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                               std::optional<bool> disabled, store::Batch& batch);
 
+  // REQUIRES: `caller` is a tenant of tenants(), not the admin (who has no quota).
   // Admits the request (400/409 for a shape the fleet can never host), checks the quota, then
   // places the instance, preempting spot work if its priority allows, or queues it behind any
   // identical request already waiting.

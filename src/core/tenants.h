@@ -66,6 +66,7 @@ class Tenants {
   explicit Tenants(const Clock* clock);  // `clock` must outlive this.
 
   // Rebuilds from stored records. DataLoss naming the record when one is corrupt.
+  // REQUIRES: no tenant was created or restored before.
   Status Restore(const std::vector<store::TenantRecord>& records);
 
   // The operator's token hash ("" until set). Setting it records it in the batch.

@@ -21,7 +21,8 @@ class Usage {
  public:
   explicit Usage(const catalog::Catalog* catalog) : catalog_(catalog) {}
 
-  // Counts (or stops counting) `shape` for `tenant`.
+  // Counts (or stops counting) `shape` for `tenant`. REQUIRES for Remove: the same shape was
+  // added for the tenant and not removed since.
   void Add(const std::string& tenant, const Shape& shape);
   void Remove(const std::string& tenant, const Shape& shape);
 

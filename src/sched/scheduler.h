@@ -85,7 +85,8 @@ class Scheduler {
   // during preemption), keeping the caches in step. Fails, changing nothing, when it does not fit.
   Status Reserve(const fleet::Assignment& a);
 
-  // Releases what Schedule booked, keeping the caches in step.
+  // Releases what Schedule booked, keeping the caches in step. REQUIRES: `a` was booked by
+  // Schedule, ScheduleOn or Reserve and not released since (see Fleet::Release).
   Status Release(const fleet::Assignment& a);
 
   // The fleet's fragmentation against the target workload, in milli-GPU (FGD's frag_gpu_milli):
