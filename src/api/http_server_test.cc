@@ -66,8 +66,26 @@ class HttpServerTest : public ::testing::Test {
     return c->Read(2s);
   }
 
+  // A handler that holds every request's Responder (a long poll), to be answered by Answer.
+  RequestHandler Hold() {
+    return [this](HttpRequest&&, Responder r) {
+      std::lock_guard<std::mutex> lock(held_mu_);
+      held_.push_back(r);
+    };
+  }
+  // Answers every held request with `body`, from another thread.
+  void AnswerHeld(const std::string& body = "{}") {
+    std::thread([&] {
+      std::lock_guard<std::mutex> lock(held_mu_);
+      for (const Responder& r : held_) r.Send({200, "application/json", body, {}});
+      held_.clear();
+    }).join();
+  }
+
   std::string tls_cert_, tls_key_;
   std::unique_ptr<HttpServer> server_;
+  std::mutex held_mu_;
+  std::vector<Responder> held_;
 };
 
 TEST_F(HttpServerTest, AnswersAndKeepsTheConnectionAlive) {
@@ -233,12 +251,7 @@ TEST_F(HttpServerTest, ConnectionsPerAddressAndInAllAreBounded) {
 TEST_F(HttpServerTest, RequestsInFlightAreBoundedAndLongPollsAnswerLater) {
   HttpLimits limits;
   limits.max_in_flight = 2;
-  std::mutex mu;
-  std::vector<Responder> held;
-  Start(limits, [&](HttpRequest&&, Responder r) {
-    std::lock_guard<std::mutex> lock(mu);
-    held.push_back(r);  // A long poll: answered later, from another thread.
-  });
+  Start(limits, Hold());
   auto a = Connect(), b = Connect(), c = Connect();
   ASSERT_TRUE(a->Send(HttpRequestText("GET", "/wait")));
   ASSERT_TRUE(b->Send(HttpRequestText("GET", "/wait")));
@@ -249,11 +262,7 @@ TEST_F(HttpServerTest, RequestsInFlightAreBoundedAndLongPollsAnswerLater) {
   EXPECT_EQ(busy->status, 503);
   EXPECT_EQ(busy->headers["retry-after"], "1");
   EXPECT_FALSE(a->Read(100ms)) << "a long poll is not answered until its handler says so";
-  std::thread answer([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const Responder& r : held) r.Send({200, "application/json", "{\"done\":true}", {}});
-  });
-  answer.join();
+  AnswerHeld("{\"done\":true}");
   EXPECT_EQ(a->Read(2s)->body, "{\"done\":true}");
   EXPECT_EQ(b->Read(2s)->body, "{\"done\":true}");
   EXPECT_EQ(server_->Stats().in_flight, 0);
@@ -262,12 +271,7 @@ TEST_F(HttpServerTest, RequestsInFlightAreBoundedAndLongPollsAnswerLater) {
 TEST_F(HttpServerTest, BodiesHeldInMemoryAreBoundedInAll) {
   HttpLimits limits;
   limits.max_body_bytes_in_flight = 3000;
-  std::mutex mu;
-  std::vector<Responder> held;
-  Start(limits, [&](HttpRequest&&, Responder r) {
-    std::lock_guard<std::mutex> lock(mu);
-    held.push_back(r);
-  });
+  Start(limits, Hold());
   auto a = Connect(), b = Connect();
   ASSERT_TRUE(a->Send(HttpRequestText("POST", "/hold", "", std::string(2000, 'a'))));
   for (int i = 0; i < 200 && server_->Stats().in_flight < 1; ++i) std::this_thread::sleep_for(5ms);
@@ -275,18 +279,12 @@ TEST_F(HttpServerTest, BodiesHeldInMemoryAreBoundedInAll) {
   auto busy = b->Read(2s);
   ASSERT_TRUE(busy);
   EXPECT_EQ(busy->status, 503) << "2,000 + 2,000 bytes of bodies would pass the 3,000 allowed";
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const Responder& r : held) r.Send({});
-  }
+  AnswerHeld();
   EXPECT_EQ(a->Read(2s)->status, 200);
   auto c = Connect();
   ASSERT_TRUE(c->Send(HttpRequestText("POST", "/again", "", std::string(2000, 'c'))));
   for (int i = 0; i < 200 && server_->Stats().in_flight < 1; ++i) std::this_thread::sleep_for(5ms);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    held.back().Send({});
-  }
+  AnswerHeld();
   EXPECT_EQ(c->Read(2s)->status, 200) << "the first body's bytes were released with its answer";
 }
 

@@ -4,8 +4,8 @@
 
 #include <stdexcept>
 
-#include "catalog/catalog.h"
 #include "common/log.h"
+#include "core/core_test_util.h"
 #include "store/memory_store.h"
 #include "testing/testing.h"
 
@@ -15,10 +15,7 @@ namespace {
 class CoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto c = catalog::Catalog::LoadEmbedded();
-    ASSERT_TRUE(c.ok());
-    catalog_ = std::make_unique<catalog::Catalog>(std::move(*c));
-    options_.catalog = catalog_.get();
+    options_.catalog = &TestCatalog();
     options_.data_dir = dir_.File("data");
     options_.clock = &clock_;
     auto core = Core::Start(options_);
@@ -34,7 +31,6 @@ class CoreTest : public ::testing::Test {
 
   testing::TempDir dir_;
   FakeClock clock_;
-  std::unique_ptr<catalog::Catalog> catalog_;
   CoreOptions options_;
   std::unique_ptr<Core> core_;
 };
@@ -121,10 +117,7 @@ class FailingStore final : public store::Store {
 class FailingStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto c = catalog::Catalog::LoadEmbedded();
-    ASSERT_TRUE(c.ok());
-    catalog_ = std::make_unique<catalog::Catalog>(std::move(*c));
-    options_.catalog = catalog_.get();
+    options_.catalog = &TestCatalog();
     options_.clock = &clock_;
     auto store = std::make_unique<FailingStore>(store::NewMemoryStore());
     store_ = store.get();
@@ -142,7 +135,6 @@ class FailingStoreTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  std::unique_ptr<catalog::Catalog> catalog_;
   CoreOptions options_;
   FailingStore* store_ = nullptr;
   std::unique_ptr<Core> core_;

@@ -2,15 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include "core/core_test_util.h"
 #include "fleet/fleet_file.h"
 
 namespace tessera::core {
 namespace {
-
-const catalog::Catalog& TheCatalog() {
-  static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
-  return c;
-}
 
 sched::Request Gpus(int n) {
   sched::Request r;
@@ -25,7 +21,7 @@ sched::Request Gpus(int n) {
 class PreemptorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto f = fleet::ParseFleetJson(TheCatalog(), R"({"name": "p", "shapes": [
+    auto f = fleet::ParseFleetJson(TestCatalog(), R"({"name": "p", "shapes": [
       {"name": "h", "count": 3, "gpu_model": "H100-80GB", "gpus": 2, "vcpus": 16,
        "memory_gib": 64, "gpu_mode": "exclusive"}]})",
                                    "fleet");
@@ -55,7 +51,7 @@ class PreemptorTest : public ::testing::Test {
 };
 
 TEST_F(PreemptorTest, FindsTheFewestVictimsOnOneNodeAndChangesNothing) {
-  Preemptor p(&TheCatalog(), fleet_.get(), scheduler_.get(), {});
+  Preemptor p(&TestCatalog(), fleet_.get(), scheduler_.get(), {});
   Instance* whole = Spot(p, 2);  // Node A: one victim frees both GPUs.
   Spot(p, 1);                    // Node B: two victims needed.
   Spot(p, 1);
@@ -79,7 +75,7 @@ TEST_F(PreemptorTest, FindsTheFewestVictimsOnOneNodeAndChangesNothing) {
 }
 
 TEST_F(PreemptorTest, SearchesPerRoundAreBounded) {
-  Preemptor p(&TheCatalog(), fleet_.get(), scheduler_.get(), {.searches_per_round = 2});
+  Preemptor p(&TestCatalog(), fleet_.get(), scheduler_.get(), {.searches_per_round = 2});
   Spot(p, 1);
   EXPECT_FALSE(p.Find(Gpus(3))) << "no node has three GPUs";
   EXPECT_EQ(p.searches_total(), 1) << "looking for candidates is a search";
@@ -89,7 +85,7 @@ TEST_F(PreemptorTest, SearchesPerRoundAreBounded) {
   EXPECT_FALSE(p.Find(Gpus(2))) << "the round's searches are spent";
   EXPECT_EQ(p.searches_total(), 2);
   p.NewRound();
-  Preemptor empty(&TheCatalog(), fleet_.get(), scheduler_.get(), {});
+  Preemptor empty(&TestCatalog(), fleet_.get(), scheduler_.get(), {});
   EXPECT_FALSE(empty.Find(Gpus(1)));
   EXPECT_EQ(empty.searches_total(), 0) << "without victims there is nothing to search";
   EXPECT_TRUE(p.Find(Gpus(2)));

@@ -2,34 +2,31 @@
 
 #include <gtest/gtest.h>
 
+#include "core/core_test_util.h"
+
 namespace tessera::core {
 namespace {
-
-const catalog::Catalog& TheCatalog() {
-  static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
-  return c;
-}
 
 TEST(RecoveryTest, SaysWhyAStoredInstanceCannotComeBack) {
   StoredInstance s;
   s.instance.shape.gpu_model = "H100-80GB";
   s.instance.shape.gpus = 1;
-  EXPECT_EQ(WhyNotRestorable(s, TheCatalog()), "");
+  EXPECT_EQ(WhyNotRestorable(s, TestCatalog()), "");
   s.instance.shape.gpu_model = "Z100";
-  EXPECT_EQ(WhyNotRestorable(s, TheCatalog()),
+  EXPECT_EQ(WhyNotRestorable(s, TestCatalog()),
             "its GPU model 'Z100' is not in the catalog any more");
   s.instance.shape.gpu_model = "A100-40GB";
   s.instance.shape.mode = catalog::SharingMode::kMig;
   s.instance.shape.mig_profile = "3g.99gb";
-  EXPECT_EQ(WhyNotRestorable(s, TheCatalog()),
+  EXPECT_EQ(WhyNotRestorable(s, TestCatalog()),
             "MIG profile '3g.99gb' is not in the A100-40GB table any more");
   s.instance.shape.mig_profile = "3g.20gb";
   s.binding = Status::FailedPrecondition("node 'n1' left the fleet");
-  EXPECT_EQ(WhyNotRestorable(s, TheCatalog()), "node 'n1' left the fleet");
+  EXPECT_EQ(WhyNotRestorable(s, TestCatalog()), "node 'n1' left the fleet");
   // A CPU-only instance names no model.
   StoredInstance cpu;
   cpu.instance.shape.vcpus = 4;
-  EXPECT_EQ(WhyNotRestorable(cpu, TheCatalog()), "");
+  EXPECT_EQ(WhyNotRestorable(cpu, TestCatalog()), "");
 }
 
 TEST(RecoveryTest, TheSummaryCountsEverything) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "catalog/catalog.h"
+#include "core/core_test_util.h"
 #include "fleet/fleet_file.h"
 
 namespace tessera::core {
@@ -21,11 +22,6 @@ constexpr const char* kFleet = R"({"name": "t", "shapes": [
    "memory_gib": 256, "gpu_mode": "mig"},
   {"name": "l40s", "count": 1, "gpu_model": "L40S-48GB", "gpus": 1, "vcpus": 32,
    "memory_gib": 256, "gpu_mode": "shared"}]})";
-
-const catalog::Catalog& TheCatalog() {
-  static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
-  return c;
-}
 
 CreateInstanceRequest Type(const std::string& type, Billing billing = Billing::kOnDemand) {
   CreateInstanceRequest r;
@@ -58,12 +54,12 @@ class StateTest : public ::testing::Test {
   }
 
   void Build(StateOptions options = Options(), const char* fleet_json = kFleet) {
-    auto f = fleet::ParseFleetJson(TheCatalog(), fleet_json, "fleet");
+    auto f = fleet::ParseFleetJson(TestCatalog(), fleet_json, "fleet");
     ASSERT_TRUE(f.ok()) << f.status().message();
     auto fleet = std::make_unique<fleet::Fleet>(std::move(*f));
     auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
     ASSERT_TRUE(sched.ok());
-    state_ = std::make_unique<State>(&TheCatalog(), &clock_, std::move(fleet), std::move(*sched),
+    state_ = std::make_unique<State>(&TestCatalog(), &clock_, std::move(fleet), std::move(*sched),
                                      options);
     store::Batch b;
     acme_ = *state_->tenants().Create("acme", 16000, "h-acme", b);

@@ -2,13 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/core_test_util.h"
+
 namespace tessera::core {
 namespace {
-
-const catalog::Catalog& TheCatalog() {
-  static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
-  return c;
-}
 
 Shape Mig(const std::string& profile) {
   Shape s;
@@ -19,7 +16,7 @@ Shape Mig(const std::string& profile) {
 }
 
 TEST(UsageTest, MigSlicesAreSummedPerModelAndRoundedOnce) {
-  Usage u(&TheCatalog());
+  Usage u(&TestCatalog());
   EXPECT_EQ(u.Marginal("t", Mig("1g.5gb")), 142);  // floor(1000 / 7)
   for (int i = 0; i < 6; ++i) u.Add("t", Mig("1g.5gb"));
   EXPECT_EQ(u.Milli("t"), 857);  // floor(6000 / 7)
