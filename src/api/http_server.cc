@@ -63,6 +63,8 @@ struct Counters {
       body_bytes{0};
 };
 
+struct StreamState;
+
 // What a Responder and a stream reach a session through, from any thread.
 class SessionBase : public std::enable_shared_from_this<SessionBase> {
  public:
@@ -71,8 +73,11 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   // These run on the session's strand.
   virtual void Answer(HttpResponse response) = 0;
   virtual void StartStream(int status, std::string content_type) = 0;
-  virtual void QueueChunk(std::string chunk) = 0;
-  virtual void EndStream() = 0;
+  // A stream's chunks and end name their stream: they may arrive before its head (a post from
+  // the I/O thread waits in its private queue while another thread's lands at once), and a
+  // stream that ended or was cut off must not write into the next response.
+  virtual void QueueChunk(const std::shared_ptr<StreamState>& from, std::string chunk) = 0;
+  virtual void EndStream(const std::shared_ptr<StreamState>& from) = 0;
   virtual void Close() = 0;
   std::atomic<bool> closed{false};
 };
@@ -110,14 +115,15 @@ class StreamImpl final : public HttpStream {
       PostTo(live_, session_, [](SessionBase& s) { s.Close(); });
       return false;
     }
-    PostTo(live_, session_,
-           [c = std::move(chunk)](SessionBase& s) mutable { s.QueueChunk(std::move(c)); });
+    PostTo(live_, session_, [state = state_, c = std::move(chunk)](SessionBase& s) mutable {
+      s.QueueChunk(state, std::move(c));
+    });
     return true;
   }
 
   void Close() override {
     if (state_->closed.exchange(true)) return;
-    PostTo(live_, session_, [](SessionBase& s) { s.EndStream(); });
+    PostTo(live_, session_, [state = state_](SessionBase& s) { s.EndStream(state); });
   }
 
   size_t Buffered() const override { return state_->buffered; }
@@ -283,16 +289,16 @@ class Session final : public SessionBase {
     });
   }
 
-  void QueueChunk(std::string chunk) override {
-    if (!streaming_ || closed) return;
+  void QueueChunk(const std::shared_ptr<StreamState>& from, std::string chunk) override {
+    if (!OfCurrentStream(from)) return;
     chunks_.push_back(std::move(chunk));
-    if (!writing_) WriteNextChunk();
+    if (streaming_ && !writing_) WriteNextChunk();  // Else the head's write goes on to it.
   }
 
-  void EndStream() override {
-    if (!streaming_ || closed) return;
+  void EndStream(const std::shared_ptr<StreamState>& from) override {
+    if (!OfCurrentStream(from)) return;
     ending_ = true;
-    if (!writing_) WriteNextChunk();
+    if (streaming_ && !writing_) WriteNextChunk();
   }
 
   void Close() override {
@@ -313,6 +319,11 @@ class Session final : public SessionBase {
     --server_->counters.in_flight;
     server_->counters.body_bytes -= static_cast<int64_t>(reserved_body_);
     reserved_body_ = 0;
+  }
+
+  // Whether `from` is the stream of the request in flight, started or about to start.
+  bool OfCurrentStream(const std::shared_ptr<StreamState>& from) const {
+    return !closed && from == stream_state_ && (streaming_ || awaiting_);
   }
 
   std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
