@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "common/csv.h"
 
@@ -69,7 +70,12 @@ Result<FgdRun> ReadRun(const CsvReader& csv) {
 }  // namespace
 
 Result<FgdExpected> FgdExpected::Load(const std::string& path) {
-  TESSERA_ASSIGN_OR_RETURN(CsvReader csv, CsvReader::Open(path));
+  TESSERA_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return Parse(path, std::move(text));
+}
+
+Result<FgdExpected> FgdExpected::Parse(std::string name, std::string text) {
+  CsvReader csv(std::move(name), std::move(text));
   std::vector<std::string> required = {"workload", "sc_policy", "tune", "seed", "total_gpus"};
   for (int b = 0; b <= kMaxArrivedPct; ++b) required.push_back(std::to_string(b));
   TESSERA_RETURN_IF_ERROR(csv.ReadHeader(required));
@@ -79,7 +85,7 @@ Result<FgdExpected> FgdExpected::Load(const std::string& path) {
     out.runs_.push_back(std::move(run));
   }
   TESSERA_RETURN_IF_ERROR(csv.status());
-  if (out.runs_.empty()) return Status::InvalidArgument(fmt::format("{}: no rows", path));
+  if (out.runs_.empty()) return Status::InvalidArgument(fmt::format("{}: no rows", csv.name()));
   return out;
 }
 

@@ -62,6 +62,18 @@ TEST(FgdExpectedTest, AWrongHeaderOrMissingFileIsAnError) {
   EXPECT_NE(missing.status().message().find("nope.csv"), std::string::npos);
 }
 
+TEST(FgdExpectedTest, ParseReadsTextAndNamesItInErrors) {
+  auto e =
+      FgdExpected::Parse("mem.csv", Header() + Row("openb_pod_list_default", "06-FGD", 42, 80));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_EQ(e->runs().size(), 1u);
+  EXPECT_EQ(e->runs()[0].total_gpus, 6212);
+  EXPECT_NEAR(*e->MeanUnallocated("default", "fgd", 10), 19.0, 1e-9);
+  auto empty = FgdExpected::Parse("mem.csv", Header());
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), "mem.csv: no rows");
+}
+
 TEST(CanonicalNameTest, ReducesBothNamingSchemes) {
   EXPECT_EQ(CanonicalPolicyName("03-GpuClustering"), "gpuclustering");
   EXPECT_EQ(CanonicalPolicyName("gpu-clustering"), "gpuclustering");
