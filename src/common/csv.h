@@ -41,6 +41,11 @@ class CsvReader {
   int Column(std::string_view name) const;
   bool Has(std::string_view name) const { return Column(name) >= 0; }
 
+  // The header's column names as ReadHeader trimmed them; empty before ReadHeader.
+  const std::vector<std::string>& header() const { return header_; }
+  // The current row's fields in column order (before ReadHeader, the fields of any line).
+  const std::vector<std::string>& fields() const { return fields_; }
+
   // The current row's field under `column` ("" for an optional column absent from the header).
   std::string_view Field(std::string_view column) const;
 
