@@ -111,6 +111,14 @@ TEST(CsvTest, HeaderErrorsNameTheColumn) {
   EXPECT_FALSE(CsvReader::Open("/nonexistent/x.csv").ok());
 }
 
+// Found by the csv fuzzer: Field() reads the first column of a name, so the second "cpu_milli"
+// was ignored without a word.
+TEST(CsvTest, AColumnNamedTwiceIsAnError) {
+  CsvReader twice("f.csv", "sn,cpu_milli,model, cpu_milli\na,1,T4,2\n");
+  EXPECT_EQ(twice.ReadHeader({"sn", "cpu_milli"}, {"model"}).message(),
+            "f.csv:1: column 'cpu_milli' appears twice in header");
+}
+
 TEST(CsvTest, QuotedFields) {
   CsvReader r("q.csv", "a,b\n\"x,y\",\"say \"\"hi\"\"\"\n");
   ASSERT_TRUE(r.ReadHeader({"a", "b"}).ok());

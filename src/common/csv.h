@@ -28,7 +28,8 @@ class CsvReader {
   static Result<CsvReader> Open(const std::string& path);
 
   // Reads the header line. `required` columns must all be present, in any order; `optional`
-  // ones may be. Unknown columns are an error, so a typo is caught instead of ignored.
+  // ones may be. Unknown columns and a column named twice are errors, so a typo is caught
+  // instead of ignored.
   Status ReadHeader(const std::vector<std::string>& required,
                     const std::vector<std::string>& optional = {});
 
