@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
@@ -37,6 +38,20 @@ TEST(MoneyTest, RejectsWhatIsNotExact) {
     if (!m.ok()) {
       EXPECT_NE(m.status().message().find(text), std::string::npos);
     }
+  }
+}
+
+// Found with the catalog fuzz target: a price whose whole part fits but whose fraction carries it
+// past the int64 range aborted the process (catalog validate, the server's start) instead of
+// being an error.
+TEST(MoneyTest, TheLargestAmountsParseAndOneMicroMoreIsAnError) {
+  EXPECT_EQ(Money::Parse("9223372036854.775807")->micros(), INT64_MAX);
+  EXPECT_EQ(Money::Parse("-9223372036854.775808")->micros(), INT64_MIN);
+  for (const char* text :
+       {"9223372036854.775808", "9223372036854.999999", "-9223372036854.775809"}) {
+    auto m = Money::Parse(text);
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_EQ(m.status().message(), fmt::format("'{}' is not a money amount: too large", text));
   }
 }
 
