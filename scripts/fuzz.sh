@@ -59,10 +59,12 @@ for t in "${targets[@]}"; do
   if [ -d fuzz/regressions/"$t" ]; then cp -r fuzz/regressions/"$t"/. "$corpus"/; fi
   before="$(ls "$artifacts")"
   echo "fuzz: $t for ${seconds}s"
+  dict=()
+  if [ -f fuzz/dicts/"$t".dict ]; then dict=(-dict=fuzz/dicts/"$t".dict); fi
   status=0
   nice -n "$niceness" "$bin" "$corpus" -max_total_time="$seconds" -max_len="$(max_len "$t")" \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/" \
-    >"$scratch/$t.log" 2>&1 || status=$?
+    "${dict[@]}" >"$scratch/$t.log" 2>&1 || status=$?
   grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$scratch/$t.log" | sed 's/^/  /'
   if [ "$status" -ne 0 ]; then
     tail -n 40 "$scratch/$t.log" >&2
