@@ -62,6 +62,12 @@ Result<FgdRun> ReadRun(const CsvReader& csv) {
     const std::string column = std::to_string(b);
     if (csv.Field(column).empty()) continue;
     TESSERA_ASSIGN_OR_RETURN(const double v, ParseNumber(csv, column));
+    // A share of the GPUs; beyond [0, 100] the file is broken, and summing such cells over seeds
+    // could overflow the mean to infinity.
+    if (v < 0 || v > 100) {
+      return csv.Error(fmt::format("column '{}': '{}' is not a percentage in [0, 100]", column,
+                                   csv.Field(column)));
+    }
     run.allocated_pct[static_cast<size_t>(b)] = v;
   }
   return run;

@@ -74,6 +74,23 @@ TEST(FgdExpectedTest, ParseReadsTextAndNamesItInErrors) {
   EXPECT_EQ(empty.status().message(), "mem.csv: no rows");
 }
 
+// Caught by the fgd_expected fuzz target's invariant: two runs with 1e308 in one cell made the mean
+// over seeds -inf. A cell is an allocation percentage, so anything outside [0, 100] is an error.
+TEST(FgdExpectedTest, ACellOutsideZeroToHundredIsAnError) {
+  for (const char* cell : {"1e308", "100.5", "-0.1"}) {
+    std::string bad = Row("w", "06-FGD", 1, 80);
+    bad.replace(bad.find(",80."), 10, std::string(",") + cell);
+    auto e = FgdExpected::Parse("mem.csv", Header() + bad);
+    ASSERT_FALSE(e.ok()) << cell;
+    EXPECT_EQ(e.status().message(),
+              fmt::format("mem.csv:2: column '0': '{}' is not a percentage in [0, 100]", cell));
+  }
+  auto edges = FgdExpected::Parse("mem.csv",
+                                  Header() + Row("w", "06-FGD", 1, 0) + Row("w", "06-FGD", 2, 87));
+  ASSERT_TRUE(edges.ok()) << edges.status().ToString();
+  EXPECT_NEAR(*edges->MeanUnallocated("w", "fgd", 0), 100 - 43.5, 1e-9);
+}
+
 TEST(CanonicalNameTest, ReducesBothNamingSchemes) {
   EXPECT_EQ(CanonicalPolicyName("03-GpuClustering"), "gpuclustering");
   EXPECT_EQ(CanonicalPolicyName("gpu-clustering"), "gpuclustering");
