@@ -1,10 +1,12 @@
 // Fuzzes the openb node-list loader (fleet::ParseOpenbNodeCsv, src/fleet/fleet_file.h) with the
 // embedded catalog. A rejected list gets an error naming the input; an accepted one is a fleet of
-// valid nodes, every GPU shared, whose totals add up, and which written back as a node list reads
-// back the same.
+// valid nodes, every GPU shared, whose totals add up, which written back as a node list reads back
+// the same, and which the scheduler takes as the simulator does (building its node table sums
+// every node's free CPU and GPUs) and places a GPU share and a CPU-only pod on.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "catalog/catalog_testing.h"
 #include "fleet/fleet_file.h"
 #include "fuzz/fuzz_util.h"
+#include "sched/scheduler.h"
 
 namespace tessera::fuzz {
 namespace {
@@ -61,6 +64,21 @@ void CheckFleet(const fleet::Fleet& f) {
   Check(gpus == f.total_gpus(), "the fleet's GPU total is not the sum of its nodes'");
 }
 
+void Schedule(fleet::Fleet& f) {
+  sched::Options options;
+  options.policy = "fgd";
+  options.target = {{.cpu_milli = 4000, .gpu_count = 1, .gpu_milli = 500, .weight = 1}};
+  Result<std::unique_ptr<sched::Scheduler>> s = sched::Scheduler::Create(&f, options);
+  Check(s.ok(), "the scheduler does not take a loaded fleet");
+  const sched::Request share = {
+      .cpu_milli = 1000, .memory_mib = 1024, .gpu_count = 1, .gpu_milli = 500};
+  const sched::Request cpu_only = {.cpu_milli = 1000, .memory_mib = 1024};
+  for (const sched::Request& r : {share, cpu_only}) {
+    (void)(*s)->Schedule(r);
+    Check((*s)->last_error().ok(), "the scheduler booked a node the fleet refused");
+  }
+}
+
 void FuzzOne(std::string text) {
   const catalog::Catalog& c = catalog::EmbeddedCatalogForTest();
   Result<fleet::Fleet> f = fleet::ParseOpenbNodeCsv(c, std::move(text), kName);
@@ -72,6 +90,7 @@ void FuzzOne(std::string text) {
   Result<fleet::Fleet> again = fleet::ParseOpenbNodeCsv(c, WriteNodeList(*f), kName);
   if (!again.ok()) std::fprintf(stderr, "again: %s\n", again.status().ToString().c_str());
   Check(again.ok() && SameNodes(*f, *again), "a node list written back reads back different");
+  Schedule(*f);
 }
 
 }  // namespace
