@@ -12,9 +12,12 @@
 #include <vector>
 
 #include "catalog/catalog_testing.h"
+#include "common/clock.h"
+#include "fleet/fleet_file.h"
 #include "fuzz/fuzz_util.h"
 #include "sched/scheduler.h"
 #include "sched/workload.h"
+#include "sim/run.h"
 #include "sim/trace.h"
 
 namespace tessera::fuzz {
@@ -67,7 +70,50 @@ void CheckPods(const catalog::Catalog& c, const std::vector<sim::Pod>& pods) {
   Check(std::abs(weights - 1) < 1e-9, "typical pods' weights do not sum to 1");
 }
 
+// The cluster the simulator runs on: two T4s, two V100s and a CPU-only node.
+const fleet::Fleet& SimFleet() {
+  static const fleet::Fleet* f = [] {
+    Result<fleet::Fleet> parsed = fleet::ParseOpenbNodeCsv(
+        catalog::EmbeddedCatalogForTest(),
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        "n1,32000,131072,2,T4\nn2,64000,262144,2,V100M32\nn3,16000,65536,0,\n",
+        "sim fleet");
+    Check(parsed.ok(), "the simulator's fleet does not load");
+    return new fleet::Fleet(std::move(*parsed));
+  }();
+  return *f;
+}
+
+// Tuning copies pods until their GPU demand reaches 1.3 x capacity; a list whose copies would run
+// to tens of thousands only makes the run slow.
+constexpr double kMaxSimPods = 20'000;
+
+void Simulate(const std::vector<sim::Pod>& pods, size_t policy_pick) {
+  const fleet::Fleet& f = SimFleet();
+  const double target = 1.3 * static_cast<double>(f.total_gpus()) * fleet::kMilliPerGpu;
+  int64_t demand = 0;
+  for (const sim::Pod& p : pods) demand += p.demand_milli();
+  if (demand == 0 ||
+      static_cast<double>(pods.size()) * target / static_cast<double>(demand) > kMaxSimPods) {
+    return;
+  }
+  const std::vector<std::string> policies = sched::PolicyNames();
+  const sched::Workload target_workload = sim::TypicalWorkloadOf(pods).workload;
+  const sim::Scenario scenario = {"pods.csv", &f, &pods, &target_workload};
+  const sim::RunSpec spec = {policies[policy_pick % policies.size()], 7, 1.3};
+  Result<sim::RunStats> r = sim::RunOne(scenario, spec, SystemClock::Get());
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s: %s\n", spec.policy.c_str(), r.status().ToString().c_str());
+    Check(r.status().code() != StatusCode::kInternal, "the simulator hit a scheduler bug");
+    Check(!r.status().message().empty(), "a simulator run failed without a message");
+    return;
+  }
+  Check(r->placed + r->failed == r->pods && r->placed >= 0 && r->failed >= 0,
+        "a simulator run lost count of its pods");
+}
+
 void FuzzOne(std::string text) {
+  const size_t text_size = text.size();
   const catalog::Catalog& c = catalog::EmbeddedCatalogForTest();
   Result<std::vector<sim::Pod>> pods = sim::ParseOpenbPods(c, kName, std::move(text));
   if (!pods.ok()) {
@@ -78,6 +124,7 @@ void FuzzOne(std::string text) {
   Result<std::vector<sim::Pod>> again = sim::ParseOpenbPods(c, kName, WritePodList(*pods));
   if (!again.ok()) std::fprintf(stderr, "again: %s\n", again.status().ToString().c_str());
   Check(again.ok() && SamePods(*pods, *again), "a pod list written back reads back different");
+  Simulate(*pods, text_size);
 }
 
 }  // namespace
