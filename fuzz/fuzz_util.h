@@ -28,19 +28,6 @@ inline std::string AsText(const uint8_t* data, size_t size) {
   return std::string(reinterpret_cast<const char*>(data), size);
 }
 
-// `text` split at every '\n'; a trailing '\n' gives no empty last line.
-inline std::vector<std::string_view> Lines(std::string_view text) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    out.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
 // A loader's error: not OK, with a non-empty message that starts with `prefix` (the name the input
 // was given, so the user can tell which file is at fault).
 inline void CheckError(const Status& s, std::string_view prefix) {

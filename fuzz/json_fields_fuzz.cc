@@ -4,10 +4,12 @@
 // value, with no error, or returns the fallback and adds errors that name the object and field.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/json.h"
@@ -25,6 +27,10 @@ constexpr size_t kMaxKeys = 16;
 // fixed such values skip the value check; set this to true to reproduce it with
 // corpus/json_fields/all_types.json.
 constexpr bool kCheckUnsignedAboveInt64Max = false;
+// Known and reported likewise: ParseJson locates the error with a second, non-strict pass that
+// stops after the first value, so trailing text ("{} x") is reported "at byte 0 near ''". Until
+// json.cc is fixed, the byte is not checked after a whole value; set this to true to check it.
+constexpr bool kCheckTrailingTextByte = false;
 
 // Checks the errors `f` added since it had `before`: exactly `want` of them (any number > 0 when
 // `want` is -1), each naming the object and the field.
@@ -148,10 +154,34 @@ void FuzzFields(const nlohmann::json& j, const std::string& where, int depth) {
   }
 }
 
+// The byte ParseJson names is the one nlohmann::json's own parse error names.
+void CheckErrorByte(const std::string& text, const std::string& message) {
+  size_t want = 0;
+  bool trailing = false;  // A whole value, then more text.
+  try {
+    const nlohmann::json parsed = nlohmann::json::parse(text);
+    std::fprintf(stderr, "nlohmann::json parsed it as %s\n", parsed.dump().c_str());
+    Check(false, "ParseJson failed on text nlohmann::json parses");
+  } catch (const nlohmann::json::parse_error& e) {
+    want = e.byte;
+    trailing = std::string_view(e.what()).find("expected end of input") != std::string_view::npos;
+  } catch (const nlohmann::json::exception&) {
+    return;  // A number out of range: the exception carries no byte to compare with.
+  }
+  if (trailing && !kCheckTrailingTextByte) return;
+  const std::string said = std::string(kName) + ": malformed JSON at byte " + std::to_string(want);
+  if (message.compare(0, said.size(), said) != 0 ||
+      !(message.size() == said.size() || message[said.size()] == ' ')) {
+    std::fprintf(stderr, "message: %s\nwant byte %zu\n", message.c_str(), want);
+    Check(false, "ParseJson names another byte than the parser's error");
+  }
+}
+
 void FuzzOne(const std::string& text) {
   Result<nlohmann::json> j = ParseJson(text, kName);
   if (!j.ok()) {
     CheckError(j.status(), std::string(kName) + ": malformed JSON at byte ");
+    CheckErrorByte(text, j.status().message());
     return;
   }
   Result<nlohmann::json> again = ParseJson(j->dump(), kName);
