@@ -65,10 +65,11 @@ for t in "${targets[@]}"; do
   nice -n "$niceness" "$bin" "$corpus" -max_total_time="$seconds" -max_len="$(max_len "$t")" \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/" \
     "${dict[@]}" >"$scratch/$t.log" 2>&1 || status=$?
-  grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$scratch/$t.log" | sed 's/^/  /'
+  grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$scratch/$t.log" |
+    sed 's/^/  /' || true
   if [ "$status" -ne 0 ]; then
     tail -n 40 "$scratch/$t.log" >&2
-    input="$(comm -13 <(echo "$before") <(ls "$artifacts") | head -n 1)"
+    input="$(comm -13 <(echo "$before") <(ls "$artifacts") | head -n 1 || true)"
     echo "fuzz: $t FAILED (exit $status); input: $artifacts/${input:-?}" >&2
     failed+=("$t: $artifacts/${input:-?}")
     continue
@@ -76,7 +77,8 @@ for t in "${targets[@]}"; do
   if [ "${FUZZ_MERGE:-0}" = 1 ]; then
     nice -n "$niceness" "$bin" -merge=1 -max_len="$(max_len "$t")" fuzz/corpus/"$t" "$corpus" \
       >"$scratch/$t.merge.log" 2>&1
-    echo "  merged: $(grep -o 'added [0-9]* new units' "$scratch/$t.merge.log" || echo 'nothing new')"
+    echo "  merged into fuzz/corpus/$t: $(grep -o '[0-9]* new files' "$scratch/$t.merge.log" ||
+      echo 'nothing new')"
   fi
 done
 
