@@ -3,7 +3,7 @@ PRESET ?= release
 BUILD_DIR := build/$(PRESET)
 JOBS ?= $(shell nproc)
 
-.PHONY: run test build bench bootstrap configure format clean
+.PHONY: run test build bench bootstrap configure format clean fuzz
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -21,8 +21,18 @@ DATA ?= ./tessera-data
 run: build
 	$(BUILD_DIR)/tessera server --demo --listen $(LISTEN) --data $(DATA)
 
+# The tests, then every fuzzer briefly (TEST_FUZZ_SECONDS each; 0 skips them), so CI runs the
+# fuzz targets under clang's sanitizers too. ctest already replays their corpora.
+TEST_FUZZ_SECONDS ?= 5
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	@if [ "$(TEST_FUZZ_SECONDS)" != 0 ]; then FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) FUZZ_JOBS=$(JOBS) scripts/fuzz.sh; fi
+
+# Every fuzz target for FUZZ_SECONDS each, built with clang in build/fuzz (scripts/fuzz.sh says
+# more; FUZZ_MERGE=1 keeps the new inputs in fuzz/corpus/).
+FUZZ_SECONDS ?= 60
+fuzz: bootstrap
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(JOBS) scripts/fuzz.sh
 
 bench: build
 	@scripts/bench.sh $(BUILD_DIR)

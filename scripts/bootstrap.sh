@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential g++ cmake ninja-build make pkg-config git
-  clang-format clang-tidy
+  clang-format clang-tidy clang libclang-rt-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libcpp-httplib-dev libsqlite3-dev libssl-dev libpq-dev libboost1.81-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -94,6 +94,17 @@ std::vector<std::string> Catalog::ValidateDir(const std::string& dir) {
   return errors;
 }
 
+Result<Catalog> Catalog::ParseTexts(const std::map<std::string, std::string, std::less<>>& texts) {
+  FileMap files;
+  for (const std::string& name : DataFiles()) {
+    if (auto it = texts.find(name); it != texts.end()) files.emplace(name, it->second);
+  }
+  std::vector<std::string> errors;
+  Catalog c = Parse(files, errors);
+  if (!errors.empty()) return JoinErrors(errors);
+  return c;
+}
+
 std::optional<GpuModelIndex> Catalog::FindGpuIndex(std::string_view id_or_alias) const {
   auto it = gpu_index_.find(id_or_alias);
   if (it == gpu_index_.end()) return std::nullopt;

@@ -77,6 +77,10 @@ class Catalog {
 
   // Every problem in `dir`, one "file: entry 'id': field: what" line each; empty when valid.
   static std::vector<std::string> ValidateDir(const std::string& dir);
+  // Parses and validates data files already in memory, keyed by file name (see DataFiles()); a
+  // data file absent from `texts` is reported as missing and other names are ignored. Errors as
+  // LoadDir's.
+  static Result<Catalog> ParseTexts(const std::map<std::string, std::string, std::less<>>& texts);
 
   const std::vector<GpuModel>& gpus() const { return gpus_; }
   const std::vector<InstanceType>& instance_types() const { return instance_types_; }

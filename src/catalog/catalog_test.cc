@@ -378,6 +378,30 @@ TEST(CatalogTest, LoadDirListsEveryErrorInTheStatus) {
                 "/mig.json: cannot open file");
 }
 
+TEST(CatalogTest, ParseTextsReadsFilesFromMemory) {
+  const Texts source = SourceTexts();
+  const std::map<std::string, std::string, std::less<>> texts(source.begin(), source.end());
+  auto c = Catalog::ParseTexts(texts);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto dir = Catalog::LoadDir(SourceCatalogDir());
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  EXPECT_EQ(c->gpus().size(), dir->gpus().size());
+  EXPECT_EQ(c->mig_table_count(), dir->mig_table_count());
+  EXPECT_EQ(c->instance_types().size(), dir->instance_types().size());
+  EXPECT_EQ(c->prices().size(), dir->prices().size());
+}
+
+TEST(CatalogTest, ParseTextsReportsAMissingFileAndIgnoresStrangers) {
+  const Texts source = SourceTexts();
+  std::map<std::string, std::string, std::less<>> texts(source.begin(), source.end());
+  texts.erase("prices.json");
+  texts["colours.json"] = "not json";
+  auto c = Catalog::ParseTexts(texts);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), "prices.json: missing");
+}
+
 TEST(CatalogTest, EmbeddedCatalogMatchesTheSourceDirectory) {
   auto embedded = Catalog::LoadEmbedded();
   ASSERT_TRUE(embedded.ok()) << embedded.status().ToString();

@@ -78,35 +78,12 @@ int RunCheck(const MigArgs& a, const mig::Table& t) {
 }
 
 int RunPlan(const MigArgs& a, const mig::Table& t) {
-  std::vector<mig::Placement> existing;
-  std::vector<const mig::Profile*> add;
-  for (const std::string& token : a.tokens) {
-    if (token.find('@') != std::string::npos) {
-      if (!a.existing) {
-        std::cerr << "tessera mig plan: '" << token
-                  << "' names a start; list existing instances after --existing\n";
-        return kExitUsage;
-      }
-      Result<mig::Placement> p = mig::ParsePlacement(t, token);
-      if (!p.ok()) {
-        std::cerr << "tessera mig plan: " << p.status().message() << "\n";
-        return kExitUsage;
-      }
-      existing.push_back(*p);
-    } else {
-      Result<const mig::Profile*> p = mig::LookupProfile(t, token);
-      if (!p.ok()) {
-        std::cerr << "tessera mig plan: " << p.status().message() << "\n";
-        return kExitUsage;
-      }
-      add.push_back(*p);
-    }
-  }
-  if (add.empty()) {
-    std::cerr << "tessera mig plan: no profiles to add; name at least one PROFILE\n";
+  Result<mig::PlanRequest> request = mig::ParsePlanTokens(t, a.tokens, a.existing);
+  if (!request.ok()) {
+    std::cerr << "tessera mig plan: " << request.status().message() << "\n";
     return kExitUsage;
   }
-  Result<std::vector<mig::Placement>> plan = mig::Plan(t, existing, add);
+  Result<std::vector<mig::Placement>> plan = mig::Plan(t, request->existing, request->add);
   if (!plan.ok()) {
     std::cerr << "tessera mig plan: " << plan.status().message() << "\n";
     return kExitFailure;

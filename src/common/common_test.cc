@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
@@ -37,6 +38,20 @@ TEST(MoneyTest, RejectsWhatIsNotExact) {
     if (!m.ok()) {
       EXPECT_NE(m.status().message().find(text), std::string::npos);
     }
+  }
+}
+
+// Found with the catalog fuzz target: a price whose whole part fits but whose fraction carries it
+// past the int64 range aborted the process (catalog validate, the server's start) instead of
+// being an error.
+TEST(MoneyTest, TheLargestAmountsParseAndOneMicroMoreIsAnError) {
+  EXPECT_EQ(Money::Parse("9223372036854.775807")->micros(), INT64_MAX);
+  EXPECT_EQ(Money::Parse("-9223372036854.775808")->micros(), INT64_MIN);
+  for (const char* text :
+       {"9223372036854.775808", "9223372036854.999999", "-9223372036854.775809"}) {
+    auto m = Money::Parse(text);
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_EQ(m.status().message(), fmt::format("'{}' is not a money amount: too large", text));
   }
 }
 
@@ -109,6 +124,14 @@ TEST(CsvTest, HeaderErrorsNameTheColumn) {
   EXPECT_EQ(unknown.ReadHeader({"sn", "cpu_milli"}).message(),
             "f.csv:1: unexpected column 'colour' in header");
   EXPECT_FALSE(CsvReader::Open("/nonexistent/x.csv").ok());
+}
+
+// Found by the csv fuzzer: Field() reads the first column of a name, so the second "cpu_milli"
+// was ignored without a word.
+TEST(CsvTest, AColumnNamedTwiceIsAnError) {
+  CsvReader twice("f.csv", "sn,cpu_milli,model, cpu_milli\na,1,T4,2\n");
+  EXPECT_EQ(twice.ReadHeader({"sn", "cpu_milli"}, {"model"}).message(),
+            "f.csv:1: column 'cpu_milli' appears twice in header");
 }
 
 TEST(CsvTest, QuotedFields) {

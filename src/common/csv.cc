@@ -54,6 +54,14 @@ Status CsvReader::ReadHeader(const std::vector<std::string>& required,
           fmt::format("header lacks column '{}' (expected {})", r, fmt::join(required, ",")));
     }
   }
+  // Field() reads the first column of a name, so a second one would be ignored silently.
+  for (size_t i = 0; i < header_.size(); ++i) {
+    for (size_t k = 0; k < i; ++k) {
+      if (header_[k] == header_[i]) {
+        return Error(fmt::format("column '{}' appears twice in header", header_[i]));
+      }
+    }
+  }
   for (const auto& h : header_) {
     const bool known = std::find(required.begin(), required.end(), h) != required.end() ||
                        std::find(optional.begin(), optional.end(), h) != optional.end();

@@ -28,7 +28,8 @@ class CsvReader {
   static Result<CsvReader> Open(const std::string& path);
 
   // Reads the header line. `required` columns must all be present, in any order; `optional`
-  // ones may be. Unknown columns are an error, so a typo is caught instead of ignored.
+  // ones may be. Unknown columns and a column named twice are errors, so a typo is caught
+  // instead of ignored.
   Status ReadHeader(const std::vector<std::string>& required,
                     const std::vector<std::string>& optional = {});
 
@@ -40,6 +41,11 @@ class CsvReader {
   // The column's position in the header, or -1 when the header lacks it.
   int Column(std::string_view name) const;
   bool Has(std::string_view name) const { return Column(name) >= 0; }
+
+  // The header's column names as ReadHeader trimmed them; empty before ReadHeader.
+  const std::vector<std::string>& header() const { return header_; }
+  // The current row's fields in column order (before ReadHeader, the fields of any line).
+  const std::vector<std::string>& fields() const { return fields_; }
 
   // The current row's field under `column` ("" for an optional column absent from the header).
   std::string_view Field(std::string_view column) const;

@@ -52,8 +52,15 @@ Result<Money> Money::Parse(std::string_view text) {
     if (i == frac_start) return bad("expected digits after '.'");
   }
   if (i != text.size()) return bad(fmt::format("unexpected '{}'", text[i]));
-  const Int128 micros = whole * kMicrosPerDollar + fraction;
-  return Money(CheckedNarrow(negative ? -micros : micros));
+  // The whole part alone may fit while the fraction carries it past the int64 range, and text is
+  // input, so that is an error here rather than CheckedNarrow's abort.
+  const Int128 micros =
+      negative ? -(whole * kMicrosPerDollar + fraction) : whole * kMicrosPerDollar + fraction;
+  if (micros > std::numeric_limits<int64_t>::max() ||
+      micros < std::numeric_limits<int64_t>::min()) {
+    return bad("too large");
+  }
+  return Money(static_cast<int64_t>(micros));
 }
 
 std::string Money::ToString(int min_decimals) const {

@@ -196,8 +196,10 @@ Status AddOpenbRow(const catalog::Catalog& catalog, const CsvReader& r, Fleet& f
   if (auto [it, fresh] = first_line.emplace(spec.name, r.line()); !fresh) {
     return r.Error(fmt::format("duplicate node '{}' (first on line {})", spec.name, it->second));
   }
-  TESSERA_ASSIGN_OR_RETURN(spec.cpu_milli, r.Int("cpu_milli", 0));
-  TESSERA_ASSIGN_OR_RETURN(spec.memory_mib, r.Int("memory_mib", 0));
+  // The fleet JSON's limits: the scheduler sums free CPU over the fleet, which an unbounded
+  // cpu_milli would overflow.
+  TESSERA_ASSIGN_OR_RETURN(spec.cpu_milli, r.Int("cpu_milli", 0, kMaxVcpus * 1000));
+  TESSERA_ASSIGN_OR_RETURN(spec.memory_mib, r.Int("memory_mib", 0, kMaxMemoryGib * 1024));
   TESSERA_ASSIGN_OR_RETURN(const int64_t gpus, r.Int("gpu", 0, kMaxGpusPerNode));
   spec.gpus = static_cast<int>(gpus);
   spec.gpu_model = std::string(r.Field("model"));

@@ -23,7 +23,8 @@ Result<Fleet> ParseFleetJson(const catalog::Catalog& catalog, std::string_view t
                              std::string_view where);
 
 // Builds a fleet from an openb node list. `where` names the source in errors, which read
-// "where:line: what is wrong"; the first problem found is reported.
+// "where:line: what is wrong"; the first problem found is reported. cpu_milli and memory_mib are
+// bounded as in fleet JSON (100,000 vCPUs, 2^24 GiB).
 Result<Fleet> ParseOpenbNodeCsv(const catalog::Catalog& catalog, std::string text,
                                 std::string where);
 

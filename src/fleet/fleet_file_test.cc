@@ -238,7 +238,13 @@ TEST(OpenbCsvTest, RejectsBadRowsNamingFileAndLine) {
       {"fractional gpu", h + "n1,1000,1024,0.5,T4\n",
        "n.csv:2: column 'gpu': '0.5' is not an integer"},
       {"negative memory", h + "n1,1000,-1,0,\n",
-       "n.csv:2: column 'memory_mib': -1 is out of range [0, 9223372036854775807]"},
+       "n.csv:2: column 'memory_mib': -1 is out of range [0, 17179869184]"},
+      // Found by the openb_nodes fuzzer: two nodes of 2^63-1 milli-CPU overflowed the
+      // scheduler's fleet-wide free-CPU sum. The limits are the fleet JSON's.
+      {"more cpu than 100,000 vCPUs", h + "n1,100000001,1024,0,\n",
+       "n.csv:2: column 'cpu_milli': 100000001 is out of range [0, 100000000]"},
+      {"more memory than 2^24 GiB", h + "n1,1000,17179869185,0,\n",
+       "n.csv:2: column 'memory_mib': 17179869185 is out of range [0, 17179869184]"},
       {"too many gpus", h + "n1,1000,1024,17,T4\n",
        "n.csv:2: column 'gpu': 17 is out of range [0, 16]"},
       {"gpus without a model", h + "n1,1000,1024,2,\n",

@@ -142,6 +142,28 @@ Result<Placement> ParsePlacement(const Table& table, std::string_view text) {
   return Placement{profile, start};
 }
 
+Result<PlanRequest> ParsePlanTokens(const Table& table, const std::vector<std::string>& tokens,
+                                    bool existing_allowed) {
+  PlanRequest request;
+  for (const std::string& token : tokens) {
+    if (token.find('@') != std::string::npos) {
+      if (!existing_allowed) {
+        return Status::InvalidArgument(
+            fmt::format("'{}' names a start; list existing instances after --existing", token));
+      }
+      TESSERA_ASSIGN_OR_RETURN(const Placement p, ParsePlacement(table, token));
+      request.existing.push_back(p);
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(const Profile* p, LookupProfile(table, token));
+      request.add.push_back(p);
+    }
+  }
+  if (request.add.empty()) {
+    return Status::InvalidArgument("no profiles to add; name at least one PROFILE");
+  }
+  return request;
+}
+
 Status CheckLayout(const Table& table, const std::vector<Placement>& layout) {
   TESSERA_RETURN_IF_ERROR(CheckStarts(table, layout));
   TESSERA_RETURN_IF_ERROR(CheckOverlap(layout));

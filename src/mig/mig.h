@@ -58,6 +58,19 @@ std::string FormatLayout(const std::vector<Placement>& layout);
 // profile the table lacks (the message lists the valid profiles).
 Result<Placement> ParsePlacement(const Table& table, std::string_view text);
 
+// What `tessera mig plan` asks for: the instances already on the GPU and the profiles to add.
+struct PlanRequest {
+  std::vector<Placement> existing;
+  std::vector<const Profile*> add;  // One instance each, in the order given.
+};
+
+// Parses `tessera mig plan`'s tokens against `table`: PROFILE@START tokens are existing instances,
+// allowed only when `existing_allowed` (the command's --existing was given), and PROFILE tokens are
+// profiles to add. The first bad token's error, as ParsePlacement and LookupProfile give it, or
+// InvalidArgument when a start comes without --existing or no profile is to be added.
+Result<PlanRequest> ParsePlanTokens(const Table& table, const std::vector<std::string>& tokens,
+                                    bool existing_allowed);
+
 // OK when `layout` is valid on the table's model. Otherwise FailedPrecondition whose message names
 // the rule broken and the instances involved, e.g. "memory slices overlap: 3g.40gb@4 and
 // 1g.10gb@5". InvalidArgument when a placement's profile is not one of `table`'s.

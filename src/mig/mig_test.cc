@@ -236,6 +236,55 @@ TEST(ParsePlacementTest, Cases) {
   }
 }
 
+TEST(ParsePlanTokensTest, Cases) {
+  const Table& t = CatalogTable("H100-80GB");
+  struct Case {
+    std::vector<std::string> tokens;
+    bool existing_allowed;
+    StatusCode code;
+    // When OK: the existing layout, then " + " and the profiles to add.
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"3g.40gb", "4g.40gb"}, false, StatusCode::kOk, " + 3g.40gb 4g.40gb"},
+      // Starts and profiles may come in any order; the profiles keep theirs.
+      {{"2g.20gb", "4g.40gb@0", "1g.10gb", "1g.10gb@6"},
+       true,
+       StatusCode::kOk,
+       "4g.40gb@0 1g.10gb@6 + 2g.20gb 1g.10gb"},
+      {{"3g.40gb@4", "1g.10gb"},
+       false,
+       StatusCode::kInvalidArgument,
+       "'3g.40gb@4' names a start; list existing instances after --existing"},
+      {{"3g.40gb@4"},
+       true,
+       StatusCode::kInvalidArgument,
+       "no profiles to add; name at least one PROFILE"},
+      {{}, false, StatusCode::kInvalidArgument, "no profiles to add; name at least one PROFILE"},
+      // The first bad token is reported.
+      {{"3g.40gb@x", "5g.50gb"},
+       true,
+       StatusCode::kInvalidArgument,
+       "'3g.40gb@x': start 'x' is not a memory-slice index (0, 1, 2, ...)"},
+      {{"1g.10gb", "5g.50gb"},
+       false,
+       StatusCode::kNotFound,
+       "unknown MIG profile '5g.50gb' on H100-80GB; valid: 1g.10gb, 1g.10gb+me, 1g.20gb, "
+       "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb"},
+  };
+  for (const Case& c : cases) {
+    Result<PlanRequest> r = ParsePlanTokens(t, c.tokens, c.existing_allowed);
+    if (c.code != StatusCode::kOk) {
+      EXPECT_EQ(r.status().ToString(), Status(c.code, c.message).ToString()) << c.message;
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::string got = FormatLayout(r->existing) + " +";
+    for (const Profile* p : r->add) got += " " + p->name;
+    EXPECT_EQ(got, c.message);
+  }
+}
+
 TEST(FormatLayoutTest, SpaceSeparatedTokens) {
   const Table& t = CatalogTable("H100-80GB");
   EXPECT_EQ(FormatLayout({{t.Find("4g.40gb"), 0}, {t.Find("1g.10gb"), 6}}), "4g.40gb@0 1g.10gb@6");

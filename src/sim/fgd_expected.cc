@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "common/csv.h"
 
@@ -61,6 +62,12 @@ Result<FgdRun> ReadRun(const CsvReader& csv) {
     const std::string column = std::to_string(b);
     if (csv.Field(column).empty()) continue;
     TESSERA_ASSIGN_OR_RETURN(const double v, ParseNumber(csv, column));
+    // A share of the GPUs; beyond [0, 100] the file is broken, and summing such cells over seeds
+    // could overflow the mean to infinity.
+    if (v < 0 || v > 100) {
+      return csv.Error(fmt::format("column '{}': '{}' is not a percentage in [0, 100]", column,
+                                   csv.Field(column)));
+    }
     run.allocated_pct[static_cast<size_t>(b)] = v;
   }
   return run;
@@ -69,7 +76,12 @@ Result<FgdRun> ReadRun(const CsvReader& csv) {
 }  // namespace
 
 Result<FgdExpected> FgdExpected::Load(const std::string& path) {
-  TESSERA_ASSIGN_OR_RETURN(CsvReader csv, CsvReader::Open(path));
+  TESSERA_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return Parse(path, std::move(text));
+}
+
+Result<FgdExpected> FgdExpected::Parse(std::string name, std::string text) {
+  CsvReader csv(std::move(name), std::move(text));
   std::vector<std::string> required = {"workload", "sc_policy", "tune", "seed", "total_gpus"};
   for (int b = 0; b <= kMaxArrivedPct; ++b) required.push_back(std::to_string(b));
   TESSERA_RETURN_IF_ERROR(csv.ReadHeader(required));
@@ -79,7 +91,7 @@ Result<FgdExpected> FgdExpected::Load(const std::string& path) {
     out.runs_.push_back(std::move(run));
   }
   TESSERA_RETURN_IF_ERROR(csv.status());
-  if (out.runs_.empty()) return Status::InvalidArgument(fmt::format("{}: no rows", path));
+  if (out.runs_.empty()) return Status::InvalidArgument(fmt::format("{}: no rows", csv.name()));
   return out;
 }
 

@@ -27,8 +27,11 @@ struct FgdRun {
 
 class FgdExpected {
  public:
-  // Loads the CSV. Errors name the file and line: missing columns, non-numeric cells.
+  // Loads the CSV. Errors name the file and line: missing columns, non-numeric cells, cells
+  // outside [0, 100].
   static Result<FgdExpected> Load(const std::string& path);
+  // As Load, from text already in memory; `name` labels errors as the path does.
+  static Result<FgdExpected> Parse(std::string name, std::string text);
 
   const std::vector<FgdRun>& runs() const { return runs_; }
 

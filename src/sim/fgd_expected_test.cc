@@ -62,6 +62,35 @@ TEST(FgdExpectedTest, AWrongHeaderOrMissingFileIsAnError) {
   EXPECT_NE(missing.status().message().find("nope.csv"), std::string::npos);
 }
 
+TEST(FgdExpectedTest, ParseReadsTextAndNamesItInErrors) {
+  auto e =
+      FgdExpected::Parse("mem.csv", Header() + Row("openb_pod_list_default", "06-FGD", 42, 80));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_EQ(e->runs().size(), 1u);
+  EXPECT_EQ(e->runs()[0].total_gpus, 6212);
+  EXPECT_NEAR(*e->MeanUnallocated("default", "fgd", 10), 19.0, 1e-9);
+  auto empty = FgdExpected::Parse("mem.csv", Header());
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), "mem.csv: no rows");
+}
+
+// Caught by the fgd_expected fuzz target's invariant: two runs with 1e308 in one cell made the mean
+// over seeds -inf. A cell is an allocation percentage, so anything outside [0, 100] is an error.
+TEST(FgdExpectedTest, ACellOutsideZeroToHundredIsAnError) {
+  for (const char* cell : {"1e308", "100.5", "-0.1"}) {
+    std::string bad = Row("w", "06-FGD", 1, 80);
+    bad.replace(bad.find(",80."), 10, std::string(",") + cell);
+    auto e = FgdExpected::Parse("mem.csv", Header() + bad);
+    ASSERT_FALSE(e.ok()) << cell;
+    EXPECT_EQ(e.status().message(),
+              fmt::format("mem.csv:2: column '0': '{}' is not a percentage in [0, 100]", cell));
+  }
+  auto edges = FgdExpected::Parse("mem.csv",
+                                  Header() + Row("w", "06-FGD", 1, 0) + Row("w", "06-FGD", 2, 87));
+  ASSERT_TRUE(edges.ok()) << edges.status().ToString();
+  EXPECT_NEAR(*edges->MeanUnallocated("w", "fgd", 0), 100 - 43.5, 1e-9);
+}
+
 TEST(CanonicalNameTest, ReducesBothNamingSchemes) {
   EXPECT_EQ(CanonicalPolicyName("03-GpuClustering"), "gpuclustering");
   EXPECT_EQ(CanonicalPolicyName("gpu-clustering"), "gpuclustering");

@@ -181,7 +181,12 @@ Result<std::vector<uint64_t>> ParseSeeds(std::string_view text) {
             "'{}' is not a seed range (expected low-high, low <= high, at most {} seeds)", piece,
             kMaxSeeds));
       }
-      for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
+      // Counts from lo up to hi inclusive without `s <= hi`, which never fails when hi is the
+      // largest uint64_t.
+      for (uint64_t s = lo;; ++s) {
+        seeds.push_back(s);
+        if (s == hi) break;
+      }
     }
     if (seeds.size() > kMaxSeeds) {
       return Status::InvalidArgument(fmt::format("more than {} seeds", kMaxSeeds));

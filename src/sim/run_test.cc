@@ -29,6 +29,15 @@ TEST(ParseSeedsTest, RejectsWhatIsNotASeedNamingThePiece) {
   }
 }
 
+// A range ending at the largest seed used to loop forever: `s <= hi` never fails when hi is
+// 2^64-1, so ++s wrapped to 0 and the list grew until memory ran out.
+TEST(ParseSeedsTest, ARangeEndingAtTheLargestSeedEnds) {
+  EXPECT_EQ(*ParseSeeds("18446744073709551614-18446744073709551615"),
+            (std::vector<uint64_t>{UINT64_MAX - 1, UINT64_MAX}));
+  EXPECT_EQ(*ParseSeeds("18446744073709551615-18446744073709551615"),
+            (std::vector<uint64_t>{UINT64_MAX}));
+}
+
 // Four 8-GPU nodes and 120 pods of mixed shapes (about 84 GPUs of demand).
 class RunTest : public ::testing::Test {
  protected:
