@@ -203,7 +203,7 @@ class OnlineFgdPolicy final : public Policy {
   explicit OnlineFgdPolicy(bool guarded) : guarded_(guarded) {}
   std::string_view Name() const override { return guarded_ ? "guarded-fgd" : "adaptive-fgd"; }
 
-  void Observe(const Need& need) override {
+  void Observe(const Need& need, uint32_t /*source*/) override {
     if (workload_.Add(need)) cache_.Clear();  // Scores against the old model are stale.
     if (guarded_) guard_.Observe(need);
   }

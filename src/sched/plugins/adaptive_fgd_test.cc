@@ -128,6 +128,43 @@ TEST(GuardedFgdTest, HoleWasteIsWhatFillersDrawnFromTheSizesSeenLeaveBehind) {
   EXPECT_DOUBLE_EQ(HoleWaste({})[420], 420);
 }
 
+// The server retries a waiting request by scheduling it again with observe = false: what follows
+// is placed as if the request had arrived once, however many retries there were.
+TEST(GuardedFgdTest, RetriesMarkedNotToObserveAreNotLearnedFrom) {
+  int retries_would_matter = 0;
+  for (int salt = 1; salt <= 6; ++salt) {
+    Request waiting = testing::Cpu(500000);  // No node has the CPU: it waits.
+    std::vector<Request> once = Mixed(40, salt);
+    once.insert(once.begin() + 5, waiting);
+    std::vector<Request> retried, observed;
+    std::vector<bool> is_retry;
+    for (size_t i = 0; i < once.size(); ++i) {
+      retried.push_back(once[i]);
+      observed.push_back(once[i]);
+      is_retry.push_back(false);
+      if (i < 5) continue;
+      for (int k = 0; k < 3; ++k) {  // After each arrival, three retries of the waiting request.
+        Request again = waiting;
+        again.observe = false;
+        retried.push_back(again);
+        observed.push_back(waiting);
+        is_retry.push_back(true);
+      }
+    }
+    const auto arrivals = [&](const std::vector<std::string>& all) {
+      std::vector<std::string> out;
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (!is_retry[i]) out.push_back(all[i]);
+      }
+      return out;
+    };
+    const std::vector<std::string> want = Placements(once, {}, "guarded-fgd");
+    EXPECT_EQ(arrivals(Placements(retried, {}, "guarded-fgd")), want) << salt;
+    retries_would_matter += arrivals(Placements(observed, {}, "guarded-fgd")) != want ? 1 : 0;
+  }
+  EXPECT_GT(retries_would_matter, 0) << "counting each retry should change some placements";
+}
+
 TEST(GuardedFgdTest, StrandedMilliIsTheGpuTheFreeCpuCannotServe) {
   EXPECT_EQ(StrandedMilli(4000, 32000, 8), 0);     // 32 vCPU serve 4 GPUs at 8 per GPU.
   EXPECT_EQ(StrandedMilli(4000, 16000, 8), 2000);  // Half the GPUs have no CPU left.
