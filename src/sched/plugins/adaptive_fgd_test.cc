@@ -105,29 +105,6 @@ INSTANTIATE_TEST_SUITE_P(Both, OnlinePolicyTest, ::testing::Values("adaptive-fgd
                            return p.param == "adaptive-fgd" ? "adaptive" : "guarded";
                          });
 
-TEST(GuardedFgdTest, HoleWasteIsWhatFillersDrawnFromTheSizesSeenLeaveBehind) {
-  // Only 600-milli shares: a hole below 600 stays as it is; 1000 free ends with 400 wasted.
-  const std::vector<double> sixes = HoleWaste({{600, 5}});
-  EXPECT_DOUBLE_EQ(sixes[0], 0);
-  EXPECT_DOUBLE_EQ(sixes[599], 599);
-  EXPECT_DOUBLE_EQ(sixes[600], 0);
-  EXPECT_DOUBLE_EQ(sixes[750], 150);
-  EXPECT_DOUBLE_EQ(sixes[1000], 400);
-  // 500s and 250s tile a GPU exactly: no hole of a multiple of 250 wastes anything.
-  const std::vector<double> tiles = HoleWaste({{500, 1}, {250, 1}});
-  EXPECT_DOUBLE_EQ(tiles[1000], 0);
-  EXPECT_DOUBLE_EQ(tiles[750], 0);
-  EXPECT_DOUBLE_EQ(tiles[300], 50);
-  EXPECT_DOUBLE_EQ(tiles[100], 100);
-  // Weights matter: a 700 (leaving 300 a 250 fills to 50) drawn three times as often as a 250
-  // (whose leftovers tile on): W(1000) = 3/4 * W(300) + 1/4 * W(750).
-  const std::vector<double> mix = HoleWaste({{700, 3}, {250, 1}});
-  EXPECT_DOUBLE_EQ(mix[300], 50);
-  EXPECT_DOUBLE_EQ(mix[1000], 0.75 * mix[300] + 0.25 * mix[750]);
-  // Nothing seen yet: every hole stays.
-  EXPECT_DOUBLE_EQ(HoleWaste({})[420], 420);
-}
-
 // The server retries a waiting request by scheduling it again with observe = false: what follows
 // is placed as if the request had arrived once, however many retries there were.
 TEST(GuardedFgdTest, RetriesMarkedNotToObserveAreNotLearnedFrom) {
