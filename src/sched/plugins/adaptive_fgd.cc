@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -27,18 +28,31 @@ struct Choice {
 
 // The fragmentation change of placing `need` on a node; for a share, the best GPU's, where a
 // non-empty `hole_waste` (guarded-fgd) also counts the change in the expected waste of the hole.
+// frag_before() gives the node's F as it is (the caller may have it cached).
+template <typename FragBefore>
 Choice Evaluate(const Need& need, const FragModel& model, std::span<const double> hole_waste,
-                const NodeFit& fit, const NodeGpus& g) {
+                const NodeFit& fit, const NodeGpus& g, FragBefore&& frag_before) {
   FreeArray free = g.free;
   const int64_t cpu_after = fit.cpu_free - need.cpu;
-  const double before = model.NodeFrag(fit.model_bit, fit.cpu_free, Span(free, g.count));
   Choice best;
+  if (need.kind != Kind::kShare && need.kind != Kind::kWhole &&
+      !model.CpuChangeMatters(fit.cpu_free, cpu_after)) {
+    return best;  // Only the CPU changes, and no class's CPU test with it: F is bitwise the same.
+  }
+  const double before = frag_before();
   if (need.kind == Kind::kShare) {
+    // F depends on the multiset of free milli and the hole's waste on the GPU's free milli, so
+    // GPUs with equal free milli give bitwise the same change: each value is evaluated once (a
+    // later GPU with the same change never beats the first).
+    std::array<int16_t, fleet::kMaxGpusPerNode> tried{};
+    int tries = 0;
     bool found = false;
     for (int i = 0; i < g.count; ++i) {
       if (!ShareEligible(need, g, i)) continue;
       const auto k = static_cast<size_t>(i);
       const int16_t v = free[k];
+      if (std::find(tried.begin(), tried.begin() + tries, v) != tried.begin() + tries) continue;
+      tried[static_cast<size_t>(tries++)] = v;
       free[k] = static_cast<int16_t>(v - need.milli);
       double d = model.NodeFrag(fit.model_bit, cpu_after, Span(free, g.count)) - before;
       if (!hole_waste.empty()) {
@@ -130,6 +144,74 @@ class Guard {
   std::array<Model, 64> models_{};  // By GPU model index; only while pinned demand has been seen.
 };
 
+// AdaptiveFgdScore without exp. The score is a non-increasing step function of delta: it is at
+// least k exactly when delta is at most the k-th step's end, found once by bisection over doubles
+// against FgdScore itself. A delta within a hair of a step's end, where a last-bit difference in
+// exp could tell, is handed to FgdScore, so the result is always FgdScore's.
+class ScoreSteps {
+ public:
+  ScoreSteps() {
+    end_.fill(-std::numeric_limits<double>::infinity());  // Past 100: no delta reaches them.
+    for (int k = 1; k <= kMax; ++k) {
+      double lo = -1e7, hi = 1e7;  // Score 100 and 0.
+      for (;;) {
+        const double mid = lo + (hi - lo) / 2;
+        if (mid == lo || mid == hi) break;
+        (FgdScore(0, mid) >= k ? lo : hi) = mid;
+      }
+      end_[static_cast<size_t>(k)] = lo;
+    }
+    end_[0] = std::numeric_limits<double>::infinity();
+    for (size_t b = 0; b < kBuckets; ++b) {
+      bucket_[b] = static_cast<uint8_t>(Search(kLow + static_cast<double>(b) * kWidth));
+    }
+  }
+
+  int32_t operator()(double delta) const {
+    const double at = (delta - kLow) * (1.0 / kWidth);
+    if (!(at >= 0 && at < static_cast<double>(kBuckets))) return Exact(delta, Search(delta));
+    // The bucket's low edge has score k, and the bucket is narrower than the 40 milli between
+    // ends, so the score is k, or k - 1 past the end of step k. No branch on the data but the
+    // rare one to FgdScore.
+    size_t k = bucket_[static_cast<size_t>(at)];
+    k -= static_cast<size_t>((k > 0) & (delta > end_[k]));
+    return Exact(delta, k);
+  }
+
+ private:
+  static constexpr int kMax = 100;
+  static constexpr size_t kSize = 128;  // A power of two above kMax.
+  static constexpr double kLow = -65536, kWidth = 8;
+  static constexpr size_t kBuckets = 16384;  // Deltas in [-65536, 65536).
+  // Steps are at least 40 milli apart (the sigmoid's slope is at most 1/4); a last-bit effect of
+  // exp moves an end by a few units in the last place, far below kHair at these magnitudes.
+  static constexpr double kHair = 1e-6;
+
+  // k, unless `delta` lies within a hair of step k's ends, where FgdScore decides.
+  int32_t Exact(double delta, size_t k) const {
+    if (Near(delta, end_[k]) | Near(delta, end_[k + 1])) [[unlikely]] {
+      return FgdScore(0, delta);
+    }
+    return static_cast<int32_t>(k);
+  }
+
+  // The largest k whose end `delta` does not pass, by binary search (the ends fall as k rises;
+  // those past 100 are -inf).
+  size_t Search(double delta) const {
+    size_t k = 0;
+    for (size_t step = kSize / 2; step > 0; step /= 2) k += delta <= end_[k + step] ? step : 0;
+    return k;
+  }
+  static bool Near(double a, double b) { return std::abs(a - b) < kHair; }
+  std::array<double, kSize + 1> end_{};
+  std::array<uint8_t, kBuckets> bucket_{};
+};
+
+const ScoreSteps& Steps() {
+  static const ScoreSteps steps;
+  return steps;
+}
+
 class OnlineFgdPolicy final : public Policy {
  public:
   explicit OnlineFgdPolicy(bool guarded) : guarded_(guarded) {}
@@ -157,16 +239,28 @@ class OnlineFgdPolicy final : public Policy {
     for (size_t i = 0; i < feasible.size(); ++i) {
       const uint32_t n = feasible[i];
       const double delta = NodeScoreCache<double>::Get(cache[n], nodes.epoch(n), [&] {
-        return Evaluate(need, workload_.model(), HoleWaste(), nodes.fit(n), nodes.gpus(n)).delta;
+        const NodeFit& fit = nodes.fit(n);
+        const NodeGpus& g = nodes.gpus(n);
+        const FragModel& model = workload_.model();
+        return Evaluate(need, model, HoleWaste(), fit, g,
+                        [&] {
+                          return model.NodeFrag(fit.model_bit, fit.cpu_free, Span(g.free, g.count));
+                        })
+            .delta;
       });
-      scores[i] = AdaptiveFgdScore(delta + cost_[i]);
+      scores[i] = steps_(delta + cost_[i]);
     }
   }
 
   bool SelectGpus(const Need& need, const NodeTable& nodes, uint32_t n,
                   fleet::Assignment* a) override {
     if (need.kind != Kind::kShare) return GrantNonShare(need, nodes, n, a);
-    const Choice c = Evaluate(need, workload_.model(), HoleWaste(), nodes.fit(n), nodes.gpus(n));
+    const NodeFit& fit = nodes.fit(n);
+    const NodeGpus& g = nodes.gpus(n);
+    const FragModel& model = workload_.model();
+    const Choice c = Evaluate(need, model, HoleWaste(), fit, g, [&] {
+      return model.NodeFrag(fit.model_bit, fit.cpu_free, Span(g.free, g.count));
+    });
     if (c.gpu < 0) return false;
     GrantShare(need, c.gpu, a);
     return true;
@@ -178,6 +272,7 @@ class OnlineFgdPolicy final : public Policy {
   }
 
   const bool guarded_;
+  const ScoreSteps& steps_ = Steps();
   LearnedWorkload workload_;
   Guard guard_;
   std::vector<double> cost_;      // Per feasible node, reused across decisions.
@@ -186,7 +281,7 @@ class OnlineFgdPolicy final : public Policy {
 
 }  // namespace
 
-int32_t AdaptiveFgdScore(double delta) { return FgdScore(0, delta); }
+int32_t AdaptiveFgdScore(double delta) { return Steps()(delta); }
 
 double StrandedMilli(double gpu_free, double cpu_free, double cpu_per_milli) {
   if (cpu_per_milli <= 0) return 0;

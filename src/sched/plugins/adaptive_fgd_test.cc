@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "sched/plugins/fgd.h"
+#include "sched/rng.h"
 #include "sched/sched_testing.h"
 #include "sched/synthetic.h"
 
@@ -26,6 +29,33 @@ TEST(AdaptiveFgdTest, ScoreIsFgdsSigmoidOfTheFragmentationChange) {
       {5000, 0},
   };
   for (const auto& c : cases) EXPECT_EQ(AdaptiveFgdScore(c.delta), c.want) << c.delta;
+}
+
+// AdaptiveFgdScore reads the sigmoid's steps from a table instead of calling exp; it must agree
+// with FGD's own computation everywhere, at the edges of every step above all.
+TEST(AdaptiveFgdTest, ScoreIsExactlyFgdScoreEverywhere) {
+  std::vector<double> deltas = {0, -0.0, 1e-300, -1e-300, 1e9, -1e9, 65535.9, -65536, 65536};
+  // Around each step's edge: the delta where sigmoid(-delta / 1000) * 100 = k, the 64 doubles
+  // nearest it on either side, and a little further out.
+  for (int k = 1; k < 100; ++k) {
+    const double edge = -1000 * std::log(k / (100.0 - k));
+    double down = edge, up = edge;
+    for (int ulp = 0; ulp < 64; ++ulp) {
+      deltas.push_back(down);
+      deltas.push_back(up);
+      down = std::nextafter(down, -1e300);
+      up = std::nextafter(up, 1e300);
+    }
+    for (double off : {1e-7, 1e-6, 2e-6, 1e-3, 0.5, 4.0, 8.0}) {
+      deltas.push_back(edge + off);
+      deltas.push_back(edge - off);
+    }
+  }
+  Rng rng(11);
+  for (int i = 0; i < 200000; ++i) {
+    deltas.push_back((static_cast<double>(rng.Uniform(1u << 30)) / (1u << 30) - 0.5) * 160000);
+  }
+  for (double d : deltas) ASSERT_EQ(AdaptiveFgdScore(d), FgdScore(0, d)) << d;
 }
 
 // Where each request of `requests` went ("node:gpu,gpu" or "-"), on a small mixed fleet.
