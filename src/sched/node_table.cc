@@ -17,6 +17,7 @@ int TagOf(int gpu_count, int gpu_milli, bool mig) {
 NodeTable::NodeTable(const fleet::Fleet* fleet, const FragModel* frag)
     : fleet_(fleet), frag_model_(frag) {
   Grow();
+  changes_ = fleet_->changes();
 }
 
 void NodeTable::Grow() {
@@ -55,7 +56,11 @@ void NodeTable::SetRanks(std::vector<uint32_t> ranks) {
 
 bool NodeTable::Sync() {
   const bool grew = fleet_->size() != fit_.size();
-  if (grew) Grow();
+  if (grew) {
+    Grow();
+  } else if (fleet_->changes() == changes_) {
+    return false;  // No node changed since the last look.
+  }
   // Compare versions a block at a time with a branch-free reduction; changes are rare.
   constexpr uint32_t kBlock = 64;
   const auto n_nodes = static_cast<uint32_t>(fit_.size());
@@ -69,13 +74,19 @@ bool NodeTable::Sync() {
       if (fleet_->version(fleet::NodeIndex(n)) != versions_[n]) Refresh(n);
     }
   }
+  changes_ = fleet_->changes();
   return grew;
 }
 
 void NodeTable::Refresh(uint32_t n) {
+  // The scheduler refreshes the node it has just booked: when that booking is the fleet's only
+  // change since the last look, the table is in step again without a scan.
+  const bool only_change =
+      fleet_->changes() == changes_ + 1 && fleet_->version(fleet::NodeIndex(n)) == versions_[n] + 1;
   Unindex(n);
   Read(n);
   Index(n);
+  if (only_change) changes_ = fleet_->changes();
 }
 
 void NodeTable::Count(const NodeFit& f, int gpus, int sign) {

@@ -86,7 +86,8 @@ class NodeTable {
   NodeTable(const fleet::Fleet* fleet, const FragModel* frag);
 
   // Re-reads every node whose version changed since it was last read, and adds nodes that joined
-  // the fleet (their rank follows every existing rank). Returns true when the fleet grew.
+  // the fleet (their rank follows every existing rank); no scan when Fleet::changes() has not
+  // moved. Returns true when the fleet grew.
   bool Sync();
   // Re-reads node n now.
   void Refresh(uint32_t n);
@@ -206,6 +207,7 @@ class NodeTable {
   std::vector<double> frag_;
   std::vector<uint32_t> epochs_;
   std::vector<uint64_t> versions_;  // The fleet version each node was last read at.
+  uint64_t changes_ = 0;            // Fleet::changes() when every node was last in step.
   std::vector<uint32_t> ranks_;
   double total_frag_ = 0;
   int64_t total_cpu_free_ = 0, total_gpu_free_ = 0;

@@ -116,5 +116,27 @@ TEST(NodeTableTest, ListsOneLeadPerGroupOfInUseNodesInTheSameState) {
   EXPECT_LE(t.group_ids(), t.size() + 1);
 }
 
+// Sync skips its scan when the fleet reports no change; a refresh after the scheduler's own
+// booking must not hide a change made elsewhere in between.
+TEST(NodeTableTest, SeesEveryChangeThoughItSkipsScansWhenNothingChanged) {
+  auto fleet = testing::MakeFleet(
+      {testing::SharedNode("a", "G2", 8, 96), testing::SharedNode("b", "G2", 8, 96)});
+  const FragModel model{Workload{}};
+  NodeTable t(fleet.get(), &model);
+  EXPECT_FALSE(t.Sync());
+  ASSERT_TRUE(fleet->Allocate(ShareOn(0, 0, 500)).ok());  // Outside the scheduler.
+  ASSERT_TRUE(fleet->Allocate(ShareOn(1, 0, 200)).ok());  // The scheduler's own booking...
+  t.Refresh(1);                                           // ...which it refreshes at once.
+  t.Sync();
+  EXPECT_EQ(t.fit(0).gpu_free, 7500);
+  EXPECT_EQ(t.fit(1).gpu_free, 7800);
+  ASSERT_TRUE(fleet->Allocate(ShareOn(1, 1, 200)).ok());  // The only change: no scan needed.
+  t.Refresh(1);
+  ASSERT_TRUE(fleet->Allocate(ShareOn(0, 1, 100)).ok());
+  t.Sync();
+  EXPECT_EQ(t.fit(0).gpu_free, 7400);
+  EXPECT_EQ(t.fit(1).gpu_free, 7600);
+}
+
 }  // namespace
 }  // namespace tessera::sched
