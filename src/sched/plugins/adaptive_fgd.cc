@@ -127,6 +127,8 @@ class Guard {
     return StrandedMilli(g - take, c - static_cast<double>(need.cpu), kappa_) -
            StrandedMilli(g, c, kappa_);
   }
+  // True once pinned demand has been seen; until then every Scarcity() is 0.
+  bool pinned() const { return pinned_; }
   // The milli of pinned demand still to come that `need` would displace on a node of model `bit`.
   double Scarcity(const Need& need, ModelMask bit) const {
     if (!pinned_ || bit == 0) return 0;
@@ -218,37 +220,38 @@ class OnlineFgdPolicy final : public Policy {
   std::string_view Name() const override { return guarded_ ? "guarded-fgd" : "adaptive-fgd"; }
 
   void Observe(const Need& need, uint32_t source) override {
-    if (workload_.Add(need, source)) cache_.Clear();  // Scores against the old model are stale.
+    if (workload_.Add(need, source)) {  // Values computed against the old model are stale.
+      cache_.Clear();
+      before_.assign(before_.size(), {});
+    }
   }
 
+  // The framework lists one node per NodeTable group (nodes in the same state, which would score
+  // the same), so each feasible node stands for its group, and the fragmentation change is cached
+  // per request shape and group. The costs are summed in the order the per-node form of this
+  // policy summed them, so that every score is bitwise the same. In passes, so that the cache
+  // reads of one pass overlap instead of waiting on the work of the next.
   void Score(const Need& need, const NodeTable& nodes, std::span<const uint32_t> feasible,
              std::span<int32_t> scores) override {
-    cost_.assign(feasible.size(), 0.0);
-    if (guarded_) {
-      guard_.Prepare(nodes, workload_);
-      double least = std::numeric_limits<double>::infinity();
-      for (size_t i = 0; i < feasible.size(); ++i) {
-        cost_[i] = guard_.Scarcity(need, nodes.fit(feasible[i]).model_bit);
-        least = std::min(least, cost_[i]);
-      }
-      for (size_t i = 0; i < feasible.size(); ++i) {
-        cost_[i] += guard_.Stranding(need, nodes.fit(feasible[i])) - least;
+    const size_t count = feasible.size();
+    Deltas(need, nodes, feasible);
+    if (!guarded_) {
+      for (size_t k = 0; k < count; ++k) scores[k] = steps_(delta_[k] + 0.0);
+      return;
+    }
+    guard_.Prepare(nodes, workload_);
+    // The least scarcity cost among the feasible nodes; all are 0 until pinned demand is seen.
+    double least = guard_.pinned() ? std::numeric_limits<double>::infinity() : 0.0;
+    if (guard_.pinned()) {
+      for (uint32_t n : feasible) {
+        least = std::min(least, guard_.Scarcity(need, nodes.fit(n).model_bit));
       }
     }
-    auto& cache = cache_.For(need, nodes.size());
-    for (size_t i = 0; i < feasible.size(); ++i) {
-      const uint32_t n = feasible[i];
-      const double delta = NodeScoreCache<double>::Get(cache[n], nodes.epoch(n), [&] {
-        const NodeFit& fit = nodes.fit(n);
-        const NodeGpus& g = nodes.gpus(n);
-        const FragModel& model = workload_.model();
-        return Evaluate(need, model, HoleWaste(), fit, g,
-                        [&] {
-                          return model.NodeFrag(fit.model_bit, fit.cpu_free, Span(g.free, g.count));
-                        })
-            .delta;
-      });
-      scores[i] = steps_(delta + cost_[i]);
+    for (size_t k = 0; k < count; ++k) {
+      const NodeFit& fit = nodes.fit(feasible[k]);
+      double cost = guard_.Scarcity(need, fit.model_bit);
+      cost += guard_.Stranding(need, fit) - least;
+      scores[k] = steps_(delta_[k] + cost);
     }
   }
 
@@ -267,6 +270,53 @@ class OnlineFgdPolicy final : public Policy {
   }
 
  private:
+  // delta_[k]: the fragmentation change of placing `need` on feasible[k], from the cache when its
+  // group has not changed since (and the model has not been rebuilt).
+  void Deltas(const Need& need, const NodeTable& nodes, std::span<const uint32_t> feasible) {
+    auto& cache = cache_.For(need, nodes.group_ids());
+    if (before_.size() < nodes.group_ids()) before_.resize(nodes.group_ids());
+    const FragModel& model = workload_.model();
+    const size_t count = feasible.size();
+    delta_.resize(count);
+    const bool cpu_only = need.kind != Kind::kShare && need.kind != Kind::kWhole;
+    bool stale = false;
+    for (size_t k = 0; k < count; ++k) {
+      const uint32_t id = nodes.group(feasible[k]);
+      if (cpu_only) {
+        // Only the CPU changes: unless a class's CPU test flips, F is bitwise the same and the
+        // change is 0 (as Evaluate finds); a test that costs less than the cache's read.
+        const int64_t cpu = nodes.fit(feasible[k]).cpu_free;
+        if (!model.CpuChangeMatters(cpu, cpu - need.cpu)) {
+          delta_[k] = 0;
+          continue;
+        }
+      }
+      const NodeScoreCache<double>::Slot& slot = cache[id];
+      delta_[k] = slot.value;
+      stale |= slot.epoch != nodes.group_generation(id);
+    }
+    if (!stale) return;
+    for (size_t k = 0; k < count; ++k) {
+      const uint32_t n = feasible[k], id = nodes.group(n);
+      const uint32_t generation = nodes.group_generation(id);
+      if (cache[id].epoch == generation) continue;
+      const NodeFit& fit = nodes.fit(n);
+      if (cpu_only && !model.CpuChangeMatters(fit.cpu_free, fit.cpu_free - need.cpu)) continue;
+      delta_[k] = NodeScoreCache<double>::Get(cache[id], generation, [&] {
+        const NodeGpus& g = nodes.gpus(n);
+        // F before is the same for every shape: cached per group until the model changes.
+        return Evaluate(need, model, HoleWaste(), fit, g,
+                        [&] {
+                          return NodeScoreCache<double>::Get(before_[id], generation, [&] {
+                            return model.NodeFrag(fit.model_bit, fit.cpu_free,
+                                                  Span(g.free, g.count));
+                          });
+                        })
+            .delta;
+      });
+    }
+  }
+
   std::span<const double> HoleWaste() const {
     return guarded_ ? workload_.hole_waste() : std::span<const double>{};
   }
@@ -275,8 +325,9 @@ class OnlineFgdPolicy final : public Policy {
   const ScoreSteps& steps_ = Steps();
   LearnedWorkload workload_;
   Guard guard_;
-  std::vector<double> cost_;      // Per feasible node, reused across decisions.
-  NodeScoreCache<double> cache_;  // Fragmentation deltas against the current learned model.
+  std::vector<double> delta_;     // Per feasible node, reused across decisions.
+  NodeScoreCache<double> cache_;  // Fragmentation changes per shape and group, current model.
+  std::vector<NodeScoreCache<double>::Slot> before_;  // F per group, current model.
 };
 
 }  // namespace

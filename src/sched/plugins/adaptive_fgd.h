@@ -30,6 +30,9 @@
 //     With W(h) the expected milli a hole of h ends up wasting when fillers are drawn from the
 //     requests seen (HoleWaste), placing a share on a GPU costs W(free - milli) - W(free) more.
 // Every term is zero until requests that need it have been seen; none reads the future.
+// Speed: nodes in the same state (a NodeTable group) score the same, so each decision computes
+// the costs once per group among the feasible nodes; the fragmentation change is cached per
+// request shape and group until the model is rebuilt, and the sigmoid is read from its steps.
 // Thread-safety: see plugin.h.
 #pragma once
 
