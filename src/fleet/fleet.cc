@@ -131,6 +131,7 @@ Result<NodeIndex> Fleet::AddNode(const NodeSpec& spec) {
   by_name_.emplace(n.name, index);
   nodes_.push_back(std::move(n));
   versions_.push_back(0);
+  ++changes_;
   total_gpus_ += spec.gpus;
   return index;
 }
@@ -399,6 +400,7 @@ Status Fleet::Apply(const Assignment& a, bool allocate) {
   n.memory_mib_free = mem_free;
   n.workloads += allocate ? 1 : -1;
   ++versions_[a.node.value];
+  ++changes_;
   return Status::Ok();
 }
 
@@ -446,6 +448,7 @@ Status Fleet::SetGpuMode(NodeIndex ni, int gpu_index, SharingMode mode) {
   gpu.mode = mode;
   gpu.free_memory_mib = mode == SharingMode::kShared ? model.memory_mib : 0;
   ++versions_[ni.value];
+  ++changes_;
   return Status::Ok();
 }
 
@@ -457,6 +460,7 @@ Status Fleet::SetNodeState(NodeIndex ni, NodeState state) {
   if (n.state == state) return Status::Ok();
   n.state = state;
   ++versions_[ni.value];
+  ++changes_;
   return Status::Ok();
 }
 

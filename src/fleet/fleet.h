@@ -136,6 +136,9 @@ class Fleet {
 
   // Incremented on every change to node n, so schedulers can cache per-node values.
   uint64_t version(NodeIndex n) const { return versions_[n.value]; }
+  // Incremented on every change to any node and when a node joins, so that a scheduler can tell
+  // without a scan that no version moved.
+  uint64_t changes() const { return changes_; }
 
   // Totals across the fleet. MIG slices count as their compute slices over the GPU's, summed per
   // GPU model and rounded down once (the unit quotas and /metrics use too).
@@ -167,6 +170,7 @@ class Fleet {
   std::string name_;
   std::vector<Node> nodes_;
   std::vector<uint64_t> versions_;
+  uint64_t changes_ = 0;
   std::unordered_map<std::string, NodeIndex> by_name_;
   int64_t total_gpus_ = 0;
   int64_t used_gpu_milli_ = 0;                 // Whole GPUs and shares.

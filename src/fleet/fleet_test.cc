@@ -442,6 +442,30 @@ TEST_F(FleetTest, ExclusiveRoundTripRestoresState) {
   EXPECT_EQ(after.replace(after.find(" v2 "), 4, " v0 "), before);
 }
 
+// Fleet::changes() lets a scheduler skip its scan of node versions: it must move whenever any
+// version moves (or a node joins), and only then.
+TEST_F(FleetTest, ChangesCountsEveryVersionMoveAndNothingElse) {
+  const auto versions = [&] {
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < fleet_.size(); ++i) sum += fleet_.version(NodeIndex(i));
+    return sum;
+  };
+  const uint64_t start = fleet_.changes(), versions_at_start = versions();
+  const Assignment a = Whole(kH100, {0, 1}, 8000, 1024);
+  Ok(fleet_.Allocate(a));
+  EXPECT_FALSE(fleet_.Allocate(Whole(kH100, {0}, 8000, 1024)).ok());  // Refused: no change.
+  Ok(fleet_.SetNodeState(kT4, NodeState::kDraining));
+  Ok(fleet_.SetNodeState(kT4, NodeState::kDraining));  // Already so: no change.
+  Ok(fleet_.Release(a));
+  EXPECT_EQ(fleet_.changes() - start, 3u);
+  EXPECT_EQ(fleet_.changes() - start, versions() - versions_at_start);
+  const size_t nodes = fleet_.size();
+  ASSERT_TRUE(
+      fleet_.AddNode(NodeSpec{.name = "later", .cpu_milli = 1000, .memory_mib = 1024}).ok());
+  EXPECT_EQ(fleet_.size(), nodes + 1);
+  EXPECT_EQ(fleet_.changes() - start, 4u);
+}
+
 TEST_F(FleetTest, SharedGpuFillsExactlyAndCountsMilli) {
   for (int i = 0; i < 4; ++i) Ok(fleet_.Allocate(Share(kT4, 0, 250, 1000)));
   const Gpu& g = fleet_.node(kT4).gpus[0];

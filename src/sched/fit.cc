@@ -203,15 +203,17 @@ size_t Candidates(const Need& need, const NodeTable& t, bool every_node, uint32_
   switch (need.kind) {
     case Kind::kCpuOnly:
     case Kind::kMig:
-      add(t.used());
+      add(every_node ? t.used() : t.used_leads());
       break;
     case Kind::kShare:
       for (int b = need.milli / NodeTable::kShareBucketWidth; b < NodeTable::kShareBuckets; ++b) {
-        add(t.share_bucket(b));
+        add(every_node ? t.share_bucket(b) : t.share_leads(b));
       }
       break;
     case Kind::kWhole:
-      for (int b = need.count; b <= fleet::kMaxGpusPerNode; ++b) add(t.whole_bucket(b));
+      for (int b = need.count; b <= fleet::kMaxGpusPerNode; ++b) {
+        add(every_node ? t.whole_bucket(b) : t.whole_leads(b));
+      }
       break;
   }
   for (const NodeTable::IdleGroup& g : t.idle_groups()) {

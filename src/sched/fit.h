@@ -63,10 +63,10 @@ inline bool Fits(const Need& need, const NodeTable& t, uint32_t n) {
 }
 
 // Writes to `out` (room for t.size() entries) the nodes worth filtering for `need`, from the
-// table's index, and returns how many: in-use nodes whose GPU capacity may suffice, and of each
-// group of identical idle nodes only the lowest-ranked, which scores as its peers and wins their
-// ties; all of the group when `every_node` (a policy that draws among feasible nodes). Every
-// node that can host `need` is listed or stood for.
+// table's index, and returns how many: of each group of identical nodes (idle, or in use with GPU
+// capacity that may suffice) only the lowest-ranked, which scores as its peers and wins their
+// ties; every node of the groups when `every_node` (a policy that draws among feasible nodes).
+// Every node that can host `need` is listed or stood for.
 size_t Candidates(const Need& need, const NodeTable& t, bool every_node, uint32_t* out);
 
 // True when GPU i can take the share `need` asks for.

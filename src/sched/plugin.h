@@ -48,9 +48,11 @@ class Policy {
   // True for a policy whose choice depends on how many feasible nodes there are (Random): the
   // framework then scores every feasible node, not one per group of identical idle nodes.
   virtual bool NeedsEveryNode() const { return false; }
-  // Told of every request Schedule() is about to place, before it is scored, in arrival order:
-  // an online policy learns the workload from it. It never sees a request before its arrival.
-  virtual void Observe(const Need& /*need*/) {}
+  // Told of each request Schedule() is about to place, before it is scored, in arrival order and
+  // once per request (not on the retries the caller marks Request::observe = false): an online
+  // policy learns the workload from it. `source` is Request::source. It never sees a request
+  // before its arrival.
+  virtual void Observe(const Need& /*need*/, uint32_t /*source*/) {}
 };
 
 // What a policy may hold on to; everything outlives the policy.

@@ -98,6 +98,21 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(fleet::Fleet* fleet, Option
   auto state = std::make_unique<State>(fleet, options);
   TESSERA_ASSIGN_OR_RETURN(state->policy,
                            NewPolicy(options.policy, PolicyEnv{&state->rng, &state->frag}));
+  return Assemble(fleet, std::move(options), std::move(state));
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(fleet::Fleet* fleet, Options options,
+                                                     std::unique_ptr<Policy> policy) {
+  if (fleet == nullptr) return Status::InvalidArgument("scheduler: no fleet given");
+  if (policy == nullptr) return Status::InvalidArgument("scheduler: no policy given");
+  TESSERA_RETURN_IF_ERROR(ValidateTarget(options.target));
+  auto state = std::make_unique<State>(fleet, options);
+  state->policy = std::move(policy);
+  return Assemble(fleet, std::move(options), std::move(state));
+}
+
+std::unique_ptr<Scheduler> Scheduler::Assemble(fleet::Fleet* fleet, Options options,
+                                               std::unique_ptr<State> state) {
   state->filter = NewFitFilter();
   state->table.SetRanks(SeededRanks(*fleet, state->rng));
   state->Resize();
@@ -114,7 +129,7 @@ std::optional<fleet::Assignment> Scheduler::Schedule(const Request& r) {
   State& s = *state_;
   if (s.table.Sync()) s.Resize();
   const Need need = Prepare(r);
-  s.policy->Observe(need);
+  if (r.observe) s.policy->Observe(need, r.source);
   const size_t candidates =
       Candidates(need, s.table, s.policy->NeedsEveryNode(), s.feasible.data());
   const size_t count = s.filter->Filter(

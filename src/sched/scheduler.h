@@ -36,6 +36,12 @@ struct Request {
   std::string_view mig_profile{};  // Non-empty: one MIG instance of this profile (caller owns it).
   bool nvlink = false;             // Multi-GPU: all GPUs on one NVLink island.
   int priority = 0;                // Higher first; used by preemption in the server.
+  // Who sent it: the server puts the tenant's number here; 0 = unknown, or the only source (the
+  // simulator). An online policy weighs sources so that none outweighs all the others together.
+  uint32_t source = 0;
+  // Whether Schedule() lets the policy learn from it: false on a retry of a request already
+  // observed (the server's queue retries waiting requests), so each request counts once.
+  bool observe = true;
 };
 
 // One class of the target workload ("typical pods" in FGD) and its weight. The weights of a
@@ -71,14 +77,19 @@ class Scheduler {
   // `fleet` must outlive the scheduler. NotFound for an unknown policy (the message lists the
   // known ones).
   static Result<std::unique_ptr<Scheduler>> Create(fleet::Fleet* fleet, Options options);
+  // The same with a policy the caller built (a test's fake, or a policy outside the registry),
+  // which options.policy then only names. InvalidArgument for a null policy.
+  static Result<std::unique_ptr<Scheduler>> Create(fleet::Fleet* fleet, Options options,
+                                                   std::unique_ptr<Policy> policy);
   ~Scheduler();
 
-  // Places `r`: filters, scores, breaks ties by node rank, reserves. Returns the booked
-  // assignment, or nullopt when no node can host it (an expected "no", not an error).
+  // Places `r`: shows it to the policy first when r.observe (Policy::Observe), then filters,
+  // scores, breaks ties by node rank, reserves. Returns the booked assignment, or nullopt when no
+  // node can host it (an expected "no", not an error).
   std::optional<fleet::Assignment> Schedule(const Request& r);
 
   // Places `r` on node `n` only (the server's preemption path), or nullopt when it does not fit
-  // there. Same GPU choice as Schedule.
+  // there. Same GPU choice as Schedule. The policy does not observe `r`, whatever r.observe says.
   std::optional<fleet::Assignment> ScheduleOn(const Request& r, fleet::NodeIndex n);
 
   // Books an exact, already-chosen assignment (recovery from the store, undoing a trial release
@@ -108,6 +119,9 @@ class Scheduler {
  private:
   struct State;  // Per-node caches, the node order, the RNG, the plugins, scratch space.
   Scheduler(fleet::Fleet* fleet, Options options, std::unique_ptr<State> state);
+  // The filter, the node order and the scratch space around a state that holds its policy.
+  static std::unique_ptr<Scheduler> Assemble(fleet::Fleet* fleet, Options options,
+                                             std::unique_ptr<State> state);
   // Asks the policy for the GPUs of `need` on feasible node `node` and books them; nullopt, with
   // last_error set, when either fails (a bug: the node passed the filter).
   std::optional<fleet::Assignment> Grant(const Need& need, uint32_t node);

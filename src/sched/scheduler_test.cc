@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sched/frag.h"
 #include "sched/node_table.h"
+#include "sched/plugin.h"
 #include "sched/plugins/bestfit.h"
 #include "sched/plugins/dotprod.h"
 #include "sched/plugins/fgd.h"
@@ -471,6 +474,69 @@ TEST(SchedulerTest, ReserveAndReleaseKeepTheCachesInStep) {
   // A booking the fleet refuses is reported, not applied.
   fleet::Assignment too_big{.node = fleet::NodeIndex(0), .cpu_milli = 200000};
   EXPECT_EQ(s->Reserve(too_big).code(), StatusCode::kResourceExhausted);
+}
+
+// A policy that records what it is shown (a fake: it scores every node alike and takes the
+// best-fit GPUs).
+class WatchingPolicy final : public Policy {
+ public:
+  explicit WatchingPolicy(std::vector<std::pair<int64_t, uint32_t>>* seen) : seen_(seen) {}
+  std::string_view Name() const override { return "watching"; }
+  void Score(const Need&, const NodeTable&, std::span<const uint32_t>,
+             std::span<int32_t> scores) override {
+    std::fill(scores.begin(), scores.end(), 0);
+  }
+  bool SelectGpus(const Need& need, const NodeTable& nodes, uint32_t n,
+                  fleet::Assignment* a) override {
+    return GrantBest(need, nodes, n, a);
+  }
+  void Observe(const Need& need, uint32_t source) override {
+    seen_->emplace_back(need.cpu, source);
+  }
+
+ private:
+  std::vector<std::pair<int64_t, uint32_t>>* seen_;  // (cpu, source) of each request observed.
+};
+
+// The server retries a queued request by scheduling it again, marked observe = false: the policy
+// learns from each request once, with its source, however often it is retried.
+TEST(SchedulerTest, ThePolicyObservesEachRequestOnceWithItsSource) {
+  auto with = [](int64_t cpu, uint32_t source, bool observe) {
+    Request r = Cpu(cpu);
+    r.source = source;
+    r.observe = observe;
+    return r;
+  };
+  const struct {
+    std::string name;
+    std::vector<Request> requests;
+    std::vector<std::pair<int64_t, uint32_t>> want;  // (cpu, source) observed, in order.
+  } cases[] = {
+      {"each request once", {with(1000, 0, true), with(2000, 0, true)}, {{1000, 0}, {2000, 0}}},
+      {"a request that waits, retried three times",
+       {with(90000, 3, true), with(90000, 3, false), with(90000, 3, false), with(90000, 3, false)},
+       {{90000, 3}}},
+      {"retries between other arrivals",
+       {with(90000, 1, true), with(1000, 2, true), with(90000, 1, false), with(3000, 2, true)},
+       {{90000, 1}, {1000, 2}, {3000, 2}}},
+      {"the same request sent twice is two requests",
+       {with(1000, 5, true), with(1000, 5, true)},
+       {{1000, 5}, {1000, 5}}},
+  };
+  for (const auto& c : cases) {
+    auto fleet = testing::MakeFleet({SharedNode("a", "T4", 2, 64)});  // 90000 CPU never fits.
+    std::vector<std::pair<int64_t, uint32_t>> seen;
+    auto s = Scheduler::Create(fleet.get(), {}, std::make_unique<WatchingPolicy>(&seen));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    for (const Request& r : c.requests) (*s)->Schedule(r);
+    EXPECT_EQ(seen, c.want) << c.name;
+    // The preemption path places on a chosen node and observes nothing.
+    const size_t before = seen.size();
+    EXPECT_TRUE((*s)->ScheduleOn(with(1000, 9, true), fleet::NodeIndex(0)).has_value()) << c.name;
+    EXPECT_EQ(seen.size(), before) << c.name;
+  }
+  EXPECT_EQ(Scheduler::Create(testing::MakeFleet({}).get(), {}, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Per-node score caches for policies whose score of a node depends only on the request's shape
 // and the node's state: one value per (shape, node), kept while the node's NodeTable epoch is
-// unchanged. In a replay most decisions then read the cache and recompute only the nodes the last
-// placements touched.
+// unchanged, or one per (shape, NodeTable group), kept while the group's generation is. In a
+// replay most decisions then read the cache and recompute only the nodes the last placements
+// touched.
 // Thread-safety: owned by one policy, on the scheduler's thread.
 #pragma once
 
@@ -46,7 +47,7 @@ class NodeScoreCache {
     T value{};
   };
 
-  // The slots of `need`'s shape, one per node (at least `nodes` of them).
+  // The slots of `need`'s shape, one per node or group id (at least `nodes` of them).
   std::vector<Slot>& For(const Need& need, size_t nodes) {
     const ShapeKey key = ShapeKey::Of(need);
     auto it = shapes_.find(key);
@@ -58,8 +59,8 @@ class NodeScoreCache {
     return it->second;
   }
 
-  // The value cached in `slot` for a node now at `epoch`, after compute() refreshed it if the
-  // node changed since it was cached.
+  // The value cached in `slot` for a node now at `epoch` (or a group at that generation), after
+  // compute() refreshed it if the node changed since it was cached.
   template <typename F>
   static const T& Get(Slot& slot, uint32_t epoch, F&& compute) {
     if (slot.epoch != epoch) {

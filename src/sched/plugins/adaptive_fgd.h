@@ -4,8 +4,8 @@
 // from the requests seen so far (Policy::Observe) and nothing else. FGD is handed the typical pods
 // of the whole trace before the first pod arrives; this policy counts classes (cpu, per-GPU milli,
 // GPU count, allowed models) as they arrive and keeps the most frequent up to 95% of the requests,
-// weighted by frequency. The model is rebuilt whenever the count seen has grown by a quarter (at
-// least 64), so a run rebuilds it a few dozen times.
+// weighted by frequency, in bounded memory and with no sender (Request::source) outweighing all
+// the others together (LearnedWorkload, plugins/learned_workload.h).
 //   score = FGD's int(sigmoid(-delta / 1000) * 100), delta = F(after) - F(before) against the
 //   learned model; ties go to the framework's seeded node order, as FGD's do. (A finer score, or a
 //   best-fit tie-break, measured worse: docs/offline-bound.md.)
@@ -30,15 +30,15 @@
 //     With W(h) the expected milli a hole of h ends up wasting when fillers are drawn from the
 //     requests seen (HoleWaste), placing a share on a GPU costs W(free - milli) - W(free) more.
 // Every term is zero until requests that need it have been seen; none reads the future.
+// Speed: nodes in the same state (a NodeTable group) score the same, so each decision computes
+// the costs once per group among the feasible nodes; the fragmentation change is cached per
+// request shape and group until the model is rebuilt, and the sigmoid is read from its steps.
 // Thread-safety: see plugin.h.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <utility>
-#include <vector>
 
-#include "sched/frag.h"
 #include "sched/plugin.h"
 
 namespace tessera::sched {
@@ -46,12 +46,6 @@ namespace tessera::sched {
 // The score of a node whose cost (fragmentation change, and for guarded-fgd the stranding and
 // scarcity terms; milli-GPU) is `delta`: FGD's truncated sigmoid, 0..100, 50 for no change.
 int32_t AdaptiveFgdScore(double delta);
-
-// W(h) for h = 0..1000: the milli a GPU with h milli free ends up wasting when it keeps being
-// filled by requests drawn from `sizes` (per-GPU milli, weight; a whole GPU is 1000), each next
-// filler drawn by weight among those that fit, until none fits: W(h) = h when nothing fits, else
-// the weighted mean of W(h - m) over the sizes m <= h.
-std::vector<double> HoleWaste(const std::vector<std::pair<int, double>>& sizes);
 
 // Milli-GPU that `cpu_free` CPU milli cannot serve out of `gpu_free` free milli, when each
 // milli-GPU rented needs `cpu_per_milli` CPU milli; 0 when the CPU covers every free GPU.

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "sched/plugins/fgd.h"
+#include "sched/rng.h"
 #include "sched/sched_testing.h"
 #include "sched/synthetic.h"
 
@@ -26,6 +29,33 @@ TEST(AdaptiveFgdTest, ScoreIsFgdsSigmoidOfTheFragmentationChange) {
       {5000, 0},
   };
   for (const auto& c : cases) EXPECT_EQ(AdaptiveFgdScore(c.delta), c.want) << c.delta;
+}
+
+// AdaptiveFgdScore reads the sigmoid's steps from a table instead of calling exp; it must agree
+// with FGD's own computation everywhere, at the edges of every step above all.
+TEST(AdaptiveFgdTest, ScoreIsExactlyFgdScoreEverywhere) {
+  std::vector<double> deltas = {0, -0.0, 1e-300, -1e-300, 1e9, -1e9, 65535.9, -65536, 65536};
+  // Around each step's edge: the delta where sigmoid(-delta / 1000) * 100 = k, the 64 doubles
+  // nearest it on either side, and a little further out.
+  for (int k = 1; k < 100; ++k) {
+    const double edge = -1000 * std::log(k / (100.0 - k));
+    double down = edge, up = edge;
+    for (int ulp = 0; ulp < 64; ++ulp) {
+      deltas.push_back(down);
+      deltas.push_back(up);
+      down = std::nextafter(down, -1e300);
+      up = std::nextafter(up, 1e300);
+    }
+    for (double off : {1e-7, 1e-6, 2e-6, 1e-3, 0.5, 4.0, 8.0}) {
+      deltas.push_back(edge + off);
+      deltas.push_back(edge - off);
+    }
+  }
+  Rng rng(11);
+  for (int i = 0; i < 200000; ++i) {
+    deltas.push_back((static_cast<double>(rng.Uniform(1u << 30)) / (1u << 30) - 0.5) * 160000);
+  }
+  for (double d : deltas) ASSERT_EQ(AdaptiveFgdScore(d), FgdScore(0, d)) << d;
 }
 
 // Where each request of `requests` went ("node:gpu,gpu" or "-"), on a small mixed fleet.
@@ -105,27 +135,41 @@ INSTANTIATE_TEST_SUITE_P(Both, OnlinePolicyTest, ::testing::Values("adaptive-fgd
                            return p.param == "adaptive-fgd" ? "adaptive" : "guarded";
                          });
 
-TEST(GuardedFgdTest, HoleWasteIsWhatFillersDrawnFromTheSizesSeenLeaveBehind) {
-  // Only 600-milli shares: a hole below 600 stays as it is; 1000 free ends with 400 wasted.
-  const std::vector<double> sixes = HoleWaste({{600, 5}});
-  EXPECT_DOUBLE_EQ(sixes[0], 0);
-  EXPECT_DOUBLE_EQ(sixes[599], 599);
-  EXPECT_DOUBLE_EQ(sixes[600], 0);
-  EXPECT_DOUBLE_EQ(sixes[750], 150);
-  EXPECT_DOUBLE_EQ(sixes[1000], 400);
-  // 500s and 250s tile a GPU exactly: no hole of a multiple of 250 wastes anything.
-  const std::vector<double> tiles = HoleWaste({{500, 1}, {250, 1}});
-  EXPECT_DOUBLE_EQ(tiles[1000], 0);
-  EXPECT_DOUBLE_EQ(tiles[750], 0);
-  EXPECT_DOUBLE_EQ(tiles[300], 50);
-  EXPECT_DOUBLE_EQ(tiles[100], 100);
-  // Weights matter: a 700 (leaving 300 a 250 fills to 50) drawn three times as often as a 250
-  // (whose leftovers tile on): W(1000) = 3/4 * W(300) + 1/4 * W(750).
-  const std::vector<double> mix = HoleWaste({{700, 3}, {250, 1}});
-  EXPECT_DOUBLE_EQ(mix[300], 50);
-  EXPECT_DOUBLE_EQ(mix[1000], 0.75 * mix[300] + 0.25 * mix[750]);
-  // Nothing seen yet: every hole stays.
-  EXPECT_DOUBLE_EQ(HoleWaste({})[420], 420);
+// The server retries a waiting request by scheduling it again with observe = false: what follows
+// is placed as if the request had arrived once, however many retries there were.
+TEST(GuardedFgdTest, RetriesMarkedNotToObserveAreNotLearnedFrom) {
+  int retries_would_matter = 0;
+  for (int salt = 1; salt <= 6; ++salt) {
+    Request waiting = testing::Cpu(500000);  // No node has the CPU: it waits.
+    std::vector<Request> once = Mixed(40, salt);
+    once.insert(once.begin() + 5, waiting);
+    std::vector<Request> retried, observed;
+    std::vector<bool> is_retry;
+    for (size_t i = 0; i < once.size(); ++i) {
+      retried.push_back(once[i]);
+      observed.push_back(once[i]);
+      is_retry.push_back(false);
+      if (i < 5) continue;
+      for (int k = 0; k < 3; ++k) {  // After each arrival, three retries of the waiting request.
+        Request again = waiting;
+        again.observe = false;
+        retried.push_back(again);
+        observed.push_back(waiting);
+        is_retry.push_back(true);
+      }
+    }
+    const auto arrivals = [&](const std::vector<std::string>& all) {
+      std::vector<std::string> out;
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (!is_retry[i]) out.push_back(all[i]);
+      }
+      return out;
+    };
+    const std::vector<std::string> want = Placements(once, {}, "guarded-fgd");
+    EXPECT_EQ(arrivals(Placements(retried, {}, "guarded-fgd")), want) << salt;
+    retries_would_matter += arrivals(Placements(observed, {}, "guarded-fgd")) != want ? 1 : 0;
+  }
+  EXPECT_GT(retries_would_matter, 0) << "counting each retry should change some placements";
 }
 
 TEST(GuardedFgdTest, StrandedMilliIsTheGpuTheFreeCpuCannotServe) {
