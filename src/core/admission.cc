@@ -59,6 +59,7 @@ sched::Request Admission::RequestFor(const Shape& s, Billing billing) const {
       r.gpu_count = s.gpus;
       r.gpu_milli = s.gpus > 0 ? fleet::kMilliPerGpu : 0;
       r.nvlink = s.nvlink;
+      r.exclusive_mode = true;  // As CheckShape counts them: GPUs in exclusive mode.
       break;
     case SharingMode::kShared:
       r.gpu_count = 1;

@@ -241,8 +241,11 @@ void State::Unbook(Instance& inst) {
 }
 
 Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
-  (void)first_attempt;
-  const sched::Request req = admission_.RequestFor(inst.shape, inst.billing);
+  sched::Request req = admission_.RequestFor(inst.shape, inst.billing);
+  // The policy learns each request once, weighed by its tenant, so a queue's retries and one
+  // tenant's flood do not steer where everyone else's work goes.
+  req.observe = first_attempt;
+  req.source = static_cast<uint32_t>(TenantNumber(inst.tenant.str()));
   const auto start = std::chrono::steady_clock::now();
   std::optional<fleet::Assignment> a = scheduler_->Schedule(req);
   counters_.scheduling_latency.Observe(

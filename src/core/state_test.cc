@@ -163,6 +163,35 @@ TEST_F(StateTest, SevenMigSlicesOfOneGpuCostExactlyOneGpuOfQuota) {
   EXPECT_EQ(eighth.status().code(), StatusCode::kResourceExhausted);
 }
 
+// An L40S node whose first GPU an operator set up for sharing and whose second is exclusive.
+constexpr const char* kMixedModes = R"({"name": "t", "shapes": [
+  {"name": "l40s", "count": 1, "gpu_model": "L40S-48GB", "gpus": 2, "vcpus": 32,
+   "memory_gib": 256, "gpu_modes": ["shared", "exclusive"]}]})";
+
+std::vector<int> GpuIndices(const Instance& inst) {
+  std::vector<int> out;
+  for (const GpuRef& g : inst.gpus) out.push_back(g.index);
+  return out;
+}
+
+TEST_F(StateTest, ExclusiveRequestsTakeOnlyExclusiveModeGpus) {
+  Build(Options(), kMixedModes);
+  auto first = Create(acme_, Type("gpu.1xl40s"));
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(first->state, InstanceState::kScheduled);
+  EXPECT_EQ(GpuIndices(*first), std::vector<int>{1}) << "GPU 0 is free but in shared mode";
+  auto second = Create(beta_, Type("gpu.1xl40s"));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->state, InstanceState::kPending)
+      << "the only free GPU is in shared mode: an exclusive instance waits";
+  auto shared = Create(beta_, Type("shared.l40s.half"));
+  ASSERT_TRUE(shared.ok()) << shared.status().message();
+  EXPECT_EQ(GpuIndices(*shared), std::vector<int>{0}) << "shares still use the shared GPU";
+  ASSERT_TRUE(Delete(acme_, first->id.str()).ok());
+  EXPECT_EQ(GpuIndices(Get(second->id.str())), std::vector<int>{1})
+      << "the waiting instance takes the exclusive GPU once it frees";
+}
+
 TEST_F(StateTest, ADeletedSpotInstanceIsNeverAVictimNorRestarted) {
   auto spot = Create(acme_, H100(2, Billing::kSpot));
   ASSERT_TRUE(spot.ok());

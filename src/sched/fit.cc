@@ -13,24 +13,26 @@ using catalog::SharingMode;
 
 namespace {
 
-bool WholeFree(const NodeGpus& g, int i) {
-  const auto k = static_cast<size_t>(i);
-  return g.mode[k] != SharingMode::kMig && g.free[k] == fleet::kMilliPerGpu;
-}
-
-// The lowest-numbered NVLink island with at least `count` whole-free GPUs; -1 when none.
-int IslandFor(const NodeGpus& g, int count) {
+// The lowest-numbered NVLink island with at least need.count eligible GPUs; -1 when none.
+int IslandFor(const Need& need, const NodeGpus& g) {
   std::array<int, fleet::kMaxGpusPerNode> in_island{};
   for (int i = 0; i < g.count; ++i) {
     const int island = g.island[static_cast<size_t>(i)];
-    if (island >= 0 && island < fleet::kMaxGpusPerNode && WholeFree(g, i)) {
+    if (island >= 0 && island < fleet::kMaxGpusPerNode && WholeEligible(need, g, i)) {
       ++in_island[static_cast<size_t>(island)];
     }
   }
   for (int island = 0; island < fleet::kMaxGpusPerNode; ++island) {
-    if (in_island[static_cast<size_t>(island)] >= count) return island;
+    if (in_island[static_cast<size_t>(island)] >= need.count) return island;
   }
   return -1;
+}
+
+// Whether `g` has need.count eligible GPUs.
+bool EnoughWhole(const Need& need, const NodeGpus& g) {
+  int eligible = 0;
+  for (int i = 0; i < g.count; ++i) eligible += WholeEligible(need, g, i) ? 1 : 0;
+  return eligible >= need.count;
 }
 
 // The first mig-mode GPU of node n where one instance of the profile fits, and its start.
@@ -113,7 +115,8 @@ Need Prepare(const Request& r) {
     need.milli = fleet::kMilliPerGpu;
     need.count = r.gpu_count;
     need.nvlink = r.nvlink && r.gpu_count > 1;
-    need.detail = need.nvlink;
+    need.exclusive_mode = r.exclusive_mode;
+    need.detail = need.nvlink || need.exclusive_mode;
   }
   if (need.kind != Kind::kCpuOnly) need.mask = r.allowed_models;
   return need;
@@ -130,7 +133,7 @@ bool FitsDetail(const Need& need, const NodeTable& t, uint32_t n) {
       }
       return false;
     case Kind::kWhole:
-      return !need.nvlink || IslandFor(g, need.count) >= 0;
+      return need.nvlink ? IslandFor(need, g) >= 0 : EnoughWhole(need, g);
     case Kind::kMig: {
       int gpu = 0, start = 0;
       const mig::Profile* profile = nullptr;
@@ -172,10 +175,11 @@ bool GrantNonShare(const Need& need, const NodeTable& t, uint32_t n, fleet::Assi
     case Kind::kShare:
       return false;
     case Kind::kWhole: {
-      const int island = need.nvlink ? IslandFor(g, need.count) : -1;
+      const int island = need.nvlink ? IslandFor(need, g) : -1;
       if (need.nvlink && island < 0) return false;
       for (int i = 0; i < g.count && a->gpu_count < need.count; ++i) {
-        if (!WholeFree(g, i) || (need.nvlink && g.island[static_cast<size_t>(i)] != island)) {
+        if (!WholeEligible(need, g, i) ||
+            (need.nvlink && g.island[static_cast<size_t>(i)] != island)) {
           continue;
         }
         a->gpus[static_cast<size_t>(a->gpu_count++)] = fleet::GpuGrant{.gpu = i};

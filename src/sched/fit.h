@@ -26,11 +26,12 @@ struct Need {
   Kind kind = Kind::kCpuOnly;
   int64_t cpu = 0;
   int64_t mem = 0;
-  ModelMask mask = 0;   // 0 = any; always 0 for CPU-only.
-  int milli = 0;        // Per GPU: 1..999 for a share, 1000 whole, 0 otherwise.
-  int count = 0;        // GPUs (1 for a share or a MIG slice).
-  int64_t gpu_mem = 0;  // A share's memory cap.
-  bool nvlink = false;  // Whole GPUs, count > 1, on one island.
+  ModelMask mask = 0;           // 0 = any; always 0 for CPU-only.
+  int milli = 0;                // Per GPU: 1..999 for a share, 1000 whole, 0 otherwise.
+  int count = 0;                // GPUs (1 for a share or a MIG slice).
+  int64_t gpu_mem = 0;          // A share's memory cap.
+  bool nvlink = false;          // Whole GPUs, count > 1, on one island.
+  bool exclusive_mode = false;  // Whole GPUs from exclusive-mode GPUs only.
   std::string_view mig_profile;
   bool detail = false;  // The NodeFit summary is not enough; FitsDetail decides.
 };
@@ -55,7 +56,31 @@ inline bool FitsSummary(const Need& need, const NodeFit& f) {
   return false;
 }
 
-// The per-GPU test for what the summary cannot tell: memory caps, NVLink islands, MIG placement.
+// Whether GPU i of `g` can be one of the whole GPUs `need` asks for: fully free, not in mig mode,
+// and in exclusive mode when the request says so.
+inline bool WholeEligible(const Need& need, const NodeGpus& g, int i) {
+  const auto k = static_cast<size_t>(i);
+  return g.mode[k] != catalog::SharingMode::kMig && g.free[k] == fleet::kMilliPerGpu &&
+         (!need.exclusive_mode || g.mode[k] == catalog::SharingMode::kExclusive);
+}
+
+// The free milli of each GPU of `g` once the whole GPUs `need` asks for are booked: the
+// lowest-index eligible ones, which is how whole-GPU grants are chosen (without NVLink).
+inline std::array<int16_t, fleet::kMaxGpusPerNode> FreeAfterTakingWhole(const Need& need,
+                                                                        const NodeGpus& g) {
+  std::array<int16_t, fleet::kMaxGpusPerNode> after = g.free;
+  int take = need.count;
+  for (int i = 0; i < g.count && take > 0; ++i) {
+    if (WholeEligible(need, g, i)) {
+      after[static_cast<size_t>(i)] = 0;
+      --take;
+    }
+  }
+  return after;
+}
+
+// The per-GPU test for what the summary cannot tell: memory caps, NVLink islands, MIG placement,
+// exclusive mode.
 bool FitsDetail(const Need& need, const NodeTable& t, uint32_t n);
 
 inline bool Fits(const Need& need, const NodeTable& t, uint32_t n) {

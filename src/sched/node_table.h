@@ -50,19 +50,6 @@ struct NodeGpus {
   std::array<catalog::SharingMode, fleet::kMaxGpusPerNode> mode{};
   std::array<int8_t, fleet::kMaxGpusPerNode> island{};  // -1 when not in an island.
   bool operator==(const NodeGpus&) const = default;
-
-  // The free milli of each GPU once `take` whole GPUs are booked: the lowest-index fully free
-  // ones that are not in MIG mode, which is how whole-GPU grants are chosen.
-  std::array<int16_t, fleet::kMaxGpusPerNode> FreeAfterTakingWhole(int take) const {
-    std::array<int16_t, fleet::kMaxGpusPerNode> after = free;
-    for (size_t i = 0; i < static_cast<size_t>(count) && take > 0; ++i) {
-      if (mode[i] != catalog::SharingMode::kMig && after[i] == fleet::kMilliPerGpu) {
-        after[i] = 0;
-        --take;
-      }
-    }
-    return after;
-  }
 };
 
 // GpuClustering's affinity tags of the workloads on a node: index 0 "share-gpu", k "k-gpu" for

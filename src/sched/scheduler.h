@@ -35,7 +35,11 @@ struct Request {
   ModelMask allowed_models = 0;    // gpu_spec.
   std::string_view mig_profile{};  // Non-empty: one MIG instance of this profile (caller owns it).
   bool nvlink = false;             // Multi-GPU: all GPUs on one NVLink island.
-  int priority = 0;                // Higher first; used by preemption in the server.
+  // Whole GPUs only from GPUs in exclusive mode, not fully free shared-mode ones. The server sets
+  // it (an exclusive instance must not land on a GPU its operator set up for sharing); the FGD
+  // simulator does not, as the paper's GPUs have no modes.
+  bool exclusive_mode = false;
+  int priority = 0;  // Higher first; used by preemption in the server.
   // Who sent it: the server puts the tenant's number here; 0 = unknown, or the only source (the
   // simulator). An online policy weighs sources so that none outweighs all the others together.
   uint32_t source = 0;

@@ -98,7 +98,10 @@ bool BruteForceFits(const fleet::Node& n, const Request& r) {
     if (r.gpu_milli < 1000) {
       fit += g.mode == SharingMode::kShared && g.free_milli >= r.gpu_milli ? 1 : 0;
     } else {
-      fit += g.mode != SharingMode::kMig && g.free_milli == 1000 ? 1 : 0;
+      fit += g.mode != SharingMode::kMig && g.free_milli == 1000 &&
+                     (!r.exclusive_mode || g.mode == SharingMode::kExclusive)
+                 ? 1
+                 : 0;
     }
   }
   return fit >= r.gpu_count;
@@ -179,7 +182,8 @@ TEST_P(PolicyTest, NeverBreaksCapacityAndPlacesWhatFits) {
         ASSERT_TRUE(s->Release(held.assignments[i]).ok());
         held.assignments.erase(held.assignments.begin() + static_cast<ptrdiff_t>(i));
       } else {
-        const Request r = RandomRequest(rng);
+        Request r = RandomRequest(rng);
+        if (r.gpu_milli == 1000) r.exclusive_mode = rng.Uniform(2) == 0;  // As the server asks.
         std::set<uint32_t> feasible;
         for (uint32_t n = 0; n < fleet->size(); ++n) {
           if (BruteForceFits(fleet->nodes()[n], r)) feasible.insert(n);
@@ -190,6 +194,11 @@ TEST_P(PolicyTest, NeverBreaksCapacityAndPlacesWhatFits) {
           ASSERT_TRUE(feasible.contains(a->node.value));
           ASSERT_EQ(a->cpu_milli, r.cpu_milli);
           ASSERT_EQ(a->gpu_count, r.gpu_count);
+          for (int i = 0; i < a->gpu_count && r.exclusive_mode; ++i) {
+            const size_t gpu = static_cast<size_t>(a->gpus[static_cast<size_t>(i)].gpu);
+            ASSERT_EQ(fleet->node(a->node).gpus[gpu].mode, SharingMode::kExclusive)
+                << "round " << round << " op " << op << ": a shared-mode GPU granted whole";
+          }
           held.assignments.push_back(*a);
         }
       }

@@ -22,9 +22,10 @@ struct ShapeKey {
   int milli = 0;
   int count = 0;
   Kind kind = Kind::kCpuOnly;
+  bool exclusive_mode = false;  // Which whole GPUs a placement takes.
   bool operator==(const ShapeKey&) const = default;
   static ShapeKey Of(const Need& need) {
-    return {need.cpu, need.gpu_mem, need.milli, need.count, need.kind};
+    return {need.cpu, need.gpu_mem, need.milli, need.count, need.kind, need.exclusive_mode};
   }
 };
 
@@ -32,7 +33,7 @@ struct ShapeKeyHash {
   size_t operator()(const ShapeKey& k) const {
     uint64_t h = static_cast<uint64_t>(k.cpu) * 0x9e3779b97f4a7c15ULL;
     h ^= (static_cast<uint64_t>(k.milli) << 20 | static_cast<uint64_t>(k.count) << 8 |
-          static_cast<uint64_t>(k.kind)) *
+          static_cast<uint64_t>(k.kind) << 1 | static_cast<uint64_t>(k.exclusive_mode)) *
          0xc2b2ae3d27d4eb4fULL;
     h ^= static_cast<uint64_t>(k.gpu_mem) * 0x165667b19e3779f9ULL;
     return static_cast<size_t>(h ^ (h >> 29));

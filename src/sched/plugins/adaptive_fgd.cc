@@ -67,7 +67,7 @@ Choice Evaluate(const Need& need, const FragModel& model, std::span<const double
     }
     return best;
   }
-  if (need.kind == Kind::kWhole) free = g.FreeAfterTakingWhole(need.count);
+  if (need.kind == Kind::kWhole) free = FreeAfterTakingWhole(need, g);
   best.delta = model.NodeFrag(fit.model_bit, cpu_after, Span(free, g.count)) - before;
   return best;
 }
@@ -191,7 +191,7 @@ class ScoreSteps {
 
   // k, unless `delta` lies within a hair of step k's ends, where FgdScore decides.
   int32_t Exact(double delta, size_t k) const {
-    if (Near(delta, end_[k]) | Near(delta, end_[k + 1])) [[unlikely]] {
+    if (Near(delta, end_[k]) || Near(delta, end_[k + 1])) [[unlikely]] {
       return FgdScore(0, delta);
     }
     return static_cast<int32_t>(k);

@@ -93,7 +93,7 @@ FgdChoice FgdNodeScore(const Need& need, const FragModel& model, const NodeFit& 
     return {FgdScore(frag_before, model.NodeFrag(fit.model_bit, cpu_after, Free(g.free, g.count))),
             -1};
   }
-  const std::array<int16_t, fleet::kMaxGpusPerNode> free = g.FreeAfterTakingWhole(need.count);
+  const std::array<int16_t, fleet::kMaxGpusPerNode> free = FreeAfterTakingWhole(need, g);
   return {FgdScore(frag_before, model.NodeFrag(fit.model_bit, cpu_after, Free(free, g.count))), -1};
 }
 
