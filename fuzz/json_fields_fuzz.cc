@@ -2,6 +2,7 @@
 // the byte; a parsed document dumps and parses back equal. Every getter, on every key of every
 // object (three levels down), either returns a value that obeys its range and equals the JSON
 // value, with no error, or returns the fallback and adds errors that name the object and field.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -177,13 +178,73 @@ void CheckErrorByte(const std::string& text, const std::string& message) {
   }
 }
 
+// The nesting depth of `v`: 0 for a scalar.
+size_t Depth(const nlohmann::json& v) {
+  size_t deepest = 0;
+  if (v.is_structured()) {
+    for (const nlohmann::json& e : v) deepest = std::max(deepest, Depth(e));
+    return deepest + 1;
+  }
+  return 0;
+}
+
+// The deepest nesting of brackets and braces in JSON text, outside strings.
+size_t TextDepth(const std::string& text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// A refusal of the strict rules: a key twice in one object, or nesting past the limit. The
+// strict reader reports the first problem it meets, so only for text nlohmann::json parses whole
+// is the rule checked against the text.
+void CheckStrictRefusal(const std::string& text, const std::string& message) {
+  const std::string duplicate = "': appears more than once";
+  const std::string field = std::string(kName) + ": field '";
+  const bool is_duplicate =
+      message.compare(0, field.size(), field) == 0 && message.size() > duplicate.size() &&
+      message.compare(message.size() - duplicate.size(), duplicate.size(), duplicate) == 0;
+  const bool is_deep = message == std::string(kName) + ": nested deeper than " +
+                                      std::to_string(kMaxJsonDepth) + " levels";
+  if (!is_duplicate && !is_deep) {
+    std::fprintf(stderr, "message: %s\n", message.c_str());
+    Check(false, "ParseJson refused JSON for no documented rule");
+  }
+  if (is_deep && nlohmann::json::accept(text)) {
+    Check(TextDepth(text) > kMaxJsonDepth, "ParseJson refused a document within the depth limit");
+  }
+}
+
 void FuzzOne(const std::string& text) {
   Result<nlohmann::json> j = ParseJson(text, kName);
   if (!j.ok()) {
-    CheckError(j.status(), std::string(kName) + ": malformed JSON at byte ");
-    CheckErrorByte(text, j.status().message());
+    const std::string malformed = std::string(kName) + ": malformed JSON at byte ";
+    CheckError(j.status(), std::string(kName) + ": ");
+    if (j.status().message().compare(0, malformed.size(), malformed) == 0) {
+      CheckErrorByte(text, j.status().message());
+    } else {
+      CheckStrictRefusal(text, j.status().message());
+    }
     return;
   }
+  Check(Depth(*j) <= kMaxJsonDepth, "ParseJson accepted a document past the depth limit");
   Result<nlohmann::json> again = ParseJson(j->dump(), kName);
   Check(again.ok() && *again == *j, "a parsed document does not dump and parse back equal");
   FuzzFields(*j, kName, 0);
