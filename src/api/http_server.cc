@@ -421,11 +421,7 @@ class Session final : public SessionBase {
       return Write(std::move(*decision.refuse));
     }
     if (server_->counters.in_flight >= static_cast<int64_t>(limits_.max_in_flight)) {
-      ++server_->counters.refused_overloaded;
-      if (body_follows) keep_alive_ = false;
-      HttpResponse busy = ErrorResponse(503, "overloaded", "too many requests in flight; retry");
-      busy.headers.emplace_back("Retry-After", "1");
-      return Write(std::move(busy));
+      return Overloaded(body_follows, "too many requests in flight; retry");
     }
     const size_t max_body = std::min(decision.max_body, limits_.max_body_bytes);
     const auto length = head_parser_->content_length();
@@ -438,12 +434,7 @@ class Session final : public SessionBase {
     const size_t reserve = body_follows ? (length ? static_cast<size_t>(*length) : max_body) : 0;
     if (server_->counters.body_bytes + static_cast<int64_t>(reserve) >
         static_cast<int64_t>(limits_.max_body_bytes_in_flight)) {
-      ++server_->counters.refused_overloaded;
-      keep_alive_ = false;
-      HttpResponse busy =
-          ErrorResponse(503, "overloaded", "too many request bodies in flight; retry");
-      busy.headers.emplace_back("Retry-After", "1");
-      return Write(std::move(busy));
+      return Overloaded(body_follows, "too many request bodies in flight; retry");
     }
     ++server_->counters.in_flight;
     server_->counters.body_bytes += static_cast<int64_t>(reserve);
@@ -544,6 +535,16 @@ class Session final : public SessionBase {
     }
     ++server_->counters.malformed;
     Fail(400, "bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
+  }
+
+  // Refuses a request the server has no room for now: 503 with Retry-After. A body it will not
+  // read ends the connection.
+  void Overloaded(bool body_follows, std::string_view message) {
+    ++server_->counters.refused_overloaded;
+    if (body_follows) keep_alive_ = false;
+    HttpResponse busy = ErrorResponse(503, "overloaded", message);
+    busy.headers.emplace_back("Retry-After", "1");
+    Write(std::move(busy));
   }
 
   // Answers an error of this layer and ends the connection.

@@ -103,8 +103,7 @@ bool Preemptor::MightFit(const sched::Request& req, const fleet::Node& n,
   std::array<int, fleet::kMaxGpusPerNode + 1> per_island{};  // Index island + 1; 0 = none.
   int whole = 0;
   for (size_t g = 0; g < n.gpus.size(); ++g) {
-    if (n.gpus[g].mode == catalog::SharingMode::kMig) continue;
-    if (req.exclusive_mode && n.gpus[g].mode != catalog::SharingMode::kExclusive) continue;
+    if (!sched::WholeGpuMode(n.gpus[g].mode, req.exclusive_mode)) continue;
     if (n.gpus[g].free_milli + freed[g] < fleet::kMilliPerGpu) continue;
     ++whole;
     if (n.gpus[g].island >= 0) ++per_island[static_cast<size_t>(n.gpus[g].island + 1)];

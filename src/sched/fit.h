@@ -60,8 +60,7 @@ inline bool FitsSummary(const Need& need, const NodeFit& f) {
 // and in exclusive mode when the request says so.
 inline bool WholeEligible(const Need& need, const NodeGpus& g, int i) {
   const auto k = static_cast<size_t>(i);
-  return g.mode[k] != catalog::SharingMode::kMig && g.free[k] == fleet::kMilliPerGpu &&
-         (!need.exclusive_mode || g.mode[k] == catalog::SharingMode::kExclusive);
+  return WholeGpuMode(g.mode[k], need.exclusive_mode) && g.free[k] == fleet::kMilliPerGpu;
 }
 
 // The free milli of each GPU of `g` once the whole GPUs `need` asks for are booked: the

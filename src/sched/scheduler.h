@@ -48,6 +48,14 @@ struct Request {
   bool observe = true;
 };
 
+// Whether a GPU in `mode` may be one of a request's whole GPUs: any but a mig-mode GPU, and only
+// an exclusive-mode one when the request sets exclusive_mode. The fit, the grant, the policies
+// and the server's preemptor all ask this.
+inline bool WholeGpuMode(catalog::SharingMode mode, bool exclusive_mode) {
+  return exclusive_mode ? mode == catalog::SharingMode::kExclusive
+                        : mode != catalog::SharingMode::kMig;
+}
+
 // One class of the target workload ("typical pods" in FGD) and its weight. The weights of a
 // workload sum to 1.
 struct WorkloadClass {
