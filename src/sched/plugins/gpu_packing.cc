@@ -24,7 +24,7 @@ class GpuPackingPolicy final : public Policy {
   }
 
  private:
-  // The GPUs this kind of request can use: shared-mode ones for a share, all but mig-mode ones
+  // The GPUs this kind of request can use: shared-mode ones for a share, those WholeGpuMode allows
   // for whole GPUs. With every GPU in shared mode, as in the openb fleet, that is every GPU.
   static int NodeScore(const Need& need, const NodeGpus& g) {
     std::array<int16_t, fleet::kMaxGpusPerNode> usable{};
@@ -32,7 +32,7 @@ class GpuPackingPolicy final : public Policy {
     for (int i = 0; i < g.count; ++i) {
       const auto k = static_cast<size_t>(i);
       const bool ok = need.kind == Kind::kShare ? g.mode[k] == catalog::SharingMode::kShared
-                                                : g.mode[k] != catalog::SharingMode::kMig;
+                                                : WholeGpuMode(g.mode[k], need.exclusive_mode);
       if (ok) usable[n++] = g.free[k];
     }
     const int milli = need.kind == Kind::kMig ? fleet::kMilliPerGpu : need.milli;
