@@ -44,13 +44,68 @@ void AddNodeRoutes(Api& table) {
                // Nodes are listed in the fleet file's order; a token is the
                // position after which the next page starts.
                const size_t begin = static_cast<size_t>(after);
-               json j = {{"nodes", NodesJson(s.fleet(), begin, limit)}};
+               json nodes = NodesJson(s.fleet(), begin, limit);
+               for (json& n : nodes) {
+                 json agent = s.AgentJson(n["id"].get<std::string>());
+                 if (!agent.is_null()) {
+                   if (agent["state"] == "not_ready") n["state"] = "not_ready";
+                   n["agent"] = std::move(agent);
+                 }
+               }
+               json j = {{"nodes", std::move(nodes)}};
+               // Joined nodes whose agent has not registered yet are not in the fleet.
+               json waiting = json::array();
+               for (const auto& [name, node] : s.agents().nodes()) {
+                 if (!node.registered()) {
+                   waiting.push_back({{"id", name}, {"agent", s.AgentJson(name)}});
+                 }
+               }
+               if (!waiting.empty()) j["waiting_for_agent"] = std::move(waiting);
                if (begin + limit < s.fleet().size()) {
                  j["next_page_token"] = PageToken(static_cast<int64_t>(begin + limit));
                }
                return j;
              },
              200, Passthrough, nullptr});
+      });
+  table.Add(
+      "POST", "/v1/nodes", Access::kAdmin, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        std::string name;
+        std::map<std::string, std::string> labels;
+        catalog::SharingMode sharing = catalog::SharingMode::kExclusive;
+        Status refusal = call->body_status;
+        if (refusal.ok()) {
+          JsonFields f(call->body, "body");
+          f.RejectUnknown({"name", "labels", "sharing"});
+          name = f.String("name");
+          labels = f.StringMap("labels", false);
+          const std::string mode = f.String("sharing", false, "exclusive");
+          if (auto m = catalog::ParseSharingMode(mode)) {
+            sharing = *m;
+          } else {
+            f.Fail("sharing", fmt::format("'{}' is not exclusive or shared", Quote(mode)));
+          }
+          refusal = f.status();
+          if (refusal.ok()) refusal = core::ValidateLabels(labels);
+        }
+        auto token = NewToken();
+        if (!token.ok()) return api.ReplyError(*call, token.status());
+        api.Run<json>(
+            call, refusal,
+            {[name, labels, sharing, token](core::State& s, store::Batch& b,
+                                            const core::Tenant&) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(
+                   core::AgentNode node,
+                   s.CreateAgentNode(name, labels, sharing, token->second, b));
+               json j = {{"id", node.name},
+                         {"labels", node.labels},
+                         {"sharing", catalog::SharingModeName(node.sharing)},
+                         {"state", "waiting_for_agent"}};
+               j["token"] = token->first;  // Shown this once; only its hash is stored.
+               return j;
+             },
+             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";

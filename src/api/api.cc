@@ -107,6 +107,12 @@ Status PageParams(const Target& target, int64_t& after, size_t& limit) {
 
 std::string PageToken(int64_t after) { return fmt::format("p{}", after); }
 
+Result<std::pair<std::string, std::string>> NewToken() {
+  TESSERA_ASSIGN_OR_RETURN(std::string token, GenerateToken());
+  std::string hash = HashToken(token);
+  return std::pair{std::move(token), std::move(hash)};
+}
+
 Api::Api(const catalog::Catalog* catalog, const Clock* clock) : catalog_(catalog), clock_(clock) {}
 
 void Api::Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
@@ -190,12 +196,18 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
       return decision;
     }
     principal = *p;
+    const bool node_route = route->access == Access::kNode;
     const bool admin_only = route->access == Access::kAdmin && !principal.admin;
     const bool tenant_only = route->access == Access::kTenant && principal.admin;
-    if (admin_only || tenant_only) {
+    // A node token acts only as its node, on the agent routes; no other token may use those.
+    const bool node_only = node_route != !principal.node.empty();
+    if (admin_only || tenant_only || node_only) {
       const std::string message =
-          admin_only ? "this route is for the operator's admin token"
-                     : "the admin token has no quota; create instances with a tenant's token";
+          node_only && node_route ? "the agent routes take a node token (POST /v1/nodes)"
+          : node_only ? "a node token may call only the agent routes (/v1/agent/...)"
+          : admin_only
+              ? "this route is for the operator's admin token"
+              : "the admin token has no quota; create instances with a tenant's token";
       decision.refuse = ErrorResponse(403, "forbidden", message);
       if (route->audited) AuditAsync(principal, head, 403, message);
       metrics_.CountRequest(head.method, route->pattern, 403);

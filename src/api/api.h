@@ -31,6 +31,7 @@ enum class Access {
   kAnyToken,  // The admin or any tenant.
   kAdmin,     // The operator's admin token only.
   kTenant,    // A tenant's token only (the admin has no quota to spend).
+  kNode,      // A node token only: the agent routes (docs/agent.md).
 };
 
 // What a route takes as its body.
@@ -147,6 +148,9 @@ std::string Actor(const core::Tenant& t);
 Status PageParams(const Target& target, int64_t& after, size_t& limit);
 // The next_page_token for a page that ended at position `after`.
 std::string PageToken(int64_t after);
+
+// A new bearer token and its hash.
+Result<std::pair<std::string, std::string>> NewToken();
 
 template <typename T>
 void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {

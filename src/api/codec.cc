@@ -110,7 +110,8 @@ Result<RotateTokenRequest> ParseRotateToken(const json& body) {
 
 Result<core::CreateInstanceRequest> ParseCreateInstance(const json& body) {
   JsonFields f(body, "body");
-  f.RejectUnknown({"billing", "name", "command", "restart", "labels", "annotations",
+  f.RejectUnknown({"billing", "name", "command", "restart", "stop_grace_seconds", "labels",
+                   "annotations",
                    "instance_type", "gpu_model", "gpus", "mig_profile", "milli_gpu",
                    "gpu_memory_mib", "vcpus", "memory_mib", "nvlink"});
   core::CreateInstanceRequest r;
@@ -129,6 +130,7 @@ Result<core::CreateInstanceRequest> ParseCreateInstance(const json& body) {
     f.Fail("command", fmt::format("is {} bytes; at most {}", r.command.size(), kMaxCommandBytes));
   }
   r.restart = f.Bool("restart", false, true);
+  r.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   r.labels = f.StringMap("labels", false);
   r.annotations = f.StringMap("annotations", false);
   if (f.ok()) {

@@ -37,6 +37,16 @@ void Gauge(std::string& out, std::string_view name, std::string_view type, std::
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
 
+void Histogram(std::string& out, std::string_view name, std::string_view help,
+               const core::LatencyHistogram& h) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    out += fmt::format("{}_bucket{{le=\"{:g}\"}} {}\n", name, h.bounds[i], h.buckets[i]);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {:g}\n{}_count {}\n", name, h.count,
+                     name, h.sum, name, h.count);
+}
+
 void HttpSection(std::string& out, const HttpStats& h) {
   Gauge(out, "tessera_http_connections", "gauge", "Open HTTP connections.", h.connections_open);
   Gauge(out, "tessera_http_connections_accepted_total", "counter", "HTTP connections accepted.",
@@ -120,17 +130,20 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   out += "# HELP tessera_preemptions_total Spot instances preempted.\n";
   out += "# TYPE tessera_preemptions_total counter\n";
   out += fmt::format("tessera_preemptions_total {}\n", state.counters().preemptions);
+  Gauge(out, "tessera_nodes_lost_total", "counter",
+        "Joined nodes whose agent missed its lease (their work moved).",
+        state.counters().nodes_lost);
+  Gauge(out, "tessera_agent_reports_total", "counter", "Agent reports applied.",
+        state.counters().agent_reports);
+  Gauge(out, "tessera_agent_reports_refused_total", "counter",
+        "Agent reports refused (replayed, superseded or malformed).",
+        state.counters().agent_reports_refused);
 
-  const core::LatencyHistogram& h = state.counters().scheduling_latency;
-  out += "# HELP tessera_scheduling_latency_seconds Time to place one request.\n";
-  out += "# TYPE tessera_scheduling_latency_seconds histogram\n";
-  for (size_t i = 0; i < h.kBounds.size(); ++i) {
-    out += fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"{:g}\"}} {}\n",
-                       h.kBounds[i], h.buckets[i]);
-  }
-  out += fmt::format("tessera_scheduling_latency_seconds_bucket{{le=\"+Inf\"}} {}\n", h.count);
-  out += fmt::format("tessera_scheduling_latency_seconds_sum {:g}\n", h.sum);
-  out += fmt::format("tessera_scheduling_latency_seconds_count {}\n", h.count);
+  Histogram(out, "tessera_scheduling_latency_seconds", "Time to place one request.",
+            state.counters().scheduling_latency);
+  Histogram(out, "tessera_instance_start_latency_seconds",
+            "Created (or re-queued) to running, as the node's agent reported it.",
+            state.counters().start_latency);
   HttpSection(out, http);
   std::lock_guard<std::mutex> lock(mu_);
   out += "# HELP tessera_api_refused_total Requests refused before their route ran, by reason.\n";

@@ -9,5 +9,6 @@ class Api;
 void AddTenantRoutes(Api& api);    // /v1/tenants..., /v1/instance-types
 void AddInstanceRoutes(Api& api);  // /v1/instances...
 void AddAdminRoutes(Api& api);     // /v1/nodes..., /v1/audit, /metrics, /healthz, /readyz
+void AddAgentRoutes(Api& api);     // /v1/agent/... (node tokens)
 
 }  // namespace tessera::api

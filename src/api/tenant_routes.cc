@@ -27,12 +27,6 @@ json TenantJson(const core::State& s, const core::Tenant& t) {
 }
 
 // A new token, or the error to answer (the system's random generator failed).
-Result<std::pair<std::string, std::string>> NewToken() {
-  TESSERA_ASSIGN_OR_RETURN(std::string token, GenerateToken());
-  std::string hash = HashToken(token);
-  return std::pair{std::move(token), std::move(hash)};
-}
-
 }  // namespace
 
 void AddTenantRoutes(Api& table) {

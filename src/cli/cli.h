@@ -27,6 +27,7 @@ void RegisterMigCommands(CLI::App& app, Context& ctx);
 void RegisterSimCommands(CLI::App& app, Context& ctx);
 void RegisterServerCommands(CLI::App& app, Context& ctx);
 void RegisterClientCommands(CLI::App& app, Context& ctx);
+void RegisterAgentCommands(CLI::App& app, Context& ctx);
 
 // Parses argv, runs the chosen command and returns the process exit code.
 int Run(int argc, char** argv);

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -32,6 +33,8 @@ struct ClientFlags {
 struct Response {
   int status = 0;
   json body;
+  std::string text;  // The body as sent (routes that answer text).
+  httplib::Headers headers;
 };
 
 std::string EnvOr(const char* name, const std::string& fallback) {
@@ -71,7 +74,7 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
     std::cerr << "tessera: cannot reach " << EscapeForTerminal(url) << ": " << why << "\n";
     return std::nullopt;
   }
-  Response out{r->status, json::parse(r->body, nullptr, false)};
+  Response out{r->status, json::parse(r->body, nullptr, false), r->body, r->headers};
   if (r->status >= 400) {
     std::string message = r->body;
     if (out.body.is_object() && out.body.contains("error") && out.body["error"].is_object()) {
@@ -297,6 +300,37 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
     ctx.exit_code = Show(*f, CallAll(*f, path, "instances"),
                          [](const json& j) { PrintInstances(j["instances"]); });
   });
+  auto tail = std::make_shared<int>(100);
+  auto follow = std::make_shared<bool>(false);
+  CLI::App* logs = group->add_subcommand("logs", "Print an instance's output (stdout and stderr)");
+  AddCommon(logs, *f);
+  logs->add_option("id", *id, "Instance id")->required();
+  logs->add_option("--tail", *tail, "Lines from the end")->check(CLI::Range(1, 100'000))
+      ->capture_default_str();
+  logs->add_flag("-f,--follow", *follow, "Keep printing new output until the instance ends");
+  logs->callback([f, id, tail, follow, &ctx] {
+    std::string path = fmt::format("/v1/instances/{}/logs?tail={}", Encode(*id), *tail);
+    for (;;) {
+      auto r = Call(*f, "GET", path);
+      if (!r) {
+        ctx.exit_code = kExitFailure;
+        return;
+      }
+      // Output is the workload's own: shown as it is, but nothing in it may drive the terminal.
+      std::cout << EscapeForTerminal(r->text) << std::flush;
+      const std::string state = r->headers.count("X-Instance-State")
+                                    ? r->headers.find("X-Instance-State")->second
+                                    : "";
+      const bool active = state == "pending" || state == "scheduled" || state == "running" ||
+                          state == "stopping" || state == "preempting";
+      if (!*follow || !active) return;
+      const std::string offset = r->headers.count("X-Log-Offset")
+                                     ? r->headers.find("X-Log-Offset")->second
+                                     : "0";
+      path = fmt::format("/v1/instances/{}/logs?after={}", Encode(*id), offset);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
   for (const char* verb : {"get", "delete"}) {
     CLI::App* one = group->add_subcommand(
         verb, std::string(verb == std::string("get") ? "Show one instance"
@@ -435,6 +469,30 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
                   Str(n, "workloads")});
       }
       t.Print(std::cout);
+    });
+  });
+  auto labels = std::make_shared<std::vector<std::string>>();
+  auto sharing = std::make_shared<std::string>("exclusive");
+  CLI::App* add = group->add_subcommand(
+      "add", "Add a node for an agent to join; prints the node token (shown once)");
+  AddCommon(add, *f);
+  add->add_option("name", *id, "Node name, e.g. gpu-07")->required();
+  add->add_option("--label", *labels, "KEY=VALUE, repeatable");
+  add->add_option("--sharing", *sharing, "GPUs not in MIG mode: exclusive or shared")
+      ->capture_default_str();
+  add->callback([f, id, labels, sharing, &ctx] {
+    auto l = KeyValues(*labels, "--label");
+    if (!l) {
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    const json body = {{"name", *id}, {"labels", *l}, {"sharing", *sharing}};
+    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/nodes", &body), [](const json& j) {
+      std::cout << "node " << EscapeForTerminal(Str(j, "id"))
+                << " added; its token (shown once, stored only as a hash):\n"
+                << EscapeForTerminal(Str(j, "token")) << "\n"
+                << "On the node, run:\n  tessera agent --server $TESSERA_URL --token "
+                << EscapeForTerminal(Str(j, "token")) << "\n";
     });
   });
   for (const char* verb : {"drain", "undrain"}) {

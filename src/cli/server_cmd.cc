@@ -31,6 +31,8 @@ struct ServerFlags {
   size_t max_connections_per_address = api::HttpLimits{}.max_connections_per_address;
   std::string instance_retention = "1h";
   std::string audit_retention = "90d";
+  std::string node_timeout = "10s";
+  std::string spot_notice = "30s";
   bool sim_agents = false;
   bool demo = false;
 };
@@ -125,16 +127,18 @@ int RunServer(const ServerFlags& flags) {
   }
   auto instance_retention = ParseDuration(flags.instance_retention, "--instance-retention");
   auto audit_retention = ParseDuration(flags.audit_retention, "--audit-retention");
-  for (const Status& s : {instance_retention.status(), audit_retention.status()}) {
+  auto node_timeout = ParseDuration(flags.node_timeout, "--node-timeout");
+  auto spot_notice = ParseDuration(flags.spot_notice, "--spot-notice");
+  if (node_timeout.ok() && *node_timeout < std::chrono::seconds(2)) {
+    node_timeout = Status::InvalidArgument(
+        "--node-timeout: at least 2s (agents report every 2s; the lease is half of it)");
+  }
+  for (const Status& s : {instance_retention.status(), audit_retention.status(),
+                          node_timeout.status(), spot_notice.status()}) {
     if (!s.ok()) {
       std::cerr << "tessera server: " << s.message() << "\n";
       return kExitUsage;
     }
-  }
-  if (!flags.demo && flags.fleet.empty()) {
-    std::cerr << "tessera server: give --fleet FILE (a fleet file or an openb node CSV), or "
-                 "--demo\n";
-    return kExitUsage;
   }
   RaiseDescriptorLimit();
   auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
@@ -158,6 +162,10 @@ int RunServer(const ServerFlags& flags) {
   core::CoreOptions options;
   options.catalog = &*catalog;
   options.fleet_file = flags.demo ? "" : flags.fleet;
+  // Neither a fleet file nor the demo: an empty fleet, which joining agents fill.
+  options.empty_fleet = !flags.demo && flags.fleet.empty();
+  options.node_timeout = *node_timeout;
+  options.spot_notice = *spot_notice;
   options.data_dir = flags.data;
   options.policy = flags.policy;
   options.sim_agents = flags.sim_agents || flags.demo;
@@ -214,7 +222,8 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--data", flags->data, "Directory of the SQLite store (created when missing)")
       ->capture_default_str();
   cmd->add_option("--fleet", flags->fleet,
-                  "Fleet file (JSON, see docs/fleet.md) or openb node-list CSV");
+                  "Fleet file (JSON, see docs/fleet.md) or openb node-list CSV; without it (and "
+                  "--demo) the fleet starts empty and joining agents fill it");
   cmd->add_option("--policy", flags->policy, "Placement policy")->capture_default_str();
   cmd->add_option("--catalog", flags->catalog_dir, "Catalog directory (default: built in)");
   cmd->add_option("--tls-cert", flags->tls_cert,
@@ -231,6 +240,13 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--audit-retention", flags->audit_retention,
                   "How long audit entries are kept; 0 keeps them for ever")
+      ->capture_default_str();
+  cmd->add_option("--node-timeout", flags->node_timeout,
+                  "A joined node that has not reported for this long is not_ready and its work "
+                  "moves (e.g. 10s)")
+      ->capture_default_str();
+  cmd->add_option("--spot-notice", flags->spot_notice,
+                  "Notice a preempted spot instance gets before its agent stops it (e.g. 30s, 2m)")
       ->capture_default_str();
   cmd->add_flag("--sim-agents", flags->sim_agents,
                 "Serve every node with an in-process simulated agent");

@@ -24,4 +24,12 @@ std::string EscapeForTerminal(std::string_view s);
 // (or of audit log).
 std::string Quote(std::string_view s, size_t max = 64);
 
+// Standard base64 (RFC 4648, with padding), for bytes carried in JSON (workload logs).
+std::string Base64Encode(std::string_view bytes);
+// The bytes `text` encodes, or nullopt when it is not padded standard base64.
+std::optional<std::string> Base64Decode(std::string_view text);
+
+// `s` with every byte that breaks UTF-8 replaced by U+FFFD, for output shown as text.
+std::string ToValidUtf8(std::string_view s);
+
 }  // namespace tessera

@@ -1,14 +1,28 @@
 #include "core/agents.h"
 
+#include <fmt/format.h>
+
+#include "common/json.h"
+
 namespace tessera::core {
 
-void AgentSupervisor::Notify(const Instance& inst) {
-  if (!simulated_) return;
+void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
+  if (AgentNode* joined = Find(node)) {
+    if (inst.node == node && IsActive(inst.state)) {
+      joined->assigned.insert(inst.id.str());
+    } else {
+      joined->assigned.erase(inst.id.str());
+    }
+    Changed(*joined);
+    return;
+  }
+  if (!simulated_ || inst.node != node) return;
   // A simulated agent does at once what it is told.
   if (inst.state == InstanceState::kScheduled) {
-    reports_.push_back({inst.id.str(), InstanceState::kRunning, ""});
-  } else if (inst.state == InstanceState::kStopping) {
-    reports_.push_back({inst.id.str(), InstanceState::kTerminated, "stopped by its agent"});
+    reports_.push_back({inst.id.str(), inst.restarts, InstanceState::kRunning, {}, "", false, {}});
+  } else if (inst.state == InstanceState::kStopping || inst.state == InstanceState::kPreempting) {
+    reports_.push_back({inst.id.str(), inst.restarts, InstanceState::kTerminated, {},
+                        "stopped by its agent", false, {}});
   }
 }
 
@@ -16,6 +30,88 @@ std::vector<AgentReport> AgentSupervisor::Collect() {
   std::vector<AgentReport> out;
   out.swap(reports_);
   return out;
+}
+
+AgentNode* AgentSupervisor::Find(const std::string& name) {
+  auto it = joined_.find(name);
+  return it == joined_.end() ? nullptr : &it->second;
+}
+
+void AgentSupervisor::Changed(AgentNode& node) {
+  ++node.generation;
+  changed_.insert(node.name);
+}
+
+std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& node) {
+  nlohmann::json j = {{"name", node.name},
+                      {"labels", node.labels},
+                      {"sharing", catalog::SharingModeName(node.sharing)},
+                      {"token_hash", node.token_hash},
+                      {"created_at", FormatRfc3339(node.created_at)},
+                      {"drained", node.drained},
+                      {"inventory", node.inventory}};
+  return {std::string(kRecordPrefix) + node.name, DumpJson(j)};
+}
+
+Result<AgentNode> AgentSupervisor::FromRecord(const std::string& key, const std::string& value) {
+  const std::string where = "stored node '" + key + "'";
+  auto j = ParseJson(value, where);
+  if (!j.ok()) return Status::DataLoss(j.status().message());
+  JsonFields f(*j, where);
+  AgentNode n;
+  n.name = f.String("name");
+  n.labels = f.StringMap("labels", false);
+  const auto sharing = catalog::ParseSharingMode(f.String("sharing"));
+  n.token_hash = f.String("token_hash");
+  const std::string created = f.String("created_at");
+  n.drained = f.Bool("drained", false);
+  if (const nlohmann::json* inv = f.Get("inventory", false)) n.inventory = *inv;
+  if (!sharing) f.Fail("sharing", "is not exclusive, mig or shared");
+  if (!f.ok()) return Status::DataLoss(f.status().message());
+  n.sharing = *sharing;
+  auto t = ParseRfc3339(created);
+  if (!t.ok()) return Status::DataLoss(t.status().WithPrefix(where).message());
+  n.created_at = *t;
+  return n;
+}
+
+void AgentSupervisor::Park(const std::string& node, SyncWaiter waiter) {
+  waiters_[node].push_back(std::move(waiter));
+}
+
+void AgentSupervisor::AnswerWaiters(Time now) {
+  // Deadlines are checked every kDeadlineScan; changed nodes at once.
+  const bool scan = now - last_scan_ >= kDeadlineScan;
+  if (scan) last_scan_ = now;
+  auto answer = [&](std::map<std::string, std::vector<SyncWaiter>>::iterator it) {
+    const AgentNode* node = Find(it->first);
+    std::vector<SyncWaiter> keep;
+    for (SyncWaiter& w : it->second) {
+      // A node that left (its token removed) answers at once.
+      if (!node || node->generation > w.after || now >= w.deadline) {
+        w.answer();
+      } else {
+        keep.push_back(std::move(w));
+      }
+    }
+    if (keep.empty()) return waiters_.erase(it);
+    it->second = std::move(keep);
+    return std::next(it);
+  };
+  if (scan) {
+    for (auto it = waiters_.begin(); it != waiters_.end();) it = answer(it);
+  } else {
+    for (const std::string& name : changed_) {
+      if (auto it = waiters_.find(name); it != waiters_.end()) answer(it);
+    }
+  }
+  changed_.clear();
+}
+
+size_t AgentSupervisor::waiting() const {
+  size_t n = 0;
+  for (const auto& [_, list] : waiters_) n += list.size();
+  return n;
 }
 
 }  // namespace tessera::core

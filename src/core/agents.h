@@ -1,41 +1,148 @@
-// The agent supervisor: tells each node's agent what to start and stop, and takes its reports.
-// Today the agents are simulated (tessera server --sim-agents): an agent starts a scheduled
-// instance and stops a stopping one at once, and its reports arrive within the same core round.
-// Without agents nothing runs on the nodes, so deleting an instance ends it at once. Real agents
-// (long-polling nodes) will report through the same Report path.
-// The supervisor keeps only what was notified, so a round costs what changed, never a scan of
-// every instance.
+// The agent supervisor: which nodes agents serve, what each node's agent is told to run or stop
+// (its desired state, versioned by a generation), and the reports that come back.
+// Two kinds of agent serve nodes:
+//   joined     a `tessera agent` on a real server, which joined with a node token
+//              (POST /v1/nodes) and long-polls POST /v1/agent/sync (docs/agent.md). Its node
+//              keeps a lease by reporting; one that stops reporting for the node timeout is
+//              lost, and its work moves (State::ExpireLeases).
+//   simulated  fleet-file nodes under `tessera server --sim-agents`: the agent does at once what
+//              it is told, and its reports arrive within the same core round.
+// Nodes of a fleet file without --sim-agents have no agent: nothing runs there, so deleting an
+// instance ends it at once.
+// The supervisor keeps only what changed, so a round costs what changed, never a scan of every
+// instance; a long-polling agent is answered after the round that changed its node commits.
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "catalog/catalog.h"
+#include "common/clock.h"
+#include "common/result.h"
 #include "core/instance.h"
+#include "store/store.h"
 
 namespace tessera::core {
 
 // What an agent says happened to an instance.
 struct AgentReport {
   std::string instance;
-  InstanceState state = InstanceState::kRunning;  // Running, or terminated once stopped.
-  std::string reason;
+  int attempt = 0;                                // The instance's restarts when it was started.
+  InstanceState state = InstanceState::kRunning;  // kRunning, or kTerminated once it ended.
+  std::optional<int> exit_code;                   // kTerminated: the process's, when it had one.
+  std::string reason;                             // "exited", "stopped", "lease expired", ...
+  bool lost = false;                              // It could not be adopted by a restarted agent.
+  std::optional<Time> started_at;
+};
+
+// POST /v1/agent/register: an agent run and its node's inventory (docs/agent.md).
+struct AgentRegistration {
+  std::string agent_id;  // Unique per agent run.
+  nlohmann::json inventory;
+};
+
+// New bytes of a workload's log, shipped by its agent.
+struct WorkloadLog {
+  std::string instance;
+  int attempt = 0;
+  int64_t offset = 0;  // Of data's first byte in the workload's whole output.
+  std::string data;
+};
+
+// POST /v1/agent/sync: a report, and how long the agent will wait for news.
+struct AgentSync {
+  std::string agent_id;
+  int64_t seq = 0;          // Increases with every report of one agent run.
+  uint64_t generation = 0;  // The desired state the agent last received.
+  Duration wait{};          // Park the call until the node changes, at most this long.
+  std::vector<AgentReport> reports;
+  std::vector<WorkloadLog> logs;
+  std::optional<bool> limits_enforced;
+  std::string limits_note;
+  nlohmann::json telemetry;
+};
+
+// A node joined by an agent.
+struct AgentNode {
+  // Stored.
+  std::string name;  // Also the node's id in the fleet.
+  std::map<std::string, std::string> labels;
+  catalog::SharingMode sharing = catalog::SharingMode::kExclusive;  // GPUs not in MIG mode.
+  std::string token_hash;
+  Time created_at;
+  nlohmann::json inventory;  // As its agent registered it; null before.
+  bool drained = false;
+  // Not stored: rebuilt as its agent reports.
+  std::string agent_id;     // The agent run that registered last.
+  int64_t report_seq = -1;  // The last report accepted from agent_id.
+  Time last_seen;
+  bool lost = false;  // Missed its lease: not_ready, its work moved.
+  std::optional<bool> limits_enforced;
+  std::string limits_note;
+  nlohmann::json telemetry;  // The last report's.
+  uint64_t generation = 1;   // Bumped whenever its desired state changes.
+  std::set<std::string> assigned;  // Instances its agent is told about.
+
+  bool registered() const { return !inventory.is_null(); }
+};
+
+// A long-polling agent, answered once its node's generation passes `after` or at `deadline`.
+struct SyncWaiter {
+  uint64_t after = 0;
+  Time deadline;
+  std::function<void()> answer;  // Renders the desired state; runs on the core thread.
 };
 
 class AgentSupervisor {
  public:
   explicit AgentSupervisor(bool simulated) : simulated_(simulated) {}
 
-  // Whether agents serve the nodes: a deleted instance then stops through its agent.
-  bool serves_nodes() const { return simulated_; }
-  // `inst` was scheduled (start it) or is stopping (stop it): its agent is told.
-  void Notify(const Instance& inst);
-  // The reports that arrived since the last call, oldest first.
+  // Whether an agent serves `node` (a simulated one, or a joined one): a deleted instance then
+  // stops through its agent, and a spot victim gets its notice.
+  bool Serves(const std::string& node) const {
+    auto it = joined_.find(node);
+    return it != joined_.end() ? it->second.registered() : simulated_;
+  }
+  // `inst` changed in a way its agent must hear: scheduled (start it), stopping (stop it),
+  // preempting (give notice), or it left the node (forget it).
+  void Notify(const Instance& inst, const std::string& node);
+  // Simulated agents' reports since the last call, oldest first.
   std::vector<AgentReport> Collect();
+
+  // Joined nodes, by name.
+  std::map<std::string, AgentNode>& nodes() { return joined_; }
+  const std::map<std::string, AgentNode>& nodes() const { return joined_; }
+  AgentNode* Find(const std::string& name);
+  // Bumps the node's generation: its waiting agent is answered after this round commits.
+  void Changed(AgentNode& node);
+  // The stored form of a node, for the batch.
+  static std::pair<std::string, std::string> Record(const AgentNode& node);
+  // A node from its stored form; DataLoss naming the key when malformed.
+  static Result<AgentNode> FromRecord(const std::string& key, const std::string& value);
+  static constexpr std::string_view kRecordPrefix = "agent_node/";
+
+  // Parks a long poll of `node`'s agent.
+  void Park(const std::string& node, SyncWaiter waiter);
+  // Answers the waiters whose node changed or whose deadline passed. After a commit.
+  void AnswerWaiters(Time now);
+  // True when waiters or joined nodes need the core to wake up on its own.
+  bool needs_ticks() const { return !joined_.empty(); }
+  size_t waiting() const;
 
  private:
   bool simulated_;
   std::vector<AgentReport> reports_;
+  std::map<std::string, AgentNode> joined_;
+  std::map<std::string, std::vector<SyncWaiter>> waiters_;
+  std::set<std::string> changed_;  // Nodes whose generation moved since waiters were answered.
+  Time last_scan_;
+  static constexpr auto kDeadlineScan = std::chrono::milliseconds(50);
 };
 
 }  // namespace tessera::core

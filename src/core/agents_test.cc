@@ -5,17 +5,21 @@
 namespace tessera::core {
 namespace {
 
+Instance On(int n, InstanceState state, const std::string& node) {
+  Instance i;
+  i.id = InstanceId::FromNumber(n);
+  i.state = state;
+  i.node = node;
+  return i;
+}
+
 TEST(AgentSupervisorTest, SimulatedAgentsStartWhatIsScheduledAndStopWhatIsStopping) {
   AgentSupervisor agents(/*simulated=*/true);
-  EXPECT_TRUE(agents.serves_nodes());
-  Instance a, b, c;
-  a.id = InstanceId::FromNumber(1);
-  a.state = InstanceState::kScheduled;
-  b.id = InstanceId::FromNumber(2);
-  b.state = InstanceState::kStopping;
-  c.id = InstanceId::FromNumber(3);
-  c.state = InstanceState::kPending;  // Nothing to tell an agent.
-  for (const Instance* i : {&a, &b, &c}) agents.Notify(*i);
+  EXPECT_TRUE(agents.Serves("n1"));
+  const Instance a = On(1, InstanceState::kScheduled, "n1");
+  const Instance b = On(2, InstanceState::kStopping, "n1");
+  const Instance c = On(3, InstanceState::kPending, "");  // Nothing to tell an agent.
+  for (const Instance* i : {&a, &b, &c}) agents.Notify(*i, i->node);
   const auto reports = agents.Collect();
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].instance, "inst-000001");
@@ -24,9 +28,67 @@ TEST(AgentSupervisorTest, SimulatedAgentsStartWhatIsScheduledAndStopWhatIsStoppi
   EXPECT_EQ(reports[1].reason, "stopped by its agent");
   EXPECT_TRUE(agents.Collect().empty()) << "each report is collected once";
   AgentSupervisor none(/*simulated=*/false);
-  EXPECT_FALSE(none.serves_nodes());
-  none.Notify(a);
+  EXPECT_FALSE(none.Serves("n1"));
+  none.Notify(a, "n1");
   EXPECT_TRUE(none.Collect().empty());
+}
+
+TEST(AgentSupervisorTest, AJoinedNodeIsServedOnceRegisteredAndWakesItsLongPollOnChange) {
+  AgentSupervisor agents(/*simulated=*/true);
+  AgentNode node;
+  node.name = "gpu-07";
+  agents.nodes().emplace("gpu-07", node);
+  EXPECT_FALSE(agents.Serves("gpu-07")) << "not registered: no agent serves it yet";
+  agents.Find("gpu-07")->inventory = nlohmann::json::object();
+  EXPECT_TRUE(agents.Serves("gpu-07"));
+
+  const Time t0 = Time(std::chrono::seconds(1000));
+  int answered = 0;
+  const uint64_t gen = agents.Find("gpu-07")->generation;
+  agents.Park("gpu-07", {gen, t0 + std::chrono::seconds(2), [&] { ++answered; }});
+  agents.AnswerWaiters(t0);
+  EXPECT_EQ(answered, 0) << "nothing changed and the wait has not ended";
+  const Instance a = On(1, InstanceState::kScheduled, "gpu-07");
+  agents.Notify(a, "gpu-07");
+  EXPECT_TRUE(agents.Collect().empty()) << "a joined node's agent reports for itself";
+  EXPECT_EQ(agents.Find("gpu-07")->assigned.count("inst-000001"), 1u);
+  agents.AnswerWaiters(t0 + std::chrono::milliseconds(1));
+  EXPECT_EQ(answered, 1) << "new work reaches the waiting agent at once";
+
+  agents.Park("gpu-07", {agents.Find("gpu-07")->generation, t0 + std::chrono::seconds(2),
+                         [&] { ++answered; }});
+  agents.AnswerWaiters(t0 + std::chrono::seconds(1));
+  EXPECT_EQ(answered, 1);
+  agents.AnswerWaiters(t0 + std::chrono::seconds(3));
+  EXPECT_EQ(answered, 2) << "the wait ended: answered with the same state";
+  EXPECT_EQ(agents.waiting(), 0u);
+
+  const Instance gone = On(1, InstanceState::kScheduled, "");
+  agents.Notify(gone, "gpu-07");
+  EXPECT_EQ(agents.Find("gpu-07")->assigned.count("inst-000001"), 0u)
+      << "work that left the node leaves its desired state";
+}
+
+TEST(AgentSupervisorTest, ANodeRecordRoundTripsAndAMalformedOneNamesItsKey) {
+  AgentNode n;
+  n.name = "gpu-07";
+  n.labels = {{"rack", "r1"}};
+  n.sharing = catalog::SharingMode::kShared;
+  n.token_hash = std::string(64, 'a');
+  n.created_at = Time(std::chrono::seconds(1'767'225'600));
+  n.drained = true;
+  n.inventory = {{"cpu_milli", 1000}};
+  const auto [key, value] = AgentSupervisor::Record(n);
+  EXPECT_EQ(key, "agent_node/gpu-07");
+  auto back = AgentSupervisor::FromRecord(key, value);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->labels, n.labels);
+  EXPECT_EQ(back->sharing, catalog::SharingMode::kShared);
+  EXPECT_TRUE(back->drained);
+  EXPECT_TRUE(back->registered());
+  auto bad = AgentSupervisor::FromRecord("agent_node/x", "{\"name\": 3}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("agent_node/x"), std::string::npos);
 }
 
 }  // namespace

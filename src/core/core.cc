@@ -13,6 +13,8 @@ namespace tessera::core {
 namespace {
 
 constexpr auto kDeferredRoundDelay = std::chrono::milliseconds(50);
+// How often the core wakes on its own while agents hold leases or wait in long polls.
+constexpr auto kTickDelay = std::chrono::milliseconds(100);
 
 // The target workload for fragmentation-aware policies before any traffic is seen: one class
 // per GPU instance type of the catalog, weighted equally.
@@ -45,9 +47,10 @@ sched::Workload CatalogWorkload(const catalog::Catalog& catalog) {
 Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Store& store,
                                           store::Batch& batch, RecoveryReport* report) {
   const Clock* clock = options.clock ? options.clock : &SystemClock::Get();
-  Result<fleet::Fleet> loaded = options.fleet_file.empty()
-                                    ? fleet::DemoFleet(*options.catalog)
-                                    : fleet::LoadFleetFile(*options.catalog, options.fleet_file);
+  Result<fleet::Fleet> loaded =
+      !options.fleet_file.empty() ? fleet::LoadFleetFile(*options.catalog, options.fleet_file)
+      : options.empty_fleet       ? Result<fleet::Fleet>(fleet::Fleet(options.catalog))
+                                  : fleet::DemoFleet(*options.catalog);
   if (!loaded.ok()) return loaded.status();
   auto fleet = std::make_unique<fleet::Fleet>(std::move(*loaded));
   sched::Options sched_options{options.policy, options.seed, CatalogWorkload(*options.catalog)};
@@ -56,6 +59,8 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   StateOptions state_options;
   state_options.sim_agents = options.sim_agents;
   state_options.retention = options.instance_retention;
+  state_options.node_timeout = options.node_timeout;
+  state_options.spot_notice = options.spot_notice;
   auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
                                        std::move(scheduler), state_options);
   std::map<std::string, fleet::NodeState> node_states;
@@ -64,6 +69,10 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
     node_states[key.substr(std::string("node_state/").size())] =
         value == "draining" ? fleet::NodeState::kDraining : fleet::NodeState::kReady;
   }
+  // Joined nodes before instances: the instances name them.
+  TESSERA_ASSIGN_OR_RETURN(auto agent_nodes,
+                           store.ListSettings(std::string(AgentSupervisor::kRecordPrefix)));
+  TESSERA_RETURN_IF_ERROR(state->RestoreAgentNodes(agent_nodes));
   TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
   const std::string since = FormatRfc3339(clock->Now() - options.instance_retention);
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));
@@ -136,11 +145,13 @@ void Core::Loop() {
     // Work deferred to a later round (queued requests that waited on the round's preemption
     // budget) gets a round of its own soon, even when no request comes to start one.
     const bool deferred = state_->has_deferred_work();
+    const bool ticks = state_->needs_ticks();
     {
       std::unique_lock<std::mutex> lock(mu_);
       const auto ready = [&] { return stopping_ || !queue_.empty(); };
-      if (deferred) {
-        cv_.wait_for(lock, kDeferredRoundDelay, ready);
+      if (deferred || ticks) {
+        // Leases to watch and long polls to answer: a round of its own now and then.
+        cv_.wait_for(lock, deferred ? kDeferredRoundDelay : kTickDelay, ready);
       } else {
         cv_.wait(lock, ready);
       }
@@ -174,13 +185,15 @@ Status Core::RunRound(std::deque<Command>& round) {
     RebuildOrExit(what);
     return Status::Internal("an internal error occurred; it has been logged");
   }
-  const Status committed = store_->Commit(batch);
+  // A round that changed nothing durable (heartbeats, reads, ticks) costs no commit.
+  const Status committed = batch.empty() ? Status::Ok() : store_->Commit(batch);
   if (!committed.ok()) {
     spdlog::error("commit failed: {}; reloading state from the store", committed.message());
     RebuildOrExit(committed.message());
     return Status::Unavailable("the store failed: " + committed.message());
   }
   Publish();
+  state_->AfterCommit();
   return Status::Ok();
 }
 

@@ -34,11 +34,14 @@ inline constexpr int kExitStoreLost = 75;
 struct CoreOptions {
   const catalog::Catalog* catalog = nullptr;  // Must outlive the core.
   std::string fleet_file;                     // Fleet description or openb node CSV; "" = demo.
+  bool empty_fleet = false;  // With no fleet file: start empty, for agents to join.
   std::string data_dir = "./tessera-data";
   const Clock* clock = nullptr;  // Defaults to the system clock.
   std::string policy = "guarded-fgd";
   uint64_t seed = 42;
   bool sim_agents = false;
+  Duration node_timeout = std::chrono::seconds(10);  // A joined node's lease (docs/agent.md).
+  Duration spot_notice = std::chrono::seconds(30);   // A spot victim's notice on a joined node.
   // How long an ended instance stays in memory (the store keeps it for billing and audit).
   Duration instance_retention = std::chrono::hours(1);
   // How long audit entries are kept; zero keeps them for ever.

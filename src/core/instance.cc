@@ -11,9 +11,9 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<std::string_view, 8> kStateNames = {"pending",  "scheduled",  "running",
-                                                         "stopping", "terminated", "succeeded",
-                                                         "failed",   "preempted"};
+constexpr std::array<std::string_view, 9> kStateNames = {
+    "pending", "scheduled", "running",   "stopping",  "terminated",
+    "succeeded", "failed",  "preempted", "preempting"};
 constexpr std::array<std::string_view, 3> kBillingNames = {"reserved", "on_demand", "spot"};
 
 // An RFC 4122-shaped UUID (version 5 bits set) from the SHA-256 of `key`.
@@ -123,7 +123,8 @@ std::optional<InstanceState> ParseState(std::string_view s) {
 
 bool IsActive(InstanceState s) {
   return s == InstanceState::kPending || s == InstanceState::kScheduled ||
-         s == InstanceState::kRunning || s == InstanceState::kStopping;
+         s == InstanceState::kRunning || s == InstanceState::kStopping ||
+         s == InstanceState::kPreempting;
 }
 
 std::string_view BillingName(Billing b) { return kBillingNames[static_cast<size_t>(b)]; }
@@ -185,7 +186,8 @@ std::vector<GpuRef> DescribeGpus(const fleet::Assignment& a, const fleet::Fleet&
       ref.mig_profile = g.mig_profile->name;
       ref.mig_start = g.mig_start;
     } else {
-      ref.uuid = GpuUuid(node.name, g.gpu);
+      const std::string& reported = node.gpus[static_cast<size_t>(g.gpu)].uuid;
+      ref.uuid = reported.empty() ? GpuUuid(node.name, g.gpu) : reported;
       if (g.milli < fleet::kMilliPerGpu) ref.milli_gpu = g.milli;
     }
     out.push_back(std::move(ref));
@@ -227,6 +229,7 @@ nlohmann::json ToJson(const Instance& inst) {
                       {"shape", std::move(shape)},
                       {"command", inst.command},
                       {"restart", inst.restart},
+                      {"stop_grace_seconds", inst.stop_grace_seconds},
                       {"price_per_hour_usd", inst.price_per_hour.ToString()},
                       {"created_at", FormatRfc3339(inst.created_at)},
                       {"updated_at", FormatRfc3339(inst.updated_at)},
@@ -237,12 +240,20 @@ nlohmann::json ToJson(const Instance& inst) {
   j["annotations"] = inst.annotations;
   if (!inst.reason.empty()) j["reason"] = inst.reason;
   if (inst.preempted_at) j["preempted_at"] = FormatRfc3339(*inst.preempted_at);
+  if (inst.preempt_at) j["preempt_at"] = FormatRfc3339(*inst.preempt_at);
+  if (inst.started_at) {
+    j["started_at"] = FormatRfc3339(*inst.started_at);
+    j["start_latency_seconds"] =
+        std::chrono::duration<double>(*inst.started_at - inst.enqueued_at).count();
+  }
+  if (inst.exit_code) j["exit_code"] = *inst.exit_code;
   return j;
 }
 
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
   nlohmann::json j = ToJson(inst);
   j["seq"] = inst.seq;
+  j["enqueued_at"] = FormatRfc3339(inst.enqueued_at);
   if (inst.assignment) j["assignment"] = AssignmentJson(*inst.assignment, fleet);
   return j;
 }
@@ -290,6 +301,7 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   const auto billing = ParseBilling(f.String("billing"));
   inst.command = f.String("command");
   inst.restart = f.Bool("restart");
+  inst.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   auto price = Money::Parse(f.String("price_per_hour_usd"));
   inst.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
   inst.seq = f.Int("seq", 0, INT64_MAX);
@@ -317,10 +329,23 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
     if (!t.ok()) return Status::DataLoss(t.status().message());
     *field = *t;
   }
-  if (j.contains("preempted_at")) {
-    auto t = TimeField(f, "preempted_at");
+  for (auto [key, field] : {std::pair{"preempted_at", &inst.preempted_at},
+                            {"preempt_at", &inst.preempt_at},
+                            {"started_at", &inst.started_at}}) {
+    if (!j.contains(key)) continue;
+    auto t = TimeField(f, key);
     if (!t.ok()) return Status::DataLoss(t.status().message());
-    inst.preempted_at = *t;
+    *field = *t;
+  }
+  inst.enqueued_at = inst.created_at;  // Records written before the field held no other.
+  if (j.contains("enqueued_at")) {
+    auto t = TimeField(f, "enqueued_at");
+    if (!t.ok()) return Status::DataLoss(t.status().message());
+    inst.enqueued_at = *t;
+  }
+  if (j.contains("exit_code")) {
+    inst.exit_code = static_cast<int>(f.Int("exit_code", -1, 1024));
+    if (!f.ok()) return Status::DataLoss(f.status().message());
   }
   if (j.contains("assignment")) {
     TESSERA_ASSIGN_OR_RETURN(inst.assignment,

@@ -29,10 +29,12 @@ enum class InstanceState {
   kSucceeded,   // The workload exited 0. Terminal.
   kFailed,      // The workload or its node failed. Terminal.
   kPreempted,   // Evicted for higher-priority work. Terminal unless it restarts.
+  kPreempting,  // A spot victim in its notice period: its agent stops it at preempt_at.
 };
 std::string_view StateName(InstanceState s);
 std::optional<InstanceState> ParseState(std::string_view s);
-// True for states that hold or wait for capacity (pending, scheduled, running, stopping).
+// True for states that hold or wait for capacity (pending, scheduled, running, stopping,
+// preempting).
 bool IsActive(InstanceState s);
 
 enum class Billing { kReserved, kOnDemand, kSpot };
@@ -78,6 +80,7 @@ struct Instance {
   Shape shape;
   std::string command;
   bool restart = true;  // Spot: re-queue automatically after preemption.
+  int stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long.
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
   Money price_per_hour;
@@ -87,6 +90,10 @@ struct Instance {
   int64_t seq = 0;     // Creation order; FIFO within a priority.
   std::string reason;  // Why the last transition happened (preemption, failure, ...).
   std::optional<Time> preempted_at;
+  std::optional<Time> preempt_at;  // kPreempting: when its agent stops it.
+  Time enqueued_at;                // When this attempt began waiting: created, or re-queued.
+  std::optional<Time> started_at;  // When its agent reported this attempt running.
+  std::optional<int> exit_code;    // The workload's, once it ended (128 + signal if killed).
   std::optional<fleet::Assignment> assignment;  // While it holds capacity.
   std::string node;
   std::vector<GpuRef> gpus;

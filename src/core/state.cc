@@ -71,10 +71,11 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   inst.shape = std::move(admitted.shape);
   inst.command = req.command;
   inst.restart = req.restart;
+  inst.stop_grace_seconds = req.stop_grace_seconds;
   inst.labels = req.labels;
   inst.annotations = req.annotations;
   inst.price_per_hour = admitted.price_per_hour;
-  inst.created_at = inst.updated_at = clock_->Now();
+  inst.created_at = inst.updated_at = inst.enqueued_at = clock_->Now();
   Instance& stored = instances_.Add(std::move(inst));
   usage_.Add(stored.tenant.str(), stored.shape);
   // Identical requests already waiting go first: this one queues behind them.
@@ -120,13 +121,14 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
   if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return Shown(inst);
   if (inst.state == InstanceState::kPending) {
     queue_.Remove(inst);
+    awaiting_notice_.erase(inst.id.str());
     Transition(inst, InstanceState::kTerminated, "deleted while pending");
-  } else if (agents_.serves_nodes()) {
+  } else if (agents_.Serves(inst.node)) {
     // Being deleted: never a preemption victim from now on, so never restarted either. The
     // capacity frees when the agent reports the stop.
     preemptor_.Untrack(&inst);
     Transition(inst, InstanceState::kStopping, "deleted by its owner");
-    agents_.Notify(inst);
+    agents_.Notify(inst, inst.node);
   } else {
     // No agent serves the node, so nothing runs there to wait for.
     Unbook(inst);
@@ -139,8 +141,15 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
 
 Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch& batch) {
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex n, fleet_->Find(node));
-  TESSERA_RETURN_IF_ERROR(
-      fleet_->SetNodeState(n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
+  if (AgentNode* joined = agents_.Find(node)) {
+    // A lost node stays down until its agent reports; the flag applies then.
+    joined->drained = drained;
+    ApplyNodeState(*joined);
+    SaveNode(*joined, batch);
+  } else {
+    TESSERA_RETURN_IF_ERROR(fleet_->SetNodeState(
+        n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
+  }
   batch.settings.emplace_back("node_state/" + node, drained ? "draining" : "ready");
   if (!drained) queue_.CapacityFreed();
   return Status::Ok();
@@ -149,6 +158,7 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
 void State::EndRound(store::Batch& batch) {
   // Agents act, freed capacity is offered to the queue, and placed work is started, until
   // nothing moves (each pass is budgeted, and so is the number of passes).
+  ExpireLeases(batch);
   for (int i = 0; i < kMaxPassesPerRound; ++i) {
     const bool reported = ApplyAgentReports(batch);
     if (i > 0 && !reported) break;
@@ -162,17 +172,8 @@ bool State::ApplyAgentReports(store::Batch& batch) {
   bool changed = false;
   for (const AgentReport& report : agents_.Collect()) {
     Instance* inst = instances_.Find(report.instance);
-    if (!inst) continue;
-    if (report.state == InstanceState::kRunning && inst->state == InstanceState::kScheduled) {
-      Transition(*inst, InstanceState::kRunning, report.reason);
+    if (inst && ApplyReport(*inst, report, batch)) {
       Save(*inst, batch);
-      changed = true;
-    } else if (report.state == InstanceState::kTerminated &&
-               inst->state == InstanceState::kStopping) {
-      Unbook(*inst);
-      Transition(*inst, InstanceState::kTerminated, report.reason);
-      Save(*inst, batch);
-      queue_.CapacityFreed();
       changed = true;
     }
   }
@@ -223,6 +224,7 @@ void State::Book(Instance& inst, const fleet::Assignment& a) {
   inst.node = fleet_->node(a.node).name;
   inst.gpus = DescribeGpus(a, *fleet_);
   if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
+  awaiting_notice_.erase(inst.id.str());
 }
 
 void State::Unbook(Instance& inst) {
@@ -236,8 +238,10 @@ void State::Unbook(Instance& inst) {
     std::abort();
   }
   inst.assignment.reset();
+  const std::string node = std::move(inst.node);
   inst.node.clear();
   inst.gpus.clear();
+  agents_.Notify(inst, node);  // Its agent forgets it.
 }
 
 Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
@@ -252,11 +256,20 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   ++counters_.scheduling_attempts;
   bool deferred = false;
+  // Victims already have notice for this one: wait for them rather than take more.
+  auto awaiting = awaiting_notice_.find(inst.id.str());
+  if (!a && awaiting != awaiting_notice_.end() && clock_->Now() < awaiting->second) {
+    return Attempt::kNoRoom;
+  }
   if (!a && inst.billing != Billing::kSpot) {
     // With the round's searches spent, a request that preemption might help is tried again in
     // a later round rather than written off until capacity frees.
     deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
     if (auto plan = preemptor_.Find(req)) {
+      if (agents_.Find(fleet_->node(plan->node).name)) {
+        GiveNotice(plan->victims, inst, batch);
+        return Attempt::kNoRoom;
+      }
       for (Instance* v : plan->victims) Evict(*v, batch);
       a = scheduler_->ScheduleOn(req, plan->node);
       // The search showed it fits once the victims are gone; anything else is a bug.
@@ -267,22 +280,51 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   if (!a) return deferred ? Attempt::kDeferred : Attempt::kNoRoom;
   Book(inst, *a);
   Transition(inst, InstanceState::kScheduled, "");
-  agents_.Notify(inst);
+  agents_.Notify(inst, inst.node);
   return Attempt::kPlaced;
+}
+
+void State::GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom,
+                       store::Batch& batch) {
+  const Time deadline = clock_->Now() + options_.spot_notice;
+  for (Instance* v : victims) {
+    preemptor_.Untrack(v);
+    Transition(*v, InstanceState::kPreempting,
+               fmt::format("preempted by higher-priority work; stops at {} after its notice",
+                           FormatRfc3339(deadline)));
+    v->preempt_at = deadline;
+    ++counters_.preemptions;
+    agents_.Notify(*v, v->node);
+    Save(*v, batch);
+  }
+  // The victims' stops free the capacity; until then (and a margin for their agent to report),
+  // this one waits for them instead of taking more victims. The reason names no instance.
+  awaiting_notice_[for_whom.id.str()] =
+      deadline + options_.node_timeout + std::chrono::seconds(for_whom.stop_grace_seconds);
+  for_whom.reason =
+      fmt::format("waiting for {} spot instance(s) to stop after their preemption notice (until "
+                  "{})",
+                  victims.size(), FormatRfc3339(deadline));
 }
 
 void State::Evict(Instance& v, store::Batch& batch) {
   Unbook(v);
   // The reason names no instance: the one that took the capacity may be another tenant's.
-  Transition(v, InstanceState::kPreempted, "preempted by higher-priority work");
-  v.preempted_at = clock_->Now();
   ++counters_.preemptions;
+  EndPreempted(v, "preempted by higher-priority work");
+  Save(v, batch);
+}
+
+void State::EndPreempted(Instance& v, const std::string& why) {
+  Transition(v, InstanceState::kPreempted, why);
+  v.preempted_at = clock_->Now();
   if (v.restart) {
     ++v.restarts;
-    Transition(v, InstanceState::kPending, "preempted by higher-priority work; restarting");
+    v.started_at.reset();
+    v.enqueued_at = clock_->Now();
+    Transition(v, InstanceState::kPending, why + "; restarting");
     queue_.Push(v);  // Untried: it may fit elsewhere at once.
   }
-  Save(v, batch);
 }
 
 Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& tenants,
@@ -329,13 +371,12 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     }
     if (inst.assignment) {
       ++report.rebooked;
-      if (inst.billing == Billing::kSpot && inst.state != InstanceState::kStopping) {
+      if (inst.billing == Billing::kSpot && inst.state != InstanceState::kStopping &&
+          inst.state != InstanceState::kPreempting) {
         preemptor_.Track(&inst);
       }
       // An agent picks up where the last run left off.
-      if (inst.state == InstanceState::kScheduled || inst.state == InstanceState::kStopping) {
-        agents_.Notify(inst);
-      }
+      agents_.Notify(inst, inst.node);
     } else {
       queue_.Push(inst);
       ++report.queued;
@@ -350,8 +391,8 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
 }
 
 void LatencyHistogram::Observe(double seconds) {
-  for (size_t i = 0; i < kBounds.size(); ++i) {
-    if (seconds <= kBounds[i]) ++buckets[i];
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (seconds <= bounds[i]) ++buckets[i];
   }
   ++count;
   sum += seconds;

@@ -16,10 +16,10 @@
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
-#include <array>
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -41,12 +41,13 @@
 
 namespace tessera::core {
 
-// A fixed-bucket histogram of scheduling latency, as Prometheus exposes it.
+// A fixed-bucket histogram of a latency, as Prometheus exposes it.
 struct LatencyHistogram {
   // Upper bounds of the buckets, in seconds.
-  static constexpr std::array<double, 10> kBounds = {0.00001, 0.00005, 0.0001, 0.0005, 0.001,
-                                                     0.005,   0.01,    0.05,   0.1,    0.5};
-  std::array<int64_t, kBounds.size()> buckets{};  // Cumulative counts, as Prometheus wants.
+  explicit LatencyHistogram(std::vector<double> upper_bounds)
+      : bounds(std::move(upper_bounds)), buckets(bounds.size()) {}
+  std::vector<double> bounds;
+  std::vector<int64_t> buckets;  // Cumulative counts, as Prometheus wants.
   int64_t count = 0;
   double sum = 0;
   void Observe(double seconds);
@@ -58,11 +59,21 @@ struct Counters {
   int64_t preemptions = 0;
   int64_t preemption_searches = 0;
   int64_t evicted = 0;  // Ended instances that left memory after the retention period.
-  LatencyHistogram scheduling_latency;
+  LatencyHistogram scheduling_latency{
+      {0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5}};
+  // Created (or re-queued) to running, as agents report it: the cold start.
+  LatencyHistogram start_latency{{0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300}};
+  int64_t nodes_lost = 0;
+  int64_t agent_reports = 0;
+  int64_t agent_reports_refused = 0;
 };
 
 struct StateOptions {
   bool sim_agents = false;
+  // A joined node that has not reported for this long is lost (not_ready) and its work moves.
+  Duration node_timeout = std::chrono::seconds(10);
+  // How long a spot victim on a node with an agent runs after its notice.
+  Duration spot_notice = std::chrono::seconds(30);
   // How long an ended instance stays in memory (listed, and read without the store).
   Duration retention = std::chrono::hours(1);
   Preemptor::Limits preemption;
@@ -122,6 +133,45 @@ class State {
 
   Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch);
 
+  // Nodes joined by agents (docs/agent.md). Creating one registers its token; it joins the fleet
+  // when its agent registers the inventory. AlreadyExists for a name in use.
+  Result<AgentNode> CreateAgentNode(const std::string& name,
+                                    std::map<std::string, std::string> labels,
+                                    catalog::SharingMode sharing, const std::string& token_hash,
+                                    store::Batch& batch);
+  // An agent run registers its node's inventory: the node joins the fleet (or, when it joined
+  // before, the inventory must match). Errors name the inventory field.
+  Status RegisterAgent(const std::string& node, const AgentRegistration& reg,
+                       store::Batch& batch);
+  // Applies an agent's report. True when the agent should be answered now; false when the call
+  // may wait for news (park it). FailedPrecondition for a replayed report or a superseded agent
+  // run.
+  Result<bool> SyncAgent(const std::string& node, const AgentSync& sync, store::Batch& batch);
+  // What the node's agent is told: every workload it should run or stop, and the lease.
+  nlohmann::json DesiredState(const std::string& node) const;
+  // The node an authenticated node token acts for, or PermissionDenied.
+  Result<const AgentNode*> AuthenticateNode(std::string_view token_hash) const;
+  // The instance's log as its agent shipped it: the last `tail` lines, or with `after` the bytes
+  // after that offset (as a previous slice's `end` gave it) that are still kept.
+  struct LogSlice {
+    std::string text;
+    int64_t end = 0;  // The offset after the last byte: pass it as `after` to follow.
+    InstanceState state = InstanceState::kPending;
+  };
+  Result<LogSlice> InstanceLog(const Tenant& caller, std::string_view id, size_t tail,
+                               std::optional<int64_t> after) const;
+  // Joined nodes' agent fields for GET /v1/nodes; null for nodes without one.
+  nlohmann::json AgentJson(const std::string& node) const;
+  AgentSupervisor& agents() { return agents_; }
+  const AgentSupervisor& agents() const { return agents_; }
+  // After a round commits: long-polling agents whose node changed, or whose wait ended, get
+  // their answer.
+  void AfterCommit() { agents_.AnswerWaiters(clock_->Now()); }
+  // True when the core should run rounds on its own (leases to watch, agents waiting).
+  bool needs_ticks() const { return agents_.needs_ticks(); }
+  // Restores joined nodes from their stored records, before instances (they name the nodes).
+  Status RestoreAgentNodes(const std::vector<std::pair<std::string, std::string>>& records);
+
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
   // Ends a core round, after its commands: agents' reports are applied, queued work is placed
@@ -145,12 +195,29 @@ class State {
   // Tries to place `inst` now, preempting if its priority allows.
   Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);
   void Evict(Instance& victim, store::Batch& batch);
+  // A spot instance lost its capacity: preempted, and queued again when it restarts.
+  void EndPreempted(Instance& inst, const std::string& why);
+  // Gives the victims notice (joined nodes): they stop at preempt_at, then free the capacity.
+  void GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom, store::Batch& batch);
   void Book(Instance& inst, const fleet::Assignment& a);
   void Unbook(Instance& inst);
   // One budgeted pass over the queue.
   void PlaceQueued(store::Batch& batch);
   // True when a report changed something.
   bool ApplyAgentReports(store::Batch& batch);
+  // Applies one report about `inst`; true when it changed something.
+  bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
+  // Ends an instance whose workload is gone: frees its capacity and tells its agent.
+  void Release(Instance& inst);
+  // Joined nodes that stopped reporting lose their lease: not_ready, and their work moves.
+  void ExpireLeases(store::Batch& batch);
+  // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
+  void Displace(Instance& inst, const std::string& why, store::Batch& batch);
+  void SaveNode(const AgentNode& node, store::Batch& batch);
+  void PublishNodeTokens();
+  // The fleet state a joined node's flags give.
+  void ApplyNodeState(const AgentNode& node);
+  void AppendLog(const Instance& inst, const WorkloadLog& log);
   void Save(const Instance& inst, store::Batch& batch);
   void Transition(Instance& inst, InstanceState to, std::string reason);
   // `inst` as the API shows it: a pending one with the reason it waits.
@@ -173,6 +240,16 @@ class State {
   PendingQueue queue_;
   Preemptor preemptor_;
   AgentSupervisor agents_;
+  // Instances' logs as their agents shipped them: the newest bytes, bounded per instance.
+  struct LogTail {
+    int attempt = 0;
+    int64_t end = 0;  // Offset after the last byte received.
+    std::string data;
+  };
+  std::unordered_map<std::string, LogTail> logs_;
+  Time last_lease_check_;
+  // Instances waiting for spot victims to stop after their notice, and until when.
+  std::unordered_map<std::string, Time> awaiting_notice_;
   int64_t next_instance_ = 1;
   Counters counters_;
 };

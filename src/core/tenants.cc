@@ -135,6 +135,9 @@ Result<Tenant> Tenants::Rotate(std::string_view id, const std::string& new_hash,
 Result<const Tenant*> Tenants::Authenticate(std::string_view token_hash) const {
   TESSERA_ASSIGN_OR_RETURN(Principal p, core::Authenticate(*index_, token_hash, clock_->Now()));
   if (p.admin) return &admin_;
+  if (!p.node.empty()) {
+    return Status::PermissionDenied("a node token may call only the agent routes (/v1/agent/...)");
+  }
   const Tenant* t = Find(p.tenant.str());
   if (!t) return Status::Unauthenticated("invalid token");
   return t;
@@ -148,13 +151,21 @@ void Tenants::Save(Tenant& t, store::Batch& batch) {
 
 void Tenants::Rebuild() {
   auto index = std::make_shared<PrincipalIndex>();
-  if (!admin_hash_.empty()) (*index)[admin_hash_] = Principal{admin_.id, true, false, {}};
+  if (!admin_hash_.empty()) (*index)[admin_hash_] = Principal{admin_.id, true, false, {}, ""};
   for (const auto& [id, t] : by_id_) {
     for (const Token& k : t.tokens) {
-      (*index)[k.hash] = Principal{t.id, false, t.disabled, k.expires_at};
+      (*index)[k.hash] = Principal{t.id, false, t.disabled, k.expires_at, ""};
     }
   }
+  for (const auto& [hash, node] : node_tokens_) {
+    (*index)[hash] = Principal{TenantId(), false, false, {}, node};
+  }
   index_ = std::move(index);
+}
+
+void Tenants::SetNodeTokens(std::map<std::string, std::string> hash_to_node) {
+  node_tokens_ = std::move(hash_to_node);
+  Rebuild();
 }
 
 nlohmann::json ToJson(const Tenant& t, std::optional<int64_t> gpu_milli_in_use) {

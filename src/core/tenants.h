@@ -46,6 +46,7 @@ struct Principal {
   bool admin = false;
   bool disabled = false;
   std::optional<Time> expires_at;
+  std::string node;  // A node token's node (docs/agent.md); empty for the admin and tenants.
 };
 
 // Token hash -> principal.
@@ -92,6 +93,9 @@ class Tenants {
   // The authoritative check on the core thread: the tenant (or the operator) behind a token.
   Result<const Tenant*> Authenticate(std::string_view token_hash) const;
 
+  // Node tokens (hash -> node name) join the index; they act only as their node.
+  void SetNodeTokens(std::map<std::string, std::string> hash_to_node);
+
   // The current index; a new object after every change, so a pointer compare tells.
   const std::shared_ptr<const PrincipalIndex>& index() const { return index_; }
 
@@ -103,6 +107,7 @@ class Tenants {
   Tenant admin_;
   std::string admin_hash_;
   std::map<std::string, Tenant, std::less<>> by_id_;
+  std::map<std::string, std::string> node_tokens_;  // Hash -> node.
   int64_t next_tenant_ = 1;
   std::shared_ptr<const PrincipalIndex> index_;
 };

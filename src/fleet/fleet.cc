@@ -92,6 +92,10 @@ Status Fleet::ValidateSpec(const NodeSpec& spec, const catalog::GpuModel** model
   if (*model == nullptr) {
     return bad("gpu_model", fmt::format("unknown GPU model '{}'", spec.gpu_model));
   }
+  if (!spec.gpu_uuids.empty() && spec.gpu_uuids.size() != static_cast<size_t>(spec.gpus)) {
+    return bad("gpu_uuids",
+               fmt::format("{} entries for {} GPUs", spec.gpu_uuids.size(), spec.gpus));
+  }
   if (!spec.gpu_modes.empty() && spec.gpu_modes.size() != static_cast<size_t>(spec.gpus)) {
     return bad("gpu_modes",
                fmt::format("{} entries for {} GPUs", spec.gpu_modes.size(), spec.gpus));
@@ -122,6 +126,7 @@ Result<NodeIndex> Fleet::AddNode(const NodeSpec& spec) {
     Gpu& gpu = n.gpus[static_cast<size_t>(g)];
     gpu.mode = spec.gpu_modes.empty() ? spec.default_mode : spec.gpu_modes[g];
     if (gpu.mode == SharingMode::kShared) gpu.free_memory_mib = model->memory_mib;
+    if (!spec.gpu_uuids.empty()) gpu.uuid = spec.gpu_uuids[static_cast<size_t>(g)];
   }
   for (size_t i = 0; i < spec.nvlink_islands.size(); ++i) {
     for (int g : spec.nvlink_islands[i])

@@ -48,6 +48,7 @@ struct Gpu {
   int free_milli = kMilliPerGpu;
   int64_t free_memory_mib = 0;               // shared: memory not yet promised to a share.
   std::vector<MigInstance> mig_instances{};  // mig: instances that exist and are allocated.
+  std::string uuid{};  // As the node's agent reported it; empty for nodes from a fleet file.
 };
 
 struct Node {
@@ -96,6 +97,8 @@ struct NodeSpec {
   // Sharing mode of each GPU; empty means all `default_mode`.
   std::vector<SharingMode> gpu_modes{};
   SharingMode default_mode = SharingMode::kExclusive;
+  // Each GPU's UUID, as its agent reported it; empty for nodes described by a fleet file.
+  std::vector<std::string> gpu_uuids{};
 };
 
 class Fleet {

@@ -1,0 +1,377 @@
+#include "agent/agent.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/text.h"
+
+namespace tessera::agent {
+
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr int kProtocol = 1;
+// Retries of an unreachable server: from the first delay, doubling, to the last.
+constexpr milliseconds kFirstRetry{200};
+constexpr milliseconds kLastRetry{2000};
+// How long a request may take beyond the wait the server was asked for.
+constexpr milliseconds kSlack{5000};
+
+std::string RandomId() {
+  unsigned char bytes[8];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    return fmt::format("{:x}", std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  std::string out;
+  for (unsigned char b : bytes) out += fmt::format("{:02x}", b);
+  return out;
+}
+
+// The server's error message in an answer, or the body as it is.
+std::string ErrorMessage(const HttpAnswer& a) {
+  auto j = json::parse(a.body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    return j["error"].value("message", a.body);
+  }
+  return a.body;
+}
+
+}  // namespace
+
+std::string WorkloadKey(const std::string& instance, int attempt) {
+  return fmt::format("{}-a{}", instance, attempt);
+}
+
+bool ParseWorkloadKey(const std::string& key, std::string& instance, int& attempt) {
+  const size_t dash = key.rfind("-a");
+  if (dash == std::string::npos || dash == 0 || dash + 2 >= key.size()) return false;
+  int n = 0;
+  for (size_t i = dash + 2; i < key.size(); ++i) {
+    if (key[i] < '0' || key[i] > '9' || n > 100'000'000) return false;
+    n = n * 10 + (key[i] - '0');
+  }
+  instance = key.substr(0, dash);
+  attempt = n;
+  return true;
+}
+
+json InventoryJson(const Inventory& inv) {
+  json gpus = json::array();
+  for (const GpuInfo& g : inv.gpus) {
+    json mig = json::array();
+    for (const MigDevice& m : g.mig_devices) {
+      mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+    }
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"name", g.name},
+                    {"model", g.model},
+                    {"memory_mib", g.memory_mib},
+                    {"mig_enabled", g.mig_enabled},
+                    {"mig_devices", std::move(mig)},
+                    {"nvlink_peers", g.nvlink_peers},
+                    {"pci_bus_id", g.pci_bus_id}});
+  }
+  return {{"backend", inv.backend},
+          {"driver_version", inv.driver_version},
+          {"cpu_milli", inv.cpu_milli},
+          {"memory_mib", inv.memory_mib},
+          {"gpus", std::move(gpus)},
+          {"nvlink_islands", inv.nvlink_islands}};
+}
+
+json TelemetryJson(const Telemetry& t) {
+  json gpus = json::array();
+  for (const GpuSample& s : t.gpus) {
+    gpus.push_back({{"index", s.index},
+                    {"gpu_util", s.gpu_util},
+                    {"mem_copy_util", s.mem_copy_util},
+                    {"memory_used_mib", s.memory_used_mib},
+                    {"memory_total_mib", s.memory_total_mib},
+                    {"temperature_c", s.temperature_c},
+                    {"power_w", s.power_w},
+                    {"sm_clock_mhz", s.sm_clock_mhz},
+                    {"mem_clock_mhz", s.mem_clock_mhz},
+                    {"pcie_tx_kib_s", s.pcie_tx_kib_s},
+                    {"pcie_rx_kib_s", s.pcie_rx_kib_s},
+                    {"ecc_sbe_total", s.ecc_sbe_total},
+                    {"ecc_dbe_total", s.ecc_dbe_total},
+                    {"lost", s.lost}});
+  }
+  json xids = json::array();
+  for (const XidEvent& x : t.xids) xids.push_back({{"gpu", x.gpu}, {"code", x.code}});
+  return {{"gpus", std::move(gpus)}, {"xids", std::move(xids)}};
+}
+
+Result<Transport> HttpTransport(const std::string& url, const std::string& token,
+                                const std::string& ca_file) {
+  auto client = std::make_shared<httplib::Client>(url);
+  if (!client->is_valid()) {
+    return Status::InvalidArgument(fmt::format(
+        "--server: '{}' is not a server URL (http://HOST:PORT or https://HOST:PORT)", Quote(url)));
+  }
+  if (!ca_file.empty()) client->set_ca_cert_path(ca_file);
+  client->enable_server_certificate_verification(true);
+  client->set_connection_timeout(5);
+  client->set_keep_alive(true);
+  // One agent thread uses the client at a time.
+  return Transport([client, token](const std::string& path, const std::string& body,
+                                   milliseconds timeout) -> Result<HttpAnswer> {
+    client->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout).count() +
+                             1);
+    httplib::Headers headers = {{"Authorization", "Bearer " + token}};
+    httplib::Result r = client->Post(path, headers, body, "application/json");
+    if (!r) return Status::Unavailable(httplib::to_string(r.error()));
+    return HttpAnswer{r->status, std::move(r->body)};
+  });
+}
+
+Agent::Agent(AgentOptions options, Transport transport, std::unique_ptr<GpuBackend> gpus,
+             std::unique_ptr<WorkloadSupervisor> workloads)
+    : options_(options),
+      transport_(std::move(transport)),
+      gpus_(std::move(gpus)),
+      workloads_(std::move(workloads)),
+      agent_id_(RandomId()) {
+  Adopt();
+}
+
+void Agent::Adopt() {
+  for (const WorkloadStatus& w : workloads_->Poll()) {
+    Known k;
+    if (!ParseWorkloadKey(w.id, k.instance, k.attempt)) continue;
+    k.stop_sent = w.stopping;
+    known_[w.id] = std::move(k);
+    spdlog::info("adopted workload {} ({})", w.id,
+                 w.phase == WorkloadPhase::kRunning ? "running" : "ended");
+  }
+}
+
+Result<json> Agent::Post(const std::string& path, const json& body, milliseconds timeout) {
+  TESSERA_ASSIGN_OR_RETURN(HttpAnswer a, transport_(path, DumpJson(body), timeout));
+  if (a.status == 401 || a.status == 403) {
+    return Status::PermissionDenied(
+        fmt::format("the server refused the node token: {}", ErrorMessage(a)));
+  }
+  if (a.status == 409) return Status::FailedPrecondition(ErrorMessage(a));
+  if (a.status >= 500) return Status::Unavailable(fmt::format("HTTP {}: {}", a.status, ErrorMessage(a)));
+  if (a.status >= 400) {
+    return Status::InvalidArgument(fmt::format("HTTP {}: {}", a.status, ErrorMessage(a)));
+  }
+  return ParseJson(a.body, "the server's answer");
+}
+
+Status Agent::Register() {
+  TESSERA_ASSIGN_OR_RETURN(Inventory inv, gpus_->ReadInventory());
+  const json body = {{"protocol", kProtocol},
+                     {"agent_id", agent_id_},
+                     {"inventory", InventoryJson(inv)}};
+  const auto sent = std::chrono::steady_clock::now();
+  TESSERA_ASSIGN_OR_RETURN(json desired, Post("/v1/agent/register", body, kSlack));
+  node_ = desired.value("node", "");
+  gpu_count_ = static_cast<int>(inv.gpus.size());
+  seq_ = 0;
+  lease_ = milliseconds(desired.value("lease_ms", int64_t{5000}));
+  workloads_->RenewLease(lease_ - std::chrono::duration_cast<milliseconds>(
+                                      std::chrono::steady_clock::now() - sent));
+  Apply(desired);
+  return Status::Ok();
+}
+
+json Agent::Report(milliseconds wait) {
+  json workloads = json::array();
+  json logs = json::array();
+  for (const WorkloadStatus& w : workloads_->Poll()) {
+    auto it = known_.find(w.id);
+    if (it == known_.end()) continue;
+    Known& k = it->second;
+    // The log's new bytes first; an exit is reported once they are all shipped.
+    bool log_done = true;
+    if (k.log_next >= 0) {
+      int64_t next = k.log_next;
+      auto data = workloads_->ReadLog(w.id, k.log_next, options_.log_chunk_bytes, &next);
+      if (data.ok() && !data->empty()) {
+        logs.push_back({{"id", k.instance},
+                        {"attempt", k.attempt},
+                        {"offset", next - static_cast<int64_t>(data->size())},
+                        {"data_base64", Base64Encode(*data)}});
+        k.log_next = next;
+        log_done = data->size() < options_.log_chunk_bytes;
+      }
+    }
+    json r = {{"id", k.instance}, {"attempt", k.attempt}};
+    if (w.phase == WorkloadPhase::kRunning || !log_done) {
+      r["state"] = "running";
+      if (w.started_at_unix_ms > 0) {
+        r["started_at"] = FormatRfc3339(Time(std::chrono::milliseconds(w.started_at_unix_ms)));
+      }
+    } else {
+      r["state"] = "exited";
+      r["exit_code"] = w.exit_code;
+      r["reason"] = w.reason;
+      if (w.lost) r["lost"] = true;
+    }
+    workloads.push_back(std::move(r));
+  }
+  const int64_t now_ms =
+      std::chrono::duration_cast<milliseconds>(SystemClock::Get().Now().time_since_epoch()).count();
+  for (const auto& [key, k] : known_) {
+    if (!k.noop) continue;
+    // Nothing runs: it ends when told to stop, or at its notice's deadline.
+    const bool ended = k.stop_sent && now_ms >= k.stop_at_unix_ms;
+    json r = {{"id", k.instance}, {"attempt", k.attempt}, {"state", ended ? "exited" : "running"}};
+    if (ended) {
+      r["exit_code"] = 0;
+      r["reason"] = "stopped";
+    }
+    workloads.push_back(std::move(r));
+  }
+  json body = {{"protocol", kProtocol}, {"agent_id", agent_id_},       {"seq", ++seq_},
+               {"generation", generation_}, {"wait_ms", wait.count()}, {"workloads", workloads},
+               {"logs", logs}};
+  body["limits"] = {{"enforced", workloads_->limits_enforced()},
+                    {"note", workloads_->limits_note()}};
+  if (auto t = gpus_->Sample(); t.ok()) body["telemetry"] = TelemetryJson(*t);
+  return body;
+}
+
+Status Agent::SyncOnce(milliseconds wait) {
+  const json body = Report(wait);
+  const auto sent = std::chrono::steady_clock::now();
+  TESSERA_ASSIGN_OR_RETURN(json desired, Post("/v1/agent/sync", body, wait + kSlack));
+  lease_ = milliseconds(desired.value("lease_ms", lease_.count()));
+  // The lease counts from when the report was sent: the server saw it no earlier.
+  workloads_->RenewLease(lease_ - std::chrono::duration_cast<milliseconds>(
+                                      std::chrono::steady_clock::now() - sent));
+  Apply(desired);
+  return Status::Ok();
+}
+
+void Agent::Apply(const json& desired) {
+  generation_ = desired.value("generation", generation_);
+  const json empty = json::array();
+  const json& list =
+      desired.contains("workloads") && desired["workloads"].is_array() ? desired["workloads"] : empty;
+  std::set<std::string> wanted;
+  std::map<int, int> load;  // GPU index -> milli-GPU its workloads hold.
+  for (const json& w : list) {
+    if (!w.is_object()) continue;
+    const std::string id = w.value("id", "");
+    const int attempt = w.value("attempt", 0);
+    const std::string key = WorkloadKey(id, attempt);
+    const std::string action = w.value("action", "run");
+    wanted.insert(key);
+    auto it = known_.find(key);
+    if (it == known_.end()) {
+      if (action != "run") continue;  // Never started here: nothing to stop.
+      Known k;
+      k.instance = id;
+      k.attempt = attempt;
+      k.log_next = w.value("log_offset", int64_t{0});
+      const std::string command = w.value("command", "");
+      if (command.empty()) {
+        k.noop = true;
+      } else {
+        WorkloadSpec spec;
+        spec.id = key;
+        spec.command = command;
+        if (w.contains("env") && w["env"].is_object()) {
+          for (const auto& [name, value] : w["env"].items()) {
+            if (value.is_string()) spec.env.emplace_back(name, value.get<std::string>());
+          }
+        }
+        spec.cpu_milli = w.value("cpu_milli", int64_t{0});
+        spec.memory_mib = w.value("memory_mib", int64_t{0});
+        if (Status s = workloads_->Start(spec); !s.ok()) {
+          // Started by an earlier run whose record is gone, or refused: never run twice.
+          spdlog::error("starting {}: {}", key, s.message());
+          if (s.code() != StatusCode::kAlreadyExists) continue;
+        }
+      }
+      it = known_.emplace(key, std::move(k)).first;
+    }
+    Known& k = it->second;
+    if (k.log_next < 0) k.log_next = w.value("log_offset", int64_t{0});
+    const milliseconds grace(w.value("stop_grace_ms", int64_t{10'000}));
+    if (action == "stop" && !k.stop_sent) {
+      k.stop_sent = true;
+      if (!k.noop) (void)workloads_->Stop(key, grace);
+    } else if (action == "preempt" && !k.stop_sent) {
+      k.stop_sent = true;
+      auto deadline = ParseRfc3339(w.value("deadline", ""));
+      const int64_t at = deadline.ok() ? std::chrono::duration_cast<milliseconds>(
+                                             deadline->time_since_epoch())
+                                             .count()
+                                       : 0;
+      k.stop_at_unix_ms = at;
+      if (!k.noop) (void)workloads_->Preempt(key, at, w.value("reason", "spot preemption"), grace);
+    }
+    if (action == "run" && w.contains("gpu_load") && w["gpu_load"].is_array()) {
+      for (const json& g : w["gpu_load"]) {
+        if (g.is_object()) load[g.value("index", 0)] += g.value("milli", 0);
+      }
+    }
+  }
+  // What the node no longer holds: stopped if it runs, forgotten once ended.
+  std::map<std::string, WorkloadPhase> phase;
+  for (const WorkloadStatus& w : workloads_->Poll()) phase[w.id] = w.phase;
+  for (auto it = known_.begin(); it != known_.end();) {
+    if (wanted.count(it->first)) {
+      ++it;
+      continue;
+    }
+    Known& k = it->second;
+    auto p = phase.find(it->first);
+    if (k.noop || p == phase.end() || p->second == WorkloadPhase::kExited) {
+      if (!k.noop && p != phase.end()) (void)workloads_->Forget(it->first);
+      it = known_.erase(it);
+      continue;
+    }
+    if (!k.stop_sent) {
+      k.stop_sent = true;
+      spdlog::info("stopping {}: the node no longer holds it", it->first);
+      (void)workloads_->Stop(it->first, milliseconds(10'000));
+    }
+    ++it;
+  }
+  for (int g = 0; g < gpu_count_; ++g) gpus_->SetLoad(g, std::min(1000, load[g]));
+}
+
+Status Agent::Run() {
+  milliseconds retry = kFirstRetry;
+  bool registered = false;
+  while (!stop_) {
+    Status s = registered ? SyncOnce(options_.heartbeat) : Register();
+    if (s.ok()) {
+      if (!registered) spdlog::info("registered node {} with the server", node_);
+      registered = true;
+      retry = kFirstRetry;
+      continue;
+    }
+    if (s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument ||
+        s.code() == StatusCode::kNotFound || s.code() == StatusCode::kDataLoss) {
+      return s;
+    }
+    if (s.code() == StatusCode::kFailedPrecondition && !registered) return s;
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      // The server restarted or another run took over: register again.
+      spdlog::warn("{}; registering again", s.message());
+      registered = false;
+      continue;
+    }
+    spdlog::warn("cannot reach the server: {}; retrying in {} ms", s.message(), retry.count());
+    std::this_thread::sleep_for(retry);
+    retry = std::min(kLastRetry, retry * 2);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::agent

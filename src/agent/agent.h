@@ -1,0 +1,105 @@
+// The node agent (`tessera agent`): registers its node's inventory with the server, then
+// long-polls POST /v1/agent/sync (docs/agent.md). Each sync carries the state of every workload,
+// the new bytes of their logs, GPU telemetry and whether limits are enforced; its answer is the
+// node's desired state, which the agent applies: it starts what should run (never twice), stops
+// what should stop, gives notice to what is preempted, and stops whatever the node no longer
+// holds. Every answer renews the lease; the workloads' shims stop them when it lapses, even if
+// the agent is dead, so no instance ever runs twice (workload.h).
+// The transport is one function, so the same agent runs against the server over HTTP and, in
+// tests and benchmarks, against anything that answers like it.
+// Thread-safety: one thread runs an Agent; Stop may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "agent/gpu_backend.h"
+#include "agent/workload.h"
+#include "common/result.h"
+
+namespace tessera::agent {
+
+// One request to the server: POST `path` with a JSON body; the answer's status and body. A
+// transport failure is Unavailable.
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+};
+using Transport =
+    std::function<Result<HttpAnswer>(const std::string& path, const std::string& body,
+                                     std::chrono::milliseconds timeout)>;
+
+// A transport over HTTP(S) to `url` with a bearer token; `ca_file` for a private authority.
+Result<Transport> HttpTransport(const std::string& url, const std::string& token,
+                                const std::string& ca_file = "");
+
+struct AgentOptions {
+  std::chrono::milliseconds heartbeat{2000};  // The longest the agent waits between reports.
+  size_t log_chunk_bytes = 64 << 10;          // Per workload per report.
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, Transport transport, std::unique_ptr<GpuBackend> gpus,
+        std::unique_ptr<WorkloadSupervisor> workloads);
+
+  // Registers, then syncs until Stop. A refused token or a rejected inventory ends it with the
+  // server's message; a server that cannot be reached is retried (the lease still lapses).
+  Status Run();
+  void Stop() { stop_ = true; }
+
+  // One step each, for tests and the benchmark.
+  Status Register();
+  Status SyncOnce(std::chrono::milliseconds wait);
+
+  // The last desired state's generation, and what the agent knows of its workloads.
+  uint64_t generation() const { return generation_; }
+  const std::string& node() const { return node_; }
+
+ private:
+  struct Known {
+    std::string instance;
+    int attempt = 0;
+    bool noop = false;  // No command: nothing to run, running until stopped.
+    bool stop_sent = false;
+    int64_t log_next = -1;  // The next log byte to ship; -1 until the server says.
+    int64_t stop_at_unix_ms = 0;  // A noop's notice deadline.
+  };
+
+  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
+                              std::chrono::milliseconds timeout);
+  // Applies a desired state: starts, stops, gives notice, forgets.
+  void Apply(const nlohmann::json& desired);
+  nlohmann::json Report(std::chrono::milliseconds wait);
+  // Workloads adopted from an earlier run of the agent, by key.
+  void Adopt();
+
+  AgentOptions options_;
+  Transport transport_;
+  std::unique_ptr<GpuBackend> gpus_;
+  std::unique_ptr<WorkloadSupervisor> workloads_;
+  std::string agent_id_;
+  std::string node_;
+  int64_t seq_ = 0;
+  uint64_t generation_ = 0;
+  std::chrono::milliseconds lease_{5000};
+  int gpu_count_ = 0;
+  std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
+  std::atomic<bool> stop_{false};
+};
+
+// The workload key of an instance's attempt, and back.
+std::string WorkloadKey(const std::string& instance, int attempt);
+bool ParseWorkloadKey(const std::string& key, std::string& instance, int& attempt);
+
+// An inventory as the server's registration takes it.
+nlohmann::json InventoryJson(const Inventory& inv);
+nlohmann::json TelemetryJson(const Telemetry& t);
+
+}  // namespace tessera::agent

@@ -1,0 +1,206 @@
+// The agent routes (docs/agent.md): an agent registers its node's inventory, then long-polls
+// POST /v1/agent/sync with its reports and is answered with its node's desired state as soon as
+// that changes, or when its wait ends. Only node tokens may call them, each as its own node.
+#include <fmt/format.h>
+
+#include "api/api.h"
+#include "api/codec.h"
+#include "api/routes.h"
+#include "common/json.h"
+#include "common/text.h"
+
+namespace tessera::api {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kProtocol = 1;
+// The longest an agent may wait in one long poll: well inside the shortest lease.
+constexpr auto kMaxWait = std::chrono::seconds(30);
+constexpr size_t kMaxReports = 4096;
+constexpr size_t kMaxLogBytes = 256 << 10;  // Per workload per report, decoded.
+
+Status CheckProtocol(JsonFields& f) {
+  const int64_t protocol = f.Int("protocol", 0, INT64_MAX);
+  if (f.ok() && protocol != kProtocol) {
+    return Status::InvalidArgument(fmt::format(
+        "field 'protocol': {} is not spoken here; this server speaks protocol {}", protocol,
+        kProtocol));
+  }
+  return Status::Ok();
+}
+
+Result<core::AgentRegistration> ParseRegistration(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"protocol", "agent_id", "inventory"});
+  TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
+  core::AgentRegistration r;
+  r.agent_id = f.String("agent_id");
+  if (const json* inv = f.Get("inventory")) {
+    if (!inv->is_object()) {
+      f.Fail("inventory", "expected an object");
+    } else {
+      r.inventory = *inv;
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(f.status());
+  return r;
+}
+
+Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
+  JsonFields f(j, where);
+  f.RejectUnknown({"id", "attempt", "state", "exit_code", "reason", "lost", "started_at"});
+  core::AgentReport r;
+  r.instance = f.String("id");
+  r.attempt = static_cast<int>(f.Int("attempt", 0, INT32_MAX));
+  const std::string state = f.String("state");
+  if (f.Get("exit_code", false)) r.exit_code = static_cast<int>(f.Int("exit_code", -1, 1024));
+  r.reason = f.String("reason", false);
+  r.lost = f.Bool("lost", false);
+  const std::string started = f.String("started_at", false);
+  if (state == "running") {
+    r.state = core::InstanceState::kRunning;
+  } else if (state == "exited") {
+    r.state = core::InstanceState::kTerminated;
+  } else if (f.ok()) {
+    f.Fail("state", fmt::format("'{}' is not running or exited", Quote(state)));
+  }
+  if (r.reason.size() > 256) f.Fail("reason", "is longer than 256 bytes");
+  TESSERA_RETURN_IF_ERROR(f.status());
+  if (!started.empty()) {
+    auto t = ParseRfc3339(started);
+    if (!t.ok()) return t.status().WithPrefix(where + ": field 'started_at'");
+    r.started_at = *t;
+  }
+  return r;
+}
+
+Result<core::AgentSync> ParseSync(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"protocol", "agent_id", "seq", "generation", "wait_ms", "workloads", "logs",
+                   "limits", "telemetry"});
+  TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
+  core::AgentSync s;
+  s.agent_id = f.String("agent_id");
+  s.seq = f.Int("seq", 0, INT64_MAX);
+  s.generation = static_cast<uint64_t>(f.Int("generation", 0, INT64_MAX));
+  s.wait = std::chrono::milliseconds(
+      f.Int("wait_ms", 0, std::chrono::milliseconds(kMaxWait).count(), false, 0));
+  JsonFields limits = f.Object("limits", false);
+  if (!limits.absent()) {
+    limits.RejectUnknown({"enforced", "note"});
+    s.limits_enforced = limits.Bool("enforced");
+    s.limits_note = limits.String("note", false);
+    if (s.limits_note.size() > 512) limits.Fail("note", "is longer than 512 bytes");
+  }
+  if (const json* t = f.Get("telemetry", false)) {
+    if (!t->is_object()) {
+      f.Fail("telemetry", "expected an object");
+    } else {
+      s.telemetry = *t;
+    }
+  }
+  const json* workloads = f.Get("workloads", false);
+  const json* logs = f.Get("logs", false);
+  for (auto [key, list] : {std::pair{"workloads", workloads}, {"logs", logs}}) {
+    if (!list) continue;
+    if (!list->is_array()) {
+      f.Fail(key, "expected a list");
+    } else if (list->size() > kMaxReports) {
+      f.Fail(key, fmt::format("{} entries; at most {}", list->size(), kMaxReports));
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(f.status());
+  if (workloads) {
+    for (size_t i = 0; i < workloads->size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(core::AgentReport r,
+                               ParseReport((*workloads)[i], fmt::format("body: workloads[{}]", i)));
+      s.reports.push_back(std::move(r));
+    }
+  }
+  if (logs) {
+    for (size_t i = 0; i < logs->size(); ++i) {
+      JsonFields l((*logs)[i], fmt::format("body: logs[{}]", i));
+      l.RejectUnknown({"id", "attempt", "offset", "data_base64"});
+      core::WorkloadLog log;
+      log.instance = l.String("id");
+      log.attempt = static_cast<int>(l.Int("attempt", 0, INT32_MAX));
+      log.offset = l.Int("offset", 0, INT64_MAX);
+      const std::string text = l.String("data_base64");
+      TESSERA_RETURN_IF_ERROR(l.status());
+      auto data = Base64Decode(text);
+      if (!data) l.Fail("data_base64", "is not padded standard base64");
+      if (data && data->size() > kMaxLogBytes) {
+        l.Fail("data_base64", fmt::format("holds {} bytes; at most {} per report", data->size(),
+                                          kMaxLogBytes));
+      }
+      TESSERA_RETURN_IF_ERROR(l.status());
+      log.data = std::move(*data);
+      s.logs.push_back(std::move(log));
+    }
+  }
+  return s;
+}
+
+// Runs `fn` as the node behind the call's token, on the core.
+template <typename Fn>
+void AsNode(Api& api, std::shared_ptr<Call> call, Fn fn) {
+  Api* a = &api;
+  api.core().Submit<std::optional<std::string>>(
+      [call, fn = std::move(fn)](core::State& s,
+                                 store::Batch& b) -> Result<std::optional<std::string>> {
+        TESSERA_ASSIGN_OR_RETURN(const core::AgentNode* node, s.AuthenticateNode(call->token_hash));
+        return fn(s, b, node->name);
+      },
+      [call, a](Result<std::optional<std::string>> r) {
+        if (!r.ok()) return a->ReplyError(*call, r.status());
+        if (!*r) return;  // Parked: answered when the node changes or the wait ends.
+        HttpResponse response;
+        response.body = std::move(**r);
+        a->Reply(*call, std::move(response));
+      });
+}
+
+}  // namespace
+
+void AddAgentRoutes(Api& table) {
+  table.Add("POST", "/v1/agent/register", Access::kNode, BodyKind::kJson, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              auto reg = call->body_status.ok() ? ParseRegistration(call->body)
+                                                : Result<core::AgentRegistration>(call->body_status);
+              if (!reg.ok()) return api.ReplyError(*call, reg.status());
+              AsNode(api, call,
+                     [reg = std::move(*reg)](core::State& s, store::Batch& b,
+                                             const std::string& node)
+                         -> Result<std::optional<std::string>> {
+                       TESSERA_RETURN_IF_ERROR(s.RegisterAgent(node, reg, b));
+                       return std::optional<std::string>(DumpJson(s.DesiredState(node)));
+                     });
+            });
+  table.Add(
+      "POST", "/v1/agent/sync", Access::kNode, BodyKind::kJson, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        auto sync =
+            call->body_status.ok() ? ParseSync(call->body) : Result<core::AgentSync>(call->body_status);
+        if (!sync.ok()) return api.ReplyError(*call, sync.status());
+        Api* a = &api;
+        AsNode(api, call,
+               [sync = std::move(*sync), call, a](core::State& s, store::Batch& b,
+                                                   const std::string& node)
+                   -> Result<std::optional<std::string>> {
+                 TESSERA_ASSIGN_OR_RETURN(bool now, s.SyncAgent(node, sync, b));
+                 if (now) return std::optional<std::string>(DumpJson(s.DesiredState(node)));
+                 core::State* state = &s;
+                 s.agents().Park(node, {sync.generation, a->clock().Now() + sync.wait,
+                                        [state, node, call, a] {
+                                          HttpResponse response;
+                                          response.body = DumpJson(state->DesiredState(node));
+                                          a->Reply(*call, std::move(response));
+                                        }});
+                 return std::optional<std::string>();
+               });
+      });
+}
+
+}  // namespace tessera::api

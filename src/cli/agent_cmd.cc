@@ -1,0 +1,136 @@
+// `tessera agent`: the node agent, run on every GPU server (docs/agent.md).
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/nvml_backend.h"
+#include "agent/sim_backend.h"
+#include "catalog/catalog.h"
+#include "cli/cli.h"
+#include "common/auth.h"
+#include "common/text.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct AgentFlags {
+  std::string server;
+  std::string token;
+  std::string ca;
+  std::string backend = "nvml";
+  std::string sim_gpus = "H100-80GB:8";
+  std::string work_dir = "./tessera-agent";
+  std::string catalog_dir;
+  int heartbeat_ms = 2000;
+  std::string cgroup_root;
+};
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "tessera agent: " << EscapeForTerminal(message) << "\n";
+  return kExitFailure;
+}
+
+int RunAgent(const AgentFlags& flags) {
+  const std::string server = flags.server.empty() ? EnvOr("TESSERA_URL", "") : flags.server;
+  const std::string token = flags.token.empty() ? EnvOr("TESSERA_NODE_TOKEN", "") : flags.token;
+  if (server.empty() || token.empty()) {
+    std::cerr << "tessera agent: give --server URL and --token T (the node token POST /v1/nodes "
+                 "or `tessera nodes add NAME` printed)\n";
+    return kExitUsage;
+  }
+  auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
+                                           : catalog::Catalog::LoadDir(flags.catalog_dir);
+  if (!catalog.ok()) return Fail(catalog.status().message());
+  std::unique_ptr<agent::GpuBackend> gpus;
+  if (flags.backend == "nvml") {
+    auto b = agent::OpenNvmlBackend(*catalog);
+    if (!b.ok()) return Fail(b.status().message());
+    gpus = std::move(*b);
+  } else if (flags.backend == "sim") {
+    // Simulated GPUs are named after the node's token, so they keep their UUIDs across restarts.
+    auto b = agent::SimBackend::Create(*catalog, flags.sim_gpus, HashToken(token).substr(0, 12),
+                                       42);
+    if (!b.ok()) return Fail(b.status().message());
+    gpus = std::move(*b);
+  } else {
+    std::cerr << "tessera agent: --backend: '" << EscapeForTerminal(flags.backend)
+              << "' is not nvml or sim\n";
+    return kExitUsage;
+  }
+  agent::WorkloadSupervisor::Options wopts;
+  wopts.work_dir = flags.work_dir;
+  wopts.cgroup_root = flags.cgroup_root;
+  auto workloads = agent::WorkloadSupervisor::Open(wopts);
+  if (!workloads.ok()) return Fail(workloads.status().message());
+  if (!(*workloads)->limits_enforced()) {
+    spdlog::warn("CPU and memory limits are not enforced on this node: {}",
+                 (*workloads)->limits_note());
+  }
+  auto transport = agent::HttpTransport(server, token, flags.ca.empty() ? EnvOr("TESSERA_CA", "")
+                                                                        : flags.ca);
+  if (!transport.ok()) return Fail(transport.status().message());
+  agent::AgentOptions options;
+  options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
+  agent::Agent agent(options, std::move(*transport), std::move(gpus), std::move(*workloads));
+
+  // SIGINT and SIGTERM end the agent; its workloads keep running under their shims until the
+  // lease lapses or a new agent run adopts them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread waiter([&agent, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != 0) agent.Stop();
+  });
+  waiter.detach();
+  std::cout << "tessera agent: serving " << EscapeForTerminal(server) << " with the "
+            << flags.backend << " backend (work in " << flags.work_dir << ")" << std::endl;
+  Status s = agent.Run();
+  if (!s.ok()) return Fail(s.message());
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterAgentCommands(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<AgentFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "agent", "Run the node agent: join this GPU server to a Tessera server (docs/agent.md)");
+  cmd->add_option("--server", flags->server, "The server's URL (or TESSERA_URL)");
+  cmd->add_option("--token", flags->token,
+                  "This node's token, from `tessera nodes add` (or TESSERA_NODE_TOKEN)");
+  cmd->add_option("--ca", flags->ca, "CA certificate for an https server (or TESSERA_CA)");
+  cmd->add_option("--backend", flags->backend, "GPU backend: nvml (the driver) or sim")
+      ->capture_default_str();
+  cmd->add_option("--sim-gpus", flags->sim_gpus, "Simulated GPUs, MODEL:COUNT (--backend sim)")
+      ->capture_default_str();
+  cmd->add_option("--work-dir", flags->work_dir,
+                  "Where workloads run and keep their logs and state")
+      ->capture_default_str();
+  cmd->add_option("--catalog", flags->catalog_dir, "Catalog directory (default: built in)");
+  cmd->add_option("--heartbeat-ms", flags->heartbeat_ms,
+                  "The longest between two reports, in milliseconds")
+      ->check(CLI::Range(100, 30'000))
+      ->capture_default_str();
+  cmd->add_option("--cgroup-root", flags->cgroup_root,
+                  "cgroup v2 directory for workloads' limits (default: beside the agent's own; "
+                  "'none' to not try)");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunAgent(*flags); });
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,564 @@
+// State's operations for nodes joined by agents: joining, registration, reports and long polls,
+// leases, and the logs agents ship (docs/agent.md).
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/json.h"
+#include "common/text.h"
+#include "core/state.h"
+
+namespace tessera::core {
+
+namespace {
+
+// The newest bytes of an instance's log the server keeps.
+constexpr size_t kLogTailBytes = 256 << 10;
+// How often leases are checked.
+constexpr auto kLeaseCheckEvery = std::chrono::milliseconds(200);
+// The longest a report may carry in uuids and names.
+constexpr size_t kMaxUuid = 96;
+
+bool IsPrintableAscii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The node a registration describes, checked field by field against the catalog.
+Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const AgentNode& node,
+                                          const nlohmann::json& inventory) {
+  JsonFields f(inventory, "inventory");
+  f.RejectUnknown({"backend", "driver_version", "cpu_milli", "memory_mib", "gpus",
+                   "nvlink_islands", "hostname"});
+  f.String("backend", false);
+  f.String("driver_version", false);
+  f.String("hostname", false);
+  fleet::NodeSpec spec;
+  spec.name = node.name;
+  spec.cpu_milli = f.Int("cpu_milli", 1000, int64_t{100'000} * 1000);
+  spec.memory_mib = f.Int("memory_mib", 1, int64_t{1} << 34);
+  const nlohmann::json* gpus = f.Get("gpus");
+  if (gpus && !gpus->is_array()) f.Fail("gpus", "expected a list");
+  if (gpus && gpus->is_array()) {
+    if (gpus->size() > fleet::kMaxGpusPerNode) {
+      f.Fail("gpus", fmt::format("{} GPUs; a node holds at most {}", gpus->size(),
+                                 fleet::kMaxGpusPerNode));
+    }
+    std::string model_of_first;
+    for (size_t i = 0; i < gpus->size() && i < fleet::kMaxGpusPerNode; ++i) {
+      JsonFields g((*gpus)[i], fmt::format("inventory: gpus[{}]", i));
+      g.RejectUnknown({"index", "uuid", "name", "model", "memory_mib", "mig_enabled",
+                       "mig_devices", "nvlink_peers", "pci_bus_id"});
+      const int64_t index = g.Int("index", 0, fleet::kMaxGpusPerNode - 1);
+      const std::string uuid = g.String("uuid");
+      const std::string name = g.String("name", false);
+      const std::string model = g.String("model");
+      g.Int("memory_mib", 0, int64_t{1} << 24, false);
+      const bool mig = g.Bool("mig_enabled", false);
+      g.Get("mig_devices", false);
+      g.Get("nvlink_peers", false);
+      g.String("pci_bus_id", false);
+      if (!g.ok()) return g.status();
+      if (index != static_cast<int64_t>(i)) g.Fail("index", fmt::format("is {}, not {}", index, i));
+      if (uuid.empty() || uuid.size() > kMaxUuid || !IsPrintableAscii(uuid)) {
+        g.Fail("uuid", "must be 1-96 printable ASCII characters");
+      } else if (std::find(spec.gpu_uuids.begin(), spec.gpu_uuids.end(), uuid) !=
+                 spec.gpu_uuids.end()) {
+        g.Fail("uuid", fmt::format("'{}' is given twice", Quote(uuid)));
+      }
+      const catalog::GpuModel* known = catalog.FindGpu(model);
+      if (!known) {
+        g.Fail("model", fmt::format("unknown GPU model '{}'{} (not in the catalog; tessera "
+                                    "catalog list shows the models)",
+                                    Quote(model),
+                                    name.empty() ? "" : fmt::format(" ('{}')", Quote(name))));
+      } else if (model_of_first.empty()) {
+        model_of_first = known->id;
+      } else if (known->id != model_of_first) {
+        g.Fail("model", fmt::format("'{}' differs from gpus[0]'s '{}': a node has one GPU model",
+                                    known->id, model_of_first));
+      }
+      if (!g.ok()) return g.status();
+      spec.gpu_model = model_of_first;
+      spec.gpu_uuids.push_back(uuid);
+      spec.gpu_modes.push_back(mig ? catalog::SharingMode::kMig : node.sharing);
+    }
+  }
+  if (const nlohmann::json* islands = f.Get("nvlink_islands", false)) {
+    bool ok = islands->is_array();
+    for (size_t i = 0; ok && i < islands->size(); ++i) {
+      const nlohmann::json& island = (*islands)[i];
+      ok = island.is_array();
+      std::vector<int> members;
+      for (size_t k = 0; ok && k < island.size(); ++k) {
+        ok = island[k].is_number_integer() && island[k].get<int64_t>() >= 0 &&
+             island[k].get<int64_t>() < fleet::kMaxGpusPerNode;
+        if (ok) members.push_back(island[k].get<int>());
+      }
+      if (ok) spec.nvlink_islands.push_back(std::move(members));
+    }
+    if (!ok) f.Fail("nvlink_islands", "expected lists of GPU indices");
+  }
+  TESSERA_RETURN_IF_ERROR(f.status());
+  spec.gpus = static_cast<int>(spec.gpu_uuids.size());
+  if (spec.gpus == 0) {
+    spec.gpu_modes.clear();
+    spec.gpu_uuids.clear();
+  }
+  return spec;
+}
+
+bool SameNode(const fleet::NodeSpec& spec, const fleet::Node& n, const catalog::Catalog& catalog) {
+  if (n.cpu_milli != spec.cpu_milli || n.memory_mib != spec.memory_mib ||
+      n.gpus.size() != static_cast<size_t>(spec.gpus)) {
+    return false;
+  }
+  const std::string model = n.model.valid() ? catalog.gpu(n.model).id : "";
+  if (model != spec.gpu_model) return false;
+  for (size_t g = 0; g < n.gpus.size(); ++g) {
+    if (n.gpus[g].uuid != spec.gpu_uuids[g]) return false;
+  }
+  return true;
+}
+
+std::string Describe(const fleet::NodeSpec& spec) {
+  return fmt::format("{} x {}, {} vCPUs, {} MiB", spec.gpus,
+                     spec.gpu_model.empty() ? "no GPU" : spec.gpu_model, spec.cpu_milli / 1000,
+                     spec.memory_mib);
+}
+
+// The environment a workload sees: its GPUs and who it is.
+nlohmann::json WorkloadEnv(const Instance& inst) {
+  std::vector<std::string> uuids;
+  std::vector<std::string> mem_limits;
+  int thread_percentage = 0;
+  for (const GpuRef& g : inst.gpus) {
+    uuids.push_back(g.uuid);
+    if (g.milli_gpu > 0) {
+      thread_percentage = std::max(thread_percentage, std::max(1, g.milli_gpu / 10));
+      mem_limits.push_back(fmt::format("{}={}M", g.uuid, inst.shape.gpu_memory_mib));
+    }
+  }
+  const std::string visible = uuids.empty() ? "void" : fmt::format("{}", fmt::join(uuids, ","));
+  nlohmann::json env = {{"CUDA_VISIBLE_DEVICES", uuids.empty() ? "" : visible},
+                        {"NVIDIA_VISIBLE_DEVICES", visible},
+                        {"TESSERA_INSTANCE_ID", inst.id.str()},
+                        {"TESSERA_INSTANCE_NAME", inst.name},
+                        {"TESSERA_TENANT", inst.tenant.str()}};
+  if (thread_percentage > 0) {
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(thread_percentage);
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt::format("{}", fmt::join(mem_limits, ","));
+  }
+  return env;
+}
+
+}  // namespace
+
+Result<AgentNode> State::CreateAgentNode(const std::string& name,
+                                         std::map<std::string, std::string> labels,
+                                         catalog::SharingMode sharing,
+                                         const std::string& token_hash, store::Batch& batch) {
+  if (!IsValidIdBody(name)) {
+    return Status::InvalidArgument(fmt::format(
+        "field 'name': '{}' must be 1-63 characters of [a-z0-9._-], starting with a letter or "
+        "digit",
+        Quote(name)));
+  }
+  if (sharing == catalog::SharingMode::kMig) {
+    return Status::InvalidArgument(
+        "field 'sharing': GPUs in MIG mode are found by the agent; give exclusive or shared");
+  }
+  if (agents_.Find(name) || fleet_->Find(name).ok()) {
+    return Status::AlreadyExists(fmt::format("a node named '{}' exists", name));
+  }
+  AgentNode node;
+  node.name = name;
+  node.labels = std::move(labels);
+  node.sharing = sharing;
+  node.token_hash = token_hash;
+  node.created_at = clock_->Now();
+  node.last_seen = node.created_at;
+  AgentNode& stored = agents_.nodes().emplace(name, std::move(node)).first->second;
+  SaveNode(stored, batch);
+  PublishNodeTokens();
+  return stored;
+}
+
+Status State::RegisterAgent(const std::string& name, const AgentRegistration& reg,
+                            store::Batch& batch) {
+  AgentNode* node = agents_.Find(name);
+  if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
+  if (reg.agent_id.empty() || reg.agent_id.size() > 64 || !IsPrintableAscii(reg.agent_id)) {
+    return Status::InvalidArgument("field 'agent_id': must be 1-64 printable ASCII characters");
+  }
+  TESSERA_ASSIGN_OR_RETURN(fleet::NodeSpec spec,
+                           SpecFromInventory(*catalog_, *node, reg.inventory));
+  if (auto existing = fleet_->Find(name); existing.ok()) {
+    if (!SameNode(spec, fleet_->node(*existing), *catalog_)) {
+      return Status::FailedPrecondition(fmt::format(
+          "node '{}' joined with {}; its agent now reports {} (GPU uuids or sizes changed): a "
+          "node's hardware cannot change while it is in the fleet",
+          name, Describe(SpecFromInventory(*catalog_, *node, node->inventory).value()),
+          Describe(spec)));
+    }
+  } else {
+    auto added = fleet_->AddNode(spec);
+    if (!added.ok()) return added.status().WithPrefix("inventory");
+    admission_.FleetChanged();
+    queue_.CapacityFreed();
+    spdlog::info("node {} joined: {}", name, Describe(spec));
+  }
+  node->inventory = reg.inventory;
+  if (node->agent_id != reg.agent_id) {
+    spdlog::info("node {}: agent run {} registered", name, Quote(reg.agent_id));
+  }
+  node->agent_id = reg.agent_id;
+  node->report_seq = -1;
+  node->last_seen = clock_->Now();
+  if (node->lost) {
+    node->lost = false;
+    queue_.CapacityFreed();
+  }
+  ApplyNodeState(*node);
+  agents_.Changed(*node);
+  SaveNode(*node, batch);
+  return Status::Ok();
+}
+
+Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync,
+                              store::Batch& batch) {
+  AgentNode* node = agents_.Find(name);
+  if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
+  if (!node->registered() || node->agent_id.empty()) {
+    ++counters_.agent_reports_refused;
+    return Status::FailedPrecondition(
+        "this agent has not registered since the server started: POST /v1/agent/register first");
+  }
+  if (sync.agent_id != node->agent_id) {
+    ++counters_.agent_reports_refused;
+    return Status::FailedPrecondition(fmt::format(
+        "agent run '{}' was superseded by '{}', which registered this node since; register "
+        "again",
+        Quote(sync.agent_id), Quote(node->agent_id)));
+  }
+  if (sync.seq <= node->report_seq) {
+    ++counters_.agent_reports_refused;
+    return Status::FailedPrecondition(
+        fmt::format("report {} replayed: reports up to {} were applied already", sync.seq,
+                    node->report_seq));
+  }
+  ++counters_.agent_reports;
+  node->report_seq = sync.seq;
+  node->last_seen = clock_->Now();
+  if (node->lost) {
+    node->lost = false;
+    spdlog::info("node {} reports again: ready", name);
+    ApplyNodeState(*node);
+    queue_.CapacityFreed();
+    agents_.Changed(*node);
+  }
+  if (sync.limits_enforced) {
+    node->limits_enforced = sync.limits_enforced;
+    node->limits_note = sync.limits_note;
+  }
+  if (!sync.telemetry.is_null()) node->telemetry = sync.telemetry;
+  // Logs first: an exit report comes with the workload's last bytes.
+  for (const WorkloadLog& log : sync.logs) {
+    const Instance* inst = instances_.Find(log.instance);
+    if (inst && inst->restarts == log.attempt && node->assigned.count(log.instance)) {
+      AppendLog(*inst, log);
+    }
+  }
+  for (const AgentReport& report : sync.reports) {
+    Instance* inst = instances_.Find(report.instance);
+    // Work the node no longer holds (moved while it was lost, or ended) is not its to report:
+    // the desired state leaves it out, so its agent stops it.
+    if (!inst || inst->node != name || !node->assigned.count(report.instance)) {
+      spdlog::debug("node {}: ignored a report on {}: not assigned to it", name,
+                    Quote(report.instance));
+      continue;
+    }
+    if (ApplyReport(*inst, report, batch)) Save(*inst, batch);
+  }
+  return sync.generation != node->generation || sync.wait <= Duration::zero();
+}
+
+nlohmann::json State::DesiredState(const std::string& name) const {
+  const AgentNode* node = agents_.nodes().count(name) ? &agents_.nodes().at(name) : nullptr;
+  nlohmann::json workloads = nlohmann::json::array();
+  if (node) {
+    for (const std::string& id : node->assigned) {
+      const Instance* inst = instances_.Find(id);
+      if (!inst) continue;
+      nlohmann::json w = {{"id", id},
+                          {"attempt", inst->restarts},
+                          {"name", inst->name},
+                          {"tenant", inst->tenant.str()},
+                          {"command", inst->command},
+                          {"env", WorkloadEnv(*inst)},
+                          {"cpu_milli", inst->shape.vcpus * 1000},
+                          {"memory_mib", inst->shape.memory_mib},
+                          {"stop_grace_ms", inst->stop_grace_seconds * 1000}};
+      switch (inst->state) {
+        case InstanceState::kStopping:
+          w["action"] = "stop";
+          break;
+        case InstanceState::kPreempting:
+          w["action"] = "preempt";
+          w["deadline"] = FormatRfc3339(inst->preempt_at.value_or(clock_->Now()));
+          w["reason"] = "spot preemption";
+          break;
+        default:
+          w["action"] = "run";
+      }
+      nlohmann::json load = nlohmann::json::array();
+      for (const GpuRef& g : inst->gpus) {
+        load.push_back({{"index", g.index},
+                        {"milli", g.milli_gpu > 0              ? g.milli_gpu
+                                  : !g.mig_profile.empty() ? fleet::kMilliPerGpu / 2
+                                                           : fleet::kMilliPerGpu}});
+      }
+      w["gpu_load"] = std::move(load);
+      auto log = logs_.find(id);
+      w["log_offset"] =
+          log != logs_.end() && log->second.attempt == inst->restarts ? log->second.end : 0;
+      workloads.push_back(std::move(w));
+    }
+  }
+  const auto lease = std::chrono::duration_cast<std::chrono::milliseconds>(
+      options_.node_timeout / 2);
+  return {{"protocol", 1},
+          {"node", name},
+          {"generation", node ? node->generation : 0},
+          {"lease_ms", lease.count()},
+          {"heartbeat_ms", 2000},
+          {"workloads", std::move(workloads)}};
+}
+
+Result<const AgentNode*> State::AuthenticateNode(std::string_view token_hash) const {
+  TESSERA_ASSIGN_OR_RETURN(Principal p,
+                           core::Authenticate(*tenants_.index(), token_hash, clock_->Now()));
+  if (p.node.empty()) {
+    return Status::PermissionDenied("the agent routes take a node token (POST /v1/nodes)");
+  }
+  auto it = agents_.nodes().find(p.node);
+  if (it == agents_.nodes().end()) return Status::Unauthenticated("invalid token");
+  return &it->second;
+}
+
+Result<State::LogSlice> State::InstanceLog(const Tenant& caller, std::string_view id, size_t tail,
+                                           std::optional<int64_t> after) const {
+  const Instance* inst = instances_.Find(id);
+  if (!inst || !Visible(caller, *inst)) {
+    return Status::NotFound(fmt::format("instance '{}' not found", id));
+  }
+  LogSlice slice;
+  slice.state = inst->state;
+  auto it = logs_.find(std::string(id));
+  if (it == logs_.end()) return slice;
+  const std::string& data = it->second.data;
+  slice.end = it->second.end;
+  if (after) {
+    const int64_t first = slice.end - static_cast<int64_t>(data.size());  // Oldest byte kept.
+    if (*after < slice.end) {
+      slice.text = data.substr(static_cast<size_t>(std::max<int64_t>(0, *after - first)));
+    }
+    return slice;
+  }
+  // From the end, back over `tail` newlines; a last line without one counts as a line.
+  size_t pos = data.size();
+  if (pos > 0 && data[pos - 1] == '\n') --pos;
+  size_t lines = 0;
+  bool whole = false;
+  while (lines < tail) {
+    const size_t nl = pos == 0 ? std::string::npos : data.rfind('\n', pos - 1);
+    if (nl == std::string::npos) {
+      whole = true;
+      break;
+    }
+    pos = nl;
+    ++lines;
+  }
+  slice.text = data.substr(whole ? 0 : pos + 1);
+  return slice;
+}
+
+nlohmann::json State::AgentJson(const std::string& name) const {
+  auto it = agents_.nodes().find(name);
+  if (it == agents_.nodes().end()) return nullptr;
+  const AgentNode& n = it->second;
+  nlohmann::json j = {{"state", !n.registered() ? "waiting_for_agent"
+                                : n.lost        ? "not_ready"
+                                                : "ready"},
+                      {"labels", n.labels},
+                      {"joined_at", FormatRfc3339(n.created_at)},
+                      {"last_report_at", FormatRfc3339(n.last_seen)},
+                      {"limits_enforced", n.limits_enforced ? nlohmann::json(*n.limits_enforced)
+                                                            : nlohmann::json()}};
+  if (!n.limits_note.empty()) j["limits_note"] = n.limits_note;
+  if (n.registered()) {
+    j["backend"] = n.inventory.value("backend", "");
+    j["driver_version"] = n.inventory.value("driver_version", "");
+  }
+  if (!n.telemetry.is_null()) j["telemetry"] = n.telemetry;
+  return j;
+}
+
+Status State::RestoreAgentNodes(
+    const std::vector<std::pair<std::string, std::string>>& records) {
+  for (const auto& [key, value] : records) {
+    TESSERA_ASSIGN_OR_RETURN(AgentNode node, AgentSupervisor::FromRecord(key, value));
+    node.last_seen = clock_->Now();  // Its agent gets a whole timeout to report again.
+    if (node.registered()) {
+      auto spec = SpecFromInventory(*catalog_, node, node.inventory);
+      Status added = spec.ok() ? fleet_->AddNode(*spec).status() : spec.status();
+      if (!added.ok()) {
+        // The catalog changed under it: the node waits for its agent to register again, and the
+        // work it held fails closed at recovery (its node left the fleet).
+        spdlog::warn("node {} cannot rejoin the fleet as stored: {}", node.name, added.message());
+        node.inventory = nullptr;
+      }
+    }
+    const std::string name = node.name;
+    agents_.nodes().emplace(name, std::move(node));
+    ApplyNodeState(agents_.nodes().at(name));
+  }
+  PublishNodeTokens();
+  return Status::Ok();
+}
+
+bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
+  if (report.attempt != inst.restarts) return false;  // An earlier attempt's copy.
+  const Time now = clock_->Now();
+  if (report.state == InstanceState::kRunning) {
+    if (inst.state != InstanceState::kScheduled) return false;
+    Transition(inst, InstanceState::kRunning, "");
+    inst.started_at = report.started_at.value_or(now);
+    counters_.start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
+    return true;
+  }
+  switch (inst.state) {
+    case InstanceState::kScheduled:
+    case InstanceState::kRunning:
+      if (report.reason == "lease expired") {
+        // Its agent fenced it: the node lost touch with the server. It runs again elsewhere.
+        Displace(inst, "node lost: its agent's lease expired", batch);
+        return false;  // Displace saved it.
+      }
+      inst.exit_code = report.exit_code;
+      Release(inst);
+      if (report.lost) {
+        Transition(inst, InstanceState::kFailed,
+                   "agent restarted: " + (report.reason.empty() ? "its process was lost"
+                                                                : report.reason));
+      } else if (report.exit_code == 0) {
+        Transition(inst, InstanceState::kSucceeded, "exited with code 0");
+      } else {
+        Transition(inst, InstanceState::kFailed,
+                   report.exit_code ? fmt::format("exited with code {}", *report.exit_code)
+                                    : "its workload ended: " + report.reason);
+      }
+      return true;
+    case InstanceState::kStopping:
+      inst.exit_code = report.exit_code;
+      Release(inst);
+      Transition(inst, InstanceState::kTerminated, "stopped by its agent");
+      return true;
+    case InstanceState::kPreempting:
+      inst.exit_code = report.exit_code;
+      Release(inst);
+      EndPreempted(inst, "preempted by higher-priority work after its notice");
+      return true;
+    default:
+      return false;
+  }
+}
+
+void State::Release(Instance& inst) {
+  Unbook(inst);
+  queue_.CapacityFreed();
+}
+
+void State::Displace(Instance& inst, const std::string& why, store::Batch& batch) {
+  if (inst.state == InstanceState::kStopping) {
+    Release(inst);
+    Transition(inst, InstanceState::kTerminated, why + " while it was stopping");
+  } else if (inst.billing == Billing::kSpot) {
+    Release(inst);
+    EndPreempted(inst, why);
+  } else {
+    Release(inst);
+    ++inst.restarts;
+    inst.started_at.reset();
+    inst.enqueued_at = clock_->Now();
+    Transition(inst, InstanceState::kPending, why + "; restarting");
+    queue_.Push(inst);
+  }
+  Save(inst, batch);
+}
+
+void State::ExpireLeases(store::Batch& batch) {
+  const Time now = clock_->Now();
+  if (now - last_lease_check_ < kLeaseCheckEvery) return;
+  last_lease_check_ = now;
+  for (auto& [name, node] : agents_.nodes()) {
+    if (!node.registered() || node.lost || now - node.last_seen <= options_.node_timeout) continue;
+    node.lost = true;
+    ++counters_.nodes_lost;
+    spdlog::warn("node {} lost: no report for {:.1f} s (node timeout {:.1f} s); moving its {} "
+                 "instance(s)",
+                 name, Seconds(now - node.last_seen), Seconds(options_.node_timeout),
+                 node.assigned.size());
+    ApplyNodeState(node);
+    const std::set<std::string> held = node.assigned;
+    for (const std::string& id : held) {
+      if (Instance* inst = instances_.Find(id)) Displace(*inst, "node lost", batch);
+    }
+    agents_.Changed(node);
+  }
+}
+
+void State::SaveNode(const AgentNode& node, store::Batch& batch) {
+  batch.settings.push_back(AgentSupervisor::Record(node));
+}
+
+void State::PublishNodeTokens() {
+  std::map<std::string, std::string> tokens;
+  for (const auto& [name, node] : agents_.nodes()) tokens[node.token_hash] = name;
+  tenants_.SetNodeTokens(std::move(tokens));
+}
+
+void State::ApplyNodeState(const AgentNode& node) {
+  auto n = fleet_->Find(node.name);
+  if (!n.ok()) return;
+  const fleet::NodeState s = node.lost      ? fleet::NodeState::kDown
+                             : node.drained ? fleet::NodeState::kDraining
+                                            : fleet::NodeState::kReady;
+  if (fleet_->node(*n).state != s) (void)fleet_->SetNodeState(*n, s);
+}
+
+void State::AppendLog(const Instance& inst, const WorkloadLog& log) {
+  LogTail& tail = logs_[inst.id.str()];
+  if (tail.attempt != log.attempt) {
+    if (!tail.data.empty()) {
+      tail.data += fmt::format("--- attempt {} (restart {}) ---\n", log.attempt + 1, log.attempt);
+    }
+    tail.attempt = log.attempt;
+    tail.end = 0;
+  }
+  if (log.offset > tail.end) {
+    tail.data += fmt::format("[... {} bytes dropped by the agent ...]\n", log.offset - tail.end);
+    tail.end = log.offset;
+  }
+  const int64_t skip = tail.end - log.offset;  // Bytes already held.
+  if (skip < static_cast<int64_t>(log.data.size())) {
+    tail.data.append(log.data, static_cast<size_t>(skip));
+    tail.end = log.offset + static_cast<int64_t>(log.data.size());
+  }
+  if (tail.data.size() > kLogTailBytes) tail.data.erase(0, tail.data.size() - kLogTailBytes);
+}
+
+}  // namespace tessera::core
