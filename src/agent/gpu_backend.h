@@ -50,7 +50,7 @@ struct Inventory {
 
 // An XID error the driver reported for a GPU (e.g. 79: the GPU fell off the bus).
 struct XidEvent {
-  int gpu = 0;
+  int gpu = 0;  // -1 when the driver names a device that is none of the node's GPUs.
   int64_t code = 0;
 };
 
