@@ -1,0 +1,112 @@
+// What the node agent knows about the GPUs of its host, and the interface it reads them through.
+// A GpuBackend answers two questions: what is on this node (ReadInventory, once at start and
+// after a change) and how is it doing (Sample, every agent tick). Two backends implement it:
+// NVML, which reads the real driver through dlopen (nvml_backend.h), and a simulator that makes
+// up plausible GPUs from the catalog for machines without one (sim_backend.h). The plain types
+// here are what the agent reports to the server; their fields follow NVML's and DCGM's.
+// Thread-safety: the types are values. A backend is used by one thread (the agent loop) unless
+// the backend says otherwise; the free functions are pure except ReadHostResources, which reads
+// /proc and may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "common/result.h"
+
+namespace tessera::agent {
+
+// One MIG device (a compute instance in its GPU instance) that exists on a GPU.
+struct MigDevice {
+  std::string uuid;     // "MIG-xxxxxxxx-xxxx-...", as the driver names it.
+  std::string profile;  // Catalog MIG profile name, e.g. "1g.10gb"; empty when unknown.
+  int start = 0;        // Placement start memory slice; -1 when the driver would not tell.
+};
+
+struct GpuInfo {
+  int index = 0;           // The driver's index on this node.
+  std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+  std::string name;        // As the driver names it, e.g. "NVIDIA H100 80GB HBM3".
+  std::string model;       // Catalog id, e.g. "H100-80GB".
+  int64_t memory_mib = 0;  // Total memory as the driver reports it (ECC lowers it).
+  bool mig_enabled = false;
+  std::vector<MigDevice> mig_devices;
+  std::vector<int> nvlink_peers;  // Indices of GPUs on this node it has an active NVLink to.
+  std::string pci_bus_id;         // "00000000:17:00.0".
+};
+
+struct Inventory {
+  std::string backend;         // "nvml" or "sim".
+  std::string driver_version;  // e.g. "550.90.07"; "sim" for the simulator.
+  std::vector<GpuInfo> gpus;
+  // Connected components of the GPUs' nvlink_peers, each sorted, only those of size >= 2.
+  std::vector<std::vector<int>> nvlink_islands;
+  int64_t cpu_milli = 0;   // The host's vCPUs in thousandths.
+  int64_t memory_mib = 0;  // The host's RAM.
+};
+
+// An XID error the driver reported for a GPU (e.g. 79: the GPU fell off the bus).
+struct XidEvent {
+  int gpu = 0;  // -1 when the driver names a device that is none of the node's GPUs.
+  int64_t code = 0;
+};
+
+// One GPU's telemetry: DCGM's fields (DCGM_FI_DEV_*), read through NVML. A field the GPU does not
+// support reads 0.
+struct GpuSample {
+  int index = 0;
+  double gpu_util = 0;       // Percent of time a kernel ran (DCGM_FI_DEV_GPU_UTIL).
+  double mem_copy_util = 0;  // Percent of time memory was read or written.
+  int64_t memory_used_mib = 0;
+  int64_t memory_total_mib = 0;
+  double temperature_c = 0;
+  double power_w = 0;
+  int64_t sm_clock_mhz = 0;
+  int64_t mem_clock_mhz = 0;
+  int64_t pcie_tx_kib_s = 0;
+  int64_t pcie_rx_kib_s = 0;
+  int64_t ecc_sbe_total = 0;  // Corrected (single-bit) errors since the driver loaded.
+  int64_t ecc_dbe_total = 0;  // Uncorrected (double-bit) errors since the driver loaded.
+  bool lost = false;          // The GPU stopped answering (NVML_ERROR_GPU_IS_LOST).
+};
+
+struct Telemetry {
+  std::vector<GpuSample> gpus;
+  std::vector<XidEvent> xids;  // Events since the previous Sample.
+};
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+
+  // What is on this node now. An error names the GPU and the call that failed.
+  virtual Result<Inventory> ReadInventory() = 0;
+  // Every GPU's telemetry, and the XID events since the previous call. A GPU that stopped
+  // answering is a sample marked `lost`, not an error.
+  virtual Result<Telemetry> Sample() = 0;
+  // What the workloads on `gpu` use, in milli-GPU (0..1000), so a simulated GPU's utilization
+  // follows its load; the NVML backend ignores it, as the real GPU reports its own.
+  virtual void SetLoad(int /*gpu*/, int /*milli*/) {}
+};
+
+// The catalog id for a GPU the driver names `name` with `memory_mib` of memory (0 when unknown).
+// The catalog's ids and aliases are matched against NVML names such as "NVIDIA H100 80GB HBM3",
+// "NVIDIA A100-SXM4-40GB" or "Tesla T4"; the memory tells variants of one family apart (A100
+// 40GB from 80GB) and must be within -15%..+5% of the catalog's figure. NotFound naming the GPU
+// and its memory when the catalog has no such model.
+Result<std::string> ResolveCatalogModel(const catalog::Catalog& catalog, std::string_view name,
+                                        int64_t memory_mib);
+
+// The connected components of the peer graph of `gpus` (by GpuInfo::index; a link counts in
+// both directions, peers not in `gpus` are ignored), each sorted, only those of size >= 2,
+// ordered by their first index.
+std::vector<std::vector<int>> NvlinkIslands(const std::vector<GpuInfo>& gpus);
+
+// The vCPUs online (in milli) and the RAM (MemTotal of /proc/meminfo) of this host; 0 for what
+// cannot be read.
+void ReadHostResources(int64_t& cpu_milli, int64_t& memory_mib);
+
+}  // namespace tessera::agent
