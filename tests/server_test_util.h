@@ -42,8 +42,13 @@ class ServerTest : public ::testing::Test {
     StartServer();
   }
 
-  void StartServer(std::vector<std::string> extra = {"--sim-agents"}) {
-    std::vector<std::string> args = {"--data", dir_.File("data"), "--fleet", fleet_path_};
+  // Starts the server on the test's fleet, or with `with_fleet` false on an empty one.
+  void StartServer(std::vector<std::string> extra = {"--sim-agents"}, bool with_fleet = true) {
+    std::vector<std::string> args = {"--data", dir_.File("data")};
+    if (with_fleet) {
+      args.push_back("--fleet");
+      args.push_back(fleet_path_);
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     server_ = std::make_unique<testing::ServerProcess>();
     ASSERT_TRUE(server_->Start(args, kAdminToken)) << server_->output();

@@ -7,8 +7,12 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 #include <map>
 
+#include "agent/agent.h"
+#include "agent/sim_backend.h"
+#include "api/api.h"
 #include "api/server.h"
 #include "catalog/catalog.h"
 #include "cli/cli.h"
@@ -119,6 +123,58 @@ int Fail(const Status& s) {
   return kExitFailure;
 }
 
+// The demo's own node: a `tessera agent` in process (the sim backend, 8 H100s) whose instances
+// run as real processes under DATA/agent-demo-local, joined like any other node.
+class DemoAgent {
+ public:
+  static constexpr const char* kNode = "demo-local";
+
+  static Result<std::unique_ptr<DemoAgent>> Start(core::Core& core,
+                                                  const catalog::Catalog& catalog,
+                                                  const std::string& url,
+                                                  const std::string& data_dir) {
+    // A fresh token each start: only its hash is stored, so the last one cannot be read back.
+    TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
+    TESSERA_RETURN_IF_ERROR(
+        core.Run<bool>([hash = token.second](core::State& s, store::Batch& b) -> Result<bool> {
+              if (s.agents().Find(kNode)) {
+                TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
+              } else {
+                TESSERA_RETURN_IF_ERROR(s.CreateAgentNode(kNode, {{"demo", "true"}},
+                                                          catalog::SharingMode::kExclusive, hash,
+                                                          b)
+                                            .status());
+              }
+              return true;
+            })
+            .status());
+    TESSERA_ASSIGN_OR_RETURN(auto gpus,
+                             agent::SimBackend::Create(catalog, "H100-80GB:8", kNode, 42));
+    agent::WorkloadSupervisor::Options wopts;
+    wopts.work_dir = data_dir + "/agent-" + kNode;
+    TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(wopts));
+    TESSERA_ASSIGN_OR_RETURN(agent::Transport transport,
+                             agent::HttpTransport(url, token.first));
+    auto demo = std::unique_ptr<DemoAgent>(new DemoAgent());
+    demo->agent_ = std::make_unique<agent::Agent>(agent::AgentOptions{}, std::move(transport),
+                                                  std::move(gpus), std::move(workloads));
+    demo->thread_ = std::thread([a = demo->agent_.get()] {
+      if (Status s = a->Run(); !s.ok()) spdlog::error("the demo's agent stopped: {}", s.message());
+    });
+    return demo;
+  }
+
+  ~DemoAgent() {
+    agent_->Stop();
+    thread_.join();
+  }
+
+ private:
+  DemoAgent() = default;
+  std::unique_ptr<agent::Agent> agent_;
+  std::thread thread_;
+};
+
 int RunServer(const ServerFlags& flags) {
   auto listen = ParseListen(flags.listen);
   if (!listen.ok()) {
@@ -204,9 +260,16 @@ int RunServer(const ServerFlags& flags) {
   }
   std::cout.flush();
   server.Start(core.get());
+  std::unique_ptr<DemoAgent> demo_agent;
+  if (flags.demo) {
+    auto started_agent = DemoAgent::Start(*core, *catalog, url, flags.data);
+    if (!started_agent.ok()) return Fail(started_agent.status());
+    demo_agent = std::move(*started_agent);
+  }
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("stopping on signal {}", sig);
+  demo_agent.reset();
   server.Stop();
   return kExitOk;
 }

@@ -187,6 +187,16 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   return stored;
 }
 
+Status State::RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
+                                   store::Batch& batch) {
+  AgentNode* node = agents_.Find(name);
+  if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
+  node->token_hash = token_hash;
+  SaveNode(*node, batch);
+  PublishNodeTokens();
+  return Status::Ok();
+}
+
 Status State::RegisterAgent(const std::string& name, const AgentRegistration& reg,
                             store::Batch& batch) {
   AgentNode* node = agents_.Find(name);

@@ -139,6 +139,9 @@ class State {
                                     std::map<std::string, std::string> labels,
                                     catalog::SharingMode sharing, const std::string& token_hash,
                                     store::Batch& batch);
+  // Replaces a joined node's token (the old one stops at once). NotFound for an unknown node.
+  Status RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
+                              store::Batch& batch);
   // An agent run registers its node's inventory: the node joins the fleet (or, when it joined
   // before, the inventory must match). Errors name the inventory field.
   Status RegisterAgent(const std::string& node, const AgentRegistration& reg,

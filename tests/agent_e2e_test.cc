@@ -1,0 +1,297 @@
+// End-to-end tests of node agents: a real `tessera server` on an empty fleet, real
+// `tessera agent --backend sim` processes joined to it, and real workload processes.
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "server_test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// A `tessera agent` child process, its output in a file.
+class AgentProcess {
+ public:
+  AgentProcess(const std::string& url, const std::string& token, const std::string& work_dir,
+               const std::string& log, const std::string& gpus = "H100-80GB:2") {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      std::vector<std::string> all = {testing::TesseraBinary(), "agent", "--server", url,
+                                      "--token", token, "--backend", "sim", "--sim-gpus", gpus,
+                                      "--work-dir", work_dir, "--cgroup-root", "none"};
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~AgentProcess() { Kill(SIGKILL); }
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class AgentTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    StartServer({"--node-timeout", "4s", "--spot-notice", "2s"}, /*with_fleet=*/false);
+    tenant_ = NewTenant("acme", 16);
+  }
+
+  // Adds a node and starts its agent; waits until the node is ready.
+  std::string Join(const std::string& name, const std::string& gpus = "H100-80GB:2",
+                   const std::string& sharing = "exclusive") {
+    auto r = Post("/v1/nodes", kAdminToken, {{"name", name}, {"sharing", sharing}});
+    EXPECT_EQ(r.status, 201) << r.raw;
+    tokens_[name] = r.body.value("token", "");
+    StartAgent(name, gpus);
+    EXPECT_TRUE(WaitFor([&] { return NodeState(name) == "ready"; }, 10s))
+        << name << " did not join: " << ReadFile(dir_.File(name + ".log"));
+    return tokens_[name];
+  }
+
+  void StartAgent(const std::string& name, const std::string& gpus = "H100-80GB:2") {
+    agents_[name] = std::make_unique<AgentProcess>(server_->url(), tokens_[name], WorkDir(name),
+                                                   dir_.File(name + ".log"), gpus);
+  }
+
+  std::string WorkDir(const std::string& node) { return dir_.File("work-" + node); }
+
+  std::string NodeState(const std::string& name) {
+    auto r = Get("/v1/nodes", kAdminToken);
+    for (const auto& n : r.body.value("nodes", json::array())) {
+      if (n.value("id", "") == name) return n.value("state", "");
+    }
+    return "";
+  }
+
+  json Instance(const std::string& id) { return Get("/v1/instances/" + id, tenant_).body; }
+
+  static bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (done()) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return done();
+  }
+
+  bool WaitState(const std::string& id, const std::string& state,
+                 std::chrono::milliseconds limit = 10s) {
+    return WaitFor([&] { return Instance(id).value("state", "") == state; }, limit);
+  }
+
+  // Creates an instance with `command`; returns its id.
+  std::string Create(json body, const std::string& command) {
+    body["command"] = command;
+    auto r = Post("/v1/instances", tenant_, body);
+    EXPECT_EQ(r.status, 201) << r.raw;
+    return r.body.value("id", "");
+  }
+
+  // The directory a workload runs in on its node.
+  std::string RunDir(const std::string& node, const std::string& id, int attempt = 0) {
+    return WorkDir(node) + "/" + id + "-a" + std::to_string(attempt);
+  }
+
+  std::string tenant_;
+  std::map<std::string, std::string> tokens_;
+  std::map<std::string, std::unique_ptr<AgentProcess>> agents_;
+};
+
+TEST_F(AgentTest, AJoinedNodeRunsItsInstanceAsAProcessThatSeesExactlyItsGpus) {
+  Join("gpu-01");
+  const std::string id = Create(H100(1, "on_demand"), "echo $CUDA_VISIBLE_DEVICES > out; sleep 30");
+  ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+  const json inst = Instance(id);
+  ASSERT_EQ(inst["gpus"].size(), 1u);
+  EXPECT_TRUE(inst.contains("started_at"));
+  EXPECT_LT(inst.value("start_latency_seconds", 99.0), 5.0);
+  const std::string out = RunDir("gpu-01", id) + "/out";
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(out).empty(); }, 5s));
+  EXPECT_EQ(ReadFile(out), inst["gpus"][0].value("uuid", "") + "\n")
+      << "the process sees its GPU's UUID, as the agent's inventory reported it, and no other";
+
+  // Delete: stopping, then terminated once the process is gone.
+  auto d = Call("DELETE", "/v1/instances/" + id, tenant_);
+  EXPECT_EQ(d.status, 200) << d.raw;
+  ASSERT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
+}
+
+TEST_F(AgentTest, ASharedGpuInstanceSeesItsGpuAndItsMpsLimits) {
+  Join("gpu-shared", "L40S-48GB:1", "shared");
+  json body = {{"billing", "on_demand"}, {"gpu_model", "L40S-48GB"}, {"milli_gpu", 250},
+               {"gpu_memory_mib", 8192},  {"vcpus", 2},               {"memory_mib", 4096}};
+  const std::string id =
+      Create(body,
+             "echo \"$CUDA_VISIBLE_DEVICES $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
+             "$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT\" > out; sleep 30");
+  ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+  const std::string uuid = Instance(id)["gpus"][0].value("uuid", "");
+  const std::string out = RunDir("gpu-shared", id) + "/out";
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(out).empty(); }, 5s));
+  EXPECT_EQ(ReadFile(out), fmt::format("{} 25 {}=8192M\n", uuid, uuid));
+}
+
+TEST_F(AgentTest, ExitCodesEndInstancesAndTheirLogsComeBack) {
+  Join("gpu-01");
+  const std::string ok = Create(H100(1, "on_demand"), "echo hello from tessera; exit 0");
+  const std::string bad = Create(H100(1, "on_demand"), "echo about to fail >&2; exit 3");
+  ASSERT_TRUE(WaitState(ok, "succeeded")) << Instance(ok).dump();
+  ASSERT_TRUE(WaitState(bad, "failed")) << Instance(bad).dump();
+  EXPECT_EQ(Instance(ok).value("exit_code", -1), 0);
+  EXPECT_EQ(Instance(bad).value("exit_code", -1), 3);
+  auto log = Call("GET", "/v1/instances/" + ok + "/logs?tail=10", tenant_);
+  EXPECT_EQ(log.status, 200);
+  EXPECT_EQ(log.raw, "hello from tessera\n");
+  EXPECT_EQ(Call("GET", "/v1/instances/" + bad + "/logs", tenant_).raw, "about to fail\n");
+  // The CLI prints it too.
+  auto cli = testing::RunTessera({"instances", "logs", ok, "--url", server_->url(), "--token",
+                                  tenant_});
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_EQ(cli.out, "hello from tessera\n");
+  // Another tenant sees nothing of it.
+  const std::string other = NewTenant("other", 1);
+  EXPECT_EQ(Call("GET", "/v1/instances/" + ok + "/logs", other).status, 404);
+}
+
+TEST_F(AgentTest, TokensActOnlyWhereTheyMay) {
+  const std::string node = Join("gpu-01");
+  EXPECT_EQ(Get("/v1/tenants", node).status, 403) << "a node token is not a tenant's";
+  EXPECT_EQ(Get("/v1/instances", node).status, 403);
+  const json sync = {{"protocol", 1}, {"agent_id", "x"}, {"seq", 1}, {"generation", 0}};
+  EXPECT_EQ(Post("/v1/agent/sync", tenant_, sync).status, 403) << "tenants cannot act as nodes";
+  EXPECT_EQ(Post("/v1/agent/sync", kAdminToken, sync).status, 403);
+  auto superseded = Post("/v1/agent/sync", node, sync);
+  EXPECT_EQ(superseded.status, 409) << "another agent run holds the node: " << superseded.raw;
+  auto malformed = Post("/v1/agent/sync", node, {{"protocol", 1}, {"agent_id", 7}});
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_NE(malformed.raw.find("agent_id"), std::string::npos) << malformed.raw;
+  auto version = Post("/v1/agent/sync", node, {{"protocol", 9}});
+  EXPECT_EQ(version.status, 400);
+  EXPECT_NE(version.raw.find("protocol"), std::string::npos) << version.raw;
+  // An unknown GPU model is refused, naming it.
+  auto r = Post("/v1/nodes", kAdminToken, {{"name", "odd"}});
+  auto reg = Post("/v1/agent/register", r.body.value("token", ""),
+                  {{"protocol", 1},
+                   {"agent_id", "a"},
+                   {"inventory",
+                    {{"cpu_milli", 8000},
+                     {"memory_mib", 8192},
+                     {"gpus", {{{"index", 0}, {"uuid", "GPU-1"}, {"model", "Z9000"}}}}}}});
+  EXPECT_EQ(reg.status, 400);
+  EXPECT_NE(reg.raw.find("Z9000"), std::string::npos) << reg.raw;
+}
+
+TEST_F(AgentTest, AKilledAgentsNodeIsLostItsWorkMovesAndTheOldCopyStops) {
+  Join("gpu-01");
+  const std::string id =
+      Create(H100(2, "on_demand"), "while true; do date +%s%N > beat; sleep 0.1; done");
+  ASSERT_TRUE(WaitState(id, "running"));
+  const std::string first_node = Instance(id).value("node", "");
+  Join(first_node == "gpu-01" ? "gpu-02" : "gpu-01");  // Room for it elsewhere.
+  agents_[first_node]->Kill(SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return NodeState(first_node) == "not_ready"; }, 10s));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json j = Instance(id);
+        return j.value("state", "") == "running" && j.value("node", "") != first_node;
+      },
+      10s))
+      << Instance(id).dump();
+  EXPECT_EQ(Instance(id).value("restarts", 0), 1);
+  // The copy on the lost node was fenced by its lease: its heartbeat file no longer changes.
+  const std::string beat = RunDir(first_node, id) + "/beat";
+  const std::string before = ReadFile(beat);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(ReadFile(beat), before) << "the old copy still runs";
+}
+
+TEST_F(AgentTest, ARestartedAgentAdoptsItsWorkAndNeverStartsItTwice) {
+  Join("gpu-01");
+  const std::string id = Create(H100(1, "on_demand"), "echo $$ >> pids; sleep 30");
+  ASSERT_TRUE(WaitState(id, "running"));
+  agents_["gpu-01"]->Kill(SIGKILL);
+  StartAgent("gpu-01");
+  std::this_thread::sleep_for(2s);
+  EXPECT_EQ(Instance(id).value("state", ""), "running") << Instance(id).dump();
+  const std::string pids = ReadFile(RunDir("gpu-01", id) + "/pids");
+  EXPECT_EQ(std::count(pids.begin(), pids.end(), '\n'), 1) << pids;
+  // Its exit still reaches the server through the new agent run.
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
+  EXPECT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
+}
+
+TEST_F(AgentTest, ASpotVictimGetsItsNoticeBeforeItStopsAndThePreemptorStartsAfter) {
+  Join("gpu-01");
+  const std::string spot = Create(
+      H100(2, "spot"),
+      "while [ ! -f \"$TESSERA_PREEMPT_NOTICE\" ]; do sleep 0.05; done; "
+      "cat \"$TESSERA_PREEMPT_NOTICE\" > got-notice; date +%s%N > noticed; sleep 60");
+  ASSERT_TRUE(WaitState(spot, "running"));
+  const std::string od = Create(H100(2, "on_demand"), "date +%s%N > started; sleep 30");
+  ASSERT_TRUE(WaitState(spot, "preempting", 5s)) << Instance(spot).dump();
+  EXPECT_TRUE(Instance(spot).contains("preempt_at"));
+  EXPECT_EQ(Instance(od).value("state", ""), "pending");
+  EXPECT_NE(Instance(od).value("reason", "").find("notice"), std::string::npos)
+      << "the preemptor says why it waits: " << Instance(od).dump();
+  ASSERT_TRUE(WaitState(od, "running", 15s)) << Instance(od).dump();
+  const json victim = Instance(spot);
+  EXPECT_TRUE(victim.value("state", "") == "pending" || victim.value("state", "") == "preempted")
+      << victim.dump();
+  const std::string notice = ReadFile(RunDir("gpu-01", spot) + "/got-notice");
+  EXPECT_NE(notice.find("deadline"), std::string::npos) << notice;
+  const std::string noticed = ReadFile(RunDir("gpu-01", spot) + "/noticed");
+  const std::string started = ReadFile(RunDir("gpu-01", od) + "/started");
+  ASSERT_FALSE(noticed.empty());
+  ASSERT_FALSE(started.empty());
+  EXPECT_LT(std::stoll(noticed), std::stoll(started)) << "notice first, then the preemptor";
+}
+
+TEST_F(AgentTest, AKilledServerKeepsWhatItAcknowledgedAndItsAgentsCarryOn) {
+  Join("gpu-01");
+  const std::string id = Create(H100(1, "on_demand"), "sleep 30");
+  ASSERT_TRUE(WaitState(id, "running"));
+  server_->Stop(SIGKILL);
+  // Same data, a new port: the agent is pointed at it by a restart of its own.
+  StartServer({"--node-timeout", "4s", "--spot-notice", "2s"}, /*with_fleet=*/false);
+  agents_["gpu-01"]->Kill(SIGKILL);
+  StartAgent("gpu-01");
+  ASSERT_TRUE(WaitFor([&] { return NodeState("gpu-01") == "ready"; }, 10s));
+  EXPECT_EQ(Instance(id).value("state", ""), "running") << Instance(id).dump();
+  const std::string pids = RunDir("gpu-01", id);
+  EXPECT_TRUE(std::filesystem::exists(pids));
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
+  EXPECT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
+}
+
+}  // namespace
+}  // namespace tessera
