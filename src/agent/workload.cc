@@ -1,0 +1,511 @@
+// WorkloadSupervisor: the agent's side of the workload files (the shim's side is
+// workload_shim.cc). It writes `state`, `stop`, the preemption notice and the lease, reads
+// `pids`, `exit`, `log.dropped` and the log segments, and checks the shims are alive through
+// /proc. Cgroup set-up is in workload_cgroup.cc.
+// Thread-safety: as workload.h says, one thread uses a supervisor.
+#include "agent/workload.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "agent/workload_cgroup.h"
+#include "agent/workload_files.h"
+#include "agent/workload_shim.h"
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/text.h"
+
+namespace tessera::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kNoticeEnv[] = "TESSERA_PREEMPT_NOTICE";
+constexpr char kBasePath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+constexpr int64_t kMaxCpuMilli = 100'000'000;                     // 100,000 cores.
+constexpr int64_t kMaxMemoryMib = int64_t{1} << 30;               // 1 EiB.
+constexpr int64_t kMaxGraceMs = int64_t{366} * 24 * 3600 * 1000;  // A year: sums cannot overflow.
+constexpr int64_t kMaxUnixMs = 253'402'300'799'999;               // 9999-12-31T23:59:59.999Z.
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+bool ValidEnvName(const std::string& name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ReadBootId() {
+  auto text = ReadTextFile("/proc/sys/kernel/random/boot_id");
+  if (!text.ok()) return "";
+  std::string id = *text;
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+// The environment: a small clean base, the caller's variables (which may replace the base's),
+// and the notice path.
+Result<std::vector<std::string>> BuildEnv(const WorkloadSpec& spec, const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {"PATH", kBasePath}, {"HOME", dir}, {"LANG", "C.UTF-8"}};
+  std::set<std::string> given;
+  for (const auto& [name, value] : spec.env) {
+    if (!ValidEnvName(name)) {
+      return Status::InvalidArgument(
+          fmt::format("workload '{}': env: bad variable name {}", spec.id, Quote(name)));
+    }
+    if (name == kNoticeEnv) {
+      return Status::InvalidArgument(
+          fmt::format("workload '{}': env: {} is set by the agent (the preemption notice's path)",
+                      spec.id, name));
+    }
+    if (!given.insert(name).second) {
+      return Status::InvalidArgument(
+          fmt::format("workload '{}': env: {} is given twice", spec.id, name));
+    }
+    if (value.find('\0') != std::string::npos) {
+      return Status::InvalidArgument(
+          fmt::format("workload '{}': env: the value of {} holds a NUL byte", spec.id, name));
+    }
+    auto it =
+        std::find_if(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
+    if (it != vars.end()) {
+      it->second = value;
+    } else {
+      vars.emplace_back(name, value);
+    }
+  }
+  vars.emplace_back(kNoticeEnv, dir + "/" + shim::kNoticeFile);
+  std::vector<std::string> env;
+  for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
+  return env;
+}
+
+Status ValidateSpec(const WorkloadSpec& spec) {
+  if (!ValidId(spec.id)) {
+    return Status::InvalidArgument(
+        fmt::format("workload id {}: must be 1 to 64 of a-z, 0-9 and '-' (it names a directory)",
+                    Quote(spec.id)));
+  }
+  if (spec.command.empty() || spec.command.find('\0') != std::string::npos) {
+    return Status::InvalidArgument(
+        fmt::format("workload '{}': command: must be non-empty text without NUL bytes", spec.id));
+  }
+  if (spec.cpu_milli < 0 || spec.cpu_milli > kMaxCpuMilli) {
+    return Status::InvalidArgument(fmt::format("workload '{}': cpu_milli: {} is not in [0, {}]",
+                                               spec.id, spec.cpu_milli, kMaxCpuMilli));
+  }
+  if (spec.memory_mib < 0 || spec.memory_mib > kMaxMemoryMib) {
+    return Status::InvalidArgument(fmt::format("workload '{}': memory_mib: {} is not in [0, {}]",
+                                               spec.id, spec.memory_mib, kMaxMemoryMib));
+  }
+  return Status::Ok();
+}
+
+// Reads a small JSON file the shim wrote; NotFound when it is absent.
+Result<nlohmann::json> ReadJsonFile(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseJson(text, path);
+}
+
+}  // namespace
+
+struct WorkloadSupervisor::Entry {
+  std::string dir;  // The workload's cwd and HOME; the supervisor's files are in dir/.tessera.
+  std::string File(const char* name) const {
+    return dir + "/" + shim::kControlDir + (*name != '\0' ? "/" : "") + name;
+  }
+  WorkloadStatus status;
+  std::string boot_id;     // The boot the workload started in (from `state`).
+  std::string cgroup_dir;  // "" when it has none.
+  bool pids_known = false;
+  shim::ShimPids pids;
+  uint64_t shim_start = 0;
+  uint64_t pid_start = 0;
+  // The shim is gone but the workload was not: it is being killed, and reported lost after.
+  bool killing_orphan = false;
+  std::string lost_reason;
+  int64_t term_at = INT64_MAX;  // The pending stop, CLOCK_MONOTONIC ms.
+  int64_t kill_at = INT64_MAX;
+};
+
+WorkloadSupervisor::WorkloadSupervisor(Options options) : options_(std::move(options)) {}
+WorkloadSupervisor::~WorkloadSupervisor() {
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+Result<std::unique_ptr<WorkloadSupervisor>> WorkloadSupervisor::Open(Options options) {
+  if (options.work_dir.empty()) {
+    return Status::InvalidArgument("workload supervisor: work_dir: must be set");
+  }
+  if (options.log_limit_bytes < 2) {
+    return Status::InvalidArgument(fmt::format(
+        "workload supervisor: log_limit_bytes: {} is below 2", options.log_limit_bytes));
+  }
+  if (options.lease_kill_grace.count() < 0) {
+    return Status::InvalidArgument("workload supervisor: lease_kill_grace: must not be negative");
+  }
+  std::error_code ec;
+  fs::create_directories(options.work_dir, ec);
+  if (ec) {
+    return Status::Internal(
+        fmt::format("workload supervisor: cannot create {}: {}", options.work_dir, ec.message()));
+  }
+  const fs::path abs = fs::absolute(options.work_dir, ec);
+  if (ec || !fs::is_directory(abs, ec)) {
+    return Status::Internal(
+        fmt::format("workload supervisor: {} is not a directory", options.work_dir));
+  }
+  options.work_dir = abs.lexically_normal().string();
+  while (options.work_dir.size() > 1 && options.work_dir.back() == '/') options.work_dir.pop_back();
+
+  // One supervisor per work dir: two would each start what the server asked of them, twice.
+  const std::string lock_path = options.work_dir + "/" + shim::kLockFile;
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    return Status::Internal(
+        fmt::format("workload supervisor: cannot open {}: {}", lock_path, strerror(errno)));
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    close(lock_fd);
+    return Status::FailedPrecondition(fmt::format(
+        "workload supervisor: {} is in use by another supervisor (it holds the lock {}): {}",
+        options.work_dir, lock_path, strerror(err)));
+  }
+  std::unique_ptr<WorkloadSupervisor> sup(new WorkloadSupervisor(std::move(options)));
+  sup->lock_fd_ = lock_fd;
+  sup->boot_id_ = ReadBootId();
+  CgroupChoice cg = ChooseCgroupRoot(sup->options_.cgroup_root);
+  sup->limits_enforced_ = !cg.root.empty();
+  sup->cgroup_root_ = std::move(cg.root);
+  sup->limits_note_ = std::move(cg.note);
+  if (sup->limits_enforced_ || sup->options_.cgroup_root == "none") {
+    spdlog::info("workload limits: {}", sup->limits_note_);
+  } else {
+    spdlog::warn("workload limits are not enforced: {}", sup->limits_note_);
+  }
+
+  for (fs::directory_iterator it(sup->options_.work_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;
+    if (ValidId(name) && it->is_directory(type_ec)) sup->Adopt(name);
+  }
+  if (ec) {
+    return Status::Internal(fmt::format("workload supervisor: cannot list {}: {}",
+                                        sup->options_.work_dir, ec.message()));
+  }
+  return sup;
+}
+
+void WorkloadSupervisor::ReadPids(Entry& e) const {
+  const std::string path = e.File(shim::kPidsFile);
+  auto pids = ReadJsonFile(path);
+  if (!pids.ok()) return;
+  JsonFields f(*pids, path);
+  e.pids.shim_pid = static_cast<pid_t>(f.Int("shim_pid", 1, INT_MAX));
+  e.shim_start = static_cast<uint64_t>(f.Int("shim_start", 0, INT64_MAX));
+  e.pids.pid = static_cast<pid_t>(f.Int("pid", 1, INT_MAX));
+  e.pid_start = static_cast<uint64_t>(f.Int("pid_start", 0, INT64_MAX));
+  // Pids from another boot name other processes.
+  e.pids_known = f.ok() && e.boot_id == boot_id_;
+}
+
+// Takes over a workload an earlier agent started. A directory without `state` is not one (a
+// Start that died before it wrote it): Start may reuse it.
+void WorkloadSupervisor::Adopt(const std::string& id) {
+  auto e = std::make_unique<Entry>();
+  e->dir = options_.work_dir + "/" + id;
+  e->status.id = id;
+  auto state = ReadJsonFile(e->File(shim::kStateFile));
+  if (!state.ok() && state.status().code() == StatusCode::kNotFound) return;
+  if (state.ok()) {
+    JsonFields f(*state, e->File(shim::kStateFile));
+    e->status.started_at_unix_ms = f.Int("started_at_unix_ms", 0, INT64_MAX, false);
+    e->boot_id = f.String("boot_id", false);
+    e->cgroup_dir = f.String("cgroup", false);
+  } else {
+    spdlog::warn("workload {}: {}", id, state.status().ToString());
+  }
+  e->status.stopping = Exists(e->File(shim::kStopFile));
+  ReadPids(*e);
+  Entry& entry = *e;
+  entries_[id] = std::move(e);
+  auto exit_text = ReadTextFile(entry.File(shim::kExitFile));
+  if (exit_text.ok()) {
+    Finish(entry, *exit_text);
+  } else if (!entry.pids_known || !shim::ProcAlive(entry.pids.shim_pid, entry.shim_start)) {
+    MarkLost(entry, "agent restarted");
+  }
+}
+
+Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
+  TESSERA_RETURN_IF_ERROR(ValidateSpec(spec));
+  const std::string dir = options_.work_dir + "/" + spec.id;
+  const std::string control = dir + "/" + shim::kControlDir;
+  if (entries_.count(spec.id) > 0 || Exists(control + "/" + shim::kStateFile)) {
+    return Status::AlreadyExists(fmt::format(
+        "workload '{}' was started before ({} holds its state); Forget it first", spec.id, dir));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> env, BuildEnv(spec, dir));
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // What a Start that died before writing `state` left.
+  if (!fs::create_directory(dir, ec) || ec || !fs::create_directory(control, ec) || ec) {
+    const std::string what = ec ? ec.message() : "it exists";
+    fs::remove_all(dir, ec);
+    return Status::Internal(
+        fmt::format("workload '{}': cannot create {}: {}", spec.id, control, what));
+  }
+  shim::ShimPlan plan;
+  plan.dir = dir;
+  plan.control_dir = control;
+  // Undoes the start when nothing runs.
+  auto cleanup = [&](Status s) {
+    fs::remove_all(dir, ec);
+    if (!plan.cgroup_dir.empty()) rmdir(plan.cgroup_dir.c_str());
+    return s.WithPrefix(fmt::format("workload '{}'", spec.id));
+  };
+  if (limits_enforced_) {
+    plan.cgroup_dir = cgroup_root_ + "/" + spec.id;
+    Status s = MakeWorkloadCgroup(plan.cgroup_dir, spec.cpu_milli, spec.memory_mib);
+    if (!s.ok()) return cleanup(s);
+  }
+  const int64_t started = UnixMs();
+  nlohmann::json state = {{"id", spec.id},
+                          {"command", spec.command},
+                          {"started_at_unix_ms", started},
+                          {"boot_id", boot_id_},
+                          {"cgroup", plan.cgroup_dir},
+                          {"cpu_milli", spec.cpu_milli},
+                          {"memory_mib", spec.memory_mib}};
+  Status s = WriteFileAtomic(plan.control_dir + "/" + shim::kStateFile, DumpJson(state) + "\n");
+  if (!s.ok()) return cleanup(s);
+
+  plan.lease_path = options_.work_dir + "/" + shim::kLeaseFile;
+  plan.boot_id = boot_id_;
+  plan.log_segment_bytes = std::max<int64_t>(1, options_.log_limit_bytes / 2);
+  plan.lease_kill_grace_ms = options_.lease_kill_grace.count();
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    plan.max_fd = static_cast<int>(std::min<rlim_t>(nofile.rlim_cur, 1 << 20));
+  }
+  plan.args = {"sh", "-c", spec.command};
+  plan.env = std::move(env);
+  plan.Seal();
+
+  auto e = std::make_unique<Entry>();
+  e->dir = dir;
+  e->boot_id = boot_id_;
+  e->cgroup_dir = plan.cgroup_dir;
+  e->status.id = spec.id;
+  e->status.started_at_unix_ms = started;
+  auto pids = shim::LaunchShim(plan);
+  if (!pids.ok()) {
+    // Unavailable: the shim may be running; keep the entry, and Poll will find out.
+    if (pids.status().code() != StatusCode::kUnavailable) return cleanup(pids.status());
+    entries_[spec.id] = std::move(e);
+    return pids.status().WithPrefix(fmt::format("workload '{}'", spec.id));
+  }
+  // The shim wrote the pids file, with the start times, before it reported.
+  ReadPids(*e);
+  if (!e->pids_known || e->pids.shim_pid != pids->shim_pid) {
+    spdlog::warn("workload '{}': the shim's pids file is unreadable; using what it reported",
+                 spec.id);
+    e->pids = *pids;
+    shim::ProcStat st;
+    if (shim::ReadProcStat(e->pids.shim_pid, &st)) e->shim_start = st.start_time;
+    if (shim::ReadProcStat(e->pids.pid, &st)) e->pid_start = st.start_time;
+    e->pids_known = true;
+  }
+  entries_[spec.id] = std::move(e);
+  return Status::Ok();
+}
+
+Result<WorkloadSupervisor::Entry*> WorkloadSupervisor::Find(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) {
+    return Status::NotFound(fmt::format("workload {}: no such workload", Quote(id)));
+  }
+  return it->second.get();
+}
+
+Status WorkloadSupervisor::Stop(const std::string& id, std::chrono::milliseconds grace) {
+  TESSERA_ASSIGN_OR_RETURN(Entry * e, Find(id));
+  if (grace.count() < 0) {
+    return Status::InvalidArgument(fmt::format("workload '{}': stop: grace is negative", id));
+  }
+  const int64_t now = shim::MonotonicMs();
+  return RequestStop(*e, now, now + std::min<int64_t>(grace.count(), kMaxGraceMs), "stop");
+}
+
+Status WorkloadSupervisor::Preempt(const std::string& id, int64_t deadline_unix_ms,
+                                   const std::string& reason, std::chrono::milliseconds grace) {
+  TESSERA_ASSIGN_OR_RETURN(Entry * e, Find(id));
+  if (grace.count() < 0) {
+    return Status::InvalidArgument(fmt::format("workload '{}': preempt: grace is negative", id));
+  }
+  if (deadline_unix_ms < 0 || deadline_unix_ms > kMaxUnixMs) {
+    return Status::InvalidArgument(fmt::format(
+        "workload '{}': preempt: deadline_unix_ms {} is not a time in years 1970 to 9999", id,
+        deadline_unix_ms));
+  }
+  if (e->status.phase == WorkloadPhase::kExited) return Status::Ok();
+  const Time deadline{std::chrono::milliseconds(deadline_unix_ms)};
+  const nlohmann::json notice = {{"deadline", FormatRfc3339(deadline)}, {"reason", reason}};
+  TESSERA_RETURN_IF_ERROR(
+      WriteFileAtomic(e->dir + "/" + shim::kNoticeFile, DumpJson(notice) + "\n"));
+  const int64_t term_at = shim::MonotonicMs() + std::max<int64_t>(0, deadline_unix_ms - UnixMs());
+  return RequestStop(*e, term_at, term_at + std::min<int64_t>(grace.count(), kMaxGraceMs),
+                     "preempt");
+}
+
+// Writes the stop file; an earlier request's times stand where they are sooner.
+Status WorkloadSupervisor::RequestStop(Entry& e, int64_t term_at_ms, int64_t kill_at_ms,
+                                       const char* kind) {
+  if (e.status.phase == WorkloadPhase::kExited) return Status::Ok();
+  if (term_at_ms >= e.term_at && kill_at_ms >= e.kill_at) return Status::Ok();
+  e.term_at = std::min(e.term_at, term_at_ms);
+  e.kill_at = std::min(e.kill_at, kill_at_ms);
+  e.status.stopping = true;
+  return WriteFileAtomic(e.File(shim::kStopFile),
+                         fmt::format("{} {} {}\n", e.term_at, e.kill_at, kind));
+}
+
+void WorkloadSupervisor::RenewLease(std::chrono::milliseconds valid_for) {
+  const int64_t deadline =
+      shim::MonotonicMs() + std::clamp<int64_t>(valid_for.count(), 0, kMaxGraceMs);
+  Status s = WriteFileAtomic(options_.work_dir + "/" + shim::kLeaseFile,
+                             fmt::format("{} {}\n", boot_id_, deadline));
+  if (!s.ok()) spdlog::warn("workload lease not renewed: {}", s.ToString());
+}
+
+std::vector<WorkloadStatus> WorkloadSupervisor::Poll() {
+  std::vector<WorkloadStatus> out;
+  out.reserve(entries_.size());
+  for (auto& [id, e] : entries_) {
+    Refresh(*e, "shim died");
+    out.push_back(e->status);
+  }
+  return out;
+}
+
+void WorkloadSupervisor::Refresh(Entry& e, const char* lost_reason) {
+  if (e.status.phase == WorkloadPhase::kExited) return;
+  if (auto text = ReadTextFile(e.File(shim::kExitFile)); text.ok()) {
+    Finish(e, *text);
+    return;
+  }
+  if (e.killing_orphan) {
+    MarkLost(e, e.lost_reason.c_str());
+    return;
+  }
+  if (!e.pids_known) ReadPids(e);  // After a Start whose shim was slow to report.
+  if (e.pids_known && shim::ProcAlive(e.pids.shim_pid, e.shim_start)) {
+    if (auto dropped = ReadTextFile(e.File(shim::kDroppedFile)); dropped.ok()) {
+      e.status.log_dropped_bytes = std::atoll(dropped->c_str());
+    }
+    return;
+  }
+  // The shim is gone; it writes `exit` before it exits, so look once more.
+  if (auto text = ReadTextFile(e.File(shim::kExitFile)); text.ok()) {
+    Finish(e, *text);
+    return;
+  }
+  MarkLost(e, lost_reason);
+}
+
+void WorkloadSupervisor::Finish(Entry& e, const std::string& exit_text) {
+  const std::string where = e.File(shim::kExitFile);
+  e.status.phase = WorkloadPhase::kExited;
+  auto j = ParseJson(exit_text, where);
+  if (!j.ok()) {
+    e.status.exit_code = -1;
+    e.status.reason = j.status().message();
+    return;
+  }
+  JsonFields f(*j, where);
+  e.status.exit_code = static_cast<int>(f.Int("exit_code", -1, 255 + 128));
+  e.status.reason = f.String("reason");
+  e.status.log_dropped_bytes = f.Int("log_dropped_bytes", 0, INT64_MAX, false);
+  if (!f.ok()) e.status.reason = f.status().message();
+}
+
+// No shim supervises the workload: if its main process still runs, kill its group (nothing
+// would fence it) and report it lost once it is gone; else report it lost now.
+void WorkloadSupervisor::MarkLost(Entry& e, const char* reason) {
+  e.lost_reason = reason;
+  if (e.pids_known && shim::ProcAlive(e.pids.pid, e.pid_start)) {
+    kill(-e.pids.pid, SIGKILL);
+    kill(e.pids.pid, SIGKILL);
+    e.killing_orphan = true;
+    e.status.stopping = true;
+    return;
+  }
+  e.killing_orphan = false;
+  e.status.phase = WorkloadPhase::kExited;
+  e.status.lost = true;
+  e.status.exit_code = -1;
+  e.status.reason = e.lost_reason;
+}
+
+Result<std::string> WorkloadSupervisor::ReadLog(const std::string& id, int64_t offset,
+                                                size_t max_bytes, int64_t* next) {
+  TESSERA_ASSIGN_OR_RETURN(Entry * e, Find(id));
+  if (offset < 0) {
+    return Status::InvalidArgument(
+        fmt::format("workload '{}': log offset {} is negative", id, offset));
+  }
+  if (next == nullptr) return Status::InvalidArgument("ReadLog: next must not be null");
+  return ReadLogSegments(e->File(""), offset, max_bytes, next);
+}
+
+Status WorkloadSupervisor::Forget(const std::string& id) {
+  TESSERA_ASSIGN_OR_RETURN(Entry * e, Find(id));
+  Refresh(*e, "shim died");
+  if (e->status.phase != WorkloadPhase::kExited) {
+    return Status::FailedPrecondition(
+        fmt::format("workload '{}' still runs: Stop it and wait until Poll reports it exited", id));
+  }
+  std::error_code ec;
+  fs::remove_all(e->dir, ec);
+  if (ec) {
+    return Status::Internal(
+        fmt::format("workload '{}': cannot remove {}: {}", id, e->dir, ec.message()));
+  }
+  if (!e->cgroup_dir.empty()) rmdir(e->cgroup_dir.c_str());
+  entries_.erase(id);
+  return Status::Ok();
+}
+
+}  // namespace tessera::agent

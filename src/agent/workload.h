@@ -1,0 +1,126 @@
+// The node agent's workload supervisor: it runs each instance's command as a real process on the
+// GPU server, captures its output into a bounded log, stops it with a grace period, tells it of a
+// preemption, and fences it with a lease so that a dead or cut-off agent cannot leave a copy
+// running after the server has moved the work elsewhere.
+//
+// Each workload gets a small supervising process of its own, the shim (workload_shim.h), which
+// is re-parented to init and outlives the agent: the agent can crash, be killed with SIGKILL or
+// be upgraded, and its workloads keep running, keep their output, still honour the lease, and
+// still report their exit code to the next agent, which adopts them when it opens the same work
+// directory. The agent and its shims talk only through small files in the workload's directory
+// (docs/agent-workloads.md lists them), so nothing is lost when either side restarts.
+//
+// Thread-safety: one thread (the agent loop) uses a supervisor; no method may run concurrently
+// with another on the same object. One supervisor at a time may open a work directory (a lock
+// file enforces it, across processes too).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+
+namespace tessera::agent {
+
+struct WorkloadSpec {
+  std::string id;       // The instance id, e.g. "inst-000042": the directory name; [a-z0-9-]{1,64}.
+  std::string command;  // Run as /bin/sh -c command.
+  // Added to the base environment (PATH, HOME, LANG), e.g. CUDA_VISIBLE_DEVICES.
+  std::vector<std::pair<std::string, std::string>> env;
+  int64_t cpu_milli = 0;   // 0 = no limit.
+  int64_t memory_mib = 0;  // 0 = no limit.
+};
+
+enum class WorkloadPhase { kRunning, kExited };
+
+struct WorkloadStatus {
+  std::string id;
+  WorkloadPhase phase = WorkloadPhase::kRunning;
+  // kExited: the exit status, or 128+signal when a signal ended it; -1 when lost (unknown).
+  int exit_code = 0;
+  // kExited: "exited" (ended on its own), "stopped" or "preempted" (ended after SIGTERM),
+  // "killed after grace" (needed SIGKILL), "lease expired" (fenced), "agent restarted" (lost at
+  // an agent restart), "shim died" (lost while the agent ran).
+  std::string reason;
+  bool lost = false;  // The process could not be adopted after an agent restart (or its shim died).
+  int64_t started_at_unix_ms = 0;
+  bool stopping = false;          // A stop or a preemption was asked.
+  int64_t log_dropped_bytes = 0;  // Output lost because the log could not be written (disk full).
+};
+
+class WorkloadSupervisor {
+ public:
+  struct Options {
+    std::string work_dir;  // Created when missing.
+    int64_t log_limit_bytes = 8 << 20;
+    std::chrono::milliseconds lease_kill_grace{2000};
+    // "" = detect (a child of our own cgroup v2); "none" = do not try; else a cgroup v2 directory
+    // whose children may have the cpu and memory controllers.
+    std::string cgroup_root;
+  };
+
+  // Opens the work dir and adopts what earlier runs started: running ones are watched again,
+  // ended ones report their exit, unadoptable ones report lost (kExited, lost, reason "agent
+  // restarted"). Errors name the path; FailedPrecondition when another supervisor holds it.
+  static Result<std::unique_ptr<WorkloadSupervisor>> Open(Options options);
+  // Does NOT stop workloads: they outlive the agent by design.
+  ~WorkloadSupervisor();
+  WorkloadSupervisor(const WorkloadSupervisor&) = delete;
+  WorkloadSupervisor& operator=(const WorkloadSupervisor&) = delete;
+
+  // Starts the workload and returns once its process exists. InvalidArgument names a bad field;
+  // AlreadyExists when the id was started before (until Forget), even by an earlier agent.
+  Status Start(const WorkloadSpec& spec);
+  // SIGTERM to the workload's process group now, SIGKILL after `grace`. OK when it has already
+  // exited; NotFound for an unknown id. Poll reports kExited once every process is gone.
+  Status Stop(const std::string& id, std::chrono::milliseconds grace);
+  // Writes the notice {"deadline": RFC 3339, "reason": ...} to $TESSERA_PREEMPT_NOTICE now, and
+  // stops the workload at the deadline (SIGTERM, SIGKILL after `grace`).
+  Status Preempt(const std::string& id, int64_t deadline_unix_ms, const std::string& reason,
+                 std::chrono::milliseconds grace);
+  // Lease deadline = now (monotonic) + valid_for, for every workload. When it passes without a
+  // renewal, the shims stop every workload (even if this agent is dead). Before the first call,
+  // workloads are not fenced. A failure to write is logged: the old deadline then stands.
+  void RenewLease(std::chrono::milliseconds valid_for);
+  // Every known workload, by id, refreshed from the shims' files.
+  std::vector<WorkloadStatus> Poll();
+  // Up to max_bytes of the workload's log starting at byte `offset` of its whole output
+  // (counting what rotation dropped); *next = the offset after what was returned. An offset older
+  // than what is kept starts at the oldest kept byte; one past the end returns "" at the end.
+  Result<std::string> ReadLog(const std::string& id, int64_t offset, size_t max_bytes,
+                              int64_t* next);
+  // Removes an exited workload's directory (and cgroup), so its id may be started again.
+  // FailedPrecondition while it runs; NotFound for an unknown id.
+  Status Forget(const std::string& id);
+
+  // Whether cpu_milli and memory_mib are enforced (through cgroup v2), and why not when not.
+  bool limits_enforced() const { return limits_enforced_; }
+  const std::string& limits_note() const { return limits_note_; }
+
+ private:
+  struct Entry;
+  explicit WorkloadSupervisor(Options options);
+
+  void Adopt(const std::string& id);
+  void ReadPids(Entry& e) const;
+  void Refresh(Entry& e, const char* lost_reason);
+  void Finish(Entry& e, const std::string& exit_text);
+  void MarkLost(Entry& e, const char* reason);
+  Status RequestStop(Entry& e, int64_t term_at_ms, int64_t kill_at_ms, const char* kind);
+  Result<Entry*> Find(const std::string& id);
+
+  Options options_;
+  std::string boot_id_;
+  std::string cgroup_root_;  // Where workload cgroups are made; "" when limits are not enforced.
+  bool limits_enforced_ = false;
+  std::string limits_note_;
+  std::map<std::string, std::unique_ptr<Entry>> entries_;
+  int lock_fd_ = -1;  // flock'ed <work_dir>/agent.lock, held while this object lives.
+};
+
+}  // namespace tessera::agent
