@@ -30,9 +30,20 @@ class AgentProcess {
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
-      std::vector<std::string> all = {testing::TesseraBinary(), "agent", "--server", url,
-                                      "--token", token, "--backend", "sim", "--sim-gpus", gpus,
-                                      "--work-dir", work_dir, "--cgroup-root", "none"};
+      std::vector<std::string> all = {testing::TesseraBinary(),
+                                      "agent",
+                                      "--server",
+                                      url,
+                                      "--token",
+                                      token,
+                                      "--backend",
+                                      "sim",
+                                      "--sim-gpus",
+                                      gpus,
+                                      "--work-dir",
+                                      work_dir,
+                                      "--cgroup-root",
+                                      "none"};
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -148,12 +159,15 @@ TEST_F(AgentTest, AJoinedNodeRunsItsInstanceAsAProcessThatSeesExactlyItsGpus) {
 
 TEST_F(AgentTest, ASharedGpuInstanceSeesItsGpuAndItsMpsLimits) {
   Join("gpu-shared", "L40S-48GB:1", "shared");
-  json body = {{"billing", "on_demand"}, {"gpu_model", "L40S-48GB"}, {"milli_gpu", 250},
-               {"gpu_memory_mib", 8192},  {"vcpus", 2},               {"memory_mib", 4096}};
-  const std::string id =
-      Create(body,
-             "echo \"$CUDA_VISIBLE_DEVICES $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
-             "$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT\" > out; sleep 30");
+  json body = {{"billing", "on_demand"},
+               {"gpu_model", "L40S-48GB"},
+               {"milli_gpu", 250},
+               {"gpu_memory_mib", 8192},
+               {"vcpus", 2},
+               {"memory_mib", 4096}};
+  const std::string id = Create(body,
+                                "echo \"$CUDA_VISIBLE_DEVICES $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
+                                "$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT\" > out; sleep 30");
   ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
   const std::string uuid = Instance(id)["gpus"][0].value("uuid", "");
   const std::string out = RunDir("gpu-shared", id) + "/out";
@@ -174,8 +188,8 @@ TEST_F(AgentTest, ExitCodesEndInstancesAndTheirLogsComeBack) {
   EXPECT_EQ(log.raw, "hello from tessera\n");
   EXPECT_EQ(Call("GET", "/v1/instances/" + bad + "/logs", tenant_).raw, "about to fail\n");
   // The CLI prints it too.
-  auto cli = testing::RunTessera({"instances", "logs", ok, "--url", server_->url(), "--token",
-                                  tenant_});
+  auto cli =
+      testing::RunTessera({"instances", "logs", ok, "--url", server_->url(), "--token", tenant_});
   EXPECT_EQ(cli.exit_code, 0) << cli.err;
   EXPECT_EQ(cli.out, "hello from tessera\n");
   // Another tenant sees nothing of it.
@@ -252,12 +266,17 @@ TEST_F(AgentTest, ARestartedAgentAdoptsItsWorkAndNeverStartsItTwice) {
 
 TEST_F(AgentTest, ASpotVictimGetsItsNoticeBeforeItStopsAndThePreemptorStartsAfter) {
   Join("gpu-01");
-  const std::string spot = Create(
-      H100(2, "spot"),
-      "while [ ! -f \"$TESSERA_PREEMPT_NOTICE\" ]; do sleep 0.05; done; "
-      "cat \"$TESSERA_PREEMPT_NOTICE\" > got-notice; date +%s%N > noticed; sleep 60");
+  // The victim keeps its evidence outside its workload directory, which goes when it ends.
+  const std::string notice_copy = dir_.File("got-notice"), noticed_at = dir_.File("noticed");
+  const std::string spot =
+      Create(H100(2, "spot"),
+             fmt::format("while [ ! -f \"$TESSERA_PREEMPT_NOTICE\" ]; do sleep 0.05; done; "
+                         "cat \"$TESSERA_PREEMPT_NOTICE\" > {}; date +%s%N > {}; sleep 60",
+                         notice_copy, noticed_at));
   ASSERT_TRUE(WaitState(spot, "running"));
-  const std::string od = Create(H100(2, "on_demand"), "date +%s%N > started; sleep 30");
+  const std::string started_at = dir_.File("started");
+  const std::string od =
+      Create(H100(2, "on_demand"), fmt::format("date +%s%N > {}; sleep 30", started_at));
   ASSERT_TRUE(WaitState(spot, "preempting", 5s)) << Instance(spot).dump();
   EXPECT_TRUE(Instance(spot).contains("preempt_at"));
   EXPECT_EQ(Instance(od).value("state", ""), "pending");
@@ -267,10 +286,10 @@ TEST_F(AgentTest, ASpotVictimGetsItsNoticeBeforeItStopsAndThePreemptorStartsAfte
   const json victim = Instance(spot);
   EXPECT_TRUE(victim.value("state", "") == "pending" || victim.value("state", "") == "preempted")
       << victim.dump();
-  const std::string notice = ReadFile(RunDir("gpu-01", spot) + "/got-notice");
+  const std::string notice = ReadFile(notice_copy);
   EXPECT_NE(notice.find("deadline"), std::string::npos) << notice;
-  const std::string noticed = ReadFile(RunDir("gpu-01", spot) + "/noticed");
-  const std::string started = ReadFile(RunDir("gpu-01", od) + "/started");
+  const std::string noticed = ReadFile(noticed_at);
+  const std::string started = ReadFile(started_at);
   ASSERT_FALSE(noticed.empty());
   ASSERT_FALSE(started.empty());
   EXPECT_LT(std::stoll(noticed), std::stoll(started)) << "notice first, then the preemptor";

@@ -80,12 +80,9 @@ json InventoryJson(const Inventory& inv) {
                     {"nvlink_peers", g.nvlink_peers},
                     {"pci_bus_id", g.pci_bus_id}});
   }
-  return {{"backend", inv.backend},
-          {"driver_version", inv.driver_version},
-          {"cpu_milli", inv.cpu_milli},
-          {"memory_mib", inv.memory_mib},
-          {"gpus", std::move(gpus)},
-          {"nvlink_islands", inv.nvlink_islands}};
+  return {{"backend", inv.backend},     {"driver_version", inv.driver_version},
+          {"cpu_milli", inv.cpu_milli}, {"memory_mib", inv.memory_mib},
+          {"gpus", std::move(gpus)},    {"nvlink_islands", inv.nvlink_islands}};
 }
 
 json TelemetryJson(const Telemetry& t) {
@@ -125,8 +122,7 @@ Result<Transport> HttpTransport(const std::string& url, const std::string& token
   // One agent thread uses the client at a time.
   return Transport([client, token](const std::string& path, const std::string& body,
                                    milliseconds timeout) -> Result<HttpAnswer> {
-    client->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout).count() +
-                             1);
+    client->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout).count() + 1);
     httplib::Headers headers = {{"Authorization", "Bearer " + token}};
     httplib::Result r = client->Post(path, headers, body, "application/json");
     if (!r) return Status::Unavailable(httplib::to_string(r.error()));
@@ -162,7 +158,8 @@ Result<json> Agent::Post(const std::string& path, const json& body, milliseconds
         fmt::format("the server refused the node token: {}", ErrorMessage(a)));
   }
   if (a.status == 409) return Status::FailedPrecondition(ErrorMessage(a));
-  if (a.status >= 500) return Status::Unavailable(fmt::format("HTTP {}: {}", a.status, ErrorMessage(a)));
+  if (a.status >= 500)
+    return Status::Unavailable(fmt::format("HTTP {}: {}", a.status, ErrorMessage(a)));
   if (a.status >= 400) {
     return Status::InvalidArgument(fmt::format("HTTP {}: {}", a.status, ErrorMessage(a)));
   }
@@ -171,17 +168,16 @@ Result<json> Agent::Post(const std::string& path, const json& body, milliseconds
 
 Status Agent::Register() {
   TESSERA_ASSIGN_OR_RETURN(Inventory inv, gpus_->ReadInventory());
-  const json body = {{"protocol", kProtocol},
-                     {"agent_id", agent_id_},
-                     {"inventory", InventoryJson(inv)}};
+  const json body = {
+      {"protocol", kProtocol}, {"agent_id", agent_id_}, {"inventory", InventoryJson(inv)}};
   const auto sent = std::chrono::steady_clock::now();
   TESSERA_ASSIGN_OR_RETURN(json desired, Post("/v1/agent/register", body, kSlack));
   node_ = desired.value("node", "");
   gpu_count_ = static_cast<int>(inv.gpus.size());
   seq_ = 0;
   lease_ = milliseconds(desired.value("lease_ms", int64_t{5000}));
-  workloads_->RenewLease(lease_ - std::chrono::duration_cast<milliseconds>(
-                                      std::chrono::steady_clock::now() - sent));
+  workloads_->RenewLease(
+      lease_ - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - sent));
   Apply(desired);
   return Status::Ok();
 }
@@ -234,8 +230,12 @@ json Agent::Report(milliseconds wait) {
     }
     workloads.push_back(std::move(r));
   }
-  json body = {{"protocol", kProtocol}, {"agent_id", agent_id_},       {"seq", ++seq_},
-               {"generation", generation_}, {"wait_ms", wait.count()}, {"workloads", workloads},
+  json body = {{"protocol", kProtocol},
+               {"agent_id", agent_id_},
+               {"seq", ++seq_},
+               {"generation", generation_},
+               {"wait_ms", wait.count()},
+               {"workloads", workloads},
                {"logs", logs}};
   body["limits"] = {{"enforced", workloads_->limits_enforced()},
                     {"note", workloads_->limits_note()}};
@@ -249,8 +249,8 @@ Status Agent::SyncOnce(milliseconds wait) {
   TESSERA_ASSIGN_OR_RETURN(json desired, Post("/v1/agent/sync", body, wait + kSlack));
   lease_ = milliseconds(desired.value("lease_ms", lease_.count()));
   // The lease counts from when the report was sent: the server saw it no earlier.
-  workloads_->RenewLease(lease_ - std::chrono::duration_cast<milliseconds>(
-                                      std::chrono::steady_clock::now() - sent));
+  workloads_->RenewLease(
+      lease_ - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - sent));
   Apply(desired);
   return Status::Ok();
 }
@@ -258,8 +258,9 @@ Status Agent::SyncOnce(milliseconds wait) {
 void Agent::Apply(const json& desired) {
   generation_ = desired.value("generation", generation_);
   const json empty = json::array();
-  const json& list =
-      desired.contains("workloads") && desired["workloads"].is_array() ? desired["workloads"] : empty;
+  const json& list = desired.contains("workloads") && desired["workloads"].is_array()
+                         ? desired["workloads"]
+                         : empty;
   std::set<std::string> wanted;
   std::map<int, int> load;  // GPU index -> milli-GPU its workloads hold.
   for (const json& w : list) {
@@ -307,10 +308,10 @@ void Agent::Apply(const json& desired) {
     } else if (action == "preempt" && !k.stop_sent) {
       k.stop_sent = true;
       auto deadline = ParseRfc3339(w.value("deadline", ""));
-      const int64_t at = deadline.ok() ? std::chrono::duration_cast<milliseconds>(
-                                             deadline->time_since_epoch())
-                                             .count()
-                                       : 0;
+      const int64_t at =
+          deadline.ok()
+              ? std::chrono::duration_cast<milliseconds>(deadline->time_since_epoch()).count()
+              : 0;
       k.stop_at_unix_ms = at;
       if (!k.noop) (void)workloads_->Preempt(key, at, w.value("reason", "spot preemption"), grace);
     }

@@ -31,9 +31,8 @@ struct HttpAnswer {
   int status = 0;
   std::string body;
 };
-using Transport =
-    std::function<Result<HttpAnswer>(const std::string& path, const std::string& body,
-                                     std::chrono::milliseconds timeout)>;
+using Transport = std::function<Result<HttpAnswer>(const std::string& path, const std::string& body,
+                                                   std::chrono::milliseconds timeout)>;
 
 // A transport over HTTP(S) to `url` with a bearer token; `ca_file` for a private authority.
 Result<Transport> HttpTransport(const std::string& url, const std::string& token,
@@ -68,7 +67,7 @@ class Agent {
     int attempt = 0;
     bool noop = false;  // No command: nothing to run, running until stopped.
     bool stop_sent = false;
-    int64_t log_next = -1;  // The next log byte to ship; -1 until the server says.
+    int64_t log_next = -1;        // The next log byte to ship; -1 until the server says.
     int64_t stop_at_unix_ms = 0;  // A noop's notice deadline.
   };
 

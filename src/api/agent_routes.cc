@@ -24,9 +24,9 @@ constexpr size_t kMaxLogBytes = 256 << 10;  // Per workload per report, decoded.
 Status CheckProtocol(JsonFields& f) {
   const int64_t protocol = f.Int("protocol", 0, INT64_MAX);
   if (f.ok() && protocol != kProtocol) {
-    return Status::InvalidArgument(fmt::format(
-        "field 'protocol': {} is not spoken here; this server speaks protocol {}", protocol,
-        kProtocol));
+    return Status::InvalidArgument(
+        fmt::format("field 'protocol': {} is not spoken here; this server speaks protocol {}",
+                    protocol, kProtocol));
   }
   return Status::Ok();
 }
@@ -132,8 +132,8 @@ Result<core::AgentSync> ParseSync(const json& body) {
       auto data = Base64Decode(text);
       if (!data) l.Fail("data_base64", "is not padded standard base64");
       if (data && data->size() > kMaxLogBytes) {
-        l.Fail("data_base64", fmt::format("holds {} bytes; at most {} per report", data->size(),
-                                          kMaxLogBytes));
+        l.Fail("data_base64",
+               fmt::format("holds {} bytes; at most {} per report", data->size(), kMaxLogBytes));
       }
       TESSERA_RETURN_IF_ERROR(l.status());
       log.data = std::move(*data);
@@ -167,40 +167,40 @@ void AsNode(Api& api, std::shared_ptr<Call> call, Fn fn) {
 void AddAgentRoutes(Api& table) {
   table.Add("POST", "/v1/agent/register", Access::kNode, BodyKind::kJson, false,
             [](Api& api, std::shared_ptr<Call> call) {
-              auto reg = call->body_status.ok() ? ParseRegistration(call->body)
-                                                : Result<core::AgentRegistration>(call->body_status);
+              auto reg = call->body_status.ok()
+                             ? ParseRegistration(call->body)
+                             : Result<core::AgentRegistration>(call->body_status);
               if (!reg.ok()) return api.ReplyError(*call, reg.status());
               AsNode(api, call,
-                     [reg = std::move(*reg)](core::State& s, store::Batch& b,
-                                             const std::string& node)
-                         -> Result<std::optional<std::string>> {
+                     [reg = std::move(*reg)](
+                         core::State& s, store::Batch& b,
+                         const std::string& node) -> Result<std::optional<std::string>> {
                        TESSERA_RETURN_IF_ERROR(s.RegisterAgent(node, reg, b));
                        return std::optional<std::string>(DumpJson(s.DesiredState(node)));
                      });
             });
-  table.Add(
-      "POST", "/v1/agent/sync", Access::kNode, BodyKind::kJson, false,
-      [](Api& api, std::shared_ptr<Call> call) {
-        auto sync =
-            call->body_status.ok() ? ParseSync(call->body) : Result<core::AgentSync>(call->body_status);
-        if (!sync.ok()) return api.ReplyError(*call, sync.status());
-        Api* a = &api;
-        AsNode(api, call,
-               [sync = std::move(*sync), call, a](core::State& s, store::Batch& b,
-                                                   const std::string& node)
-                   -> Result<std::optional<std::string>> {
-                 TESSERA_ASSIGN_OR_RETURN(bool now, s.SyncAgent(node, sync, b));
-                 if (now) return std::optional<std::string>(DumpJson(s.DesiredState(node)));
-                 core::State* state = &s;
-                 s.agents().Park(node, {sync.generation, a->clock().Now() + sync.wait,
-                                        [state, node, call, a] {
-                                          HttpResponse response;
-                                          response.body = DumpJson(state->DesiredState(node));
-                                          a->Reply(*call, std::move(response));
-                                        }});
-                 return std::optional<std::string>();
-               });
-      });
+  table.Add("POST", "/v1/agent/sync", Access::kNode, BodyKind::kJson, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              auto sync = call->body_status.ok() ? ParseSync(call->body)
+                                                 : Result<core::AgentSync>(call->body_status);
+              if (!sync.ok()) return api.ReplyError(*call, sync.status());
+              Api* a = &api;
+              AsNode(api, call,
+                     [sync = std::move(*sync), call, a](
+                         core::State& s, store::Batch& b,
+                         const std::string& node) -> Result<std::optional<std::string>> {
+                       TESSERA_ASSIGN_OR_RETURN(bool now, s.SyncAgent(node, sync, b));
+                       if (now) return std::optional<std::string>(DumpJson(s.DesiredState(node)));
+                       core::State* state = &s;
+                       s.agents().Park(node, {sync.generation, a->clock().Now() + sync.wait,
+                                              [state, node, call, a] {
+                                                HttpResponse response;
+                                                response.body = DumpJson(state->DesiredState(node));
+                                                a->Reply(*call, std::move(response));
+                                              }});
+                       return std::optional<std::string>();
+                     });
+            });
 }
 
 }  // namespace tessera::api

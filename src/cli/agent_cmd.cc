@@ -60,8 +60,8 @@ int RunAgent(const AgentFlags& flags) {
     gpus = std::move(*b);
   } else if (flags.backend == "sim") {
     // Simulated GPUs are named after the node's token, so they keep their UUIDs across restarts.
-    auto b = agent::SimBackend::Create(*catalog, flags.sim_gpus, HashToken(token).substr(0, 12),
-                                       42);
+    auto b =
+        agent::SimBackend::Create(*catalog, flags.sim_gpus, HashToken(token).substr(0, 12), 42);
     if (!b.ok()) return Fail(b.status().message());
     gpus = std::move(*b);
   } else {
@@ -78,8 +78,8 @@ int RunAgent(const AgentFlags& flags) {
     spdlog::warn("CPU and memory limits are not enforced on this node: {}",
                  (*workloads)->limits_note());
   }
-  auto transport = agent::HttpTransport(server, token, flags.ca.empty() ? EnvOr("TESSERA_CA", "")
-                                                                        : flags.ca);
+  auto transport =
+      agent::HttpTransport(server, token, flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca);
   if (!transport.ok()) return Fail(transport.status().message());
   agent::AgentOptions options;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);

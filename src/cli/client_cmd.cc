@@ -126,7 +126,7 @@ std::optional<Response> CallAll(const ClientFlags& flags, const std::string& pat
                      path + sep + "limit=1000" + (token.empty() ? "" : "&page_token=" + token));
     if (!page) return std::nullopt;
     if (!all) {
-      all = Response{page->status, {{key, json::array()}}};
+      all = Response{page->status, {{key, json::array()}}, "", {}};
     }
     for (auto& item : page->body[key]) all->body[key].push_back(std::move(item));
     if (!page->body.contains("next_page_token")) return all;
@@ -305,7 +305,8 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
   CLI::App* logs = group->add_subcommand("logs", "Print an instance's output (stdout and stderr)");
   AddCommon(logs, *f);
   logs->add_option("id", *id, "Instance id")->required();
-  logs->add_option("--tail", *tail, "Lines from the end")->check(CLI::Range(1, 100'000))
+  logs->add_option("--tail", *tail, "Lines from the end")
+      ->check(CLI::Range(1, 100'000))
       ->capture_default_str();
   logs->add_flag("-f,--follow", *follow, "Keep printing new output until the instance ends");
   logs->callback([f, id, tail, follow, &ctx] {
@@ -317,16 +318,22 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
         return;
       }
       // Output is the workload's own: shown as it is, but nothing in it may drive the terminal.
-      std::cout << EscapeForTerminal(r->text) << std::flush;
-      const std::string state = r->headers.count("X-Instance-State")
-                                    ? r->headers.find("X-Instance-State")->second
-                                    : "";
-      const bool active = state == "pending" || state == "scheduled" || state == "running" ||
-                          state == "stopping" || state == "preempting";
+      std::string_view text = r->text;
+      while (!text.empty()) {
+        const size_t nl = text.find('\n');
+        std::cout << EscapeForTerminal(text.substr(0, nl));
+        if (nl == std::string_view::npos) break;
+        std::cout << '\n';
+        text.remove_prefix(nl + 1);
+      }
+      std::cout << std::flush;
+      const std::string now =
+          r->headers.count("X-Instance-State") ? r->headers.find("X-Instance-State")->second : "";
+      const bool active = now == "pending" || now == "scheduled" || now == "running" ||
+                          now == "stopping" || now == "preempting";
       if (!*follow || !active) return;
-      const std::string offset = r->headers.count("X-Log-Offset")
-                                     ? r->headers.find("X-Log-Offset")->second
-                                     : "0";
+      const std::string offset =
+          r->headers.count("X-Log-Offset") ? r->headers.find("X-Log-Offset")->second : "0";
       path = fmt::format("/v1/instances/{}/logs?after={}", Encode(*id), offset);
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }

@@ -7,8 +7,8 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
-#include <thread>
 #include <map>
+#include <thread>
 
 #include "agent/agent.h"
 #include "agent/sim_backend.h"
@@ -129,32 +129,28 @@ class DemoAgent {
  public:
   static constexpr const char* kNode = "demo-local";
 
-  static Result<std::unique_ptr<DemoAgent>> Start(core::Core& core,
-                                                  const catalog::Catalog& catalog,
+  static Result<std::unique_ptr<DemoAgent>> Start(core::Core& core, const catalog::Catalog& catalog,
                                                   const std::string& url,
                                                   const std::string& data_dir) {
     // A fresh token each start: only its hash is stored, so the last one cannot be read back.
     TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
-    TESSERA_RETURN_IF_ERROR(
-        core.Run<bool>([hash = token.second](core::State& s, store::Batch& b) -> Result<bool> {
-              if (s.agents().Find(kNode)) {
-                TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
-              } else {
-                TESSERA_RETURN_IF_ERROR(s.CreateAgentNode(kNode, {{"demo", "true"}},
-                                                          catalog::SharingMode::kExclusive, hash,
-                                                          b)
-                                            .status());
-              }
-              return true;
-            })
-            .status());
+    auto joined = core.Run<bool>([hash = token.second](core::State& s,
+                                                       store::Batch& b) -> Result<bool> {
+      if (s.agents().Find(kNode)) {
+        TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
+        return true;
+      }
+      return s.CreateAgentNode(kNode, {{"demo", "true"}}, catalog::SharingMode::kExclusive, hash, b)
+          .status()
+          .ok();
+    });
+    if (!joined.ok()) return joined.status();
     TESSERA_ASSIGN_OR_RETURN(auto gpus,
                              agent::SimBackend::Create(catalog, "H100-80GB:8", kNode, 42));
     agent::WorkloadSupervisor::Options wopts;
     wopts.work_dir = data_dir + "/agent-" + kNode;
     TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(wopts));
-    TESSERA_ASSIGN_OR_RETURN(agent::Transport transport,
-                             agent::HttpTransport(url, token.first));
+    TESSERA_ASSIGN_OR_RETURN(agent::Transport transport, agent::HttpTransport(url, token.first));
     auto demo = std::unique_ptr<DemoAgent>(new DemoAgent());
     demo->agent_ = std::make_unique<agent::Agent>(agent::AgentOptions{}, std::move(transport),
                                                   std::move(gpus), std::move(workloads));

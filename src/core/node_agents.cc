@@ -31,8 +31,8 @@ double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const AgentNode& node,
                                           const nlohmann::json& inventory) {
   JsonFields f(inventory, "inventory");
-  f.RejectUnknown({"backend", "driver_version", "cpu_milli", "memory_mib", "gpus",
-                   "nvlink_islands", "hostname"});
+  f.RejectUnknown({"backend", "driver_version", "cpu_milli", "memory_mib", "gpus", "nvlink_islands",
+                   "hostname"});
   f.String("backend", false);
   f.String("driver_version", false);
   f.String("hostname", false);
@@ -44,14 +44,14 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
   if (gpus && !gpus->is_array()) f.Fail("gpus", "expected a list");
   if (gpus && gpus->is_array()) {
     if (gpus->size() > fleet::kMaxGpusPerNode) {
-      f.Fail("gpus", fmt::format("{} GPUs; a node holds at most {}", gpus->size(),
-                                 fleet::kMaxGpusPerNode));
+      f.Fail("gpus",
+             fmt::format("{} GPUs; a node holds at most {}", gpus->size(), fleet::kMaxGpusPerNode));
     }
     std::string model_of_first;
     for (size_t i = 0; i < gpus->size() && i < fleet::kMaxGpusPerNode; ++i) {
       JsonFields g((*gpus)[i], fmt::format("inventory: gpus[{}]", i));
-      g.RejectUnknown({"index", "uuid", "name", "model", "memory_mib", "mig_enabled",
-                       "mig_devices", "nvlink_peers", "pci_bus_id"});
+      g.RejectUnknown({"index", "uuid", "name", "model", "memory_mib", "mig_enabled", "mig_devices",
+                       "nvlink_peers", "pci_bus_id"});
       const int64_t index = g.Int("index", 0, fleet::kMaxGpusPerNode - 1);
       const std::string uuid = g.String("uuid");
       const std::string name = g.String("name", false);
@@ -71,10 +71,10 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
       }
       const catalog::GpuModel* known = catalog.FindGpu(model);
       if (!known) {
-        g.Fail("model", fmt::format("unknown GPU model '{}'{} (not in the catalog; tessera "
-                                    "catalog list shows the models)",
-                                    Quote(model),
-                                    name.empty() ? "" : fmt::format(" ('{}')", Quote(name))));
+        g.Fail("model",
+               fmt::format("unknown GPU model '{}'{} (not in the catalog; tessera "
+                           "catalog list shows the models)",
+                           Quote(model), name.empty() ? "" : fmt::format(" ('{}')", Quote(name))));
       } else if (model_of_first.empty()) {
         model_of_first = known->id;
       } else if (known->id != model_of_first) {
@@ -238,8 +238,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   return Status::Ok();
 }
 
-Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync,
-                              store::Batch& batch) {
+Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, store::Batch& batch) {
   AgentNode* node = agents_.Find(name);
   if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
   if (!node->registered() || node->agent_id.empty()) {
@@ -256,9 +255,8 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync,
   }
   if (sync.seq <= node->report_seq) {
     ++counters_.agent_reports_refused;
-    return Status::FailedPrecondition(
-        fmt::format("report {} replayed: reports up to {} were applied already", sync.seq,
-                    node->report_seq));
+    return Status::FailedPrecondition(fmt::format(
+        "report {} replayed: reports up to {} were applied already", sync.seq, node->report_seq));
   }
   ++counters_.agent_reports;
   node->report_seq = sync.seq;
@@ -327,7 +325,7 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       nlohmann::json load = nlohmann::json::array();
       for (const GpuRef& g : inst->gpus) {
         load.push_back({{"index", g.index},
-                        {"milli", g.milli_gpu > 0              ? g.milli_gpu
+                        {"milli", g.milli_gpu > 0          ? g.milli_gpu
                                   : !g.mig_profile.empty() ? fleet::kMilliPerGpu / 2
                                                            : fleet::kMilliPerGpu}});
       }
@@ -338,8 +336,8 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       workloads.push_back(std::move(w));
     }
   }
-  const auto lease = std::chrono::duration_cast<std::chrono::milliseconds>(
-      options_.node_timeout / 2);
+  const auto lease =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.node_timeout / 2);
   return {{"protocol", 1},
           {"node", name},
           {"generation", node ? node->generation : 0},
@@ -406,8 +404,8 @@ nlohmann::json State::AgentJson(const std::string& name) const {
                       {"labels", n.labels},
                       {"joined_at", FormatRfc3339(n.created_at)},
                       {"last_report_at", FormatRfc3339(n.last_seen)},
-                      {"limits_enforced", n.limits_enforced ? nlohmann::json(*n.limits_enforced)
-                                                            : nlohmann::json()}};
+                      {"limits_enforced",
+                       n.limits_enforced ? nlohmann::json(*n.limits_enforced) : nlohmann::json()}};
   if (!n.limits_note.empty()) j["limits_note"] = n.limits_note;
   if (n.registered()) {
     j["backend"] = n.inventory.value("backend", "");
@@ -417,8 +415,7 @@ nlohmann::json State::AgentJson(const std::string& name) const {
   return j;
 }
 
-Status State::RestoreAgentNodes(
-    const std::vector<std::pair<std::string, std::string>>& records) {
+Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::string>>& records) {
   for (const auto& [key, value] : records) {
     TESSERA_ASSIGN_OR_RETURN(AgentNode node, AgentSupervisor::FromRecord(key, value));
     node.last_seen = clock_->Now();  // Its agent gets a whole timeout to report again.
@@ -461,9 +458,9 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
       inst.exit_code = report.exit_code;
       Release(inst);
       if (report.lost) {
-        Transition(inst, InstanceState::kFailed,
-                   "agent restarted: " + (report.reason.empty() ? "its process was lost"
-                                                                : report.reason));
+        Transition(
+            inst, InstanceState::kFailed,
+            "agent restarted: " + (report.reason.empty() ? "its process was lost" : report.reason));
       } else if (report.exit_code == 0) {
         Transition(inst, InstanceState::kSucceeded, "exited with code 0");
       } else {
@@ -518,10 +515,10 @@ void State::ExpireLeases(store::Batch& batch) {
     if (!node.registered() || node.lost || now - node.last_seen <= options_.node_timeout) continue;
     node.lost = true;
     ++counters_.nodes_lost;
-    spdlog::warn("node {} lost: no report for {:.1f} s (node timeout {:.1f} s); moving its {} "
-                 "instance(s)",
-                 name, Seconds(now - node.last_seen), Seconds(options_.node_timeout),
-                 node.assigned.size());
+    spdlog::warn(
+        "node {} lost: no report for {:.1f} s (node timeout {:.1f} s); moving its {} "
+        "instance(s)",
+        name, Seconds(now - node.last_seen), Seconds(options_.node_timeout), node.assigned.size());
     ApplyNodeState(node);
     const std::set<std::string> held = node.assigned;
     for (const std::string& id : held) {
