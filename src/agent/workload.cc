@@ -142,9 +142,8 @@ Result<nlohmann::json> ReadJsonFile(const std::string& path) {
 
 struct WorkloadSupervisor::Entry {
   std::string dir;  // The workload's cwd and HOME; the supervisor's files are in dir/.tessera.
-  std::string File(const char* name) const {
-    return dir + "/" + shim::kControlDir + (*name != '\0' ? "/" : "") + name;
-  }
+  std::string ControlDir() const { return dir + "/" + shim::kControlDir; }
+  std::string File(const char* name) const { return ControlDir() + "/" + name; }
   WorkloadStatus status;
   std::string boot_id;     // The boot the workload started in (from `state`).
   std::string cgroup_dir;  // "" when it has none.
@@ -414,13 +413,14 @@ std::vector<WorkloadStatus> WorkloadSupervisor::Poll() {
   std::vector<WorkloadStatus> out;
   out.reserve(entries_.size());
   for (auto& [id, e] : entries_) {
-    Refresh(*e, "shim died");
+    Refresh(*e);
     out.push_back(e->status);
   }
   return out;
 }
 
-void WorkloadSupervisor::Refresh(Entry& e, const char* lost_reason) {
+// Brings one entry up to date from its shim's files and /proc.
+void WorkloadSupervisor::Refresh(Entry& e) {
   if (e.status.phase == WorkloadPhase::kExited) return;
   if (auto text = ReadTextFile(e.File(shim::kExitFile)); text.ok()) {
     Finish(e, *text);
@@ -442,7 +442,7 @@ void WorkloadSupervisor::Refresh(Entry& e, const char* lost_reason) {
     Finish(e, *text);
     return;
   }
-  MarkLost(e, lost_reason);
+  MarkLost(e, "shim died");
 }
 
 void WorkloadSupervisor::Finish(Entry& e, const std::string& exit_text) {
@@ -487,12 +487,12 @@ Result<std::string> WorkloadSupervisor::ReadLog(const std::string& id, int64_t o
         fmt::format("workload '{}': log offset {} is negative", id, offset));
   }
   if (next == nullptr) return Status::InvalidArgument("ReadLog: next must not be null");
-  return ReadLogSegments(e->File(""), offset, max_bytes, next);
+  return ReadLogSegments(e->ControlDir(), offset, max_bytes, next);
 }
 
 Status WorkloadSupervisor::Forget(const std::string& id) {
   TESSERA_ASSIGN_OR_RETURN(Entry * e, Find(id));
-  Refresh(*e, "shim died");
+  Refresh(*e);
   if (e->status.phase != WorkloadPhase::kExited) {
     return Status::FailedPrecondition(
         fmt::format("workload '{}' still runs: Stop it and wait until Poll reports it exited", id));

@@ -108,7 +108,7 @@ class WorkloadSupervisor {
 
   void Adopt(const std::string& id);
   void ReadPids(Entry& e) const;
-  void Refresh(Entry& e, const char* lost_reason);
+  void Refresh(Entry& e);
   void Finish(Entry& e, const std::string& exit_text);
   void MarkLost(Entry& e, const char* reason);
   Status RequestStop(Entry& e, int64_t term_at_ms, int64_t kill_at_ms, const char* kind);

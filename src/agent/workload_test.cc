@@ -121,6 +121,7 @@ class WorkloadTest : public ::testing::Test {
   void TearDown() override {
     if (!fs::exists(tmp_.path() + "/work")) return;
     auto sup = OpenSup();
+    ASSERT_TRUE(sup);
     for (const WorkloadStatus& st : sup->Poll()) {
       if (st.phase == WorkloadPhase::kRunning) {
         EXPECT_TRUE(sup->Stop(st.id, milliseconds(0)).ok());
