@@ -350,11 +350,15 @@ Status Agent::Run() {
   milliseconds retry = kFirstRetry;
   bool registered = false;
   while (!stop_) {
-    Status s = registered ? SyncOnce(options_.heartbeat) : Register();
+    const auto start = std::chrono::steady_clock::now();
+    Status s = !registered          ? Register()
+               : options_.long_poll ? SyncOnce(options_.heartbeat)
+                                    : SyncOnce(milliseconds(0));
     if (s.ok()) {
       if (!registered) spdlog::info("registered node {} with the server", node_);
       registered = true;
       retry = kFirstRetry;
+      if (!options_.long_poll) std::this_thread::sleep_until(start + options_.heartbeat);
       continue;
     }
     if (s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument ||

@@ -41,6 +41,9 @@ Result<Transport> HttpTransport(const std::string& url, const std::string& token
 struct AgentOptions {
   std::chrono::milliseconds heartbeat{2000};  // The longest the agent waits between reports.
   size_t log_chunk_bytes = 64 << 10;          // Per workload per report.
+  // Wait at the server for news (the default), or report every heartbeat and sleep between
+  // (how benchmarks time a bare report).
+  bool long_poll = true;
 };
 
 class Agent {
