@@ -8,6 +8,7 @@
 // Usage: agents_bench [--agents N] [--seconds S] [--instances K].
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,8 +116,8 @@ void StartAgents(Fleet& fleet, const catalog::Catalog& catalog, const std::strin
     };
     agent::AgentOptions options;
     options.long_poll = long_poll;
-    fleet.agents.push_back(std::make_unique<agent::Agent>(options, timed, std::move(*gpus),
-                                                          std::move(*workloads)));
+    fleet.agents.push_back(
+        std::make_unique<agent::Agent>(options, timed, std::move(*gpus), std::move(*workloads)));
   }
   for (auto& a : fleet.agents) {
     fleet.threads.emplace_back([p = a.get()] { (void)p->Run(); });
@@ -133,6 +134,12 @@ int Main(int argc, char** argv) {
     if (flag == "--seconds") seconds = v;
     if (flag == "--instances") instances = v;
   }
+  // Two descriptors an agent (its connection, its work dir's lock): raise the soft limit.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   auto catalog = catalog::Catalog::LoadEmbedded();
   if (!catalog.ok()) return 1;
   testing::TempDir dir;
@@ -144,6 +151,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "server did not start: %s\n", server.output().c_str());
     return 1;
   }
+  server.DiscardOutput();  // It logs a line per node that joins.
   std::vector<std::string> tokens;
   for (int i = 0; i < agents; ++i) {
     tokens.push_back(Admin(server.url(), "POST", "/v1/nodes", kAdmin,
@@ -171,9 +179,9 @@ int Main(int argc, char** argv) {
     }
     window("reports every 2 s, no wait:");
     std::lock_guard<std::mutex> lock(fleet.mu);
-    std::printf("%-44s %zu reports, p50 %.2f ms, p99 %.2f ms\n", "  report round trip:",
-                fleet.round_trips_ms.size(), Percentile(fleet.round_trips_ms, 0.5),
-                Percentile(fleet.round_trips_ms, 0.99));
+    std::printf("%-44s %zu reports, p50 %.2f ms, p99 %.2f ms\n",
+                "  report round trip:", fleet.round_trips_ms.size(),
+                Percentile(fleet.round_trips_ms, 0.5), Percentile(fleet.round_trips_ms, 0.99));
   }
   {
     Fleet fleet;

@@ -161,15 +161,28 @@ bool ServerProcess::Start(const std::vector<std::string>& args, const std::strin
   return false;
 }
 
+void ServerProcess::DiscardOutput() {
+  if (drain_.joinable() || out_fd_ < 0) return;
+  drain_ = std::thread([fd = out_fd_] {
+    char buf[4096];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+  });
+}
+
 int ServerProcess::Stop(int signal) {
   if (pid_ <= 0) return -1;
   kill(pid_, signal);
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(out_fd_, buf, sizeof(buf))) > 0) output_.append(buf, static_cast<size_t>(n));
+  if (drain_.joinable()) {
+    drain_.join();
+  } else {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(out_fd_, buf, sizeof(buf))) > 0) output_.append(buf, static_cast<size_t>(n));
+  }
   close(out_fd_);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

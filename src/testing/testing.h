@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tessera::testing {
@@ -77,6 +78,9 @@ class ServerProcess {
   int port() const { return port_; }
   // Everything the process printed so far.
   const std::string& output() const { return output_; }
+  // From now on what the process prints is read and dropped, so a server that logs much (a
+  // benchmark's thousands of nodes) never blocks on a full pipe. output() stops growing.
+  void DiscardOutput();
 
  private:
   int pid_ = -1;
@@ -86,6 +90,7 @@ class ServerProcess {
   std::string url_;
   int port_ = 0;
   std::string output_;
+  std::thread drain_;
 };
 
 }  // namespace tessera::testing
