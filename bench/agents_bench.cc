@@ -37,21 +37,6 @@ using nlohmann::json;
 constexpr const char* kAdmin =
     "tsr_00000000000000000000000000000000000000000000000000000000000000a9";
 
-// The server's CPU time so far (user + system), in seconds.
-double CpuSeconds(int pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  std::getline(in, line);
-  std::istringstream fields(line.substr(line.rfind(')') + 2));
-  std::string f;
-  double ticks = 0;
-  for (int i = 3; fields >> f; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(f);
-    if (i == 15) break;
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -162,10 +147,10 @@ int Main(int argc, char** argv) {
   std::printf("%d agents, 8 simulated H100s each, %d s windows\n", agents, seconds);
 
   auto window = [&](const char* what) {
-    const double cpu0 = CpuSeconds(server.pid());
+    const double cpu0 = testing::CpuSeconds(server.pid());
     const auto t0 = Clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(seconds));
-    const double cores = (CpuSeconds(server.pid()) - cpu0) /
+    const double cores = (testing::CpuSeconds(server.pid()) - cpu0) /
                          std::chrono::duration<double>(Clock::now() - t0).count();
     std::printf("%-44s server CPU %.3f cores\n", what, cores);
   };

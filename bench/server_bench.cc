@@ -11,18 +11,17 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <unistd.h>
-
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -142,20 +141,6 @@ struct Figures {
   double cpu_ms_per_1k = 0;  // The server's CPU time (user + system) per 1,000 closed-loop creates.
 };
 
-// The CPU seconds (user + system) process `pid` has used.
-double CpuSeconds(int pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
-  std::istringstream rest(text.substr(text.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 1; i <= 13 && rest >> field; ++i) {
-    if (i >= 12) ticks += std::stod(field);
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 // One round on `bin`: a fresh store, the closed loop, the open loop, then a restart over the
 // 10,000 instances they made.
 Figures Round(const std::string& bin, int requests, double rate) {
@@ -171,9 +156,9 @@ Figures Round(const std::string& bin, int requests, double rate) {
       std::exit(1);
     }
     const std::string token = NewTenant(server.url(), "bench");
-    const double cpu_before = CpuSeconds(server.pid());
+    const double cpu_before = testing::CpuSeconds(server.pid());
     f.creates_per_s = Throughput(server.url(), token, requests);
-    f.cpu_ms_per_1k = (CpuSeconds(server.pid()) - cpu_before) * 1e6 / requests;
+    f.cpu_ms_per_1k = (testing::CpuSeconds(server.pid()) - cpu_before) * 1e6 / requests;
     std::tie(f.p50_ms, f.p99_ms) = FixedRate(server.url(), token, std::min(requests, 5000), rate);
     server.Stop(SIGTERM);
   }

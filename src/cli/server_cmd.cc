@@ -134,16 +134,17 @@ class DemoAgent {
                                                   const std::string& data_dir) {
     // A fresh token each start: only its hash is stored, so the last one cannot be read back.
     TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
-    auto joined = core.Run<bool>([hash = token.second](core::State& s,
-                                                       store::Batch& b) -> Result<bool> {
-      if (s.agents().Find(kNode)) {
-        TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
-        return true;
-      }
-      return s.CreateAgentNode(kNode, {{"demo", "true"}}, catalog::SharingMode::kExclusive, hash, b)
-          .status()
-          .ok();
-    });
+    auto joined =
+        core.Run<bool>([hash = token.second](core::State& s, store::Batch& b) -> Result<bool> {
+          if (s.agents().Find(kNode)) {
+            TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
+            return true;
+          }
+          auto created = s.CreateAgentNode(kNode, {{"demo", "true"}},
+                                           catalog::SharingMode::kExclusive, hash, b);
+          if (!created.ok()) return created.status();
+          return true;
+        });
     if (!joined.ok()) return joined.status();
     TESSERA_ASSIGN_OR_RETURN(auto gpus,
                              agent::SimBackend::Create(catalog, "H100-80GB:8", kNode, 42));

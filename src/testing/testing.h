@@ -54,6 +54,9 @@ CommandResult RunTessera(const std::vector<std::string>& args, const std::string
 // the openssl command, and sets their paths. False when openssl fails.
 bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key);
 
+// The CPU seconds (user + system) process `pid` has used, from /proc.
+double CpuSeconds(int pid);
+
 // A `tessera server` child process on a free loopback port, for end-to-end tests. Start waits
 // until the server prints its URL; the destructor kills it (SIGKILL) if it still runs.
 class ServerProcess {
