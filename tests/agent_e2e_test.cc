@@ -24,7 +24,8 @@ using namespace std::chrono_literals;
 class AgentProcess {
  public:
   AgentProcess(const std::string& url, const std::string& token, const std::string& work_dir,
-               const std::string& log, const std::string& gpus = "H100-80GB:2") {
+               const std::string& log, const std::string& gpus = "H100-80GB:2",
+               const std::vector<std::string>& extra = {}) {
     pid_ = fork();
     if (pid_ == 0) {
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -44,6 +45,7 @@ class AgentProcess {
                                       work_dir,
                                       "--cgroup-root",
                                       "none"};
+      all.insert(all.end(), extra.begin(), extra.end());
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -79,19 +81,21 @@ class AgentTest : public ServerTest {
 
   // Adds a node and starts its agent; waits until the node is ready.
   std::string Join(const std::string& name, const std::string& gpus = "H100-80GB:2",
-                   const std::string& sharing = "exclusive") {
+                   const std::string& sharing = "exclusive",
+                   const std::vector<std::string>& extra = {}) {
     auto r = Post("/v1/nodes", kAdminToken, {{"name", name}, {"sharing", sharing}});
     EXPECT_EQ(r.status, 201) << r.raw;
     tokens_[name] = r.body.value("token", "");
-    StartAgent(name, gpus);
+    StartAgent(name, gpus, extra);
     EXPECT_TRUE(WaitFor([&] { return NodeState(name) == "ready"; }, 10s))
         << name << " did not join: " << ReadFile(dir_.File(name + ".log"));
     return tokens_[name];
   }
 
-  void StartAgent(const std::string& name, const std::string& gpus = "H100-80GB:2") {
+  void StartAgent(const std::string& name, const std::string& gpus = "H100-80GB:2",
+                  const std::vector<std::string>& extra = {}) {
     agents_[name] = std::make_unique<AgentProcess>(server_->url(), tokens_[name], WorkDir(name),
-                                                   dir_.File(name + ".log"), gpus);
+                                                   dir_.File(name + ".log"), gpus, extra);
   }
 
   std::string WorkDir(const std::string& node) { return dir_.File("work-" + node); }
@@ -173,6 +177,52 @@ TEST_F(AgentTest, ASharedGpuInstanceSeesItsGpuAndItsMpsLimits) {
   const std::string out = RunDir("gpu-shared", id) + "/out";
   ASSERT_TRUE(WaitFor([&] { return !ReadFile(out).empty(); }, 5s));
   EXPECT_EQ(ReadFile(out), fmt::format("{} 25 {}=8192M\n", uuid, uuid));
+}
+
+TEST_F(AgentTest, AMigSliceSeesExactlyItsMigDevice) {
+  Join("gpu-mig", "A100-40GB:1", "exclusive", {"--sim-mig-gpus", "1"});
+  auto node = Get("/v1/nodes", kAdminToken).body["nodes"][0];
+  EXPECT_EQ(node["gpus"][0].value("mode", ""), "mig") << "the agent found its GPU in MIG mode";
+  json body = {{"billing", "on_demand"},
+               {"gpu_model", "A100-40GB"},
+               {"mig_profile", "1g.5gb"},
+               {"vcpus", 2},
+               {"memory_mib", 4096}};
+  const std::string id = Create(body, "echo $CUDA_VISIBLE_DEVICES > out; sleep 30");
+  ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+  const std::string uuid = Instance(id)["gpus"][0].value("uuid", "");
+  EXPECT_EQ(uuid.rfind("MIG-", 0), 0u) << uuid;
+  const std::string out = RunDir("gpu-mig", id) + "/out";
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(out).empty(); }, 5s));
+  EXPECT_EQ(ReadFile(out), uuid + "\n");
+}
+
+TEST_F(AgentTest, FaultsInjectedIntoSimulatedGpusShowInTheNodesTelemetry) {
+  Join("gpu-01");
+  auto gpu_telemetry = [&](const std::string& key, int gpu) {
+    const json nodes = Get("/v1/nodes", kAdminToken).body["nodes"];
+    const json t = nodes[0]["agent"].value("telemetry", json::object());
+    if (key == "xids") return t.value("xids", json::array()).dump();
+    return t.value("gpus", json::array()).size() > static_cast<size_t>(gpu)
+               ? t["gpus"][gpu][key].dump()
+               : std::string();
+  };
+  auto r = Post("/v1/nodes/gpu-01/faults", kAdminToken, {{"fault", "overheat:1"}});
+  EXPECT_EQ(r.status, 202) << r.raw;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const std::string t = gpu_telemetry("temperature_c", 1);
+        return !t.empty() && t != "null" && std::stod(t) > 90;
+      },
+      6s))
+      << gpu_telemetry("temperature_c", 1);
+  EXPECT_LT(std::stod(gpu_telemetry("temperature_c", 0)), 90) << "only GPU 1 overheats";
+  ASSERT_EQ(Post("/v1/nodes/gpu-01/faults", kAdminToken, {{"fault", "xid:0:79"}}).status, 202);
+  EXPECT_TRUE(
+      WaitFor([&] { return gpu_telemetry("xids", 0).find("79") != std::string::npos; }, 6s));
+  auto bad = Post("/v1/nodes/gpu-01/faults", kAdminToken, {{"fault", "melt:0"}});
+  EXPECT_EQ(bad.status, 400) << bad.raw;
+  EXPECT_EQ(Post("/v1/nodes/nowhere/faults", kAdminToken, {{"fault", "lost:0"}}).status, 404);
 }
 
 TEST_F(AgentTest, ExitCodesEndInstancesAndTheirLogsComeBack) {
@@ -288,6 +338,7 @@ TEST_F(AgentTest, ASpotVictimGetsItsNoticeBeforeItStopsAndThePreemptorStartsAfte
       << victim.dump();
   const std::string notice = ReadFile(notice_copy);
   EXPECT_NE(notice.find("deadline"), std::string::npos) << notice;
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(started_at).empty(); }, 5s));
   const std::string noticed = ReadFile(noticed_at);
   const std::string started = ReadFile(started_at);
   ASSERT_FALSE(noticed.empty());

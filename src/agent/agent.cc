@@ -5,6 +5,7 @@
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
 #include <thread>
 
 #include "common/clock.h"
@@ -256,8 +257,43 @@ Status Agent::SyncOnce(milliseconds wait) {
   return Status::Ok();
 }
 
+Status InjectFault(GpuBackend& gpus, const std::string& spec) {
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    const size_t colon = spec.find(':', at);
+    parts.push_back(spec.substr(at, colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  auto number = [](const std::string& text, int64_t& out) {
+    const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && p == text.data() + text.size();
+  };
+  int64_t gpu = -1, code = 0;
+  const bool xid = !parts.empty() && parts[0] == "xid";
+  if (parts.size() != (xid ? 3u : 2u) || !number(parts[1], gpu) || gpu < 0 || gpu > 64 ||
+      (xid && !number(parts[2], code))) {
+    return Status::InvalidArgument(fmt::format(
+        "fault '{}' is not xid:GPU:CODE, overheat:GPU, cool:GPU or lost:GPU", Quote(spec)));
+  }
+  return gpus.InjectFault(parts[0], static_cast<int>(gpu), code);
+}
+
 void Agent::Apply(const json& desired) {
   generation_ = desired.value("generation", generation_);
+  if (desired.contains("faults") && desired["faults"].is_array()) {
+    for (const json& f : desired["faults"]) {
+      const int64_t id = f.is_object() ? f.value("id", int64_t{0}) : 0;
+      if (id <= last_fault_) continue;
+      last_fault_ = id;
+      const std::string spec = f.value("fault", "");
+      if (Status s = InjectFault(*gpus_, spec); !s.ok()) {
+        spdlog::warn("fault {} from the server: {}", Quote(spec), s.message());
+      } else {
+        spdlog::info("injected fault {}", Quote(spec));
+      }
+    }
+  }
   const json empty = json::array();
   const json& list = desired.contains("workloads") && desired["workloads"].is_array()
                          ? desired["workloads"]

@@ -46,6 +46,10 @@ struct AgentOptions {
   bool long_poll = true;
 };
 
+// A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",
+// "lost:GPU" (tessera agent --sim-fault, and the faults of an admin's POST /v1/nodes/{id}/faults).
+Status InjectFault(GpuBackend& gpus, const std::string& spec);
+
 class Agent {
  public:
   Agent(AgentOptions options, Transport transport, std::unique_ptr<GpuBackend> gpus,
@@ -92,6 +96,7 @@ class Agent {
   uint64_t generation_ = 0;
   std::chrono::milliseconds lease_{5000};
   int gpu_count_ = 0;
+  int64_t last_fault_ = 0;              // The last fault the server asked for that was injected.
   std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
   std::atomic<bool> stop_{false};
 };

@@ -90,6 +90,12 @@ class GpuBackend {
   // What the workloads on `gpu` use, in milli-GPU (0..1000), so a simulated GPU's utilization
   // follows its load; the NVML backend ignores it, as the real GPU reports its own.
   virtual void SetLoad(int /*gpu*/, int /*milli*/) {}
+  // Injects a fault for tests and demos: "xid" (with `code`), "overheat", "cool" or "lost".
+  // Only the sim backend does; a real GPU's faults are its own.
+  virtual Status InjectFault(const std::string& kind, int /*gpu*/, int64_t /*code*/) {
+    return Status::FailedPrecondition("this backend does not inject faults ('" + kind +
+                                      "'): only --backend sim does");
+  }
 };
 
 // The catalog id for a GPU the driver names `name` with `memory_mib` of memory (0 when unknown).

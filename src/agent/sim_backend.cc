@@ -95,6 +95,13 @@ Result<std::unique_ptr<SimBackend>> SimBackend::Create(const catalog::Catalog& c
                                    ": the host's cpu_milli and memory_mib must not be "
                                    "negative");
   }
+  if (host.mig_gpus < 0 || host.mig_gpus > count) {
+    return Status::InvalidArgument(where + ": " + std::to_string(host.mig_gpus) +
+                                   " GPUs in MIG mode, of " + std::to_string(count));
+  }
+  if (host.mig_gpus > 0 && !model->mig) {
+    return Status::InvalidArgument(where + ": " + model->id + " has no MIG mode");
+  }
   if (host.cpu_milli == 0) host.cpu_milli = kDefaultCpuMilliPerGpu * count;
   if (host.memory_mib == 0) host.memory_mib = kDefaultMemoryMibPerGpu * count;
   std::vector<SimGpu> sim(static_cast<size_t>(count));
@@ -106,12 +113,20 @@ Result<std::unique_ptr<SimBackend>> SimBackend::Create(const catalog::Catalog& c
     g.model = model->id;
     g.memory_mib = model->memory_mib;
     g.pci_bus_id = SimBusId(i);
+    g.mig_enabled = i < host.mig_gpus;
     for (int peer = 0; model->nvlink_gbps > 0 && peer < count; ++peer) {
       if (peer != i) g.nvlink_peers.push_back(peer);
     }
   }
   return std::unique_ptr<SimBackend>(
       new SimBackend(model->tdp_watts, std::move(sim), host, seed ^ Fnv1a(node_name)));
+}
+
+Status SimBackend::InjectFault(const std::string& kind, int gpu, int64_t code) {
+  if (kind == "xid") return InjectXid(gpu, code);
+  if (kind == "overheat" || kind == "cool") return Overheat(gpu, kind == "overheat");
+  if (kind == "lost") return LoseGpu(gpu);
+  return Status::InvalidArgument("fault '" + kind + "' is not xid, overheat, cool or lost");
 }
 
 SimBackend::SimBackend(int tdp_watts, std::vector<SimGpu> gpus, SimHost host, uint64_t seed)

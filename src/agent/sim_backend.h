@@ -25,6 +25,7 @@ namespace tessera::agent {
 struct SimHost {
   int64_t cpu_milli = 0;   // Default: 24 vCPUs per GPU.
   int64_t memory_mib = 0;  // Default: 256 GiB per GPU.
+  int mig_gpus = 0;        // The first this many GPUs are in MIG mode (a model with MIG).
 };
 
 class SimBackend final : public GpuBackend {
@@ -49,6 +50,7 @@ class SimBackend final : public GpuBackend {
   Result<Telemetry> Sample() override;
   // Load in milli-GPU, clamped to 0..1000; an unknown `gpu` is ignored.
   void SetLoad(int gpu, int milli) override;
+  Status InjectFault(const std::string& kind, int gpu, int64_t code) override;
 
   // Fault injection. Each returns InvalidArgument naming `gpu` when there is no such GPU.
   // Queues XID `code` on `gpu` for the next Sample.

@@ -68,44 +68,68 @@ void AddNodeRoutes(Api& table) {
              },
              200, Passthrough, nullptr});
       });
+  table.Add("POST", "/v1/nodes", Access::kAdmin, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              std::string name;
+              std::map<std::string, std::string> labels;
+              catalog::SharingMode sharing = catalog::SharingMode::kExclusive;
+              Status refusal = call->body_status;
+              if (refusal.ok()) {
+                JsonFields f(call->body, "body");
+                f.RejectUnknown({"name", "labels", "sharing"});
+                name = f.String("name");
+                labels = f.StringMap("labels", false);
+                const std::string mode = f.String("sharing", false, "exclusive");
+                if (auto m = catalog::ParseSharingMode(mode)) {
+                  sharing = *m;
+                } else {
+                  f.Fail("sharing", fmt::format("'{}' is not exclusive or shared", Quote(mode)));
+                }
+                refusal = f.status();
+                if (refusal.ok()) refusal = core::ValidateLabels(labels);
+              }
+              auto token = NewToken();
+              if (!token.ok()) return api.ReplyError(*call, token.status());
+              api.Run<json>(call, refusal,
+                            {[name, labels, sharing, token](core::State& s, store::Batch& b,
+                                                            const core::Tenant&) -> Result<json> {
+                               TESSERA_ASSIGN_OR_RETURN(
+                                   core::AgentNode node,
+                                   s.CreateAgentNode(name, labels, sharing, token->second, b));
+                               json j = {{"id", node.name},
+                                         {"labels", node.labels},
+                                         {"sharing", catalog::SharingModeName(node.sharing)},
+                                         {"state", "waiting_for_agent"}};
+                               j["token"] =
+                                   token->first;  // Shown this once; only its hash is stored.
+                               return j;
+                             },
+                             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+            });
   table.Add(
-      "POST", "/v1/nodes", Access::kAdmin, BodyKind::kJson, true,
+      "POST", "/v1/nodes/{id}/faults", Access::kAdmin, BodyKind::kJson, true,
       [](Api& api, std::shared_ptr<Call> call) {
-        std::string name;
-        std::map<std::string, std::string> labels;
-        catalog::SharingMode sharing = catalog::SharingMode::kExclusive;
+        std::string fault;
         Status refusal = call->body_status;
         if (refusal.ok()) {
           JsonFields f(call->body, "body");
-          f.RejectUnknown({"name", "labels", "sharing"});
-          name = f.String("name");
-          labels = f.StringMap("labels", false);
-          const std::string mode = f.String("sharing", false, "exclusive");
-          if (auto m = catalog::ParseSharingMode(mode)) {
-            sharing = *m;
-          } else {
-            f.Fail("sharing", fmt::format("'{}' is not exclusive or shared", Quote(mode)));
+          f.RejectUnknown({"fault"});
+          fault = f.String("fault");
+          const bool known = fault.rfind("xid:", 0) == 0 || fault.rfind("overheat:", 0) == 0 ||
+                             fault.rfind("cool:", 0) == 0 || fault.rfind("lost:", 0) == 0;
+          if (f.ok() && (!known || fault.size() > 64)) {
+            f.Fail("fault", "must be xid:GPU:CODE, overheat:GPU, cool:GPU or lost:GPU");
           }
           refusal = f.status();
-          if (refusal.ok()) refusal = core::ValidateLabels(labels);
         }
-        auto token = NewToken();
-        if (!token.ok()) return api.ReplyError(*call, token.status());
+        const std::string node = call->params[0];
         api.Run<json>(
             call, refusal,
-            {[name, labels, sharing, token](core::State& s, store::Batch& b,
-                                            const core::Tenant&) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(
-                   core::AgentNode node,
-                   s.CreateAgentNode(name, labels, sharing, token->second, b));
-               json j = {{"id", node.name},
-                         {"labels", node.labels},
-                         {"sharing", catalog::SharingModeName(node.sharing)},
-                         {"state", "waiting_for_agent"}};
-               j["token"] = token->first;  // Shown this once; only its hash is stored.
-               return j;
+            {[node, fault](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(int64_t id, s.InjectFault(node, fault));
+               return json{{"id", node}, {"fault", fault}, {"fault_id", id}};
              },
-             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+             202, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";

@@ -29,6 +29,8 @@ struct AgentFlags {
   std::string work_dir = "./tessera-agent";
   std::string catalog_dir;
   int heartbeat_ms = 2000;
+  int sim_mig_gpus = 0;
+  std::vector<std::string> sim_faults;
   std::string cgroup_root;
 };
 
@@ -60,9 +62,15 @@ int RunAgent(const AgentFlags& flags) {
     gpus = std::move(*b);
   } else if (flags.backend == "sim") {
     // Simulated GPUs are named after the node's token, so they keep their UUIDs across restarts.
-    auto b =
-        agent::SimBackend::Create(*catalog, flags.sim_gpus, HashToken(token).substr(0, 12), 42);
+    auto b = agent::SimBackend::Create(*catalog, flags.sim_gpus, HashToken(token).substr(0, 12), 42,
+                                       agent::SimHost{0, 0, flags.sim_mig_gpus});
     if (!b.ok()) return Fail(b.status().message());
+    for (const std::string& fault : flags.sim_faults) {
+      if (Status s = agent::InjectFault(**b, fault); !s.ok()) {
+        std::cerr << "tessera agent: --sim-fault: " << EscapeForTerminal(s.message()) << "\n";
+        return kExitUsage;
+      }
+    }
     gpus = std::move(*b);
   } else {
     std::cerr << "tessera agent: --backend: '" << EscapeForTerminal(flags.backend)
@@ -119,6 +127,12 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--sim-gpus", flags->sim_gpus, "Simulated GPUs, MODEL:COUNT (--backend sim)")
       ->capture_default_str();
+  cmd->add_option("--sim-mig-gpus", flags->sim_mig_gpus,
+                  "With --backend sim: the first N GPUs are in MIG mode")
+      ->check(CLI::Range(0, 16));
+  cmd->add_option("--sim-fault", flags->sim_faults,
+                  "With --backend sim, a fault at start: xid:GPU:CODE, overheat:GPU or lost:GPU "
+                  "(repeatable; an admin injects more with POST /v1/nodes/{id}/faults)");
   cmd->add_option("--work-dir", flags->work_dir,
                   "Where workloads run and keep their logs and state")
       ->capture_default_str();

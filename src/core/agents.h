@@ -88,6 +88,9 @@ struct AgentNode {
   nlohmann::json telemetry;  // The last report's.
   uint64_t generation = 1;   // Bumped whenever its desired state changes.
   std::set<std::string> assigned;  // Instances its agent is told about.
+  // Faults an admin asked its (simulated) GPUs to show: {"id", "fault"}, the newest kept.
+  std::vector<nlohmann::json> faults;
+  int64_t next_fault = 1;
 
   bool registered() const { return !inventory.is_null(); }
 };

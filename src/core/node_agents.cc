@@ -187,6 +187,19 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   return stored;
 }
 
+Result<int64_t> State::InjectFault(const std::string& name, const std::string& fault) {
+  AgentNode* node = agents_.Find(name);
+  if (!node || !node->registered()) {
+    return Status::NotFound(fmt::format("node '{}' has no agent", name));
+  }
+  constexpr size_t kKept = 16;
+  const int64_t id = node->next_fault++;
+  node->faults.push_back({{"id", id}, {"fault", fault}});
+  if (node->faults.size() > kKept) node->faults.erase(node->faults.begin());
+  agents_.Changed(*node);
+  return id;
+}
+
 Status State::RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
                                    store::Batch& batch) {
   AgentNode* node = agents_.Find(name);
@@ -340,6 +353,7 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.node_timeout / 2);
   return {{"protocol", 1},
           {"node", name},
+          {"faults", node ? nlohmann::json(node->faults) : nlohmann::json::array()},
           {"generation", node ? node->generation : 0},
           {"lease_ms", lease.count()},
           {"heartbeat_ms", 2000},

@@ -139,6 +139,10 @@ class State {
                                     std::map<std::string, std::string> labels,
                                     catalog::SharingMode sharing, const std::string& token_hash,
                                     store::Batch& batch);
+  // Queues a fault for the node's agent to inject into its GPU backend ("xid:GPU:CODE",
+  // "overheat:GPU", "cool:GPU", "lost:GPU"; checked by the agent, which logs a refusal).
+  // NotFound for a node without an agent. Not stored: a fault is a moment's event.
+  Result<int64_t> InjectFault(const std::string& node, const std::string& fault);
   // Replaces a joined node's token (the old one stops at once). NotFound for an unknown node.
   Status RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
                               store::Batch& batch);
