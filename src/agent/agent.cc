@@ -25,6 +25,8 @@ constexpr milliseconds kFirstRetry{200};
 constexpr milliseconds kLastRetry{2000};
 // How long a request may take beyond the wait the server was asked for.
 constexpr milliseconds kSlack{5000};
+// Reports between two telemetry samples sent.
+constexpr int64_t kTelemetryEvery = 5;
 
 std::string RandomId() {
   unsigned char bytes[8];
@@ -241,7 +243,14 @@ json Agent::Report(milliseconds wait) {
                {"logs", logs}};
   body["limits"] = {{"enforced", workloads_->limits_enforced()},
                     {"note", workloads_->limits_note()}};
-  if (auto t = gpus_->Sample(); t.ok()) body["telemetry"] = TelemetryJson(*t);
+  // Telemetry every kTelemetryEvery reports (10 s at the default heartbeat, finer than
+  // dcgm-exporter's default 30 s), and at once when a GPU reports an XID event.
+  // An injected fault shows in the next report too.
+  auto t = gpus_->Sample();
+  if (t.ok() && (seq_ % kTelemetryEvery == 1 || !t->xids.empty() || telemetry_due_)) {
+    body["telemetry"] = TelemetryJson(*t);
+    telemetry_due_ = false;
+  }
   return body;
 }
 
@@ -291,6 +300,7 @@ void Agent::Apply(const json& desired) {
         spdlog::warn("fault {} from the server: {}", Quote(spec), s.message());
       } else {
         spdlog::info("injected fault {}", Quote(spec));
+        telemetry_due_ = true;
       }
     }
   }
@@ -337,7 +347,9 @@ void Agent::Apply(const json& desired) {
       it = known_.emplace(key, std::move(k)).first;
     }
     Known& k = it->second;
-    if (k.log_next < 0) k.log_next = w.value("log_offset", int64_t{0});
+    // The server says how much of the log it holds: ship from there (again, after it restarted
+    // or lost a report).
+    k.log_next = w.value("log_offset", std::max<int64_t>(k.log_next, 0));
     const milliseconds grace(w.value("stop_grace_ms", int64_t{10'000}));
     if (action == "stop" && !k.stop_sent) {
       k.stop_sent = true;

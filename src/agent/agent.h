@@ -96,7 +96,9 @@ class Agent {
   uint64_t generation_ = 0;
   std::chrono::milliseconds lease_{5000};
   int gpu_count_ = 0;
-  int64_t last_fault_ = 0;              // The last fault the server asked for that was injected.
+  int64_t last_fault_ = 0;
+  bool telemetry_due_ = false;  // Send telemetry with the next report, whatever its turn. // The
+                                // last fault the server asked for that was injected.
   std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
   std::atomic<bool> stop_{false};
 };

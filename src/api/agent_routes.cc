@@ -76,7 +76,8 @@ Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
   return r;
 }
 
-Result<core::AgentSync> ParseSync(const json& body) {
+// Takes the telemetry out of `body` rather than copy it: it is the bulk of a report.
+Result<core::AgentSync> ParseSync(json& body) {
   JsonFields f(body, "body");
   f.RejectUnknown({"protocol", "agent_id", "seq", "generation", "wait_ms", "workloads", "logs",
                    "limits", "telemetry"});
@@ -98,7 +99,7 @@ Result<core::AgentSync> ParseSync(const json& body) {
     if (!t->is_object()) {
       f.Fail("telemetry", "expected an object");
     } else {
-      s.telemetry = *t;
+      s.telemetry = std::make_shared<const json>(std::move(body["telemetry"]));
     }
   }
   const json* workloads = f.Get("workloads", false);

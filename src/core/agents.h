@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -65,7 +66,7 @@ struct AgentSync {
   std::vector<WorkloadLog> logs;
   std::optional<bool> limits_enforced;
   std::string limits_note;
-  nlohmann::json telemetry;
+  std::shared_ptr<const nlohmann::json> telemetry;
 };
 
 // A node joined by an agent.
@@ -85,9 +86,9 @@ struct AgentNode {
   bool lost = false;  // Missed its lease: not_ready, its work moved.
   std::optional<bool> limits_enforced;
   std::string limits_note;
-  nlohmann::json telemetry;  // The last report's.
-  uint64_t generation = 1;   // Bumped whenever its desired state changes.
-  std::set<std::string> assigned;  // Instances its agent is told about.
+  std::shared_ptr<const nlohmann::json> telemetry;  // The last report's.
+  uint64_t generation = 1;                          // Bumped whenever its desired state changes.
+  std::set<std::string> assigned;                   // Instances its agent is told about.
   // Faults an admin asked its (simulated) GPUs to show: {"id", "fault"}, the newest kept.
   std::vector<nlohmann::json> faults;
   int64_t next_fault = 1;

@@ -285,7 +285,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->limits_enforced = sync.limits_enforced;
     node->limits_note = sync.limits_note;
   }
-  if (!sync.telemetry.is_null()) node->telemetry = sync.telemetry;
+  if (sync.telemetry) node->telemetry = sync.telemetry;
   // Logs first: an exit report comes with the workload's last bytes.
   for (const WorkloadLog& log : sync.logs) {
     const Instance* inst = instances_.Find(log.instance);
@@ -425,7 +425,7 @@ nlohmann::json State::AgentJson(const std::string& name) const {
     j["backend"] = n.inventory.value("backend", "");
     j["driver_version"] = n.inventory.value("driver_version", "");
   }
-  if (!n.telemetry.is_null()) j["telemetry"] = n.telemetry;
+  if (n.telemetry) j["telemetry"] = *n.telemetry;
   return j;
 }
 
