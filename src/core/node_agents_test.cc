@@ -1,0 +1,227 @@
+// Joined nodes in State, on a fake clock and without a store: registration against the catalog,
+// reports and their refusals, the lease, node loss, spot notice, and the logs agents ship.
+#include <gtest/gtest.h>
+
+#include "core/core_test_util.h"
+#include "core/state.h"
+#include "fleet/fleet.h"
+
+namespace tessera::core {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+json Inventory(int gpus, const std::string& model = "H100-80GB", const std::string& prefix = "u") {
+  json list = json::array();
+  for (int i = 0; i < gpus; ++i) {
+    list.push_back({{"index", i}, {"uuid", prefix + std::to_string(i)}, {"model", model}});
+  }
+  return {{"cpu_milli", 64000}, {"memory_mib", 524288}, {"gpus", list}};
+}
+
+CreateInstanceRequest H100(int gpus, Billing billing) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.command = "sleep 60";
+  r.shape.gpu_model = "H100-80GB";
+  r.shape.mode = catalog::SharingMode::kExclusive;
+  r.shape.gpus = gpus;
+  r.shape.vcpus = 4;
+  r.shape.memory_mib = 1024;
+  return r;
+}
+
+class NodeAgentsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());
+    auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
+    ASSERT_TRUE(sched.ok());
+    StateOptions o;
+    o.node_timeout = 10s;
+    o.spot_notice = 30s;
+    state_ =
+        std::make_unique<State>(&TestCatalog(), &clock_, std::move(fleet), std::move(*sched), o);
+    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
+  }
+
+  // Adds a node and registers its agent run `agent`.
+  void Join(const std::string& name, int gpus, const std::string& agent = "a1") {
+    ASSERT_TRUE(
+        state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
+            .ok());
+    ASSERT_TRUE(
+        state_->RegisterAgent(name, {agent, Inventory(gpus, "H100-80GB", name)}, batch_).ok());
+  }
+
+  Result<bool> Report(const std::string& node, int64_t seq, std::vector<AgentReport> reports = {},
+                      const std::string& agent = "a1") {
+    AgentSync s;
+    s.agent_id = agent;
+    s.seq = seq;
+    s.reports = std::move(reports);
+    state_->BeginRound();
+    auto out = state_->SyncAgent(node, s, batch_);
+    state_->EndRound(batch_);
+    return out;
+  }
+
+  Instance Create(const CreateInstanceRequest& r) {
+    state_->BeginRound();
+    auto out = state_->CreateInstance(*state_->tenants().Find(acme_.id.str()), r, batch_);
+    state_->EndRound(batch_);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return out.ok() ? *out : Instance{};
+  }
+
+  const Instance& Get(const std::string& id) { return *state_->instances().Find(id); }
+
+  void Tick() {
+    state_->BeginRound();
+    state_->EndRound(batch_);
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<State> state_;
+  Tenant acme_;
+  store::Batch batch_;
+};
+
+TEST_F(NodeAgentsTest, RegistrationAddsTheNodeAsItsAgentDescribesItOrSaysWhatIsWrong) {
+  ASSERT_TRUE(
+      state_->CreateAgentNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t1", batch_).ok());
+  EXPECT_EQ(state_->CreateAgentNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t2", batch_)
+                .status()
+                .code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(state_->fleet().size(), 0u) << "a node joins the fleet when its agent registers";
+
+  json mixed = Inventory(2);
+  mixed["gpus"][1]["model"] = "A100-80GB";
+  auto s = state_->RegisterAgent("gpu-1", {"a1", mixed}, batch_);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("gpus[1]"), std::string::npos) << s.message();
+  json twice = Inventory(2);
+  twice["gpus"][1]["uuid"] = "u0";
+  EXPECT_NE(state_->RegisterAgent("gpu-1", {"a1", twice}, batch_).message().find("twice"),
+            std::string::npos);
+
+  ASSERT_TRUE(state_->RegisterAgent("gpu-1", {"a1", Inventory(2)}, batch_).ok());
+  ASSERT_EQ(state_->fleet().size(), 1u);
+  EXPECT_EQ(state_->fleet().nodes()[0].gpus[1].uuid, "u1");
+  EXPECT_TRUE(state_->RegisterAgent("gpu-1", {"a2", Inventory(2)}, batch_).ok())
+      << "an agent that restarts registers the same hardware again";
+  auto changed = state_->RegisterAgent("gpu-1", {"a3", Inventory(4)}, batch_);
+  EXPECT_EQ(changed.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(changed.message().find("4 x H100-80GB"), std::string::npos) << changed.message();
+}
+
+TEST_F(NodeAgentsTest, ReplayedAndSupersededReportsAreRefusedAndChangeNothing) {
+  Join("gpu-1", 2);
+  ASSERT_TRUE(Report("gpu-1", 1).ok());
+  EXPECT_EQ(Report("gpu-1", 1).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(
+      state_->RegisterAgent("gpu-1", {"a2", Inventory(2, "H100-80GB", "gpu-1")}, batch_).ok());
+  auto old = Report("gpu-1", 7, {}, "a1");
+  EXPECT_EQ(old.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.status().message().find("superseded"), std::string::npos);
+  EXPECT_EQ(state_->counters().agent_reports_refused, 2);
+}
+
+TEST_F(NodeAgentsTest, ReportsMoveAnInstanceThroughItsStatesAndOnlyItsNodeMayReport) {
+  Join("gpu-1", 2);
+  Join("gpu-2", 2);
+  const Instance inst = Create(H100(1, Billing::kOnDemand));
+  ASSERT_EQ(inst.state, InstanceState::kScheduled);
+  const std::string other = inst.node == "gpu-1" ? "gpu-2" : "gpu-1";
+  ASSERT_TRUE(
+      Report(other, 1, {{inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}}}).ok());
+  EXPECT_EQ(Get(inst.id.str()).state, InstanceState::kScheduled)
+      << "another node's report about it is ignored";
+  clock_.Advance(150ms);
+  ASSERT_TRUE(
+      Report(inst.node, 1, {{inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}}}).ok());
+  EXPECT_EQ(Get(inst.id.str()).state, InstanceState::kRunning);
+  EXPECT_EQ(state_->counters().start_latency.count, 1);
+  EXPECT_NEAR(state_->counters().start_latency.sum, 0.150, 1e-6);
+  ASSERT_TRUE(
+      Report(inst.node, 2, {{inst.id.str(), 0, InstanceState::kTerminated, 3, "exited", false, {}}})
+          .ok());
+  EXPECT_EQ(Get(inst.id.str()).state, InstanceState::kFailed);
+  EXPECT_EQ(Get(inst.id.str()).exit_code, 3);
+  EXPECT_EQ(state_->fleet().used_gpu_milli(), 0) << "its GPU is free once the process is gone";
+}
+
+TEST_F(NodeAgentsTest, ANodeThatStopsReportingIsLostAndItsWorkMovesOrIsPreempted) {
+  Join("gpu-1", 2);
+  const Instance od = Create(H100(1, Billing::kOnDemand));
+  const Instance spot = Create(H100(1, Billing::kSpot));
+  ASSERT_EQ(od.node, "gpu-1");
+  ASSERT_EQ(spot.node, "gpu-1");
+  Join("gpu-2", 1);
+  clock_.Advance(9s);
+  ASSERT_TRUE(Report("gpu-2", 1).ok());
+  Tick();
+  EXPECT_EQ(Get(od.id.str()).state, InstanceState::kScheduled) << "within its lease";
+  clock_.Advance(2s);
+  ASSERT_TRUE(Report("gpu-2", 2).ok());
+  Tick();
+  EXPECT_EQ(state_->counters().nodes_lost, 1);
+  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
+  EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "on-demand work runs elsewhere at once";
+  EXPECT_EQ(Get(od.id.str()).restarts, 1);
+  EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPending) << "no room left for the spot";
+  EXPECT_TRUE(Get(spot.id.str()).preempted_at.has_value());
+  EXPECT_NE(state_->DesiredState("gpu-1").dump().find("\"workloads\":[]"), std::string::npos)
+      << "when the lost node comes back, it is told to run nothing it held";
+}
+
+TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsForIt) {
+  Join("gpu-1", 2);
+  const Instance spot = Create(H100(2, Billing::kSpot));
+  ASSERT_TRUE(
+      Report("gpu-1", 1, {{spot.id.str(), 0, InstanceState::kRunning, {}, "", false, {}}}).ok());
+  const Instance od = Create(H100(2, Billing::kOnDemand));
+  EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPreempting);
+  EXPECT_EQ(Get(spot.id.str()).preempt_at, clock_.Now() + 30s);
+  EXPECT_EQ(Get(od.id.str()).state, InstanceState::kPending);
+  const std::string desired = state_->DesiredState("gpu-1").dump();
+  EXPECT_NE(desired.find("\"action\":\"preempt\""), std::string::npos) << desired;
+  clock_.Advance(30s);
+  ASSERT_TRUE(Report("gpu-1", 2,
+                     {{spot.id.str(), 0, InstanceState::kTerminated, 143, "preempted", false, {}}})
+                  .ok());
+  EXPECT_EQ(Get(od.id.str()).state, InstanceState::kScheduled)
+      << "the preemptor takes the capacity once the victim stopped";
+  EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPending);
+  EXPECT_EQ(Get(spot.id.str()).restarts, 1);
+}
+
+TEST_F(NodeAgentsTest, LogsKeepTheNewestBytesAndTailCountsLines) {
+  Join("gpu-1", 1);
+  const Instance inst = Create(H100(1, Billing::kOnDemand));
+  AgentSync s;
+  s.agent_id = "a1";
+  s.seq = 1;
+  s.logs = {{inst.id.str(), 0, 0, "one\ntwo\nthree\n"}, {inst.id.str(), 0, 8, "three\nfour"}};
+  ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
+  const Tenant& caller = *state_->tenants().Find(acme_.id.str());
+  auto tail = state_->InstanceLog(caller, inst.id.str(), 2, std::nullopt);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->text, "three\nfour") << "overlapping chunks are kept once";
+  EXPECT_EQ(tail->end, 18);
+  EXPECT_EQ(state_->InstanceLog(caller, inst.id.str(), 100, std::nullopt)->text,
+            "one\ntwo\nthree\nfour");
+  EXPECT_EQ(state_->InstanceLog(caller, inst.id.str(), 1, int64_t{14})->text, "four");
+  s.seq = 2;
+  s.logs = {{inst.id.str(), 0, 30, "later\n"}};
+  ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
+  EXPECT_NE(
+      state_->InstanceLog(caller, inst.id.str(), 100, std::nullopt)->text.find("12 bytes dropped"),
+      std::string::npos)
+      << "a gap the agent could not ship is marked";
+}
+
+}  // namespace
+}  // namespace tessera::core
