@@ -5,6 +5,7 @@
 //     the body (it goes into a JSON answer, the audit log and an operator's terminal), and is
 //     bounded in size whatever was sent;
 //   - what a codec accepts is within the documented bounds.
+// The agent protocol's bodies (registration, reports) are fuzzed the same way.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -55,6 +56,22 @@ void FuzzBody(const std::string& text) {
   if (auto r = api::ParseRotateToken(*body); r.ok()) {
     Check(r->grace >= Duration::zero() && r->grace <= core::kMaxTokenGrace,
           "a grace period out of range was accepted");
+  } else {
+    CheckMessage(r.status());
+  }
+  // The agent protocol: what a node token may send.
+  if (auto r = api::ParseRegistration(*body); r.ok()) {
+    Check(r->inventory.is_object(), "a registration without an inventory object was accepted");
+  } else {
+    CheckMessage(r.status());
+  }
+  nlohmann::json sync = *body;
+  if (auto r = api::ParseSync(sync); r.ok()) {
+    Check(r->wait <= api::kMaxAgentWait, "a wait over the longest long poll was accepted");
+    Check(r->reports.size() <= 4096 && r->logs.size() <= 4096, "too many entries were accepted");
+    for (const auto& log : r->logs) {
+      Check(log.data.size() <= (256u << 10), "a log chunk over 256 KiB was accepted");
+    }
   } else {
     CheckMessage(r.status());
   }

@@ -85,7 +85,7 @@ void AddNodeRoutes(Api& table) {
                 } else {
                   f.Fail("sharing", fmt::format("'{}' is not exclusive or shared", Quote(mode)));
                 }
-                refusal = f.status();
+                refusal = BodyStatus(f);
                 if (refusal.ok()) refusal = core::ValidateLabels(labels);
               }
               auto token = NewToken();
@@ -120,7 +120,7 @@ void AddNodeRoutes(Api& table) {
           if (f.ok() && (!known || fault.size() > 64)) {
             f.Fail("fault", "must be xid:GPU:CODE, overheat:GPU, cool:GPU or lost:GPU");
           }
-          refusal = f.status();
+          refusal = BodyStatus(f);
         }
         const std::string node = call->params[0];
         api.Run<json>(
@@ -139,7 +139,7 @@ void AddNodeRoutes(Api& table) {
                 if (refusal.ok()) {
                   JsonFields f(call->body, "body");
                   f.RejectUnknown({});
-                  refusal = f.status();
+                  refusal = BodyStatus(f);
                 }
                 const std::string node = call->params[0];
                 api.Run<json>(call, refusal,

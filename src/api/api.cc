@@ -204,10 +204,9 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
     if (admin_only || tenant_only || node_only) {
       const std::string message =
           node_only && node_route ? "the agent routes take a node token (POST /v1/nodes)"
-          : node_only ? "a node token may call only the agent routes (/v1/agent/...)"
-          : admin_only
-              ? "this route is for the operator's admin token"
-              : "the admin token has no quota; create instances with a tenant's token";
+          : node_only             ? "a node token may call only the agent routes (/v1/agent/...)"
+          : admin_only            ? "this route is for the operator's admin token"
+                       : "the admin token has no quota; create instances with a tenant's token";
       decision.refuse = ErrorResponse(403, "forbidden", message);
       if (route->audited) AuditAsync(principal, head, 403, message);
       metrics_.CountRequest(head.method, route->pattern, 403);

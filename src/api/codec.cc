@@ -39,19 +39,14 @@ json ErrorBody(const std::string& code, const std::string& message) {
   return {{"error", {{"code", code}, {"message", message}}}};
 }
 
-namespace {
-
 // JsonFields prefixes errors with "body: field 'x': ..."; the API names the field plainly.
 Status BodyStatus(const JsonFields& f) {
   if (f.ok()) return Status::Ok();
-  std::string msg = f.errors().front();
+  std::string msg = f.first_error().message();
   const std::string prefix = f.where() + ": ";
   if (msg.rfind(prefix, 0) == 0) msg.erase(0, prefix.size());
-  if (f.errors().size() > 1) msg += fmt::format(" (and {} more)", f.errors().size() - 1);
   return Status::InvalidArgument(msg);
 }
-
-}  // namespace
 
 namespace {
 
@@ -111,8 +106,7 @@ Result<RotateTokenRequest> ParseRotateToken(const json& body) {
 Result<core::CreateInstanceRequest> ParseCreateInstance(const json& body) {
   JsonFields f(body, "body");
   f.RejectUnknown({"billing", "name", "command", "restart", "stop_grace_seconds", "labels",
-                   "annotations",
-                   "instance_type", "gpu_model", "gpus", "mig_profile", "milli_gpu",
+                   "annotations", "instance_type", "gpu_model", "gpus", "mig_profile", "milli_gpu",
                    "gpu_memory_mib", "vcpus", "memory_mib", "nvlink"});
   core::CreateInstanceRequest r;
   const std::string billing = f.String("billing");

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "catalog/catalog.h"
+#include "common/json.h"
 #include "common/result.h"
 #include "core/state.h"
 
@@ -53,6 +54,17 @@ Result<RotateTokenRequest> ParseRotateToken(const nlohmann::json& body);
 // as instance_type or {gpu_model, gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus,
 // memory_mib, nvlink?}.
 Result<core::CreateInstanceRequest> ParseCreateInstance(const nlohmann::json& body);
+
+// A JsonFields reader's first error, on one line, without the reader's own prefix ("body: ").
+Status BodyStatus(const JsonFields& f);
+
+// The agent protocol (docs/agent.md). The longest an agent may wait in one long poll.
+inline constexpr auto kMaxAgentWait = std::chrono::seconds(30);
+// POST /v1/agent/register: {protocol: 1, agent_id, inventory}.
+Result<core::AgentRegistration> ParseRegistration(const nlohmann::json& body);
+// POST /v1/agent/sync: {protocol: 1, agent_id, seq, generation, wait_ms?, workloads?, logs?,
+// limits?, telemetry?}. Takes the telemetry out of `body` rather than copy it.
+Result<core::AgentSync> ParseSync(nlohmann::json& body);
 
 // GET /v1/instance-types: every type with its shape and its price in each billing mode.
 nlohmann::json InstanceTypesJson(const catalog::Catalog& catalog);

@@ -101,55 +101,54 @@ void AddInstanceRoutes(Api& table) {
                    },
                    200, Render, nullptr});
             });
-  table.Add(
-      "GET", "/v1/instances/{id}/logs", Access::kAnyToken, BodyKind::kNone, false,
-      [](Api& api, std::shared_ptr<Call> call) {
-        auto id = InstanceIdParam(*call);
-        if (!id.ok()) return api.ReplyError(*call, id.status());
-        size_t tail = 1000;
-        std::optional<int64_t> after;
-        for (const char* name : {"tail", "after"}) {
-          const std::string* text = call->request.parsed.Param(name);
-          if (!text) continue;
-          int64_t v = 0;
-          const auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
-          const int64_t max = name == std::string("tail") ? 100'000 : INT64_MAX;
-          if (ec != std::errc() || p != text->data() + text->size() || v < 0 || v > max ||
-              (v == 0 && name == std::string("tail"))) {
-            return api.ReplyError(
-                *call, Status::InvalidArgument(fmt::format(
-                           "query parameter '{}': '{}' is not an integer in [{}, {}]", name,
-                           Quote(*text), name == std::string("tail") ? 1 : 0, max)));
-          }
-          if (name == std::string("tail")) {
-            tail = static_cast<size_t>(v);
-          } else {
-            after = v;
-          }
-        }
-        Api* a = &api;
-        api.core().Submit<core::State::LogSlice>(
-            [call, id = *id, tail, after](core::State& s,
-                                          store::Batch&) -> Result<core::State::LogSlice> {
-              TESSERA_ASSIGN_OR_RETURN(const core::Tenant* caller,
-                                       s.tenants().Authenticate(call->token_hash));
-              return s.InstanceLog(*caller, id, tail, after);
-            },
-            [call, a](Result<core::State::LogSlice> slice) {
-              if (!slice.ok()) return a->ReplyError(*call, slice.status());
-              call->responder.SendLater([call, a, slice = std::move(*slice)] {
-                HttpResponse r;
-                r.content_type = "text/plain; charset=utf-8";
-                r.body = ToValidUtf8(slice.text);
-                // Where to follow from, and whether there is more to follow.
-                r.headers.emplace_back("X-Log-Offset", std::to_string(slice.end));
-                r.headers.emplace_back("X-Instance-State",
-                                       std::string(core::StateName(slice.state)));
-                a->metrics().CountRequest(call->request.method, call->route, 200);
-                return r;
-              });
+  table.Add("GET", "/v1/instances/{id}/logs", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              auto id = InstanceIdParam(*call);
+              if (!id.ok()) return api.ReplyError(*call, id.status());
+              size_t tail = 1000;
+              std::optional<int64_t> after;
+              for (const char* name : {"tail", "after"}) {
+                const std::string* text = call->request.parsed.Param(name);
+                if (!text) continue;
+                int64_t v = 0;
+                const auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+                const int64_t max = name == std::string("tail") ? 100'000 : INT64_MAX;
+                if (ec != std::errc() || p != text->data() + text->size() || v < 0 || v > max ||
+                    (v == 0 && name == std::string("tail"))) {
+                  return api.ReplyError(
+                      *call, Status::InvalidArgument(fmt::format(
+                                 "query parameter '{}': '{}' is not an integer in [{}, {}]", name,
+                                 Quote(*text), name == std::string("tail") ? 1 : 0, max)));
+                }
+                if (name == std::string("tail")) {
+                  tail = static_cast<size_t>(v);
+                } else {
+                  after = v;
+                }
+              }
+              Api* a = &api;
+              api.core().Submit<core::State::LogSlice>(
+                  [call, id = *id, tail, after](core::State& s,
+                                                store::Batch&) -> Result<core::State::LogSlice> {
+                    TESSERA_ASSIGN_OR_RETURN(const core::Tenant* caller,
+                                             s.tenants().Authenticate(call->token_hash));
+                    return s.InstanceLog(*caller, id, tail, after);
+                  },
+                  [call, a](Result<core::State::LogSlice> slice) {
+                    if (!slice.ok()) return a->ReplyError(*call, slice.status());
+                    call->responder.SendLater([call, a, slice = std::move(*slice)] {
+                      HttpResponse r;
+                      r.content_type = "text/plain; charset=utf-8";
+                      r.body = ToValidUtf8(slice.text);
+                      // Where to follow from, and whether there is more to follow.
+                      r.headers.emplace_back("X-Log-Offset", std::to_string(slice.end));
+                      r.headers.emplace_back("X-Instance-State",
+                                             std::string(core::StateName(slice.state)));
+                      a->metrics().CountRequest(call->request.method, call->route, 200);
+                      return r;
+                    });
+                  });
             });
-      });
   table.Add("DELETE", "/v1/instances/{id}", Access::kAnyToken, BodyKind::kNone, true,
             [](Api& api, std::shared_ptr<Call> call) {
               auto id = InstanceIdParam(*call);

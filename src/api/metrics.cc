@@ -43,8 +43,8 @@ void Histogram(std::string& out, std::string_view name, std::string_view help,
   for (size_t i = 0; i < h.bounds.size(); ++i) {
     out += fmt::format("{}_bucket{{le=\"{:g}\"}} {}\n", name, h.bounds[i], h.buckets[i]);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {:g}\n{}_count {}\n", name, h.count,
-                     name, h.sum, name, h.count);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {:g}\n{}_count {}\n", name, h.count, name,
+                     h.sum, name, h.count);
 }
 
 void HttpSection(std::string& out, const HttpStats& h) {

@@ -285,4 +285,11 @@ Status JsonFields::status() const {
   return Status::InvalidArgument(fmt::format("{}", fmt::join(*sink_, "\n")));
 }
 
+Status JsonFields::first_error() const {
+  if (sink_->empty()) return Status::Ok();
+  std::string msg = sink_->front();
+  if (sink_->size() > 1) msg += fmt::format(" (and {} more)", sink_->size() - 1);
+  return Status::InvalidArgument(std::move(msg));
+}
+
 }  // namespace tessera

@@ -66,6 +66,9 @@ class JsonFields {
   const std::vector<std::string>& errors() const { return *sink_; }
   // InvalidArgument listing the errors one per line, or OK.
   Status status() const;
+  // InvalidArgument on one line: the first error and how many more, or OK. For answers that
+  // must be one line (an API error, a log line).
+  Status first_error() const;
   const std::string& where() const { return where_; }
   // True when this reader stands for an absent or mistyped object (see Object).
   bool absent() const { return absent_; }

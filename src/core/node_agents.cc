@@ -61,7 +61,7 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
       g.Get("mig_devices", false);
       g.Get("nvlink_peers", false);
       g.String("pci_bus_id", false);
-      if (!g.ok()) return g.status();
+      if (!g.ok()) return g.first_error();
       if (index != static_cast<int64_t>(i)) g.Fail("index", fmt::format("is {}, not {}", index, i));
       if (uuid.empty() || uuid.size() > kMaxUuid || !IsPrintableAscii(uuid)) {
         g.Fail("uuid", "must be 1-96 printable ASCII characters");
@@ -81,7 +81,7 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
         g.Fail("model", fmt::format("'{}' differs from gpus[0]'s '{}': a node has one GPU model",
                                     known->id, model_of_first));
       }
-      if (!g.ok()) return g.status();
+      if (!g.ok()) return g.first_error();
       spec.gpu_model = model_of_first;
       spec.gpu_uuids.push_back(uuid);
       spec.gpu_modes.push_back(mig ? catalog::SharingMode::kMig : node.sharing);
@@ -102,7 +102,7 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
     }
     if (!ok) f.Fail("nvlink_islands", "expected lists of GPU indices");
   }
-  TESSERA_RETURN_IF_ERROR(f.status());
+  TESSERA_RETURN_IF_ERROR(f.first_error());
   spec.gpus = static_cast<int>(spec.gpu_uuids.size());
   if (spec.gpus == 0) {
     spec.gpu_modes.clear();

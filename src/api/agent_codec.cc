@@ -1,0 +1,147 @@
+// The agent protocol's bodies (docs/agent.md): registration and reports, every field checked,
+// unknown fields refused, errors on one line naming the field.
+#include <fmt/format.h>
+
+#include "api/codec.h"
+#include "common/json.h"
+#include "common/text.h"
+
+namespace tessera::api {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kProtocol = 1;
+constexpr size_t kMaxReports = 4096;
+constexpr size_t kMaxLogBytes = 256 << 10;  // Per workload per report, decoded.
+
+Status CheckProtocol(JsonFields& f) {
+  const int64_t protocol = f.Int("protocol", 0, INT64_MAX);
+  if (f.ok() && protocol != kProtocol) {
+    return Status::InvalidArgument(
+        fmt::format("field 'protocol': {} is not spoken here; this server speaks protocol {}",
+                    protocol, kProtocol));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<core::AgentRegistration> ParseRegistration(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"protocol", "agent_id", "inventory"});
+  TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
+  core::AgentRegistration r;
+  r.agent_id = f.String("agent_id");
+  if (const json* inv = f.Get("inventory")) {
+    if (!inv->is_object()) {
+      f.Fail("inventory", "expected an object");
+    } else {
+      r.inventory = *inv;
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  return r;
+}
+
+namespace {
+
+Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
+  JsonFields f(j, where);
+  f.RejectUnknown({"id", "attempt", "state", "exit_code", "reason", "lost", "started_at"});
+  core::AgentReport r;
+  r.instance = f.String("id");
+  r.attempt = static_cast<int>(f.Int("attempt", 0, INT32_MAX));
+  const std::string state = f.String("state");
+  if (f.Get("exit_code", false)) r.exit_code = static_cast<int>(f.Int("exit_code", -1, 1024));
+  r.reason = f.String("reason", false);
+  r.lost = f.Bool("lost", false);
+  const std::string started = f.String("started_at", false);
+  if (state == "running") {
+    r.state = core::InstanceState::kRunning;
+  } else if (state == "exited") {
+    r.state = core::InstanceState::kTerminated;
+  } else if (f.ok()) {
+    f.Fail("state", fmt::format("'{}' is not running or exited", Quote(state)));
+  }
+  if (r.reason.size() > 256) f.Fail("reason", "is longer than 256 bytes");
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  if (!started.empty()) {
+    auto t = ParseRfc3339(started);
+    if (!t.ok()) return t.status().WithPrefix(where + ": field 'started_at'");
+    r.started_at = *t;
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<core::AgentSync> ParseSync(json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"protocol", "agent_id", "seq", "generation", "wait_ms", "workloads", "logs",
+                   "limits", "telemetry"});
+  TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
+  core::AgentSync s;
+  s.agent_id = f.String("agent_id");
+  s.seq = f.Int("seq", 0, INT64_MAX);
+  s.generation = static_cast<uint64_t>(f.Int("generation", 0, INT64_MAX));
+  s.wait = std::chrono::milliseconds(
+      f.Int("wait_ms", 0, std::chrono::milliseconds(kMaxAgentWait).count(), false, 0));
+  JsonFields limits = f.Object("limits", false);
+  if (!limits.absent()) {
+    limits.RejectUnknown({"enforced", "note"});
+    s.limits_enforced = limits.Bool("enforced");
+    s.limits_note = limits.String("note", false);
+    if (s.limits_note.size() > 512) limits.Fail("note", "is longer than 512 bytes");
+  }
+  if (const json* t = f.Get("telemetry", false)) {
+    if (!t->is_object()) {
+      f.Fail("telemetry", "expected an object");
+    } else {
+      s.telemetry = std::make_shared<const json>(std::move(body["telemetry"]));
+    }
+  }
+  const json* workloads = f.Get("workloads", false);
+  const json* logs = f.Get("logs", false);
+  for (auto [key, list] : {std::pair{"workloads", workloads}, {"logs", logs}}) {
+    if (!list) continue;
+    if (!list->is_array()) {
+      f.Fail(key, "expected a list");
+    } else if (list->size() > kMaxReports) {
+      f.Fail(key, fmt::format("{} entries; at most {}", list->size(), kMaxReports));
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  if (workloads) {
+    for (size_t i = 0; i < workloads->size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(core::AgentReport r,
+                               ParseReport((*workloads)[i], fmt::format("workloads[{}]", i)));
+      s.reports.push_back(std::move(r));
+    }
+  }
+  if (logs) {
+    for (size_t i = 0; i < logs->size(); ++i) {
+      JsonFields l((*logs)[i], fmt::format("logs[{}]", i));
+      l.RejectUnknown({"id", "attempt", "offset", "data_base64"});
+      core::WorkloadLog log;
+      log.instance = l.String("id");
+      log.attempt = static_cast<int>(l.Int("attempt", 0, INT32_MAX));
+      log.offset = l.Int("offset", 0, INT64_MAX);
+      const std::string text = l.String("data_base64");
+      TESSERA_RETURN_IF_ERROR(BodyStatus(l));
+      auto data = Base64Decode(text);
+      if (!data) l.Fail("data_base64", "is not padded standard base64");
+      if (data && data->size() > kMaxLogBytes) {
+        l.Fail("data_base64",
+               fmt::format("holds {} bytes; at most {} per report", data->size(), kMaxLogBytes));
+      }
+      TESSERA_RETURN_IF_ERROR(BodyStatus(l));
+      log.data = std::move(*data);
+      s.logs.push_back(std::move(log));
+    }
+  }
+  return s;
+}
+
+}  // namespace tessera::api
