@@ -35,6 +35,7 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
   EXPECT_EQ(j["name"], "train");
   EXPECT_EQ(j["billing"], "spot");
   const std::string id = j["id"];
+  ASSERT_EQ(AwaitState(token, id, "running"), "running");
 
   auto table = Cli({"instances", "list"}, token);
   ASSERT_EQ(table.exit_code, 0);
@@ -53,6 +54,7 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
   EXPECT_EQ(json::parse(got.out)["state"], "running");
   auto deleted = Cli({"instances", "delete", id}, token);
   EXPECT_EQ(deleted.exit_code, 0);
+  ASSERT_EQ(AwaitState(token, id, "terminated"), "terminated");
   EXPECT_EQ(json::parse(Cli({"instances", "get", id, "-o", "json"}, token).out)["state"],
             "terminated");
 }

@@ -92,9 +92,9 @@ TEST_F(ServerTest, CreateGetListDeleteAnInstance) {
                                std::regex("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?Z")));
   EXPECT_EQ(i["restarts"], 0);
 
+  EXPECT_EQ(AwaitState(token, id, "running"), "running") << "the simulated agent starts it";
   auto got = Get("/v1/instances/" + id, token);
   ASSERT_EQ(got.status, 200);
-  EXPECT_EQ(got.body["state"], "running") << "the simulated agent starts it";
   auto running = Get("/v1/instances?state=running", token);
   ASSERT_EQ(running.body["instances"].size(), 1u);
   EXPECT_EQ(Get("/v1/instances?state=pending", token).body["instances"].size(), 0u);
@@ -103,7 +103,7 @@ TEST_F(ServerTest, CreateGetListDeleteAnInstance) {
   auto deleted = Call("DELETE", "/v1/instances/" + id, token);
   ASSERT_EQ(deleted.status, 200);
   EXPECT_EQ(deleted.body["state"], "stopping");
-  EXPECT_EQ(Get("/v1/instances/" + id, token).body["state"], "terminated");
+  EXPECT_EQ(AwaitState(token, id, "terminated"), "terminated");
   EXPECT_EQ(Call("DELETE", "/v1/instances/inst-999999", token).status, 404);
 }
 
@@ -201,7 +201,7 @@ TEST_F(ServerTest, TenantsCannotSeeEachOthersInstances) {
       << "the two 404s must read alike";
   EXPECT_EQ(Call("DELETE", "/v1/instances/" + id, b).status, 404);
   EXPECT_EQ(Get("/v1/instances", b).body["instances"].size(), 0u);
-  EXPECT_EQ(Get("/v1/instances/" + id, a).body["state"], "running") << "beta's delete did nothing";
+  EXPECT_EQ(AwaitState(a, id, "running"), "running") << "beta's delete did nothing";
   EXPECT_EQ(Get("/v1/instances", kAdminToken).body["instances"].size(), 1u) << "admin sees all";
 }
 
@@ -215,8 +215,7 @@ TEST_F(ServerTest, NodesDrainAndUndrain) {
   ASSERT_EQ(queued.status, 201);
   EXPECT_EQ(queued.body["state"], "pending") << "a draining node takes no new work";
   ASSERT_EQ(Post("/v1/nodes/node-h100-01/undrain", kAdminToken, json::object()).status, 200);
-  EXPECT_EQ(Get("/v1/instances/" + queued.body["id"].get<std::string>(), token).body["state"],
-            "running");
+  EXPECT_EQ(AwaitState(token, queued.body["id"].get<std::string>(), "running"), "running");
   EXPECT_EQ(Post("/v1/nodes/node-nope/drain", kAdminToken, json::object()).status, 404);
 }
 

@@ -48,8 +48,8 @@ TEST_F(RestartTest, WorkOnADrainedNodeComesBackOnIt) {
     } else {
       Restart();
     }
+    EXPECT_EQ(AwaitState(token, id, "running"), "running");
     const json i = Instance(token, id);
-    EXPECT_EQ(i["state"], "running") << i;
     EXPECT_EQ(i["node"], "node-h100-01");
     auto nodes = Get("/v1/nodes", kAdminToken).body["nodes"];
     EXPECT_EQ(nodes[0]["state"], "draining");
@@ -76,7 +76,10 @@ TEST_F(RestartTest, AChangedFleetFailsOnlyWhatLostItsCapacityAndReleasesItsQuota
   fleet = std::regex_replace(fleet, std::regex("\"name\": \"l40s\""), "\"name\": \"l40s-new\"");
   Restart(fleet);
   std::map<std::string, json> after;
-  for (const std::string& id : {h100_a, h100_b, mig, share}) after[id] = Instance(token, id);
+  for (const std::string& id : {h100_a, h100_b, mig, share}) {
+    Settle(token, id);
+    after[id] = Instance(token, id);
+  }
   // Which H100 instance held GPU 1 is the scheduler's choice; exactly one must have lost it.
   int kept = 0, lost = 0;
   for (const std::string& id : {h100_a, h100_b}) {
@@ -94,7 +97,7 @@ TEST_F(RestartTest, AChangedFleetFailsOnlyWhatLostItsCapacityAndReleasesItsQuota
   }
   EXPECT_EQ(kept, 1);
   EXPECT_EQ(lost, 1);
-  EXPECT_EQ(after[mig]["state"], "running");
+  EXPECT_EQ(after[mig]["state"], "running") << after[mig];
   EXPECT_EQ(after[share]["state"], "failed");
   EXPECT_EQ(after[share]["reason"], "failed at restart: node 'node-l40s-01' left the fleet");
   EXPECT_NEAR(UsedGpus(token, tenant), 1 + 3.0 / 7, 0.001) << "only what still runs holds quota";
@@ -106,7 +109,7 @@ TEST_F(RestartTest, AChangedFleetFailsOnlyWhatLostItsCapacityAndReleasesItsQuota
   EXPECT_EQ(again.body["node"], "node-l40s-new-01");
   // And a second restart on the same fleet changes nothing more.
   Restart();
-  EXPECT_EQ(Instance(token, mig)["state"], "running");
+  EXPECT_EQ(AwaitState(token, mig, "running"), "running");
   EXPECT_EQ(Instance(token, share)["state"], "failed");
 }
 
@@ -131,7 +134,7 @@ TEST_F(RestartTest, AMigProfileRenamedInTheCatalogFailsItsSlicesClosed) {
   EXPECT_EQ(s["state"], "failed");
   EXPECT_EQ(s["reason"],
             "failed at restart: MIG profile '3g.20gb' is not in the A100-40GB table any more");
-  EXPECT_EQ(Instance(token, whole)["state"], "running");
+  EXPECT_EQ(AwaitState(token, whole, "running"), "running");
 }
 
 TEST_F(RestartTest, OneServerPerDataDirectory) {

@@ -28,11 +28,11 @@ TEST_F(ServerSchedTest, WorkThatDoesNotFitWaitsAndRunsWhenCapacityFrees) {
   const std::string a = Create(t, H100(1, "on_demand"));
   const std::string b = Create(t, H100(1, "on_demand"));
   const std::string c = Create(t, H100(1, "on_demand"));
-  EXPECT_EQ(StateOf(t, a), "running");
-  EXPECT_EQ(StateOf(t, b), "running");
+  EXPECT_EQ(AwaitState(t, a, "running"), "running");
+  EXPECT_EQ(AwaitState(t, b, "running"), "running");
   EXPECT_EQ(StateOf(t, c), "pending");
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + a, t).status, 200);
-  EXPECT_EQ(StateOf(t, c), "running");
+  EXPECT_EQ(AwaitState(t, c, "running"), "running");
 }
 
 TEST_F(ServerSchedTest, ALargeRequestDoesNotBlockSmallerOnes) {
@@ -41,10 +41,10 @@ TEST_F(ServerSchedTest, ALargeRequestDoesNotBlockSmallerOnes) {
   const std::string two = Create(t, H100(2, "on_demand"));  // Cannot fit while `one` runs.
   const std::string small = Create(t, H100(1, "on_demand"));
   EXPECT_EQ(StateOf(t, two), "pending");
-  EXPECT_EQ(StateOf(t, small), "running");
+  EXPECT_EQ(AwaitState(t, small, "running"), "running");
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + one, t).status, 200);
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + small, t).status, 200);
-  EXPECT_EQ(StateOf(t, two), "running");
+  EXPECT_EQ(AwaitState(t, two, "running"), "running");
 }
 
 TEST_F(ServerSchedTest, QueuedWorkRunsByPriorityThenArrival) {
@@ -56,7 +56,7 @@ TEST_F(ServerSchedTest, QueuedWorkRunsByPriorityThenArrival) {
   const std::string od2 = Create(t, H100(1, "on_demand"));
   for (const auto& id : {spot, od1, od2}) EXPECT_EQ(StateOf(t, id), "pending");
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + a, t).status, 200);
-  EXPECT_EQ(StateOf(t, od1), "running") << "on-demand before spot, first come first";
+  EXPECT_EQ(AwaitState(t, od1, "running"), "running") << "on-demand before spot, first come first";
   EXPECT_EQ(StateOf(t, od2), "pending");
   EXPECT_EQ(StateOf(t, spot), "pending");
 }
@@ -68,8 +68,8 @@ TEST_F(ServerSchedTest, OnDemandPreemptsSpotWhichRestartsUnlessToldNot) {
   no_restart["restart"] = false;
   const std::string s1 = Create(t, keep);
   const std::string s2 = Create(t, no_restart);
-  EXPECT_EQ(StateOf(t, s1), "running");
-  EXPECT_EQ(StateOf(t, s2), "running");
+  EXPECT_EQ(AwaitState(t, s1, "running"), "running");
+  EXPECT_EQ(AwaitState(t, s2, "running"), "running");
 
   auto od = Post("/v1/instances", t, H100(2, "on_demand"));
   ASSERT_EQ(od.status, 201) << od.raw;
@@ -103,8 +103,9 @@ TEST_F(ServerSchedTest, PreemptionEvictsTheFewestVictims) {
   ASSERT_EQ(reserved.status, 201);
   EXPECT_EQ(State(reserved), "scheduled");
   EXPECT_EQ(StateOf(t, big_spot), "pending");
-  EXPECT_EQ(StateOf(t, share1), "running") << "spot on another node is left alone";
-  EXPECT_EQ(StateOf(t, od), "running") << "on-demand is never preempted for reserved here";
+  EXPECT_EQ(AwaitState(t, share1, "running"), "running") << "spot on another node is left alone";
+  EXPECT_EQ(AwaitState(t, od, "running"), "running")
+      << "on-demand is never preempted for reserved here";
 }
 
 TEST_F(ServerSchedTest, APreemptedSpotInstanceRestartsAtOnceWhereItFits) {
@@ -134,11 +135,11 @@ TEST_F(ServerSchedTest, APreemptedSpotInstanceRestartsAtOnceWhereItFits) {
   auto big = Post("/v1/instances", t, H100(2, "on_demand"));
   ASSERT_EQ(big.status, 201);
   EXPECT_EQ(big.body["node"], "node-h100-02");
+  EXPECT_EQ(AwaitState(t, spot, "running"), "running");
   auto restarted = Get("/v1/instances/" + spot, t);
-  EXPECT_EQ(State(restarted), "running") << restarted.raw;
   EXPECT_EQ(restarted.body["node"], "node-h100-01");
   EXPECT_EQ(restarted.body["restarts"], 1);
-  EXPECT_EQ(StateOf(t, od), "running");
+  EXPECT_EQ(AwaitState(t, od, "running"), "running");
 }
 
 TEST_F(ServerSchedTest, SpotNeverPreemptsAnything) {
@@ -146,7 +147,7 @@ TEST_F(ServerSchedTest, SpotNeverPreemptsAnything) {
   const std::string a = Create(t, H100(2, "spot"));
   auto b = Post("/v1/instances", t, H100(1, "spot"));
   EXPECT_EQ(State(b), "pending");
-  EXPECT_EQ(StateOf(t, a), "running");
+  EXPECT_EQ(AwaitState(t, a, "running"), "running");
 }
 
 }  // namespace

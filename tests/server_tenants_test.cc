@@ -78,6 +78,10 @@ TEST_F(TenantLifecycleTest, QuotaChangesAndADisabledTenantStopsQueuing) {
   auto refused = Get("/v1/instances", token);
   EXPECT_EQ(refused.status, 403);
   EXPECT_EQ(refused.body["error"]["message"], "tenant '" + id + "' is disabled");
+  // The two placed instances run once their agent has started them.
+  for (const auto& i : Get("/v1/instances", kAdminToken).body["instances"]) {
+    Settle(kAdminToken, i["id"]);
+  }
   auto all = Get("/v1/instances", kAdminToken).body["instances"];
   int running = 0;
   for (const auto& i : all) {

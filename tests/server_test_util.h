@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "testing/testing.h"
 
@@ -83,6 +85,30 @@ class ServerTest : public ::testing::Test {
   }
   HttpReply Get(const std::string& path, const std::string& token) {
     return Call("GET", path, token);
+  }
+
+  // The instance's state once it reads `want`, or what it reads after `limit`: agents act on
+  // their own time, so `running` (and `terminated` after a delete) follow the answer by a few
+  // milliseconds.
+  std::string AwaitState(const std::string& token, const std::string& id, const std::string& want,
+                         std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      const std::string now = Get("/v1/instances/" + id, token).body.value("state", "?");
+      if (now == want || std::chrono::steady_clock::now() >= end) return now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Waits (up to 10 s) until the instance is in no state an agent is about to change: not
+  // scheduled (it is starting) nor stopping.
+  void Settle(const std::string& token, const std::string& id) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < end) {
+      const std::string now = Get("/v1/instances/" + id, token).body.value("state", "?");
+      if (now != "scheduled" && now != "stopping") return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 
   // Creates a tenant through the API and returns its token.

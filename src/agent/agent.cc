@@ -183,6 +183,7 @@ Status Agent::Register() {
   workloads_->RenewLease(
       lease_ - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - sent));
   Apply(desired);
+  registered_ = true;
   return Status::Ok();
 }
 

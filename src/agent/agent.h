@@ -67,6 +67,8 @@ class Agent {
   // The last desired state's generation, and what the agent knows of its workloads.
   uint64_t generation() const { return generation_; }
   const std::string& node() const { return node_; }
+  // True once a registration succeeded (any thread).
+  bool registered() const { return registered_; }
 
  private:
   struct Known {
@@ -101,6 +103,7 @@ class Agent {
                                 // last fault the server asked for that was injected.
   std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
   std::atomic<bool> stop_{false};
+  std::atomic<bool> registered_{false};
 };
 
 // The workload key of an instance's attempt, and back.

@@ -87,6 +87,9 @@ class Responder {
  public:
   struct Shared;
   explicit Responder(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  // A responder for a request made in process (no connection): the answer goes to `deliver`, on
+  // the thread that sends it. Streams are not supported (Stream returns nullptr).
+  static Responder Local(std::function<void(HttpResponse)> deliver);
 
   // Sends the whole response. May be called from any thread.
   void Send(HttpResponse response) const;

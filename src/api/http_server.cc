@@ -143,23 +143,36 @@ struct Responder::Shared {
   std::shared_ptr<StreamState> stream_state;
   size_t max_stream_buffer = 0;
   std::atomic<bool> answered{false};
+  std::function<void(HttpResponse)> local;  // In-process requests: where the answer goes.
 
   ~Shared() {
     if (answered) return;
+    if (local) {
+      local(ErrorResponse(500, "internal", "the server did not answer this request"));
+      return;
+    }
     PostTo(live, session, [](SessionBase& s) {
       s.Answer(ErrorResponse(500, "internal", "the server did not answer this request"));
     });
   }
 };
 
+Responder Responder::Local(std::function<void(HttpResponse)> deliver) {
+  auto shared = std::make_shared<Shared>();
+  shared->local = std::move(deliver);
+  return Responder(std::move(shared));
+}
+
 void Responder::Send(HttpResponse response) const {
   if (shared_->answered.exchange(true)) return;
+  if (shared_->local) return shared_->local(std::move(response));
   PostTo(shared_->live, shared_->session,
          [r = std::move(response)](SessionBase& s) mutable { s.Answer(std::move(r)); });
 }
 
 void Responder::SendLater(std::function<HttpResponse()> make) const {
   if (shared_->answered.exchange(true)) return;
+  if (shared_->local) return shared_->local(make());
   PostTo(shared_->live, shared_->session, [make = std::move(make)](SessionBase& s) {
     HttpResponse r;
     try {
@@ -173,7 +186,7 @@ void Responder::SendLater(std::function<HttpResponse()> make) const {
 }
 
 std::shared_ptr<HttpStream> Responder::Stream(int status, std::string content_type) const {
-  if (shared_->answered.exchange(true)) return nullptr;
+  if (shared_->local || shared_->answered.exchange(true)) return nullptr;
   PostTo(shared_->live, shared_->session,
          [status, t = std::move(content_type)](SessionBase& s) mutable {
            s.StartStream(status, std::move(t));

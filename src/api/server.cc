@@ -38,6 +38,25 @@ void ApiServer::Start(core::Core* core) {
   impl_->http.Start();
 }
 
+void ApiServer::Dispatch(const std::string& method, const std::string& target,
+                         const std::string& token, std::string body,
+                         std::function<void(HttpResponse)> deliver) {
+  HttpRequest request;
+  request.method = method;
+  request.target = target;
+  auto parsed = ParseTarget(target);
+  if (!parsed.ok())
+    return deliver(ErrorResponse(400, "invalid_argument", parsed.status().message()));
+  request.parsed = std::move(*parsed);
+  request.headers = {{"authorization", "Bearer " + token}, {"content-type", "application/json"}};
+  request.has_body = !body.empty();
+  request.peer = "in-process";
+  HeadDecision decision = impl_->api.OnHead(request);
+  if (decision.refuse) return deliver(std::move(*decision.refuse));
+  request.body = std::move(body);
+  decision.handler(std::move(request), Responder::Local(std::move(deliver)));
+}
+
 void ApiServer::Stop() {
   impl_->api.set_ready(false);
   impl_->http.Stop();

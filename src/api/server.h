@@ -3,6 +3,7 @@
 // Thread-safety: Bind, Start and Stop are called from one thread (the server command's).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,12 @@ class ApiServer {
   void Start(core::Core* core);
   // Stops serving: requests in flight get a moment to finish. Idempotent.
   void Stop();
+
+  // Serves one request made in process, through the same routes, token checks and codecs as a
+  // request from the network, without a socket: the server's own simulated agents use it.
+  // `deliver` gets the answer, on the core thread or the calling one. After Start.
+  void Dispatch(const std::string& method, const std::string& target, const std::string& token,
+                std::string body, std::function<void(HttpResponse)> deliver);
 
  private:
   struct Impl;

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -123,6 +124,119 @@ int Fail(const Status& s) {
   return kExitFailure;
 }
 
+// A GPU backend for a CPU-only node: no GPUs, the host's size as the fleet file gives it.
+class NoGpus final : public agent::GpuBackend {
+ public:
+  NoGpus(int64_t cpu_milli, int64_t memory_mib) : cpu_milli_(cpu_milli), memory_mib_(memory_mib) {}
+  Result<agent::Inventory> ReadInventory() override {
+    agent::Inventory inv;
+    inv.backend = "sim";
+    inv.cpu_milli = cpu_milli_;
+    inv.memory_mib = memory_mib_;
+    return inv;
+  }
+  Result<agent::Telemetry> Sample() override { return agent::Telemetry{}; }
+
+ private:
+  int64_t cpu_milli_, memory_mib_;
+};
+
+// --sim-agents: every node of the fleet file is served by an agent in this process, the same
+// agent code as `tessera agent --backend sim`, which reaches the API through
+// ApiServer::Dispatch (the same routes, token checks and codecs, without a socket). Instances with
+// a command run as real processes under DATA/sim-agents/NODE.
+class SimAgents {
+ public:
+  static Result<std::unique_ptr<SimAgents>> Start(core::Core& core, api::ApiServer& server,
+                                                  const catalog::Catalog& catalog,
+                                                  const std::string& data_dir) {
+    auto nodes = core.Run<std::vector<fleet::NodeSpec>>(
+        [](core::State& s, store::Batch&) -> Result<std::vector<fleet::NodeSpec>> {
+          std::vector<fleet::NodeSpec> out;
+          for (const fleet::Node& n : s.fleet().nodes()) {
+            if (s.agents().Find(n.name)) continue;  // Joined: its own agent serves it.
+            out.push_back({.name = n.name,
+                           .gpu_model = n.model.valid() ? s.catalog().gpu(n.model).id : "",
+                           .gpus = static_cast<int>(n.gpus.size()),
+                           .cpu_milli = n.cpu_milli,
+                           .memory_mib = n.memory_mib});
+          }
+          return out;
+        });
+    if (!nodes.ok()) return nodes.status();
+    auto sims = std::unique_ptr<SimAgents>(new SimAgents());
+    for (const fleet::NodeSpec& n : *nodes) {
+      TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
+      auto attached = core.Run<bool>(
+          [name = n.name, hash = token.second](core::State& s, store::Batch&) -> Result<bool> {
+            Status st = s.AttachSimulatedAgent(name, hash);
+            if (!st.ok()) return st;
+            return true;
+          });
+      if (!attached.ok()) return attached.status();
+      std::unique_ptr<agent::GpuBackend> gpus;
+      if (n.gpus > 0) {
+        TESSERA_ASSIGN_OR_RETURN(
+            gpus, agent::SimBackend::Create(catalog, fmt::format("{}:{}", n.gpu_model, n.gpus),
+                                            n.name, 42, {n.cpu_milli, n.memory_mib, 0}));
+      } else {
+        gpus = std::make_unique<NoGpus>(n.cpu_milli, n.memory_mib);
+      }
+      agent::WorkloadSupervisor::Options w;
+      w.work_dir = data_dir + "/sim-agents/" + n.name;
+      w.cgroup_root = "none";  // One process: limits are a real agent's business.
+      TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(w));
+      sims->agents_.push_back(
+          std::make_unique<agent::Agent>(agent::AgentOptions{}, InProcess(server, token.first),
+                                         std::move(gpus), std::move(workloads)));
+    }
+    for (auto& a : sims->agents_) {
+      sims->threads_.emplace_back([p = a.get()] {
+        if (Status s = p->Run(); !s.ok())
+          spdlog::error("a simulated agent stopped: {}", s.message());
+      });
+    }
+    // Serving starts once every node's agent has registered: a node without one ends deleted
+    // work at once, which is not what a simulated agent's node does.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (auto& a : sims->agents_) {
+      while (!a->registered() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (!a->registered()) spdlog::warn("a simulated agent has not registered after 30 s");
+    }
+    spdlog::info("{} simulated agents serve the fleet file's nodes", sims->agents_.size());
+    return sims;
+  }
+
+  ~SimAgents() {
+    for (auto& a : agents_) a->Stop();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  SimAgents() = default;
+
+  static agent::Transport InProcess(api::ApiServer& server, std::string token) {
+    return [&server, token = std::move(token)](
+               const std::string& path, const std::string& body,
+               std::chrono::milliseconds timeout) -> Result<agent::HttpAnswer> {
+      auto promise = std::make_shared<std::promise<agent::HttpAnswer>>();
+      auto answer = promise->get_future();
+      server.Dispatch("POST", path, token, body, [promise](api::HttpResponse r) {
+        promise->set_value({r.status, std::move(r.body)});
+      });
+      if (answer.wait_for(timeout) != std::future_status::ready) {
+        return Status::Unavailable("no answer in time");
+      }
+      return answer.get();
+    };
+  }
+
+  std::vector<std::unique_ptr<agent::Agent>> agents_;
+  std::vector<std::thread> threads_;
+};
+
 // The demo's own node: a `tessera agent` in process (the sim backend, 8 H100s) whose instances
 // run as real processes under DATA/agent-demo-local, joined like any other node.
 class DemoAgent {
@@ -221,7 +335,8 @@ int RunServer(const ServerFlags& flags) {
   options.spot_notice = *spot_notice;
   options.data_dir = flags.data;
   options.policy = flags.policy;
-  options.sim_agents = flags.sim_agents || flags.demo;
+  // Simulated agents are real agents in this process (SimAgents), not the core's stand-in.
+  options.sim_agents = false;
   options.instance_retention = *instance_retention;
   options.audit_retention = *audit_retention;
   std::unique_ptr<core::Core> core;
@@ -239,6 +354,20 @@ int RunServer(const ServerFlags& flags) {
               << " without TLS: bearer tokens will cross the network in clear text. Give "
                  "--tls-cert and --tls-key, or listen on 127.0.0.1 behind a TLS proxy.\n";
   }
+  server.Start(core.get());
+  std::unique_ptr<SimAgents> sim_agents;
+  if (flags.sim_agents || flags.demo) {
+    auto started_sims = SimAgents::Start(*core, server, *catalog, flags.data);
+    if (!started_sims.ok()) return Fail(started_sims.status());
+    sim_agents = std::move(*started_sims);
+  }
+  std::unique_ptr<DemoAgent> demo_agent;
+  if (flags.demo) {
+    auto started_agent = DemoAgent::Start(*core, *catalog, url, flags.data);
+    if (!started_agent.ok()) return Fail(started_agent.status());
+    demo_agent = std::move(*started_agent);
+  }
+  // Announced once the simulated agents serve their nodes, so what is listed can run.
   std::cout << "tessera server listening on " << url << " (data in " << flags.data << ")\n";
   if (!token->empty()) {
     std::cout << "admin token (shown once, stored only as a hash): " << *token << "\n";
@@ -256,17 +385,11 @@ int RunServer(const ServerFlags& flags) {
               << "  " << tessera << " nodes list\n";
   }
   std::cout.flush();
-  server.Start(core.get());
-  std::unique_ptr<DemoAgent> demo_agent;
-  if (flags.demo) {
-    auto started_agent = DemoAgent::Start(*core, *catalog, url, flags.data);
-    if (!started_agent.ok()) return Fail(started_agent.status());
-    demo_agent = std::move(*started_agent);
-  }
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("stopping on signal {}", sig);
   demo_agent.reset();
+  sim_agents.reset();
   server.Stop();
   return kExitOk;
 }
@@ -309,7 +432,9 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
                   "Notice a preempted spot instance gets before its agent stops it (e.g. 30s, 2m)")
       ->capture_default_str();
   cmd->add_flag("--sim-agents", flags->sim_agents,
-                "Serve every node with an in-process simulated agent");
+                "Serve every node of the fleet file with an agent in this process: the same agent "
+                "code as `tessera agent --backend sim`, commands run as real processes "
+                "(docs/agent.md)");
   cmd->add_flag("--demo", flags->demo,
                 "Demo fleet with simulated agents; prints a fresh admin token");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunServer(*flags); });

@@ -26,7 +26,7 @@ struct CreateInstanceRequest {
   std::string name;
   std::string command;
   bool restart = true;
-  int stop_grace_seconds = 10;  // 0..3600.
+  int stop_grace_seconds = 10;                     // 0..3600.
   std::map<std::string, std::string> labels;       // Validated (ValidateLabels).
   std::map<std::string, std::string> annotations;  // Validated (ValidateAnnotations).
   std::string instance_type;                       // Either this...

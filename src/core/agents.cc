@@ -21,8 +21,13 @@ void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
   if (inst.state == InstanceState::kScheduled) {
     reports_.push_back({inst.id.str(), inst.restarts, InstanceState::kRunning, {}, "", false, {}});
   } else if (inst.state == InstanceState::kStopping || inst.state == InstanceState::kPreempting) {
-    reports_.push_back({inst.id.str(), inst.restarts, InstanceState::kTerminated, {},
-                        "stopped by its agent", false, {}});
+    reports_.push_back({inst.id.str(),
+                        inst.restarts,
+                        InstanceState::kTerminated,
+                        {},
+                        "stopped by its agent",
+                        false,
+                        {}});
   }
 }
 

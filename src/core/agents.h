@@ -79,6 +79,9 @@ struct AgentNode {
   Time created_at;
   nlohmann::json inventory;  // As its agent registered it; null before.
   bool drained = false;
+  // A fleet-file node served by one of the server's own simulated agents (--sim-agents): not
+  // stored, its token made afresh at every start, and spot work on it has no notice period.
+  bool simulated = false;
   // Not stored: rebuilt as its agent reports.
   std::string agent_id;     // The agent run that registered last.
   int64_t report_seq = -1;  // The last report accepted from agent_id.

@@ -11,9 +11,9 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<std::string_view, 9> kStateNames = {
-    "pending", "scheduled", "running",   "stopping",  "terminated",
-    "succeeded", "failed",  "preempted", "preempting"};
+constexpr std::array<std::string_view, 9> kStateNames = {"pending",  "scheduled",  "running",
+                                                         "stopping", "terminated", "succeeded",
+                                                         "failed",   "preempted",  "preempting"};
 constexpr std::array<std::string_view, 3> kBillingNames = {"reserved", "on_demand", "spot"};
 
 // An RFC 4122-shaped UUID (version 5 bits set) from the SHA-256 of `key`.

@@ -79,7 +79,7 @@ struct Instance {
   Billing billing = Billing::kOnDemand;
   Shape shape;
   std::string command;
-  bool restart = true;  // Spot: re-queue automatically after preemption.
+  bool restart = true;          // Spot: re-queue automatically after preemption.
   int stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long.
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;

@@ -200,6 +200,23 @@ Result<int64_t> State::InjectFault(const std::string& name, const std::string& f
   return id;
 }
 
+Status State::AttachSimulatedAgent(const std::string& name, const std::string& token_hash) {
+  TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex index, fleet_->Find(name));
+  AgentNode node;
+  node.name = name;
+  node.simulated = true;
+  node.token_hash = token_hash;
+  node.created_at = node.last_seen = clock_->Now();
+  AgentNode& attached = agents_.nodes().insert_or_assign(name, std::move(node)).first->second;
+  attached.drained = fleet_->node(index).state == fleet::NodeState::kDraining;
+  // What recovery booked on the node is its agent's to run.
+  instances_.ForEach([&](Instance& inst) {
+    if (inst.node == name && IsActive(inst.state)) attached.assigned.insert(inst.id.str());
+  });
+  PublishNodeTokens();
+  return Status::Ok();
+}
+
 Status State::RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
                                    store::Batch& batch) {
   AgentNode* node = agents_.Find(name);
@@ -220,7 +237,17 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeSpec spec,
                            SpecFromInventory(*catalog_, *node, reg.inventory));
   if (auto existing = fleet_->Find(name); existing.ok()) {
-    if (!SameNode(spec, fleet_->node(*existing), *catalog_)) {
+    const fleet::Node& n = fleet_->node(*existing);
+    const bool same = node->simulated
+                          ? spec.gpus == static_cast<int>(n.gpus.size()) &&
+                                spec.gpu_model == (n.model.valid() ? catalog_->gpu(n.model).id : "")
+                          : SameNode(spec, n, *catalog_);
+    if (!same && node->simulated) {
+      return Status::FailedPrecondition(
+          fmt::format("node '{}' of the fleet file has {} GPUs; its simulated agent reports {}",
+                      name, n.gpus.size(), Describe(spec)));
+    }
+    if (!same) {
       return Status::FailedPrecondition(fmt::format(
           "node '{}' joined with {}; its agent now reports {} (GPU uuids or sizes changed): a "
           "node's hardware cannot change while it is in the fleet",
@@ -543,6 +570,7 @@ void State::ExpireLeases(store::Batch& batch) {
 }
 
 void State::SaveNode(const AgentNode& node, store::Batch& batch) {
+  if (node.simulated) return;  // Made afresh from the fleet file at every start.
   batch.settings.push_back(AgentSupervisor::Record(node));
 }
 

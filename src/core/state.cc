@@ -147,8 +147,8 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
     ApplyNodeState(*joined);
     SaveNode(*joined, batch);
   } else {
-    TESSERA_RETURN_IF_ERROR(fleet_->SetNodeState(
-        n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
+    TESSERA_RETURN_IF_ERROR(
+        fleet_->SetNodeState(n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
   }
   batch.settings.emplace_back("node_state/" + node, drained ? "draining" : "ready");
   if (!drained) queue_.CapacityFreed();
@@ -266,7 +266,8 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
     // a later round rather than written off until capacity frees.
     deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
     if (auto plan = preemptor_.Find(req)) {
-      if (agents_.Find(fleet_->node(plan->node).name)) {
+      const AgentNode* joined = agents_.Find(fleet_->node(plan->node).name);
+      if (joined && !joined->simulated) {
         GiveNotice(plan->victims, inst, batch);
         return Attempt::kNoRoom;
       }
@@ -301,10 +302,10 @@ void State::GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom
   // this one waits for them instead of taking more victims. The reason names no instance.
   awaiting_notice_[for_whom.id.str()] =
       deadline + options_.node_timeout + std::chrono::seconds(for_whom.stop_grace_seconds);
-  for_whom.reason =
-      fmt::format("waiting for {} spot instance(s) to stop after their preemption notice (until "
-                  "{})",
-                  victims.size(), FormatRfc3339(deadline));
+  for_whom.reason = fmt::format(
+      "waiting for {} spot instance(s) to stop after their preemption notice (until "
+      "{})",
+      victims.size(), FormatRfc3339(deadline));
 }
 
 void State::Evict(Instance& v, store::Batch& batch) {

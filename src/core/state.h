@@ -19,8 +19,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "catalog/catalog.h"
@@ -143,13 +143,15 @@ class State {
   // "overheat:GPU", "cool:GPU", "lost:GPU"; checked by the agent, which logs a refusal).
   // NotFound for a node without an agent. Not stored: a fault is a moment's event.
   Result<int64_t> InjectFault(const std::string& node, const std::string& fault);
+  // Serves fleet-file node `node` with one of the server's own simulated agents, which acts
+  // with the node token `token_hash` (--sim-agents). NotFound for a node not in the fleet.
+  Status AttachSimulatedAgent(const std::string& node, const std::string& token_hash);
   // Replaces a joined node's token (the old one stops at once). NotFound for an unknown node.
   Status RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
                               store::Batch& batch);
   // An agent run registers its node's inventory: the node joins the fleet (or, when it joined
   // before, the inventory must match). Errors name the inventory field.
-  Status RegisterAgent(const std::string& node, const AgentRegistration& reg,
-                       store::Batch& batch);
+  Status RegisterAgent(const std::string& node, const AgentRegistration& reg, store::Batch& batch);
   // Applies an agent's report. True when the agent should be answered now; false when the call
   // may wait for news (park it). FailedPrecondition for a replayed report or a superseded agent
   // run.
