@@ -58,7 +58,23 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
       const std::string model = g.String("model");
       g.Int("memory_mib", 0, int64_t{1} << 24, false);
       const bool mig = g.Bool("mig_enabled", false);
-      g.Get("mig_devices", false);
+      if (const nlohmann::json* devices = g.Get("mig_devices", false)) {
+        if (!devices->is_array() || devices->size() > 64) {
+          g.Fail("mig_devices", "expected a list of at most 64 MIG devices");
+        }
+        for (size_t d = 0; devices->is_array() && d < devices->size() && d < 64; ++d) {
+          JsonFields m((*devices)[d], fmt::format("inventory: gpus[{}].mig_devices[{}]", i, d));
+          m.RejectUnknown({"uuid", "profile", "start"});
+          const std::string mig_uuid = m.String("uuid");
+          m.String("profile");
+          m.Int("start", -1, 7);
+          if (m.ok() &&
+              (mig_uuid.empty() || mig_uuid.size() > kMaxUuid || !IsPrintableAscii(mig_uuid))) {
+            m.Fail("uuid", "must be 1-96 printable ASCII characters");
+          }
+          if (!m.ok()) return m.first_error();
+        }
+      }
       g.Get("nvlink_peers", false);
       g.String("pci_bus_id", false);
       if (!g.ok()) return g.first_error();
@@ -587,6 +603,26 @@ void State::ApplyNodeState(const AgentNode& node) {
                              : node.drained ? fleet::NodeState::kDraining
                                             : fleet::NodeState::kReady;
   if (fleet_->node(*n).state != s) (void)fleet_->SetNodeState(*n, s);
+}
+
+void State::UseReportedMigUuids(Instance& inst) const {
+  auto it = agents_.nodes().find(inst.node);
+  if (it == agents_.nodes().end() || !it->second.registered()) return;
+  const nlohmann::json& gpus = it->second.inventory.value("gpus", nlohmann::json::array());
+  for (GpuRef& ref : inst.gpus) {
+    if (ref.mig_profile.empty() || ref.index < 0 || static_cast<size_t>(ref.index) >= gpus.size()) {
+      continue;
+    }
+    const nlohmann::json& devices =
+        gpus[static_cast<size_t>(ref.index)].value("mig_devices", nlohmann::json::array());
+    // Registration checked each device's fields (SpecFromInventory).
+    for (const nlohmann::json& d : devices) {
+      if (d["profile"] == ref.mig_profile && d["start"] == ref.mig_start) {
+        ref.uuid = d["uuid"].get<std::string>();
+        break;
+      }
+    }
+  }
 }
 
 void State::AppendLog(const Instance& inst, const WorkloadLog& log) {

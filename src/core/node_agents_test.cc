@@ -223,5 +223,39 @@ TEST_F(NodeAgentsTest, LogsKeepTheNewestBytesAndTailCountsLines) {
       << "a gap the agent could not ship is marked";
 }
 
+TEST_F(NodeAgentsTest, AMigSliceGetsTheUuidOfTheMigDeviceTheAgentReportedAtItsPlacement) {
+  json devices = json::array();
+  for (int start = 0; start < 7; ++start) {
+    devices.push_back(
+        {{"uuid", "MIG-real-" + std::to_string(start)}, {"profile", "1g.5gb"}, {"start", start}});
+  }
+  json inv = {{"cpu_milli", 32000},
+              {"memory_mib", 262144},
+              {"gpus",
+               {{{"index", 0},
+                 {"uuid", "GPU-a"},
+                 {"model", "A100-40GB"},
+                 {"mig_enabled", true},
+                 {"mig_devices", devices}}}}};
+  ASSERT_TRUE(
+      state_->CreateAgentNode("mig-1", {}, catalog::SharingMode::kExclusive, "t", batch_).ok());
+  json bad = inv;
+  bad["gpus"][0]["mig_devices"][3]["start"] = "three";
+  auto refused = state_->RegisterAgent("mig-1", {"a1", bad}, batch_);
+  EXPECT_NE(refused.message().find("mig_devices[3]"), std::string::npos) << refused.message();
+  ASSERT_TRUE(state_->RegisterAgent("mig-1", {"a1", inv}, batch_).ok());
+  CreateInstanceRequest r;
+  r.billing = Billing::kOnDemand;
+  r.shape.gpu_model = "A100-40GB";
+  r.shape.mode = catalog::SharingMode::kMig;
+  r.shape.mig_profile = "1g.5gb";
+  r.shape.vcpus = 2;
+  r.shape.memory_mib = 1024;
+  const Instance inst = Create(r);
+  ASSERT_EQ(inst.gpus.size(), 1u);
+  EXPECT_EQ(inst.gpus[0].uuid, "MIG-real-" + std::to_string(inst.gpus[0].mig_start))
+      << "CUDA knows the slice by the UUID the driver gave it";
+}
+
 }  // namespace
 }  // namespace tessera::core

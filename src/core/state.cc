@@ -223,6 +223,7 @@ void State::Book(Instance& inst, const fleet::Assignment& a) {
   inst.assignment = a;
   inst.node = fleet_->node(a.node).name;
   inst.gpus = DescribeGpus(a, *fleet_);
+  UseReportedMigUuids(inst);
   if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
   awaiting_notice_.erase(inst.id.str());
 }
@@ -377,6 +378,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
         preemptor_.Track(&inst);
       }
       // An agent picks up where the last run left off.
+      UseReportedMigUuids(inst);
       agents_.Notify(inst, inst.node);
     } else {
       queue_.Push(inst);

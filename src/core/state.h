@@ -227,6 +227,9 @@ class State {
   // The fleet state a joined node's flags give.
   void ApplyNodeState(const AgentNode& node);
   void AppendLog(const Instance& inst, const WorkloadLog& log);
+  // On a joined node, a MIG slice whose profile and placement match a MIG device the node's
+  // agent reported gets that device's UUID (what CUDA knows it by).
+  void UseReportedMigUuids(Instance& inst) const;
   void Save(const Instance& inst, store::Batch& batch);
   void Transition(Instance& inst, InstanceState to, std::string reason);
   // `inst` as the API shows it: a pending one with the reason it waits.
