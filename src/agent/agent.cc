@@ -174,17 +174,23 @@ Status Agent::Register() {
   TESSERA_ASSIGN_OR_RETURN(Inventory inv, gpus_->ReadInventory());
   const json body = {
       {"protocol", kProtocol}, {"agent_id", agent_id_}, {"inventory", InventoryJson(inv)}};
-  const auto sent = std::chrono::steady_clock::now();
-  TESSERA_ASSIGN_OR_RETURN(json desired, Post("/v1/agent/register", body, kSlack));
-  node_ = desired.value("node", "");
   gpu_count_ = static_cast<int>(inv.gpus.size());
+  TESSERA_ASSIGN_OR_RETURN(json desired, Exchange("/v1/agent/register", body, kSlack));
+  node_ = desired.value("node", "");
   seq_ = 0;
-  lease_ = milliseconds(desired.value("lease_ms", int64_t{5000}));
+  registered_ = true;
+  return Status::Ok();
+}
+
+Result<json> Agent::Exchange(const std::string& path, const json& body, milliseconds timeout) {
+  const auto sent = std::chrono::steady_clock::now();
+  TESSERA_ASSIGN_OR_RETURN(json desired, Post(path, body, timeout));
+  lease_ = milliseconds(desired.value("lease_ms", lease_.count()));
+  // The lease counts from when the report was sent: the server saw it no earlier.
   workloads_->RenewLease(
       lease_ - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - sent));
   Apply(desired);
-  registered_ = true;
-  return Status::Ok();
+  return desired;
 }
 
 json Agent::Report(milliseconds wait) {
@@ -256,15 +262,7 @@ json Agent::Report(milliseconds wait) {
 }
 
 Status Agent::SyncOnce(milliseconds wait) {
-  const json body = Report(wait);
-  const auto sent = std::chrono::steady_clock::now();
-  TESSERA_ASSIGN_OR_RETURN(json desired, Post("/v1/agent/sync", body, wait + kSlack));
-  lease_ = milliseconds(desired.value("lease_ms", lease_.count()));
-  // The lease counts from when the report was sent: the server saw it no earlier.
-  workloads_->RenewLease(
-      lease_ - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - sent));
-  Apply(desired);
-  return Status::Ok();
+  return Exchange("/v1/agent/sync", Report(wait), wait + kSlack).status();
 }
 
 Status InjectFault(GpuBackend& gpus, const std::string& spec) {
@@ -324,7 +322,6 @@ void Agent::Apply(const json& desired) {
       Known k;
       k.instance = id;
       k.attempt = attempt;
-      k.log_next = w.value("log_offset", int64_t{0});
       const std::string command = w.value("command", "");
       if (command.empty()) {
         k.noop = true;

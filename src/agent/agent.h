@@ -82,6 +82,10 @@ class Agent {
 
   Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
                               std::chrono::milliseconds timeout);
+  // Posts `body`, renews the lease from when it was sent, and applies the desired state that
+  // comes back.
+  Result<nlohmann::json> Exchange(const std::string& path, const nlohmann::json& body,
+                                  std::chrono::milliseconds timeout);
   // Applies a desired state: starts, stops, gives notice, forgets.
   void Apply(const nlohmann::json& desired);
   nlohmann::json Report(std::chrono::milliseconds wait);

@@ -1,8 +1,6 @@
 // The operator's routes (nodes, the audit log, metrics) and the health checks.
 #include <fmt/format.h>
 
-#include <charconv>
-
 #include "api/api.h"
 #include "api/codec.h"
 #include "api/routes.h"
@@ -16,20 +14,6 @@ namespace {
 using nlohmann::json;
 
 json Passthrough(const json& j) { return j; }
-
-// Reads query parameter `name` as an integer in [0, max] into `value`; the error names it.
-Status IntParam(const Target& target, const char* name, int64_t max, int64_t& value) {
-  const std::string* text = target.Param(name);
-  if (!text) return Status::Ok();
-  int64_t v = 0;
-  const auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
-  if (ec != std::errc() || p != text->data() + text->size() || v < 0 || v > max) {
-    return Status::InvalidArgument(fmt::format(
-        "query parameter '{}': '{}' is not an integer in [0, {}]", name, Quote(*text), max));
-  }
-  value = v;
-  return Status::Ok();
-}
 
 void AddNodeRoutes(Api& table) {
   table.Add(
@@ -186,8 +170,8 @@ void AddObservabilityRoutes(Api& table) {
             [](Api& api, std::shared_ptr<Call> call) {
               int64_t after = 0;
               int64_t limit = 100;
-              Status refusal = IntParam(call->request.parsed, "after", INT64_MAX, after);
-              if (refusal.ok()) refusal = IntParam(call->request.parsed, "limit", 1000, limit);
+              Status refusal = IntParam(call->request.parsed, "after", 0, INT64_MAX, after);
+              if (refusal.ok()) refusal = IntParam(call->request.parsed, "limit", 0, 1000, limit);
               core::Core* core = &api.core();
               api.Run<json>(call, refusal,
                             {[core, after, limit](core::State&, store::Batch&,

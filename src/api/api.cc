@@ -107,6 +107,19 @@ Status PageParams(const Target& target, int64_t& after, size_t& limit) {
 
 std::string PageToken(int64_t after) { return fmt::format("p{}", after); }
 
+Status IntParam(const Target& target, const char* name, int64_t min, int64_t max, int64_t& value) {
+  const std::string* text = target.Param(name);
+  if (!text) return Status::Ok();
+  int64_t v = 0;
+  const auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+  if (ec != std::errc() || p != text->data() + text->size() || v < min || v > max) {
+    return Status::InvalidArgument(fmt::format(
+        "query parameter '{}': '{}' is not an integer in [{}, {}]", name, Quote(*text), min, max));
+  }
+  value = v;
+  return Status::Ok();
+}
+
 Result<std::pair<std::string, std::string>> NewToken() {
   TESSERA_ASSIGN_OR_RETURN(std::string token, GenerateToken());
   std::string hash = HashToken(token);

@@ -149,6 +149,10 @@ Status PageParams(const Target& target, int64_t& after, size_t& limit);
 // The next_page_token for a page that ended at position `after`.
 std::string PageToken(int64_t after);
 
+// Reads query parameter `name`, when given, as an integer in [min, max] into `value`;
+// InvalidArgument naming the parameter otherwise.
+Status IntParam(const Target& target, const char* name, int64_t min, int64_t max, int64_t& value);
+
 // A new bearer token and its hash.
 Result<std::pair<std::string, std::string>> NewToken();
 

@@ -1,8 +1,6 @@
 // Instances (docs/api.md, "Instances").
 #include <fmt/format.h>
 
-#include <charconv>
-
 #include "api/api.h"
 #include "api/codec.h"
 #include "api/routes.h"
@@ -105,34 +103,20 @@ void AddInstanceRoutes(Api& table) {
             [](Api& api, std::shared_ptr<Call> call) {
               auto id = InstanceIdParam(*call);
               if (!id.ok()) return api.ReplyError(*call, id.status());
-              size_t tail = 1000;
-              std::optional<int64_t> after;
-              for (const char* name : {"tail", "after"}) {
-                const std::string* text = call->request.parsed.Param(name);
-                if (!text) continue;
-                int64_t v = 0;
-                const auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
-                const int64_t max = name == std::string("tail") ? 100'000 : INT64_MAX;
-                if (ec != std::errc() || p != text->data() + text->size() || v < 0 || v > max ||
-                    (v == 0 && name == std::string("tail"))) {
-                  return api.ReplyError(
-                      *call, Status::InvalidArgument(fmt::format(
-                                 "query parameter '{}': '{}' is not an integer in [{}, {}]", name,
-                                 Quote(*text), name == std::string("tail") ? 1 : 0, max)));
-                }
-                if (name == std::string("tail")) {
-                  tail = static_cast<size_t>(v);
-                } else {
-                  after = v;
-                }
-              }
+              int64_t tail = 1000;
+              int64_t after = -1;  // None: the last `tail` lines.
+              Status refusal = IntParam(call->request.parsed, "tail", 1, 100'000, tail);
+              if (refusal.ok())
+                refusal = IntParam(call->request.parsed, "after", 0, INT64_MAX, after);
+              if (!refusal.ok()) return api.ReplyError(*call, refusal);
               Api* a = &api;
               api.core().Submit<core::State::LogSlice>(
                   [call, id = *id, tail, after](core::State& s,
                                                 store::Batch&) -> Result<core::State::LogSlice> {
                     TESSERA_ASSIGN_OR_RETURN(const core::Tenant* caller,
                                              s.tenants().Authenticate(call->token_hash));
-                    return s.InstanceLog(*caller, id, tail, after);
+                    return s.InstanceLog(*caller, id, static_cast<size_t>(tail),
+                                         after < 0 ? std::nullopt : std::optional(after));
                   },
                   [call, a](Result<core::State::LogSlice> slice) {
                     if (!slice.ok()) return a->ReplyError(*call, slice.status());

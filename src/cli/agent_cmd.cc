@@ -34,11 +34,6 @@ struct AgentFlags {
   std::string cgroup_root;
 };
 
-std::string EnvOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
 int Fail(const std::string& message) {
   std::cerr << "tessera agent: " << EscapeForTerminal(message) << "\n";
   return kExitFailure;

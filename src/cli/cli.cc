@@ -1,11 +1,17 @@
 #include "cli/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "common/log.h"
 
 namespace tessera::cli {
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
 
 int Run(int argc, char** argv) {
   InitLogging();

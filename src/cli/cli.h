@@ -29,6 +29,9 @@ void RegisterServerCommands(CLI::App& app, Context& ctx);
 void RegisterClientCommands(CLI::App& app, Context& ctx);
 void RegisterAgentCommands(CLI::App& app, Context& ctx);
 
+// The environment variable `name`, or `fallback` when it is unset or empty (TESSERA_URL, ...).
+std::string EnvOr(const char* name, const std::string& fallback);
+
 // Parses argv, runs the chosen command and returns the process exit code.
 int Run(int argc, char** argv);
 

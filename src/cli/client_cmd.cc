@@ -37,11 +37,6 @@ struct Response {
   httplib::Headers headers;
 };
 
-std::string EnvOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
 // Sends one request; a transport failure or an error status is printed and returns nullopt.
 std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
                              const std::string& path, const json* body = nullptr) {

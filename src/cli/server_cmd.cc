@@ -141,150 +141,146 @@ class NoGpus final : public agent::GpuBackend {
   int64_t cpu_milli_, memory_mib_;
 };
 
-// --sim-agents: every node of the fleet file is served by an agent in this process, the same
-// agent code as `tessera agent --backend sim`, which reaches the API through
-// ApiServer::Dispatch (the same routes, token checks and codecs, without a socket). Instances with
-// a command run as real processes under DATA/sim-agents/NODE.
-class SimAgents {
+// The agents this process runs itself, each on a thread of its own; StopAll (or destroying the
+// set) stops them and joins their threads. Their workloads live on under their shims (workload.h).
+class InProcessAgents {
  public:
-  static Result<std::unique_ptr<SimAgents>> Start(core::Core& core, api::ApiServer& server,
-                                                  const catalog::Catalog& catalog,
-                                                  const std::string& data_dir) {
-    auto nodes = core.Run<std::vector<fleet::NodeSpec>>(
-        [](core::State& s, store::Batch&) -> Result<std::vector<fleet::NodeSpec>> {
-          std::vector<fleet::NodeSpec> out;
-          for (const fleet::Node& n : s.fleet().nodes()) {
-            if (s.agents().Find(n.name)) continue;  // Joined: its own agent serves it.
-            out.push_back({.name = n.name,
-                           .gpu_model = n.model.valid() ? s.catalog().gpu(n.model).id : "",
-                           .gpus = static_cast<int>(n.gpus.size()),
-                           .cpu_milli = n.cpu_milli,
-                           .memory_mib = n.memory_mib});
-          }
-          return out;
-        });
-    if (!nodes.ok()) return nodes.status();
-    auto sims = std::unique_ptr<SimAgents>(new SimAgents());
-    for (const fleet::NodeSpec& n : *nodes) {
-      TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
-      auto attached = core.Run<bool>(
-          [name = n.name, hash = token.second](core::State& s, store::Batch&) -> Result<bool> {
-            Status st = s.AttachSimulatedAgent(name, hash);
-            if (!st.ok()) return st;
-            return true;
-          });
-      if (!attached.ok()) return attached.status();
-      std::unique_ptr<agent::GpuBackend> gpus;
-      if (n.gpus > 0) {
-        TESSERA_ASSIGN_OR_RETURN(
-            gpus, agent::SimBackend::Create(catalog, fmt::format("{}:{}", n.gpu_model, n.gpus),
-                                            n.name, 42, {n.cpu_milli, n.memory_mib, 0}));
-      } else {
-        gpus = std::make_unique<NoGpus>(n.cpu_milli, n.memory_mib);
-      }
-      agent::WorkloadSupervisor::Options w;
-      w.work_dir = data_dir + "/sim-agents/" + n.name;
-      w.cgroup_root = "none";  // One process: limits are a real agent's business.
-      TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(w));
-      sims->agents_.push_back(
-          std::make_unique<agent::Agent>(agent::AgentOptions{}, InProcess(server, token.first),
-                                         std::move(gpus), std::move(workloads)));
-    }
-    for (auto& a : sims->agents_) {
-      sims->threads_.emplace_back([p = a.get()] {
-        if (Status s = p->Run(); !s.ok())
-          spdlog::error("a simulated agent stopped: {}", s.message());
-      });
-    }
-    // Serving starts once every node's agent has registered: a node without one ends deleted
-    // work at once, which is not what a simulated agent's node does.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (auto& a : sims->agents_) {
+  InProcessAgents() = default;
+  InProcessAgents(const InProcessAgents&) = delete;
+  InProcessAgents& operator=(const InProcessAgents&) = delete;
+  ~InProcessAgents() { StopAll(); }
+
+  // Stops every agent and joins its thread (before the server they talk to stops). Idempotent.
+  void StopAll() {
+    for (auto& a : agents_) a->Stop();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    agents_.clear();
+  }
+
+  // Runs `a` on a new thread; `what` names it in the log if it stops on an error.
+  void Run(std::unique_ptr<agent::Agent> a, std::string what) {
+    agent::Agent* p = a.get();
+    agents_.push_back(std::move(a));
+    threads_.emplace_back([p, what = std::move(what)] {
+      if (Status s = p->Run(); !s.ok()) spdlog::error("{} stopped: {}", what, s.message());
+    });
+  }
+
+  // Waits until every agent has registered, or `limit` has passed.
+  void AwaitRegistered(std::chrono::seconds limit) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (const auto& a : agents_) {
       while (!a->registered() && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
-      if (!a->registered()) spdlog::warn("a simulated agent has not registered after 30 s");
+      if (!a->registered()) spdlog::warn("an in-process agent has not registered in time");
     }
-    spdlog::info("{} simulated agents serve the fleet file's nodes", sims->agents_.size());
-    return sims;
-  }
-
-  ~SimAgents() {
-    for (auto& a : agents_) a->Stop();
-    for (auto& t : threads_) t.join();
   }
 
  private:
-  SimAgents() = default;
-
-  static agent::Transport InProcess(api::ApiServer& server, std::string token) {
-    return [&server, token = std::move(token)](
-               const std::string& path, const std::string& body,
-               std::chrono::milliseconds timeout) -> Result<agent::HttpAnswer> {
-      auto promise = std::make_shared<std::promise<agent::HttpAnswer>>();
-      auto answer = promise->get_future();
-      server.Dispatch("POST", path, token, body, [promise](api::HttpResponse r) {
-        promise->set_value({r.status, std::move(r.body)});
-      });
-      if (answer.wait_for(timeout) != std::future_status::ready) {
-        return Status::Unavailable("no answer in time");
-      }
-      return answer.get();
-    };
-  }
-
   std::vector<std::unique_ptr<agent::Agent>> agents_;
   std::vector<std::thread> threads_;
 };
 
-// The demo's own node: a `tessera agent` in process (the sim backend, 8 H100s) whose instances
-// run as real processes under DATA/agent-demo-local, joined like any other node.
-class DemoAgent {
- public:
-  static constexpr const char* kNode = "demo-local";
+// A transport into this process's own API: ApiServer::Dispatch runs the same routes, token
+// checks and codecs as a request from the network, without a socket.
+agent::Transport InProcessTransport(api::ApiServer& server, std::string token) {
+  return [&server, token = std::move(token)](
+             const std::string& path, const std::string& body,
+             std::chrono::milliseconds timeout) -> Result<agent::HttpAnswer> {
+    auto promise = std::make_shared<std::promise<agent::HttpAnswer>>();
+    auto answer = promise->get_future();
+    server.Dispatch("POST", path, token, body, [promise](api::HttpResponse r) {
+      promise->set_value({r.status, std::move(r.body)});
+    });
+    if (answer.wait_for(timeout) != std::future_status::ready) {
+      return Status::Unavailable("no answer in time");
+    }
+    return answer.get();
+  };
+}
 
-  static Result<std::unique_ptr<DemoAgent>> Start(core::Core& core, const catalog::Catalog& catalog,
-                                                  const std::string& url,
-                                                  const std::string& data_dir) {
-    // A fresh token each start: only its hash is stored, so the last one cannot be read back.
+// --sim-agents: every node of the fleet file is served by an agent in this process, the same
+// agent code as `tessera agent --backend sim`, through InProcessTransport. Instances with a
+// command run as real processes under DATA/sim-agents/NODE. Returns once every agent has
+// registered: a node without one ends deleted work at once, which a simulated agent's does not.
+Status StartSimAgents(InProcessAgents& agents, core::Core& core, api::ApiServer& server,
+                      const catalog::Catalog& catalog, const std::string& data_dir) {
+  auto nodes = core.Run<std::vector<fleet::NodeSpec>>(
+      [](core::State& s, store::Batch&) -> Result<std::vector<fleet::NodeSpec>> {
+        std::vector<fleet::NodeSpec> out;
+        for (const fleet::Node& n : s.fleet().nodes()) {
+          if (s.agents().Find(n.name)) continue;  // Joined: its own agent serves it.
+          out.push_back({.name = n.name,
+                         .gpu_model = n.model.valid() ? s.catalog().gpu(n.model).id : "",
+                         .gpus = static_cast<int>(n.gpus.size()),
+                         .cpu_milli = n.cpu_milli,
+                         .memory_mib = n.memory_mib});
+        }
+        return out;
+      });
+  if (!nodes.ok()) return nodes.status();
+  for (const fleet::NodeSpec& n : *nodes) {
     TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
-    auto joined =
-        core.Run<bool>([hash = token.second](core::State& s, store::Batch& b) -> Result<bool> {
-          if (s.agents().Find(kNode)) {
-            TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
-            return true;
-          }
-          auto created = s.CreateAgentNode(kNode, {{"demo", "true"}},
-                                           catalog::SharingMode::kExclusive, hash, b);
-          if (!created.ok()) return created.status();
+    auto attached = core.Run<bool>(
+        [name = n.name, hash = token.second](core::State& s, store::Batch&) -> Result<bool> {
+          Status st = s.AttachSimulatedAgent(name, hash);
+          if (!st.ok()) return st;
           return true;
         });
-    if (!joined.ok()) return joined.status();
-    TESSERA_ASSIGN_OR_RETURN(auto gpus,
-                             agent::SimBackend::Create(catalog, "H100-80GB:8", kNode, 42));
-    agent::WorkloadSupervisor::Options wopts;
-    wopts.work_dir = data_dir + "/agent-" + kNode;
-    TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(wopts));
-    TESSERA_ASSIGN_OR_RETURN(agent::Transport transport, agent::HttpTransport(url, token.first));
-    auto demo = std::unique_ptr<DemoAgent>(new DemoAgent());
-    demo->agent_ = std::make_unique<agent::Agent>(agent::AgentOptions{}, std::move(transport),
-                                                  std::move(gpus), std::move(workloads));
-    demo->thread_ = std::thread([a = demo->agent_.get()] {
-      if (Status s = a->Run(); !s.ok()) spdlog::error("the demo's agent stopped: {}", s.message());
-    });
-    return demo;
+    if (!attached.ok()) return attached.status();
+    std::unique_ptr<agent::GpuBackend> gpus;
+    if (n.gpus > 0) {
+      TESSERA_ASSIGN_OR_RETURN(
+          gpus, agent::SimBackend::Create(catalog, fmt::format("{}:{}", n.gpu_model, n.gpus),
+                                          n.name, 42, {n.cpu_milli, n.memory_mib, 0}));
+    } else {
+      gpus = std::make_unique<NoGpus>(n.cpu_milli, n.memory_mib);
+    }
+    agent::WorkloadSupervisor::Options w;
+    w.work_dir = data_dir + "/sim-agents/" + n.name;
+    w.cgroup_root = "none";  // One process: limits are a real agent's business.
+    TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(w));
+    agents.Run(std::make_unique<agent::Agent>(agent::AgentOptions{},
+                                              InProcessTransport(server, token.first),
+                                              std::move(gpus), std::move(workloads)),
+               "the simulated agent of " + n.name);
   }
+  agents.AwaitRegistered(std::chrono::seconds(30));
+  spdlog::info("{} simulated agents serve the fleet file's nodes", nodes->size());
+  return Status::Ok();
+}
 
-  ~DemoAgent() {
-    agent_->Stop();
-    thread_.join();
-  }
-
- private:
-  DemoAgent() = default;
-  std::unique_ptr<agent::Agent> agent_;
-  std::thread thread_;
-};
+// The demo's own node: a `tessera agent` in process (the sim backend, 8 H100s) whose instances
+// run as real processes under DATA/agent-demo-local, joined over HTTP like any other node.
+Status StartDemoAgent(InProcessAgents& agents, core::Core& core, const catalog::Catalog& catalog,
+                      const std::string& url, const std::string& data_dir) {
+  static constexpr const char* kNode = "demo-local";
+  // A fresh token each start: only its hash is stored, so the last one cannot be read back.
+  TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
+  auto joined =
+      core.Run<bool>([hash = token.second](core::State& s, store::Batch& b) -> Result<bool> {
+        if (s.agents().Find(kNode)) {
+          TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
+          return true;
+        }
+        auto created =
+            s.CreateAgentNode(kNode, {{"demo", "true"}}, catalog::SharingMode::kExclusive, hash, b);
+        if (!created.ok()) return created.status();
+        return true;
+      });
+  if (!joined.ok()) return joined.status();
+  TESSERA_ASSIGN_OR_RETURN(auto gpus, agent::SimBackend::Create(catalog, "H100-80GB:8", kNode, 42));
+  agent::WorkloadSupervisor::Options wopts;
+  wopts.work_dir = data_dir + "/agent-" + kNode;
+  TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(wopts));
+  TESSERA_ASSIGN_OR_RETURN(agent::Transport transport, agent::HttpTransport(url, token.first));
+  agents.Run(std::make_unique<agent::Agent>(agent::AgentOptions{}, std::move(transport),
+                                            std::move(gpus), std::move(workloads)),
+             "the demo's agent");
+  return Status::Ok();
+}
 
 int RunServer(const ServerFlags& flags) {
   auto listen = ParseListen(flags.listen);
@@ -355,17 +351,16 @@ int RunServer(const ServerFlags& flags) {
                  "--tls-cert and --tls-key, or listen on 127.0.0.1 behind a TLS proxy.\n";
   }
   server.Start(core.get());
-  std::unique_ptr<SimAgents> sim_agents;
+  InProcessAgents agents;
   if (flags.sim_agents || flags.demo) {
-    auto started_sims = SimAgents::Start(*core, server, *catalog, flags.data);
-    if (!started_sims.ok()) return Fail(started_sims.status());
-    sim_agents = std::move(*started_sims);
+    if (Status st = StartSimAgents(agents, *core, server, *catalog, flags.data); !st.ok()) {
+      return Fail(st);
+    }
   }
-  std::unique_ptr<DemoAgent> demo_agent;
   if (flags.demo) {
-    auto started_agent = DemoAgent::Start(*core, *catalog, url, flags.data);
-    if (!started_agent.ok()) return Fail(started_agent.status());
-    demo_agent = std::move(*started_agent);
+    if (Status st = StartDemoAgent(agents, *core, *catalog, url, flags.data); !st.ok()) {
+      return Fail(st);
+    }
   }
   // Announced once the simulated agents serve their nodes, so what is listed can run.
   std::cout << "tessera server listening on " << url << " (data in " << flags.data << ")\n";
@@ -388,8 +383,7 @@ int RunServer(const ServerFlags& flags) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("stopping on signal {}", sig);
-  demo_agent.reset();
-  sim_agents.reset();
+  agents.StopAll();
   server.Stop();
   return kExitOk;
 }

@@ -1,9 +1,9 @@
 #include "common/text.h"
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
 #include <cctype>
-#include <openssl/evp.h>
 
 namespace tessera {
 
@@ -128,7 +128,8 @@ std::optional<std::string> Base64Decode(std::string_view text) {
   if (text.size() % 4 != 0) return std::nullopt;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    const bool pad_ok = c == '=' && i + 2 >= text.size() && (i + 1 == text.size() || text[i + 1] == '=');
+    const bool pad_ok =
+        c == '=' && i + 2 >= text.size() && (i + 1 == text.size() || text[i + 1] == '=');
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && !pad_ok) {
       return std::nullopt;
     }

@@ -547,19 +547,13 @@ void State::Release(Instance& inst) {
 }
 
 void State::Displace(Instance& inst, const std::string& why, store::Batch& batch) {
+  Release(inst);
   if (inst.state == InstanceState::kStopping) {
-    Release(inst);
     Transition(inst, InstanceState::kTerminated, why + " while it was stopping");
   } else if (inst.billing == Billing::kSpot) {
-    Release(inst);
     EndPreempted(inst, why);
   } else {
-    Release(inst);
-    ++inst.restarts;
-    inst.started_at.reset();
-    inst.enqueued_at = clock_->Now();
-    Transition(inst, InstanceState::kPending, why + "; restarting");
-    queue_.Push(inst);
+    Requeue(inst, why);
   }
   Save(inst, batch);
 }

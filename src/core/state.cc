@@ -320,13 +320,15 @@ void State::Evict(Instance& v, store::Batch& batch) {
 void State::EndPreempted(Instance& v, const std::string& why) {
   Transition(v, InstanceState::kPreempted, why);
   v.preempted_at = clock_->Now();
-  if (v.restart) {
-    ++v.restarts;
-    v.started_at.reset();
-    v.enqueued_at = clock_->Now();
-    Transition(v, InstanceState::kPending, why + "; restarting");
-    queue_.Push(v);  // Untried: it may fit elsewhere at once.
-  }
+  if (v.restart) Requeue(v, why);
+}
+
+void State::Requeue(Instance& inst, const std::string& why) {
+  ++inst.restarts;
+  inst.started_at.reset();
+  inst.enqueued_at = clock_->Now();
+  Transition(inst, InstanceState::kPending, why + "; restarting");
+  queue_.Push(inst);  // Untried: it may fit elsewhere at once.
 }
 
 Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& tenants,

@@ -206,6 +206,8 @@ class State {
   void Evict(Instance& victim, store::Batch& batch);
   // A spot instance lost its capacity: preempted, and queued again when it restarts.
   void EndPreempted(Instance& inst, const std::string& why);
+  // `inst`, which holds no capacity, waits again as its next attempt (restarts + 1).
+  void Requeue(Instance& inst, const std::string& why);
   // Gives the victims notice (joined nodes): they stop at preempt_at, then free the capacity.
   void GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom, store::Batch& batch);
   void Book(Instance& inst, const fleet::Assignment& a);
