@@ -21,48 +21,35 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 // A `tessera agent` child process, its output in a file.
-class AgentProcess {
+class AgentProcess : public testing::ChildProcess {
  public:
   AgentProcess(const std::string& url, const std::string& token, const std::string& work_dir,
                const std::string& log, const std::string& gpus = "H100-80GB:2",
-               const std::vector<std::string>& extra = {}) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      std::vector<std::string> all = {testing::TesseraBinary(),
-                                      "agent",
-                                      "--server",
-                                      url,
-                                      "--token",
-                                      token,
-                                      "--backend",
-                                      "sim",
-                                      "--sim-gpus",
-                                      gpus,
-                                      "--work-dir",
-                                      work_dir,
-                                      "--cgroup-root",
-                                      "none"};
-      all.insert(all.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (auto& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~AgentProcess() { Kill(SIGKILL); }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
+               const std::vector<std::string>& extra = {})
+      : ChildProcess(Args(url, token, work_dir, gpus, extra), log) {}
+  void Kill(int sig) { Stop(sig); }
 
  private:
-  pid_t pid_ = -1;
+  static std::vector<std::string> Args(const std::string& url, const std::string& token,
+                                       const std::string& work_dir, const std::string& gpus,
+                                       const std::vector<std::string>& extra) {
+    std::vector<std::string> all = {testing::TesseraBinary(),
+                                    "agent",
+                                    "--server",
+                                    url,
+                                    "--token",
+                                    token,
+                                    "--backend",
+                                    "sim",
+                                    "--sim-gpus",
+                                    gpus,
+                                    "--work-dir",
+                                    work_dir,
+                                    "--cgroup-root",
+                                    "none"};
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  }
 };
 
 std::string ReadFile(const std::string& path) {
@@ -223,6 +210,37 @@ TEST_F(AgentTest, FaultsInjectedIntoSimulatedGpusShowInTheNodesTelemetry) {
   auto bad = Post("/v1/nodes/gpu-01/faults", kAdminToken, {{"fault", "melt:0"}});
   EXPECT_EQ(bad.status, 400) << bad.raw;
   EXPECT_EQ(Post("/v1/nodes/nowhere/faults", kAdminToken, {{"fault", "lost:0"}}).status, 404);
+}
+
+TEST_F(AgentTest, AnAgentServesItsNodesSeriesAsDcgmExporterWould) {
+  const int port = testing::FreeTcpPort();
+  Join("gpu-01", "H100-80GB:2", "exclusive",
+       {"--metrics-listen", fmt::format("127.0.0.1:{}", port)});
+  httplib::Client agent(fmt::format("http://127.0.0.1:{}", port));
+  const std::string id = Create(H100(1, "on_demand"), "sleep 30");
+  ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+  const std::string uuid = Instance(id)["gpus"][0].value("uuid", "");
+  std::string text;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto r = agent.Get("/metrics");  // No token, as dcgm-exporter: a node-local address.
+        text = r && r->status == 200 ? r->body : "";
+        return text.find("tessera_instance=\"" + id + "\"") != std::string::npos;
+      },
+      10s))
+      << text;
+  auto r = agent.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(text.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\""), std::string::npos) << text;
+  EXPECT_NE(text.find("UUID=\"" + uuid + "\""), std::string::npos) << text;
+  EXPECT_NE(text.find("Hostname=\"gpu-01\""), std::string::npos) << text;
+  // The other GPU is idle: its series has no instance.
+  EXPECT_NE(text.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""), std::string::npos);
+  auto problems = testing::PromtoolProblems(text);
+  if (problems) {
+    EXPECT_EQ(*problems, "");
+  }
 }
 
 TEST_F(AgentTest, ExitCodesEndInstancesAndTheirLogsComeBack) {

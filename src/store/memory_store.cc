@@ -15,8 +15,8 @@ class MemoryStore final : public Store {
     for (const TenantRecord& t : batch.tenants) {
       for (const auto& [id, other] : tenants_) {
         if (id != t.id && other.name == t.name) {
-          return Status::DataLoss(fmt::format("writing tenant {}: name '{}' is taken", t.id,
-                                              t.name));
+          return Status::DataLoss(
+              fmt::format("writing tenant {}: name '{}' is taken", t.id, t.name));
         }
       }
     }
@@ -27,6 +27,7 @@ class MemoryStore final : public Store {
       audit_.push_back(std::move(a));
     }
     for (const auto& [k, v] : batch.settings) settings_[k] = v;
+    for (const std::string& k : batch.deleted_settings) settings_.erase(k);
     return Status::Ok();
   }
 

@@ -107,6 +107,7 @@ class SqliteStore final : public Store {
     TESSERA_RETURN_IF_ERROR(PrepareOne(
         "INSERT INTO audit(at,actor,action,target,status,detail) VALUES(?1,?2,?3,?4,?5,?6)",
         put_audit_));
+    TESSERA_RETURN_IF_ERROR(PrepareOne("DELETE FROM settings WHERE key=?1", delete_setting_));
     return PrepareOne(
         "INSERT INTO settings(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET "
         "value=excluded.value",
@@ -249,6 +250,11 @@ class SqliteStore final : public Store {
       put_setting_.Bind(2, v);
       TESSERA_RETURN_IF_ERROR(StepDone(put_setting_, "writing setting " + k));
     }
+    for (const std::string& k : b.deleted_settings) {
+      delete_setting_.Reset();
+      delete_setting_.Bind(1, k);
+      TESSERA_RETURN_IF_ERROR(StepDone(delete_setting_, "deleting setting " + k));
+    }
     return Status::Ok();
   }
 
@@ -302,7 +308,7 @@ class SqliteStore final : public Store {
   Connection conn_;
   sqlite3* db_;
   std::string path_;
-  Stmt put_tenant_, put_instance_, put_audit_, put_setting_;
+  Stmt put_tenant_, put_instance_, put_audit_, put_setting_, delete_setting_;
 };
 
 }  // namespace

@@ -50,8 +50,10 @@ struct Batch {
   std::vector<InstanceRecord> instances;  // Upserted by id.
   std::vector<AuditRecord> audit;         // Appended; seq is ignored and assigned.
   std::vector<std::pair<std::string, std::string>> settings;  // Upserted by key.
+  std::vector<std::string> deleted_settings;                  // After the upserts.
   bool empty() const {
-    return tenants.empty() && instances.empty() && audit.empty() && settings.empty();
+    return tenants.empty() && instances.empty() && audit.empty() && settings.empty() &&
+           deleted_settings.empty();
   }
 };
 

@@ -1,6 +1,10 @@
 #include "testing/testing.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -199,6 +203,79 @@ double CpuSeconds(int pid) {
     if (i >= 12) ticks += std::stod(field);
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& log,
+                           const std::vector<std::pair<std::string, std::string>>& env) {
+  pid_ = fork();
+  if (pid_ != 0) return;
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  std::vector<std::string> copy = argv;
+  std::vector<char*> args;
+  for (auto& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+int ChildProcess::Stop(int signal) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, signal);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::optional<std::string> PromtoolProblems(const std::string& exposition) {
+  if (access("/usr/bin/promtool", X_OK) != 0) return std::nullopt;
+  TempDir dir;
+  const std::string file = dir.Write("metrics.txt", exposition);
+  const std::string cmd = "/usr/bin/promtool check metrics < " + file + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "cannot run promtool";
+  std::string report;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) report.append(buf, n);
+  const int status = pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  // Exit 3 is lint only; anything else but 0 is a failure to parse.
+  if (code != 0 && code != 3) return "promtool exit " + std::to_string(code) + ": " + report;
+  std::string problems;
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    const bool dcgm = line.rfind("DCGM_", 0) == 0 || line.rfind("tessera_gpu_", 0) == 0 ||
+                      line.rfind("tessera_node_ready", 0) == 0;
+    const bool naming =
+        line.find("label names should be written in 'snake_case'") != std::string::npos ||
+        line.find("counter metrics should have \"_total\" suffix") != std::string::npos ||
+        line.find("metric names should be written in 'snake_case'") != std::string::npos;
+    if (line.empty() || (dcgm && naming)) continue;
+    problems += line + "\n";
+  }
+  return problems;
 }
 
 }  // namespace tessera::testing

@@ -3,9 +3,11 @@
 // how to get them when they are absent.
 #pragma once
 
+#include <csignal>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tessera::testing {
@@ -53,6 +55,33 @@ CommandResult RunTessera(const std::vector<std::string>& args, const std::string
 // Writes a self-signed certificate for 127.0.0.1 (and localhost) and its key into `dir`, with
 // the openssl command, and sets their paths. False when openssl fails.
 bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key);
+
+// A free TCP port on 127.0.0.1 (bound and released: another process could take it first, which
+// tests accept).
+int FreeTcpPort();
+
+// A child process (argv[0] a path) whose stdout and stderr go to `log` (appended); killed with
+// SIGKILL when the object dies, unless stopped before.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log,
+               const std::vector<std::pair<std::string, std::string>>& env = {});
+  ~ChildProcess() { Stop(SIGKILL); }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  // Sends `signal` and waits; returns the exit status (128+N for signal N), -1 if not running.
+  int Stop(int signal);
+  int pid() const { return pid_; }
+
+ private:
+  int pid_ = -1;
+};
+
+// Runs `promtool check metrics` (Debian's prometheus package) on `exposition`. Returns the
+// problems promtool reports that are not dcgm-exporter's own naming (camelCase labels such as
+// modelName, counters without _total): empty when the text parses and lints clean apart from
+// those. nullopt when promtool is not installed.
+std::optional<std::string> PromtoolProblems(const std::string& exposition);
 
 // The CPU seconds (user + system) process `pid` has used, from /proc.
 double CpuSeconds(int pid);
