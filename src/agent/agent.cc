@@ -88,29 +88,6 @@ json InventoryJson(const Inventory& inv) {
           {"gpus", std::move(gpus)},    {"nvlink_islands", inv.nvlink_islands}};
 }
 
-json TelemetryJson(const Telemetry& t) {
-  json gpus = json::array();
-  for (const GpuSample& s : t.gpus) {
-    gpus.push_back({{"index", s.index},
-                    {"gpu_util", s.gpu_util},
-                    {"mem_copy_util", s.mem_copy_util},
-                    {"memory_used_mib", s.memory_used_mib},
-                    {"memory_total_mib", s.memory_total_mib},
-                    {"temperature_c", s.temperature_c},
-                    {"power_w", s.power_w},
-                    {"sm_clock_mhz", s.sm_clock_mhz},
-                    {"mem_clock_mhz", s.mem_clock_mhz},
-                    {"pcie_tx_kib_s", s.pcie_tx_kib_s},
-                    {"pcie_rx_kib_s", s.pcie_rx_kib_s},
-                    {"ecc_sbe_total", s.ecc_sbe_total},
-                    {"ecc_dbe_total", s.ecc_dbe_total},
-                    {"lost", s.lost}});
-  }
-  json xids = json::array();
-  for (const XidEvent& x : t.xids) xids.push_back({{"gpu", x.gpu}, {"code", x.code}});
-  return {{"gpus", std::move(gpus)}, {"xids", std::move(xids)}};
-}
-
 Result<Transport> HttpTransport(const std::string& url, const std::string& token,
                                 const std::string& ca_file) {
   auto client = std::make_shared<httplib::Client>(url);
@@ -178,8 +155,28 @@ Status Agent::Register() {
   TESSERA_ASSIGN_OR_RETURN(json desired, Exchange("/v1/agent/register", body, kSlack));
   node_ = desired.value("node", "");
   seq_ = 0;
+  {
+    std::lock_guard lock(metrics_mu_);
+    metrics_node_ = telemetry::NodeInfo{node_, inv.driver_version, {}};
+    for (const GpuInfo& g : inv.gpus) {
+      metrics_node_.gpus.push_back({g.index, g.uuid, g.name, g.pci_bus_id, g.mig_enabled});
+    }
+  }
   registered_ = true;
   return Status::Ok();
+}
+
+std::string Agent::MetricsText() const {
+  std::vector<telemetry::Target> targets;
+  {
+    std::lock_guard lock(metrics_mu_);
+    if (metrics_node_.hostname.empty()) return "";
+    telemetry::NodeTargets(metrics_node_, metrics_sample_ ? &*metrics_sample_ : nullptr,
+                           metrics_holders_, true, targets);
+  }
+  std::string out;
+  telemetry::RenderExposition(targets, out);
+  return out;
 }
 
 Result<json> Agent::Exchange(const std::string& path, const json& body, milliseconds timeout) {
@@ -254,8 +251,12 @@ json Agent::Report(milliseconds wait) {
   // dcgm-exporter's default 30 s), and at once when a GPU reports an XID event.
   // An injected fault shows in the next report too.
   auto t = gpus_->Sample();
+  if (t.ok()) {
+    std::lock_guard lock(metrics_mu_);
+    metrics_sample_ = *t;
+  }
   if (t.ok() && (seq_ % kTelemetryEvery == 1 || !t->xids.empty() || telemetry_due_)) {
-    body["telemetry"] = TelemetryJson(*t);
+    body["telemetry"] = telemetry::ToJson(*t);
     telemetry_due_ = false;
   }
   return body;
@@ -309,6 +310,8 @@ void Agent::Apply(const json& desired) {
                          : empty;
   std::set<std::string> wanted;
   std::map<int, int> load;  // GPU index -> milli-GPU its workloads hold.
+  std::vector<MigLoad> mig_loads;
+  std::vector<telemetry::Holder> holders;
   for (const json& w : list) {
     if (!w.is_object()) continue;
     const std::string id = w.value("id", "");
@@ -364,7 +367,15 @@ void Agent::Apply(const json& desired) {
     }
     if (action == "run" && w.contains("gpu_load") && w["gpu_load"].is_array()) {
       for (const json& g : w["gpu_load"]) {
-        if (g.is_object()) load[g.value("index", 0)] += g.value("milli", 0);
+        if (!g.is_object()) continue;
+        load[g.value("index", 0)] += g.value("milli", 0);
+        holders.push_back(telemetry::Holder{g.value("index", 0), id, w.value("tenant", ""),
+                                            g.value("milli", 1000), g.value("mig_profile", ""),
+                                            g.value("mig_start", 0), -1});
+        if (g.contains("mig_profile")) {
+          mig_loads.push_back(MigLoad{g.value("index", 0), g.value("mig_start", 0),
+                                      g.value("mig_profile", ""), 1000});
+        }
       }
     }
   }
@@ -391,6 +402,9 @@ void Agent::Apply(const json& desired) {
     ++it;
   }
   for (int g = 0; g < gpu_count_; ++g) gpus_->SetLoad(g, std::min(1000, load[g]));
+  gpus_->SetMigLoads(std::move(mig_loads));
+  std::lock_guard lock(metrics_mu_);
+  metrics_holders_ = std::move(holders);
 }
 
 Status Agent::Run() {

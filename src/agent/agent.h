@@ -15,13 +15,16 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "agent/gpu_backend.h"
 #include "agent/workload.h"
 #include "common/result.h"
+#include "telemetry/series.h"
 
 namespace tessera::agent {
 
@@ -69,6 +72,9 @@ class Agent {
   const std::string& node() const { return node_; }
   // True once a registration succeeded (any thread).
   bool registered() const { return registered_; }
+  // This node's GPU series in dcgm-exporter's format, from the latest sample, labelled with the
+  // instances the server placed here (`tessera agent --metrics-listen`). Any thread.
+  std::string MetricsText() const;
 
  private:
   struct Known {
@@ -102,12 +108,16 @@ class Agent {
   uint64_t generation_ = 0;
   std::chrono::milliseconds lease_{5000};
   int gpu_count_ = 0;
-  int64_t last_fault_ = 0;
-  bool telemetry_due_ = false;  // Send telemetry with the next report, whatever its turn. // The
-                                // last fault the server asked for that was injected.
+  int64_t last_fault_ = 0;              // The last fault the server asked for that was injected.
+  bool telemetry_due_ = false;          // Send telemetry with the next report, whatever its turn.
   std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
+  // What MetricsText renders, as the agent loop last saw it.
+  mutable std::mutex metrics_mu_;
+  telemetry::NodeInfo metrics_node_;                    // Guarded by metrics_mu_.
+  std::optional<telemetry::Telemetry> metrics_sample_;  // Guarded by metrics_mu_.
+  std::vector<telemetry::Holder> metrics_holders_;      // Guarded by metrics_mu_.
 };
 
 // The workload key of an instance's attempt, and back.
@@ -116,6 +126,5 @@ bool ParseWorkloadKey(const std::string& key, std::string& instance, int& attemp
 
 // An inventory as the server's registration takes it.
 nlohmann::json InventoryJson(const Inventory& inv);
-nlohmann::json TelemetryJson(const Telemetry& t);
 
 }  // namespace tessera::agent

@@ -16,6 +16,7 @@
 
 #include "catalog/catalog.h"
 #include "common/result.h"
+#include "telemetry/sample.h"
 
 namespace tessera::agent {
 
@@ -48,34 +49,18 @@ struct Inventory {
   int64_t memory_mib = 0;  // The host's RAM.
 };
 
-// An XID error the driver reported for a GPU (e.g. 79: the GPU fell off the bus).
-struct XidEvent {
-  int gpu = 0;  // -1 when the driver names a device that is none of the node's GPUs.
-  int64_t code = 0;
-};
+// The readings a backend takes are telemetry's types (telemetry/sample.h).
+using telemetry::GpuSample;
+using telemetry::MigSample;
+using telemetry::Telemetry;
+using telemetry::XidEvent;
 
-// One GPU's telemetry: DCGM's fields (DCGM_FI_DEV_*), read through NVML. A field the GPU does not
-// support reads 0.
-struct GpuSample {
-  int index = 0;
-  double gpu_util = 0;       // Percent of time a kernel ran (DCGM_FI_DEV_GPU_UTIL).
-  double mem_copy_util = 0;  // Percent of time memory was read or written.
-  int64_t memory_used_mib = 0;
-  int64_t memory_total_mib = 0;
-  double temperature_c = 0;
-  double power_w = 0;
-  int64_t sm_clock_mhz = 0;
-  int64_t mem_clock_mhz = 0;
-  int64_t pcie_tx_kib_s = 0;
-  int64_t pcie_rx_kib_s = 0;
-  int64_t ecc_sbe_total = 0;  // Corrected (single-bit) errors since the driver loaded.
-  int64_t ecc_dbe_total = 0;  // Uncorrected (double-bit) errors since the driver loaded.
-  bool lost = false;          // The GPU stopped answering (NVML_ERROR_GPU_IS_LOST).
-};
-
-struct Telemetry {
-  std::vector<GpuSample> gpus;
-  std::vector<XidEvent> xids;  // Events since the previous Sample.
+// What the workloads on one MIG instance use, in milli-GPU of that instance (0..1000).
+struct MigLoad {
+  int gpu = 0;
+  int start = 0;
+  std::string profile;
+  int milli = 0;
 };
 
 class GpuBackend {
@@ -90,6 +75,9 @@ class GpuBackend {
   // What the workloads on `gpu` use, in milli-GPU (0..1000), so a simulated GPU's utilization
   // follows its load; the NVML backend ignores it, as the real GPU reports its own.
   virtual void SetLoad(int /*gpu*/, int /*milli*/) {}
+  // Every MIG instance's load (replacing the previous set), so a simulated MIG instance reports
+  // readings of its own; the NVML backend ignores it.
+  virtual void SetMigLoads(std::vector<MigLoad> /*loads*/) {}
   // Injects a fault for tests and demos: "xid" (with `code`), "overheat", "cool" or "lost".
   // Only the sim backend does; a real GPU's faults are its own.
   virtual Status InjectFault(const std::string& kind, int /*gpu*/, int64_t /*code*/) {

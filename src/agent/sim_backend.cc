@@ -20,6 +20,7 @@ constexpr double kIdlePowerShare = 0.10;  // Of TDP.
 constexpr double kNoisePercent = 2;       // Utilization noise of a loaded GPU, +/- percent.
 constexpr double kMemCopyShare = 0.6;     // Memory-copy utilization per utilization percent.
 constexpr double kMemoryUsedAtFullLoad = 0.9;
+constexpr double kTensorShare = 0.6;  // Tensor pipe activity per unit of engine activity.
 constexpr int64_t kIdleSmClockMhz = 345;
 constexpr int64_t kBoostSmClockMhz = 1980;
 constexpr int64_t kMemClockMhz = 1593;
@@ -119,7 +120,7 @@ Result<std::unique_ptr<SimBackend>> SimBackend::Create(const catalog::Catalog& c
     }
   }
   return std::unique_ptr<SimBackend>(
-      new SimBackend(model->tdp_watts, std::move(sim), host, seed ^ Fnv1a(node_name)));
+      new SimBackend(model->tdp_watts, model->mig, std::move(sim), host, seed ^ Fnv1a(node_name)));
 }
 
 Status SimBackend::InjectFault(const std::string& kind, int gpu, int64_t code) {
@@ -129,8 +130,9 @@ Status SimBackend::InjectFault(const std::string& kind, int gpu, int64_t code) {
   return Status::InvalidArgument("fault '" + kind + "' is not xid, overheat, cool or lost");
 }
 
-SimBackend::SimBackend(int tdp_watts, std::vector<SimGpu> gpus, SimHost host, uint64_t seed)
-    : tdp_watts_(tdp_watts), host_(host), gpus_(std::move(gpus)), rng_(seed) {
+SimBackend::SimBackend(int tdp_watts, const mig::Table* mig, std::vector<SimGpu> gpus, SimHost host,
+                       uint64_t seed)
+    : tdp_watts_(tdp_watts), mig_(mig), host_(host), gpus_(std::move(gpus)), rng_(seed) {
   std::vector<GpuInfo> infos;
   for (const SimGpu& g : gpus_) infos.push_back(g.info);
   islands_ = NvlinkIslands(infos);
@@ -181,6 +183,22 @@ Result<Telemetry> SimBackend::Sample() {
     s.mem_clock_mhz = kMemClockMhz;
     s.pcie_tx_kib_s = std::llround(static_cast<double>(kPcieTxKibPerPercent) * util);
     s.pcie_rx_kib_s = std::llround(static_cast<double>(kPcieRxKibPerPercent) * util);
+    s.gr_engine_active = u;
+    s.tensor_active = kTensorShare * u;
+    for (const MigLoad& l : mig_loads_) {
+      const mig::Profile* p = mig_ ? mig_->Find(l.profile) : nullptr;
+      if (l.gpu != g.info.index || !g.info.mig_enabled || !p) continue;
+      const double share = l.milli / 1000.0;
+      MigSample m;
+      m.start = l.start;
+      m.profile = l.profile;
+      m.fb_total_mib = p->memory_mib;
+      m.fb_used_mib =
+          std::llround(kMemoryUsedAtFullLoad * share * static_cast<double>(p->memory_mib));
+      m.gr_engine_active = share;
+      m.tensor_active = kTensorShare * share;
+      s.mig.push_back(std::move(m));
+    }
     t.gpus.push_back(s);
   }
   t.xids = std::move(xids_);
@@ -192,6 +210,12 @@ void SimBackend::SetLoad(int gpu, int milli) {
   std::lock_guard lock(mu_);
   if (!CheckGpu(gpu).ok()) return;
   gpus_[static_cast<size_t>(gpu)].load_milli = std::clamp(milli, 0, 1000);
+}
+
+void SimBackend::SetMigLoads(std::vector<MigLoad> loads) {
+  std::lock_guard lock(mu_);
+  for (MigLoad& l : loads) l.milli = std::clamp(l.milli, 0, 1000);
+  mig_loads_ = std::move(loads);
 }
 
 Status SimBackend::CheckGpu(int gpu) const {

@@ -50,6 +50,8 @@ class SimBackend final : public GpuBackend {
   Result<Telemetry> Sample() override;
   // Load in milli-GPU, clamped to 0..1000; an unknown `gpu` is ignored.
   void SetLoad(int gpu, int milli) override;
+  // MIG instances of a profile the model lacks, or on a GPU not in MIG mode, are ignored.
+  void SetMigLoads(std::vector<MigLoad> loads) override;
   Status InjectFault(const std::string& kind, int gpu, int64_t code) override;
 
   // Fault injection. Each returns InvalidArgument naming `gpu` when there is no such GPU.
@@ -69,18 +71,21 @@ class SimBackend final : public GpuBackend {
     bool lost = false;
   };
 
-  SimBackend(int tdp_watts, std::vector<SimGpu> gpus, SimHost host, uint64_t seed);
+  SimBackend(int tdp_watts, const mig::Table* mig, std::vector<SimGpu> gpus, SimHost host,
+             uint64_t seed);
   Status CheckGpu(int gpu) const;  // Caller holds mu_.
   // Uniform in [-1, 1) from the seeded generator. Caller holds mu_.
   double Noise();
 
   const int tdp_watts_;
+  const mig::Table* mig_;  // The model's MIG profiles; null without MIG.
   const SimHost host_;
   std::vector<std::vector<int>> islands_;
   mutable std::mutex mu_;
-  std::vector<SimGpu> gpus_;    // Guarded by mu_.
-  std::vector<XidEvent> xids_;  // Guarded by mu_: queued for the next Sample.
-  uint64_t rng_;                // Guarded by mu_.
+  std::vector<SimGpu> gpus_;        // Guarded by mu_.
+  std::vector<XidEvent> xids_;      // Guarded by mu_: queued for the next Sample.
+  std::vector<MigLoad> mig_loads_;  // Guarded by mu_.
+  uint64_t rng_;                    // Guarded by mu_.
 };
 
 // "GPU-" and 32 hex digits grouped 8-4-4-4-12, as NVML writes UUIDs, derived from `node_name`
