@@ -5,16 +5,20 @@
 //     the body (it goes into a JSON answer, the audit log and an operator's terminal), and is
 //     bounded in size whatever was sent;
 //   - what a codec accepts is within the documented bounds.
-// The agent protocol's bodies (registration, reports) are fuzzed the same way.
+// The agent protocol's bodies (registration, reports, telemetry) and alert rules are fuzzed the
+// same way.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "alerts/rule.h"
 #include "api/codec.h"
 #include "common/json.h"
 #include "common/text.h"
 #include "core/labels.h"
 #include "fuzz/fuzz_util.h"
+#include "telemetry/sample.h"
+#include "telemetry/series.h"
 
 namespace tessera::fuzz {
 namespace {
@@ -72,6 +76,25 @@ void FuzzBody(const std::string& text) {
     for (const auto& log : r->logs) {
       Check(log.data.size() <= (256u << 10), "a log chunk over 256 KiB was accepted");
     }
+  } else {
+    CheckMessage(r.status());
+  }
+  // Alert rules (a tenant's or the admin's), and an agent's telemetry alone.
+  if (auto r = alerts::ParseRule(*body, true); r.ok()) {
+    Check(r->notify.size() <= 16 && r->matchers.size() <= 16, "too many entries were accepted");
+    Check(r->for_seconds >= 0 && r->keep_firing_for_seconds >= 0, "a negative duration");
+    (void)DumpJson(alerts::RuleJson(*r));
+  } else {
+    CheckMessage(r.status());
+  }
+  if (auto r = telemetry::FromJson(*body); r.ok()) {
+    Check(r->gpus.size() <= 64 && r->xids.size() <= 256, "too many entries were accepted");
+    std::vector<telemetry::Target> targets;
+    telemetry::NodeInfo node{
+        "n", "d", {{0, "GPU-0", "x", "b", true}, {1, "GPU-1", "x", "b", false}}};
+    telemetry::NodeTargets(node, &*r, {{0, "i", "t", 1000, "1g.10gb", 0, -1}}, true, targets);
+    std::string out;
+    telemetry::RenderExposition(targets, out);
   } else {
     CheckMessage(r.status());
   }

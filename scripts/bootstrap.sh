@@ -10,6 +10,7 @@ packages=(
   libcpp-httplib-dev libsqlite3-dev libssl-dev libpq-dev libboost1.81-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  prometheus prometheus-alertmanager
 )
 
 missing=()

@@ -1,4 +1,4 @@
-// The operator's routes (nodes, the audit log, metrics) and the health checks.
+// The operator's routes (nodes, the audit log) and the health checks.
 #include <fmt/format.h>
 
 #include "api/api.h"
@@ -147,24 +147,6 @@ void AddObservabilityRoutes(Api& table) {
               if (!api.ready())
                 return api.Reply(*call, ErrorResponse(503, "unavailable", "starting"));
               api.Reply(*call, JsonResponse(200, {{"status", "ready"}}));
-            });
-  // Metrics name tenants and count their instances, so only the operator may read them
-  // (Prometheus sends the admin token with `authorization: {credentials: ...}`).
-  table.Add("GET", "/metrics", Access::kAdmin, BodyKind::kNone, false,
-            [](Api& api, std::shared_ptr<Call> call) {
-              Api* a = &api;
-              api.core().Submit<std::string>(
-                  [call, a](core::State& s, store::Batch&) -> Result<std::string> {
-                    TESSERA_RETURN_IF_ERROR(s.tenants().Authenticate(call->token_hash).status());
-                    return a->metrics().Render(s, a->http_stats());
-                  },
-                  [call, a](Result<std::string> text) {
-                    if (!text.ok()) return a->ReplyError(*call, text.status());
-                    HttpResponse r;
-                    r.content_type = "text/plain; version=0.0.4";
-                    r.body = std::move(*text);
-                    a->Reply(*call, std::move(r));
-                  });
             });
   table.Add("GET", "/v1/audit", Access::kAdmin, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {

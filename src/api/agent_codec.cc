@@ -5,6 +5,7 @@
 #include "api/codec.h"
 #include "common/json.h"
 #include "common/text.h"
+#include "telemetry/sample.h"
 
 namespace tessera::api {
 
@@ -96,10 +97,13 @@ Result<core::AgentSync> ParseSync(json& body) {
     if (s.limits_note.size() > 512) limits.Fail("note", "is longer than 512 bytes");
   }
   if (const json* t = f.Get("telemetry", false)) {
-    if (!t->is_object()) {
-      f.Fail("telemetry", "expected an object");
+    auto parsed = telemetry::FromJson(*t);
+    if (!parsed.ok()) {
+      std::string why = parsed.status().message();
+      if (why.rfind("telemetry: ", 0) == 0) why = why.substr(11);
+      f.Fail("telemetry", why);
     } else {
-      s.telemetry = std::make_shared<const json>(std::move(body["telemetry"]));
+      s.telemetry = std::make_shared<const telemetry::Telemetry>(std::move(*parsed));
     }
   }
   const json* workloads = f.Get("workloads", false);

@@ -8,7 +8,10 @@ class Api;
 
 void AddTenantRoutes(Api& api);    // /v1/tenants..., /v1/instance-types
 void AddInstanceRoutes(Api& api);  // /v1/instances...
-void AddAdminRoutes(Api& api);     // /v1/nodes..., /v1/audit, /metrics, /healthz, /readyz
-void AddAgentRoutes(Api& api);     // /v1/agent/... (node tokens)
+void AddAdminRoutes(Api& api);     // /v1/nodes..., /v1/audit, /healthz, /readyz
+// /metrics, /v1/instances/{id}/metrics, /v1/metrics/instances, /v1/nodes/{id}, /v1/alert-rules...,
+// /v1/alerts
+void AddMonitoringRoutes(Api& api);
+void AddAgentRoutes(Api& api);  // /v1/agent/... (node tokens)
 
 }  // namespace tessera::api

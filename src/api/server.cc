@@ -16,6 +16,7 @@ struct ApiServer::Impl {
     AddTenantRoutes(api);
     AddInstanceRoutes(api);
     AddAdminRoutes(api);
+    AddMonitoringRoutes(api);
     AddAgentRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
   }

@@ -1,5 +1,6 @@
 // `tessera agent`: the node agent, run on every GPU server (docs/agent.md).
 #include <fmt/format.h>
+#include <httplib.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +16,7 @@
 #include "cli/cli.h"
 #include "common/auth.h"
 #include "common/text.h"
+#include "telemetry/series.h"
 
 namespace tessera::cli {
 
@@ -32,6 +34,7 @@ struct AgentFlags {
   int sim_mig_gpus = 0;
   std::vector<std::string> sim_faults;
   std::string cgroup_root;
+  std::string metrics_listen;
 };
 
 int Fail(const std::string& message) {
@@ -101,9 +104,27 @@ int RunAgent(const AgentFlags& flags) {
     if (sig != 0) agent.Stop();
   });
   waiter.detach();
+  // This node's GPU series for a Prometheus that scrapes nodes, as dcgm-exporter serves them.
+  httplib::Server metrics;
+  std::thread metrics_thread;
+  if (!flags.metrics_listen.empty()) {
+    auto addr = ParseListen(flags.metrics_listen, "--metrics-listen");
+    if (!addr.ok()) return Fail(addr.status().message());
+    metrics.Get("/metrics", [&agent](const httplib::Request&, httplib::Response& res) {
+      res.set_content(agent.MetricsText(), std::string(telemetry::kExpositionContentType));
+    });
+    if (!metrics.bind_to_port(addr->first, addr->second)) {
+      return Fail(fmt::format("--metrics-listen: cannot listen on {}", flags.metrics_listen));
+    }
+    metrics_thread = std::thread([&metrics] { metrics.listen_after_bind(); });
+  }
   std::cout << "tessera agent: serving " << EscapeForTerminal(server) << " with the "
             << flags.backend << " backend (work in " << flags.work_dir << ")" << std::endl;
   Status s = agent.Run();
+  if (metrics_thread.joinable()) {
+    metrics.stop();
+    metrics_thread.join();
+  }
   if (!s.ok()) return Fail(s.message());
   return kExitOk;
 }
@@ -136,6 +157,10 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
                   "The longest between two reports, in milliseconds")
       ->check(CLI::Range(100, 30'000))
       ->capture_default_str();
+  cmd->add_option("--metrics-listen", flags->metrics_listen,
+                  "Serve this node's GPU series (dcgm-exporter's format) at "
+                  "http://HOST:PORT/metrics; unauthenticated, as dcgm-exporter, so bind it to "
+                  "the node's private address");
   cmd->add_option("--cgroup-root", flags->cgroup_root,
                   "cgroup v2 directory for workloads' limits (default: beside the agent's own; "
                   "'none' to not try)");

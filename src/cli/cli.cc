@@ -1,5 +1,7 @@
 #include "cli/cli.h"
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
@@ -7,6 +9,22 @@
 #include "common/log.h"
 
 namespace tessera::cli {
+
+Result<std::pair<std::string, int>> ParseListen(const std::string& text, const std::string& flag) {
+  const size_t colon = text.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    const std::string p = text.substr(colon + 1);
+    if (!p.empty() && p.size() <= 5 && p.find_first_not_of("0123456789") == std::string::npos) {
+      port = std::stoi(p);
+    }
+  }
+  if (colon == std::string::npos || colon == 0 || port < 0 || port > 65535) {
+    return Status::InvalidArgument(
+        fmt::format("{}: '{}' is not HOST:PORT (e.g. 127.0.0.1:8080)", flag, text));
+  }
+  return std::pair{text.substr(0, colon), port};
+}
 
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <string>
+#include <utility>
+
+#include "common/result.h"
 
 namespace CLI {
 class App;
@@ -31,6 +34,9 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx);
 
 // The environment variable `name`, or `fallback` when it is unset or empty (TESSERA_URL, ...).
 std::string EnvOr(const char* name, const std::string& fallback);
+
+// Splits "HOST:PORT" (the port 0..65535); InvalidArgument naming `flag` otherwise.
+Result<std::pair<std::string, int>> ParseListen(const std::string& text, const std::string& flag);
 
 // Parses argv, runs the chosen command and returns the process exit code.
 int Run(int argc, char** argv);

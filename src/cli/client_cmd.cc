@@ -194,6 +194,44 @@ void PrintInstanceDetail(const json& i) {
 }
 
 // Prints `r` as JSON or through `table`; returns the exit code.
+// `instances top`: one row per GPU (or MIG instance, or share) of each instance.
+void PrintTop(const json& body) {
+  const bool tenants = !body["instances"].empty() && body["instances"][0].contains("tenant");
+  std::vector<std::string> header = {"ID",       "NAME",       "STATE",   "NODE",  "GPU",
+                                     "GPU UTIL", "MEMORY MIB", "POWER W", "TEMP C"};
+  if (tenants) header.insert(header.begin() + 1, "TENANT");
+  Table t(header);
+  for (const json& inst : body["instances"]) {
+    for (const json& g : inst["gpus"]) {
+      std::string gpu = Str(g, "index");
+      if (g.contains("mig_profile")) gpu += " " + Str(g, "mig_profile");
+      if (g.contains("milli_gpu"))
+        gpu += fmt::format(" ({:g})", g["milli_gpu"].get<int>() / 1000.0);
+      const json& l = g["latest"];
+      const bool have = l.is_object() && !l.contains("lost");
+      auto num = [&](const char* key, const char* fmt_spec) -> std::string {
+        if (!have || !l.contains(key) || !l[key].is_number())
+          return l.contains("lost") ? "lost" : "-";
+        return fmt::format(fmt::runtime(fmt_spec), l[key].get<double>());
+      };
+      std::string memory = num("fb_used_mib", "{:.0f}");
+      if (have && l.contains("fb_total_mib")) memory += " / " + Str(l, "fb_total_mib");
+      std::vector<std::string> row = {Str(inst, "id"),
+                                      Str(inst, "name"),
+                                      Str(inst, "state"),
+                                      Str(inst, "node"),
+                                      gpu,
+                                      num("gpu_util", "{:.0f}%"),
+                                      memory,
+                                      num("power_w", "{:.0f}"),
+                                      num("temperature_c", "{:.0f}")};
+      if (tenants) row.insert(row.begin() + 1, Str(inst, "tenant"));
+      t.AddRow(std::move(row));
+    }
+  }
+  t.Print(std::cout);
+}
+
 int Show(const ClientFlags& f, const std::optional<Response>& r,
          const std::function<void(const json&)>& table) {
   if (!r) return kExitFailure;
@@ -294,6 +332,13 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
         "/v1/instances" + (query.empty() ? "" : fmt::format("?{}", fmt::join(query, "&")));
     ctx.exit_code = Show(*f, CallAll(*f, path, "instances"),
                          [](const json& j) { PrintInstances(j["instances"]); });
+  });
+  CLI::App* top = group->add_subcommand(
+      "top", "Show instances with their GPUs' current utilization and memory (an admin sees all)");
+  AddCommon(top, *f);
+  top->callback([f, &ctx] {
+    ctx.exit_code =
+        Show(*f, Call(*f, "GET", "/v1/metrics/instances"), [](const json& j) { PrintTop(j); });
   });
   auto tail = std::make_shared<int>(100);
   auto follow = std::make_shared<bool>(false);
@@ -516,10 +561,118 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
 
 }  // namespace
 
+void PrintAlerts(const json& alerts) {
+  Table t({"STATE", "ALERT", "SEVERITY", "NODE", "GPU", "INSTANCE", "VALUE", "SINCE", "SUMMARY"});
+  for (const json& a : alerts) {
+    const json& l = a["labels"];
+    t.AddRow({Str(a, "state"), Str(l, "alertname"), Str(l, "severity"), Str(l, "Hostname"),
+              Str(l, "gpu"), Str(l, "tessera_instance"),
+              a["value"].is_number() ? fmt::format("{:g}", a["value"].get<double>()) : "-",
+              a["fired_at"].is_string() ? Str(a, "fired_at") : Str(a, "active_at"),
+              Str(a["annotations"], "summary")});
+  }
+  t.Print(std::cout);
+}
+
+void PrintRules(const json& rules) {
+  Table t({"ID", "NAME", "CONDITION", "FOR", "SEVERITY", "MATCHERS", "NOTIFY"});
+  for (const json& r : rules) {
+    std::vector<std::string> matchers, notify;
+    for (const auto& [k, v] : r["matchers"].items())
+      matchers.push_back(k + "=" + v.get<std::string>());
+    for (const json& n : r["notify"])
+      notify.push_back(n.begin().key() + ":" + n.begin()->get<std::string>());
+    t.AddRow(
+        {Str(r, "id"), Str(r, "name"),
+         fmt::format("{} {} {:g}", Str(r, "metric"), Str(r, "op"), r["threshold"].get<double>()),
+         fmt::format("{}s", r["for_seconds"].get<int64_t>()), Str(r, "severity"),
+         matchers.empty() ? "-" : fmt::format("{}", fmt::join(matchers, ",")),
+         notify.empty() ? "-" : fmt::format("{}", fmt::join(notify, " "))});
+  }
+  t.Print(std::cout);
+}
+
+void RegisterAlerts(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ClientFlags>();
+  CLI::App* group = app.add_subcommand("alerts", "Alerts and alert rules (docs/alerts.md)");
+  group->require_subcommand(1);
+  CLI::App* list = group->add_subcommand("list", "List alerts (a tenant sees its own)");
+  AddCommon(list, *f);
+  auto state = std::make_shared<std::string>();
+  list->add_option("--state", *state, "pending, firing or resolved");
+  list->callback([f, state, &ctx] {
+    const std::string path = "/v1/alerts" + (state->empty() ? "" : "?state=" + Encode(*state));
+    ctx.exit_code =
+        Show(*f, Call(*f, "GET", path), [](const json& j) { PrintAlerts(j["alerts"]); });
+  });
+
+  CLI::App* rules = group->add_subcommand("rules", "Create, list and delete alert rules");
+  rules->require_subcommand(1);
+  CLI::App* rlist = rules->add_subcommand("list", "List alert rules");
+  AddCommon(rlist, *f);
+  rlist->callback([f, &ctx] {
+    ctx.exit_code =
+        Show(*f, Call(*f, "GET", "/v1/alert-rules"), [](const json& j) { PrintRules(j["rules"]); });
+  });
+  struct RuleFlags {
+    std::string name, metric, op, severity = "warning", summary;
+    double threshold = 0;
+    int64_t for_seconds = 0, keep_firing_for_seconds = 0;
+    std::vector<std::string> matchers, webhooks, emails;
+  };
+  auto r = std::make_shared<RuleFlags>();
+  CLI::App* create = rules->add_subcommand("create", "Create an alert rule");
+  AddCommon(create, *f);
+  create->add_option("--name", r->name, "The alertname")->required();
+  create->add_option("--metric", r->metric, "A series name, e.g. DCGM_FI_DEV_GPU_TEMP")->required();
+  create->add_option("--op", r->op, "> >= < <= == !=")->required();
+  create->add_option("--threshold", r->threshold, "The value compared with")->required();
+  create->add_option("--for", r->for_seconds, "Seconds the condition must hold before firing");
+  create->add_option("--keep-firing-for", r->keep_firing_for_seconds,
+                     "Seconds an alert keeps firing after the condition stops holding");
+  create->add_option("--severity", r->severity, "critical, warning or info");
+  create->add_option("--summary", r->summary,
+                     "Annotation; may use {{ $value }}, {{ $labels.gpu }}");
+  create->add_option("-m,--match", r->matchers, "LABEL=VALUE the series must carry (repeatable)");
+  create->add_option("--webhook", r->webhooks, "Webhook URL to notify (repeatable)");
+  create->add_option("--email", r->emails, "Address to email (repeatable; needs server --smtp)");
+  create->callback([f, r, &ctx] {
+    auto matchers = KeyValues(r->matchers, "--match");
+    if (!matchers) {
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    json notify = json::array();
+    for (const std::string& w : r->webhooks) notify.push_back({{"webhook", w}});
+    for (const std::string& e : r->emails) notify.push_back({{"email", e}});
+    json body = {{"name", r->name},
+                 {"metric", r->metric},
+                 {"op", r->op},
+                 {"threshold", r->threshold},
+                 {"for_seconds", r->for_seconds},
+                 {"keep_firing_for_seconds", r->keep_firing_for_seconds},
+                 {"severity", r->severity},
+                 {"matchers", *matchers},
+                 {"notify", notify}};
+    if (!r->summary.empty()) body["annotations"] = {{"summary", r->summary}};
+    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/alert-rules", &body),
+                         [](const json& j) { PrintRules(json::array({j})); });
+  });
+  auto id = std::make_shared<std::string>();
+  CLI::App* del = rules->add_subcommand("delete", "Delete an alert rule (its alerts resolve)");
+  AddCommon(del, *f);
+  del->add_option("ID", *id, "The rule's id")->required();
+  del->callback([f, id, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "DELETE", "/v1/alert-rules/" + Encode(*id)),
+                         [](const json& j) { std::cout << "deleted " << Str(j, "id") << "\n"; });
+  });
+}
+
 void RegisterClientCommands(CLI::App& app, Context& ctx) {
   RegisterInstances(app, ctx);
   RegisterTenants(app, ctx);
   RegisterNodes(app, ctx);
+  RegisterAlerts(app, ctx);
 }
 
 }  // namespace tessera::cli

@@ -13,11 +13,13 @@
 
 #include "agent/agent.h"
 #include "agent/sim_backend.h"
+#include "alerts/notifier.h"
 #include "api/api.h"
 #include "api/server.h"
 #include "catalog/catalog.h"
 #include "cli/cli.h"
 #include "common/auth.h"
+#include "common/memory.h"
 #include "core/core.h"
 
 namespace tessera::cli {
@@ -40,24 +42,13 @@ struct ServerFlags {
   std::string spot_notice = "30s";
   bool sim_agents = false;
   bool demo = false;
+  std::string alertmanager;
+  std::string smtp;
+  std::string smtp_from;
+  bool allow_private_receivers = false;
+  std::string alert_interval = "5s";
+  std::string external_url;
 };
-
-// Splits "HOST:PORT"; the port must be 0..65535.
-Result<std::pair<std::string, int>> ParseListen(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    const std::string p = text.substr(colon + 1);
-    if (!p.empty() && p.size() <= 5 && p.find_first_not_of("0123456789") == std::string::npos) {
-      port = std::stoi(p);
-    }
-  }
-  if (colon == std::string::npos || colon == 0 || port < 0 || port > 65535) {
-    return Status::InvalidArgument(
-        fmt::format("--listen: '{}' is not HOST:PORT (e.g. 127.0.0.1:8080)", text));
-  }
-  return std::pair{text.substr(0, colon), port};
-}
 
 // "90s", "15m", "1h", "90d" (or "0": for ever, where allowed) as a Duration; the error names
 // `flag`.
@@ -67,14 +58,15 @@ Result<Duration> ParseDuration(const std::string& text, const std::string& flag)
   const std::string unit = text.substr(digits);
   int64_t n = -1;
   if (digits > 0 && digits <= 9) n = std::stoll(text.substr(0, digits));
-  const std::map<std::string, int64_t> seconds = {{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
-  auto u = seconds.find(unit);
-  if (n < 0 || (u == seconds.end() && !(n == 0 && unit.empty()))) {
+  const std::map<std::string, int64_t> millis = {
+      {"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}};
+  auto u = millis.find(unit);
+  if (n < 0 || (u == millis.end() && !(n == 0 && unit.empty()))) {
     return Status::InvalidArgument(
-        fmt::format("{}: '{}' is not a duration such as 90s, 15m, 1h or 90d", flag, text));
+        fmt::format("{}: '{}' is not a duration such as 500ms, 90s, 15m, 1h or 90d", flag, text));
   }
   return std::chrono::duration_cast<Duration>(
-      std::chrono::seconds(n * (u == seconds.end() ? 0 : u->second)));
+      std::chrono::milliseconds(n * (u == millis.end() ? 0 : u->second)));
 }
 
 // Decides the operator's token: TESSERA_ADMIN_TOKEN when set (it must be of full strength);
@@ -212,11 +204,14 @@ Status StartSimAgents(InProcessAgents& agents, core::Core& core, api::ApiServer&
         std::vector<fleet::NodeSpec> out;
         for (const fleet::Node& n : s.fleet().nodes()) {
           if (s.agents().Find(n.name)) continue;  // Joined: its own agent serves it.
+          std::vector<catalog::SharingMode> modes;
+          for (const fleet::Gpu& g : n.gpus) modes.push_back(g.mode);
           out.push_back({.name = n.name,
                          .gpu_model = n.model.valid() ? s.catalog().gpu(n.model).id : "",
                          .gpus = static_cast<int>(n.gpus.size()),
                          .cpu_milli = n.cpu_milli,
-                         .memory_mib = n.memory_mib});
+                         .memory_mib = n.memory_mib,
+                         .gpu_modes = std::move(modes)});
         }
         return out;
       });
@@ -232,9 +227,15 @@ Status StartSimAgents(InProcessAgents& agents, core::Core& core, api::ApiServer&
     if (!attached.ok()) return attached.status();
     std::unique_ptr<agent::GpuBackend> gpus;
     if (n.gpus > 0) {
+      // The simulator puts its first GPUs in MIG mode: those the fleet file has in MIG mode
+      // (a fleet file gives one mode a shape).
+      int mig = 0;
+      while (mig < n.gpus && n.gpu_modes[static_cast<size_t>(mig)] == catalog::SharingMode::kMig) {
+        ++mig;
+      }
       TESSERA_ASSIGN_OR_RETURN(
           gpus, agent::SimBackend::Create(catalog, fmt::format("{}:{}", n.gpu_model, n.gpus),
-                                          n.name, 42, {n.cpu_milli, n.memory_mib, 0}));
+                                          n.name, 42, {n.cpu_milli, n.memory_mib, mig}));
     } else {
       gpus = std::make_unique<NoGpus>(n.cpu_milli, n.memory_mib);
     }
@@ -282,8 +283,43 @@ Status StartDemoAgent(InProcessAgents& agents, core::Core& core, const catalog::
   return Status::Ok();
 }
 
+// The notifier's options from the alerting flags; InvalidArgument naming the flag.
+Status NotifierFlags(const ServerFlags& flags, alerts::NotifierOptions& notify) {
+  notify.alertmanager_url = flags.alertmanager;
+  while (!notify.alertmanager_url.empty() && notify.alertmanager_url.back() == '/') {
+    notify.alertmanager_url.pop_back();
+  }
+  if (!flags.alertmanager.empty()) {
+    alerts::Receiver am{alerts::Receiver::Kind::kWebhook, notify.alertmanager_url, false};
+    TESSERA_RETURN_IF_ERROR(alerts::ValidateReceiver(am, "--alertmanager"));
+  }
+  if (!flags.smtp.empty()) {
+    auto smtp = ParseListen(flags.smtp, "--smtp");
+    if (!smtp.ok() || smtp->second == 0) {
+      return Status::InvalidArgument(
+          fmt::format("--smtp: '{}' is not HOST:PORT (e.g. mail.example.com:25)", flags.smtp));
+    }
+    notify.smtp_host = smtp->first;
+    notify.smtp_port = smtp->second;
+    if (flags.smtp_from.empty()) {
+      return Status::InvalidArgument("--smtp-from: the sender address is needed with --smtp");
+    }
+  }
+  if (!flags.smtp_from.empty()) {
+    alerts::Receiver from{alerts::Receiver::Kind::kEmail, flags.smtp_from, false};
+    TESSERA_RETURN_IF_ERROR(alerts::ValidateReceiver(from, "--smtp-from"));
+  }
+  notify.smtp_from = flags.smtp_from;
+  notify.allow_private = flags.allow_private_receivers;
+  notify.external_url = flags.external_url;
+  while (!notify.external_url.empty() && notify.external_url.back() == '/') {
+    notify.external_url.pop_back();
+  }
+  return Status::Ok();
+}
+
 int RunServer(const ServerFlags& flags) {
-  auto listen = ParseListen(flags.listen);
+  auto listen = ParseListen(flags.listen, "--listen");
   if (!listen.ok()) {
     std::cerr << "tessera server: " << listen.status().message() << "\n";
     return kExitUsage;
@@ -292,18 +328,26 @@ int RunServer(const ServerFlags& flags) {
   auto audit_retention = ParseDuration(flags.audit_retention, "--audit-retention");
   auto node_timeout = ParseDuration(flags.node_timeout, "--node-timeout");
   auto spot_notice = ParseDuration(flags.spot_notice, "--spot-notice");
+  auto alert_interval = ParseDuration(flags.alert_interval, "--alert-interval");
+  if (alert_interval.ok() && *alert_interval < std::chrono::milliseconds(100)) {
+    alert_interval = Status::InvalidArgument("--alert-interval: at least 100ms");
+  }
   if (node_timeout.ok() && *node_timeout < std::chrono::seconds(2)) {
     node_timeout = Status::InvalidArgument(
         "--node-timeout: at least 2s (agents report every 2s; the lease is half of it)");
   }
-  for (const Status& s : {instance_retention.status(), audit_retention.status(),
-                          node_timeout.status(), spot_notice.status()}) {
+  alerts::NotifierOptions notify;
+  Status notify_flags = NotifierFlags(flags, notify);
+  for (const Status& s :
+       {instance_retention.status(), audit_retention.status(), node_timeout.status(),
+        spot_notice.status(), alert_interval.status(), notify_flags}) {
     if (!s.ok()) {
       std::cerr << "tessera server: " << s.message() << "\n";
       return kExitUsage;
     }
   }
   RaiseDescriptorLimit();
+  KeepLargeBuffersMapped();
   auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
                                            : catalog::Catalog::LoadDir(flags.catalog_dir);
   if (!catalog.ok()) return Fail(catalog.status());
@@ -335,9 +379,20 @@ int RunServer(const ServerFlags& flags) {
   options.sim_agents = false;
   options.instance_retention = *instance_retention;
   options.audit_retention = *audit_retention;
+  options.alert_interval = *alert_interval;
+  std::unique_ptr<alerts::Notifier> notifier;  // Outlives the core, which hands it alerts.
   std::unique_ptr<core::Core> core;
   api::ApiServer server(&*catalog, server_options);
   if (Status s = server.Bind(); !s.ok()) return Fail(s);
+  // Alerts link back to this server, and go out through a notifier that outlives the core.
+  if (notify.external_url.empty()) {
+    notify.external_url =
+        fmt::format("{}://{}:{}", server.tls() ? "https" : "http", listen->first, server.port());
+  }
+  options.alerts.external_url = notify.external_url;
+  options.alerts.alertmanager = !notify.alertmanager_url.empty();
+  notifier = std::make_unique<alerts::Notifier>(notify, &SystemClock::Get());
+  options.notifier = notifier.get();
   auto started = core::Core::Start(options);
   if (!started.ok()) return Fail(started.status());
   core = std::move(*started);
@@ -429,6 +484,20 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
                 "Serve every node of the fleet file with an agent in this process: the same agent "
                 "code as `tessera agent --backend sim`, commands run as real processes "
                 "(docs/agent.md)");
+  cmd->add_option("--alertmanager", flags->alertmanager,
+                  "Alertmanager to post the operator's alerts to (its v2 API), e.g. "
+                  "http://127.0.0.1:9093");
+  cmd->add_option("--smtp", flags->smtp, "SMTP server for email receivers, HOST:PORT");
+  cmd->add_option("--smtp-from", flags->smtp_from, "Sender address of alert emails");
+  cmd->add_flag("--allow-private-receivers", flags->allow_private_receivers,
+                "Let tenants' webhooks reach loopback, link-local and private addresses (off: "
+                "refused, after DNS, at send time)");
+  cmd->add_option("--alert-interval", flags->alert_interval,
+                  "How often alert rules are evaluated (e.g. 5s)")
+      ->capture_default_str();
+  cmd->add_option("--external-url", flags->external_url,
+                  "The server's URL as people reach it, for links in alerts (default: the "
+                  "--listen address)");
   cmd->add_flag("--demo", flags->demo,
                 "Demo fleet with simulated agents; prints a fresh admin token");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunServer(*flags); });

@@ -28,6 +28,8 @@
 #include "common/result.h"
 #include "core/instance.h"
 #include "store/store.h"
+#include "telemetry/sample.h"
+#include "telemetry/series.h"
 
 namespace tessera::core {
 
@@ -66,7 +68,7 @@ struct AgentSync {
   std::vector<WorkloadLog> logs;
   std::optional<bool> limits_enforced;
   std::string limits_note;
-  std::shared_ptr<const nlohmann::json> telemetry;
+  std::shared_ptr<const telemetry::Telemetry> telemetry;
 };
 
 // A node joined by an agent.
@@ -89,9 +91,12 @@ struct AgentNode {
   bool lost = false;  // Missed its lease: not_ready, its work moved.
   std::optional<bool> limits_enforced;
   std::string limits_note;
-  std::shared_ptr<const nlohmann::json> telemetry;  // The last report's.
-  uint64_t generation = 1;                          // Bumped whenever its desired state changes.
-  std::set<std::string> assigned;                   // Instances its agent is told about.
+  std::shared_ptr<const telemetry::Telemetry> telemetry;  // The last report's.
+  Time telemetry_at;
+  // The inventory as series labels need it; set with the inventory.
+  std::shared_ptr<const telemetry::NodeInfo> info;
+  uint64_t generation = 1;         // Bumped whenever its desired state changes.
+  std::set<std::string> assigned;  // Instances its agent is told about.
   // Faults an admin asked its (simulated) GPUs to show: {"id", "fault"}, the newest kept.
   std::vector<nlohmann::json> faults;
   int64_t next_fault = 1;

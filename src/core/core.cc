@@ -61,6 +61,8 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.retention = options.instance_retention;
   state_options.node_timeout = options.node_timeout;
   state_options.spot_notice = options.spot_notice;
+  state_options.alert_interval = options.alert_interval;
+  state_options.alerts = options.alerts;
   auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
                                        std::move(scheduler), state_options);
   std::map<std::string, fleet::NodeState> node_states;
@@ -79,6 +81,10 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   TESSERA_ASSIGN_OR_RETURN(RecoveryReport r,
                            state->Restore(tenants, instances, node_states, batch));
   if (report) *report = std::move(r);
+  TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(State::kRulePrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(State::kAlertPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(State::kMetaPrefix)));
+  TESSERA_RETURN_IF_ERROR(state->RestoreAlerts(rules, alerts, meta, batch));
   TESSERA_ASSIGN_OR_RETURN(auto admin_hash, store.GetSetting("admin_token_hash"));
   if (admin_hash) state->tenants().RestoreAdminTokenHash(*admin_hash);
   return state;
@@ -194,6 +200,14 @@ Status Core::RunRound(std::deque<Command>& round) {
   }
   Publish();
   state_->AfterCommit();
+  // What the alert evaluation decided is durable now: deliver it.
+  State::Outbox outbox = state_->TakeOutbox();
+  if (options_.notifier) {
+    for (alerts::Delivery& d : outbox.deliveries) options_.notifier->Send(std::move(d));
+    for (auto& batch_of_alerts : outbox.alertmanager) {
+      options_.notifier->SendToAlertmanager(std::move(batch_of_alerts));
+    }
+  }
   return Status::Ok();
 }
 

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "alerts/notifier.h"
 #include "catalog/catalog.h"
 #include "common/clock.h"
 #include "common/result.h"
@@ -44,6 +45,11 @@ struct CoreOptions {
   Duration spot_notice = std::chrono::seconds(30);   // A spot victim's notice on a joined node.
   // How long an ended instance stays in memory (the store keeps it for billing and audit).
   Duration instance_retention = std::chrono::hours(1);
+  // Alerts: how often rules are evaluated, the evaluator's options, and who delivers what they
+  // decide (null: nobody; the notifier must outlive the core).
+  Duration alert_interval = std::chrono::seconds(5);
+  alerts::EvaluatorOptions alerts;
+  alerts::Notifier* notifier = nullptr;
   // How long audit entries are kept; zero keeps them for ever.
   Duration audit_retention = std::chrono::hours(24 * 90);
 };
@@ -59,6 +65,9 @@ class Core {
   static Result<std::unique_ptr<Core>> Start(const CoreOptions& options,
                                              std::unique_ptr<store::Store> store);
   ~Core();  // Finishes the commands already queued, then stops the thread.
+
+  // Who delivers alerts; null when nobody does.
+  alerts::Notifier* notifier() const { return options_.notifier; }
 
   // Runs `fn` on the core thread and, once what it wrote is durable, calls `done` with its
   // result, on the core thread (so `done` must be quick: hand the result on, no work). A failed

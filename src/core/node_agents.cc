@@ -171,6 +171,23 @@ nlohmann::json WorkloadEnv(const Instance& inst) {
   return env;
 }
 
+// A registered node's inventory as its series' labels need it.
+std::shared_ptr<const telemetry::NodeInfo> NodeInfoOf(const AgentNode& node) {
+  auto info = std::make_shared<telemetry::NodeInfo>();
+  info->hostname = node.name;
+  info->driver_version = node.inventory.value("driver_version", "");
+  for (const nlohmann::json& g : node.inventory.value("gpus", nlohmann::json::array())) {
+    telemetry::NodeInfo::Gpu gpu;
+    gpu.index = g.value("index", 0);
+    gpu.uuid = g.value("uuid", "");
+    gpu.name = g.value("name", "");
+    gpu.pci_bus_id = g.value("pci_bus_id", "");
+    gpu.mig_enabled = g.value("mig_enabled", false);
+    info->gpus.push_back(std::move(gpu));
+  }
+  return info;
+}
+
 }  // namespace
 
 Result<AgentNode> State::CreateAgentNode(const std::string& name,
@@ -278,6 +295,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
     spdlog::info("node {} joined: {}", name, Describe(spec));
   }
   node->inventory = reg.inventory;
+  node->info = NodeInfoOf(*node);
   if (node->agent_id != reg.agent_id) {
     spdlog::info("node {}: agent run {} registered", name, Quote(reg.agent_id));
   }
@@ -328,7 +346,11 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->limits_enforced = sync.limits_enforced;
     node->limits_note = sync.limits_note;
   }
-  if (sync.telemetry) node->telemetry = sync.telemetry;
+  if (sync.telemetry) {
+    node->telemetry = sync.telemetry;
+    node->telemetry_at = clock_->Now();
+    history_.Record(name, node->telemetry_at, *sync.telemetry);
+  }
   // Logs first: an exit report comes with the workload's last bytes.
   for (const WorkloadLog& log : sync.logs) {
     const Instance* inst = instances_.Find(log.instance);
@@ -380,10 +402,15 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       }
       nlohmann::json load = nlohmann::json::array();
       for (const GpuRef& g : inst->gpus) {
-        load.push_back({{"index", g.index},
-                        {"milli", g.milli_gpu > 0          ? g.milli_gpu
-                                  : !g.mig_profile.empty() ? fleet::kMilliPerGpu / 2
-                                                           : fleet::kMilliPerGpu}});
+        nlohmann::json l = {{"index", g.index},
+                            {"milli", g.milli_gpu > 0          ? g.milli_gpu
+                                      : !g.mig_profile.empty() ? fleet::kMilliPerGpu / 2
+                                                               : fleet::kMilliPerGpu}};
+        if (!g.mig_profile.empty()) {
+          l["mig_profile"] = g.mig_profile;
+          l["mig_start"] = g.mig_start;
+        }
+        load.push_back(std::move(l));
       }
       w["gpu_load"] = std::move(load);
       auto log = logs_.find(id);
@@ -468,7 +495,10 @@ nlohmann::json State::AgentJson(const std::string& name) const {
     j["backend"] = n.inventory.value("backend", "");
     j["driver_version"] = n.inventory.value("driver_version", "");
   }
-  if (n.telemetry) j["telemetry"] = *n.telemetry;
+  if (n.telemetry) {
+    j["telemetry"] = telemetry::ToJson(*n.telemetry);
+    j["telemetry_at"] = FormatRfc3339(n.telemetry_at);
+  }
   return j;
 }
 
@@ -486,6 +516,7 @@ Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::st
         node.inventory = nullptr;
       }
     }
+    if (node.registered()) node.info = NodeInfoOf(node);
     const std::string name = node.name;
     agents_.nodes().emplace(name, std::move(node));
     ApplyNodeState(agents_.nodes().at(name));

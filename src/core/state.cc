@@ -33,7 +33,9 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       admission_(catalog, fleet_.get()),
       usage_(catalog),
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
-      agents_(options.sim_agents) {}
+      agents_(options.sim_agents),
+      evaluator_(options.alerts),
+      started_at_(clock->Now()) {}
 
 Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                                    std::optional<bool> disabled, store::Batch& batch) {
@@ -166,6 +168,7 @@ void State::EndRound(store::Batch& batch) {
   }
   counters_.evicted +=
       static_cast<int64_t>(instances_.EvictEndedBefore(clock_->Now() - options_.retention));
+  EvaluateAlerts(batch);
 }
 
 bool State::ApplyAgentReports(store::Batch& batch) {

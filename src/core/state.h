@@ -21,8 +21,10 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "alerts/evaluator.h"
 #include "catalog/catalog.h"
 #include "common/clock.h"
 #include "core/admission.h"
@@ -38,6 +40,8 @@
 #include "fleet/fleet.h"
 #include "sched/scheduler.h"
 #include "store/store.h"
+#include "telemetry/history.h"
+#include "telemetry/series.h"
 
 namespace tessera::core {
 
@@ -66,6 +70,7 @@ struct Counters {
   int64_t nodes_lost = 0;
   int64_t agent_reports = 0;
   int64_t agent_reports_refused = 0;
+  int64_t alert_evaluations = 0;
 };
 
 struct StateOptions {
@@ -77,6 +82,9 @@ struct StateOptions {
   // How long an ended instance stays in memory (listed, and read without the store).
   Duration retention = std::chrono::hours(1);
   Preemptor::Limits preemption;
+  // How often the alert rules are evaluated.
+  Duration alert_interval = std::chrono::seconds(5);
+  alerts::EvaluatorOptions alerts;
   // Groups of queued work that may fail to place per queue pass.
   size_t queue_failures_per_pass = 32;
 };
@@ -181,6 +189,49 @@ class State {
   // Restores joined nodes from their stored records, before instances (they name the nodes).
   Status RestoreAgentNodes(const std::vector<std::pair<std::string, std::string>>& records);
 
+  // Telemetry and alerts (monitoring.cc).
+  // Every series of the nodes agents serve (telemetry/series.h): /metrics and the alert rules.
+  std::vector<telemetry::Target> Targets() const;
+  // The instance's GPUs' readings over the last `window` (GET /v1/instances/{id}/metrics).
+  // NotFound for an unknown id and for another tenant's instance alike.
+  Result<nlohmann::json> InstanceMetrics(const Tenant& caller, std::string_view id,
+                                         Duration window) const;
+  // A node's GPUs' readings over the last `window`, a list by GPU index (GET /v1/nodes/{id});
+  // empty for a node no agent serves. NotFound for a node not in the fleet.
+  Result<nlohmann::json> NodeMetrics(const std::string& node, Duration window) const;
+  // The caller's instances that hold GPUs, with their GPUs' latest readings (tessera instances
+  // top).
+  nlohmann::json TopInstances(const Tenant& caller) const;
+  // Alert rules: the operator's see every series, a tenant's only its instances'. A tenant has
+  // at most alerts::kMaxRulesPerTenant (ResourceExhausted beyond).
+  Result<alerts::Rule> CreateAlertRule(const Tenant& caller, alerts::Rule rule,
+                                       store::Batch& batch);
+  std::vector<alerts::Rule> ListAlertRules(const Tenant& caller) const;
+  // NotFound for an unknown id and for another tenant's rule alike.
+  Result<alerts::Rule> GetAlertRule(const Tenant& caller, std::string_view id) const;
+  // Deletes a rule; its firing alerts resolve (and notify so).
+  Status DeleteAlertRule(const Tenant& caller, std::string_view id, store::Batch& batch);
+  // The caller's alerts (the operator's: all), firing first.
+  std::vector<alerts::Alert> ListAlerts(const Tenant& caller) const;
+  // Rebuilds rules and alerts from their stored records (kRulePrefix, kAlertPrefix and
+  // kMetaPrefix); the first start of a store also adds the built-in rules (once: an operator
+  // who deletes one keeps it deleted). DataLoss naming the record when one is corrupt.
+  Status RestoreAlerts(const std::vector<std::pair<std::string, std::string>>& rules,
+                       const std::vector<std::pair<std::string, std::string>>& alerts,
+                       const std::vector<std::pair<std::string, std::string>>& meta,
+                       store::Batch& batch);
+  // What the last evaluations decided to send, taken once stored (after the commit).
+  struct Outbox {
+    std::vector<alerts::Delivery> deliveries;
+    std::vector<std::vector<alerts::AlertMessage>> alertmanager;
+  };
+  Outbox TakeOutbox() { return std::exchange(outbox_, {}); }
+  static constexpr std::string_view kRulePrefix = "alert_rule/";
+  static constexpr std::string_view kAlertPrefix = "alert/";
+  static constexpr std::string_view kMetaPrefix = "alerts/";
+  static constexpr std::string_view kBuiltinSeeded = "alerts/builtin_seeded";
+  static constexpr std::string_view kNextRule = "alerts/next_rule";
+
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
   // Ends a core round, after its commands: agents' reports are applied, queued work is placed
@@ -226,6 +277,8 @@ class State {
   void Displace(Instance& inst, const std::string& why, store::Batch& batch);
   void SaveNode(const AgentNode& node, store::Batch& batch);
   void PublishNodeTokens();
+  // Evaluates the alert rules when the interval passed; stores what changed.
+  void EvaluateAlerts(store::Batch& batch);
   // The fleet state a joined node's flags give.
   void ApplyNodeState(const AgentNode& node);
   void AppendLog(const Instance& inst, const WorkloadLog& log);
@@ -266,6 +319,12 @@ class State {
   std::unordered_map<std::string, Time> awaiting_notice_;
   int64_t next_instance_ = 1;
   Counters counters_;
+  telemetry::History history_;
+  alerts::Evaluator evaluator_;
+  Outbox outbox_;
+  Time last_alert_eval_;
+  Time started_at_;
+  int64_t next_rule_ = 1;
 };
 
 }  // namespace tessera::core

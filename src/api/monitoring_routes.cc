@@ -1,0 +1,277 @@
+// Telemetry and alerts: /metrics (Tessera's series and the GPUs' in dcgm-exporter's format),
+// per-instance and per-node GPU history, `top`, alert rules and alerts (docs/telemetry.md,
+// docs/alerts.md).
+#include <fmt/format.h>
+
+#include "alerts/rule.h"
+#include "api/api.h"
+#include "api/codec.h"
+#include "api/routes.h"
+#include "common/json.h"
+#include "common/text.h"
+#include "telemetry/series.h"
+
+namespace tessera::api {
+namespace {
+
+using nlohmann::json;
+
+json Passthrough(const json& j) { return j; }
+
+// Query parameter `window`: "90s", "15m", "1h" or plain seconds, 1 s up to the history kept.
+Status WindowParam(const Target& target, Duration& window) {
+  const std::string* text = target.Param("window");
+  if (!text) return Status::Ok();
+  const std::string& w = *text;
+  int64_t n = 0;
+  size_t i = 0;
+  for (; i < w.size() && i < 8 && w[i] >= '0' && w[i] <= '9'; ++i) n = n * 10 + (w[i] - '0');
+  const std::string unit = w.substr(i);
+  const int64_t scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
+  if (i == 0 || scale == 0 || n * scale < 1 || n * scale > 3600) {
+    return Status::InvalidArgument(fmt::format(
+        "query parameter 'window': '{}' is not a duration from 1s to 1h (e.g. 90s, 15m, 1h)",
+        Quote(w.substr(0, 32))));
+  }
+  window = std::chrono::seconds(n * scale);
+  return Status::Ok();
+}
+
+// One alert as GET /v1/alerts shows it, with what became of its messages.
+json AlertView(const alerts::Alert& a, const alerts::Notifier* notifier) {
+  json j = alerts::AlertJson(a);
+  json deliveries = json::array();
+  if (notifier) {
+    for (const alerts::DeliveryStatus& d : notifier->Statuses(a.key)) {
+      deliveries.push_back(
+          {{"receiver", d.receiver},
+           {"sent", d.sent},
+           {"failed", d.failed},
+           {"attempts", d.attempts},
+           {"last_sent_at", d.last_sent_at ? json(FormatRfc3339(*d.last_sent_at)) : json(nullptr)},
+           {"last_error", d.last_error}});
+    }
+  }
+  j["deliveries"] = std::move(deliveries);
+  return j;
+}
+
+// Tessera's alerting series for /metrics: alerts by state, evaluations, notifier outcomes.
+std::string AlertMetrics(const core::State& s, const alerts::Notifier* notifier) {
+  core::Tenant admin;
+  admin.admin = true;
+  std::map<std::string, int64_t> states = {{"pending", 0}, {"firing", 0}, {"resolved", 0}};
+  for (const alerts::Alert& a : s.ListAlerts(admin)) {
+    ++states[std::string(alerts::AlertStateName(a.state))];
+  }
+  std::string out = "# HELP tessera_alerts Alerts by state.\n# TYPE tessera_alerts gauge\n";
+  for (const auto& [state, n] : states)
+    out += fmt::format("tessera_alerts{{state=\"{}\"}} {}\n", state, n);
+  out += fmt::format(
+      "# HELP tessera_alert_rules Alert rules.\n# TYPE tessera_alert_rules gauge\n"
+      "tessera_alert_rules {}\n"
+      "# HELP tessera_alert_evaluations_total Alert rule evaluation rounds.\n"
+      "# TYPE tessera_alert_evaluations_total counter\ntessera_alert_evaluations_total {}\n",
+      s.ListAlertRules(admin).size(), s.counters().alert_evaluations);
+  if (!notifier) return out;
+  const alerts::NotifierCounters c = notifier->counters();
+  out +=
+      "# HELP tessera_alert_notifications_total Alert messages by receiver kind and outcome "
+      "(failed: given up after retries; refused: a tenant's receiver at a private address; "
+      "dropped: the queue was full).\n# TYPE tessera_alert_notifications_total counter\n";
+  for (const char* kind : {"alertmanager", "webhook", "email"}) {
+    for (const auto& [result, m] : {std::pair{"sent", &c.sent},
+                                    {"failed", &c.failed},
+                                    {"refused", &c.refused},
+                                    {"dropped", &c.dropped}}) {
+      auto it = m->find(kind);
+      out += fmt::format("tessera_alert_notifications_total{{receiver=\"{}\",result=\"{}\"}} {}\n",
+                         kind, result, it == m->end() ? 0 : it->second);
+    }
+  }
+  out += fmt::format(
+      "# HELP tessera_alert_notifications_queued Alert messages waiting to be delivered.\n"
+      "# TYPE tessera_alert_notifications_queued gauge\ntessera_alert_notifications_queued {}\n",
+      c.queued);
+  return out;
+}
+
+void AddMetricsRoutes(Api& table) {
+  // Metrics name tenants and count their instances, so only the operator may read them
+  // (Prometheus sends the admin token with `authorization: {credentials: ...}`). The core
+  // gathers; the exposition is rendered on the I/O thread.
+  struct Scrape {
+    std::string text;
+    std::vector<telemetry::Target> targets;
+  };
+  table.Add("GET", "/metrics", Access::kAdmin, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Api* a = &api;
+              api.core().Submit<std::shared_ptr<Scrape>>(
+                  [call, a](core::State& s, store::Batch&) -> Result<std::shared_ptr<Scrape>> {
+                    TESSERA_RETURN_IF_ERROR(s.tenants().Authenticate(call->token_hash).status());
+                    auto scrape = std::make_shared<Scrape>();
+                    scrape->text = a->metrics().Render(s, a->http_stats());
+                    scrape->text += AlertMetrics(s, a->core().notifier());
+                    scrape->targets = s.Targets();
+                    return scrape;
+                  },
+                  [call, a](Result<std::shared_ptr<Scrape>> scrape) {
+                    if (!scrape.ok()) return a->ReplyError(*call, scrape.status());
+                    call->responder.SendLater([call, a, scrape = std::move(*scrape)] {
+                      HttpResponse r;
+                      r.content_type = std::string(telemetry::kExpositionContentType);
+                      r.body = std::move(scrape->text);
+                      telemetry::RenderExposition(scrape->targets, r.body);
+                      a->metrics().CountRequest(call->request.method, call->route, 200);
+                      return r;
+                    });
+                  });
+            });
+  table.Add("GET", "/v1/instances/{id}/metrics", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Duration window = std::chrono::minutes(15);
+              Status refusal = WindowParam(call->request.parsed, window);
+              const std::string id = call->params[0];
+              api.Run<json>(call, refusal,
+                            {[id, window](core::State& s, store::Batch&, const core::Tenant& caller)
+                                 -> Result<json> { return s.InstanceMetrics(caller, id, window); },
+                             200, Passthrough, nullptr});
+            });
+  table.Add("GET", "/v1/metrics/instances", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     return s.TopInstances(caller);
+                   },
+                   200, Passthrough, nullptr});
+            });
+  table.Add(
+      "GET", "/v1/nodes/{id}", Access::kAdmin, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        Duration window = std::chrono::minutes(15);
+        Status refusal = WindowParam(call->request.parsed, window);
+        const std::string node = call->params[0];
+        api.Run<json>(
+            call, refusal,
+            {[node, window](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+               auto index = s.fleet().Find(node);
+               if (!index.ok()) {
+                 json agent = s.AgentJson(node);
+                 if (agent.is_null()) {
+                   return Status::NotFound(fmt::format("node '{}' not found", Quote(node)));
+                 }
+                 return json{{"id", node}, {"state", "waiting_for_agent"}, {"agent", agent}};
+               }
+               json j = NodesJson(s.fleet(), index->value, 1).at(0);
+               TESSERA_ASSIGN_OR_RETURN(json metrics, s.NodeMetrics(node, window));
+               for (size_t i = 0; i < j["gpus"].size() && i < metrics.size(); ++i) {
+                 json& m = metrics[i];
+                 j["gpus"][i]["metrics"] = std::move(m["points"]);
+                 if (m.contains("latest")) j["gpus"][i]["latest"] = std::move(m["latest"]);
+                 if (m.contains("mig_instances")) {
+                   j["gpus"][i]["mig_metrics"] = std::move(m["mig_instances"]);
+                 }
+               }
+               json agent = s.AgentJson(node);
+               if (!agent.is_null()) {
+                 if (agent["state"] == "not_ready") j["state"] = "not_ready";
+                 agent.erase("telemetry");  // Shown per GPU above.
+                 j["agent"] = std::move(agent);
+               }
+               j["window_seconds"] =
+                   std::chrono::duration_cast<std::chrono::seconds>(window).count();
+               return j;
+             },
+             200, Passthrough, nullptr});
+      });
+}
+
+void AddAlertRoutes(Api& table) {
+  table.Add(
+      "POST", "/v1/alert-rules", Access::kAnyToken, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        // A tenant's receivers are checked against private addresses when sent.
+        const bool tenant = !call->principal.admin;
+        Result<alerts::Rule> rule = call->body_status.ok()
+                                        ? alerts::ParseRule(call->body, tenant)
+                                        : Result<alerts::Rule>(call->body_status);
+        api.Run<json>(
+            call, rule.status(),
+            {[rule](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(alerts::Rule r, s.CreateAlertRule(caller, *rule, b));
+               return alerts::RuleJson(r);
+             },
+             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+      });
+  table.Add("GET", "/v1/alert-rules", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     json rules = json::array();
+                     for (const alerts::Rule& r : s.ListAlertRules(caller)) {
+                       rules.push_back(alerts::RuleJson(r));
+                     }
+                     return json{{"rules", std::move(rules)}};
+                   },
+                   200, Passthrough, nullptr});
+            });
+  table.Add("GET", "/v1/alert-rules/{id}", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              const std::string id = call->params[0];
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[id](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     TESSERA_ASSIGN_OR_RETURN(alerts::Rule r, s.GetAlertRule(caller, id));
+                     return alerts::RuleJson(r);
+                   },
+                   200, Passthrough, nullptr});
+            });
+  table.Add("DELETE", "/v1/alert-rules/{id}", Access::kAnyToken, BodyKind::kNone, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              const std::string id = call->params[0];
+              api.Run<json>(call, Status::Ok(),
+                            {[id](core::State& s, store::Batch& b,
+                                  const core::Tenant& caller) -> Result<json> {
+                               TESSERA_RETURN_IF_ERROR(s.DeleteAlertRule(caller, id, b));
+                               return json{{"id", id}, {"deleted", true}};
+                             },
+                             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
+            });
+  table.Add("GET", "/v1/alerts", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              std::optional<std::string> state;
+              Status refusal;
+              if (const std::string* text = call->request.parsed.Param("state")) {
+                state = *text;
+                if (*state != "pending" && *state != "firing" && *state != "resolved") {
+                  refusal = Status::InvalidArgument(fmt::format(
+                      "query parameter 'state': '{}' is not pending, firing or resolved",
+                      Quote(text->substr(0, 32))));
+                }
+              }
+              const alerts::Notifier* notifier = api.core().notifier();
+              api.Run<json>(call, refusal,
+                            {[state, notifier](core::State& s, store::Batch&,
+                                               const core::Tenant& caller) -> Result<json> {
+                               json out = json::array();
+                               for (const alerts::Alert& a : s.ListAlerts(caller)) {
+                                 if (state && alerts::AlertStateName(a.state) != *state) continue;
+                                 out.push_back(AlertView(a, notifier));
+                               }
+                               return json{{"alerts", std::move(out)}};
+                             },
+                             200, Passthrough, nullptr});
+            });
+}
+
+}  // namespace
+
+void AddMonitoringRoutes(Api& table) {
+  AddMetricsRoutes(table);
+  AddAlertRoutes(table);
+}
+
+}  // namespace tessera::api
