@@ -246,7 +246,10 @@ TEST_F(ServerTest, AuditLogRecordsEveryAuthenticatedMutationWithItsResult) {
 
 TEST_F(ServerTest, MetricsExposeInstancesGpusLatencyAndRequests) {
   const std::string token = NewTenant("acme", 4);
-  ASSERT_EQ(Post("/v1/instances", token, H100(1, "on_demand")).status, 201);
+  auto created = Post("/v1/instances", token, H100(1, "on_demand"));
+  ASSERT_EQ(created.status, 201);
+  // Its agent starts it on its own time: running a few milliseconds after the answer.
+  ASSERT_EQ(AwaitState(token, created.body.value("id", ""), "running"), "running");
   EXPECT_EQ(Get("/metrics", "").status, 401);
   EXPECT_EQ(Get("/metrics", token).status, 403) << "metrics name every tenant: operator only";
   auto m = Get("/metrics", kAdminToken);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
@@ -330,7 +331,10 @@ Evaluation Evaluator::Evaluate(Time now, const std::vector<Target>& targets, boo
   // lapsed for good is dropped (`changed` holds no pointer to it: it was not changed).
   std::unordered_set<uint64_t> present;
   if (settling) {
+    // A series is back once its node reported readings again; listed without values, it is not.
     for (uint32_t i = 0; i < targets.size(); ++i) {
+      const auto& v = targets[i].values;
+      if (std::all_of(v.begin(), v.end(), [](double x) { return std::isnan(x); })) continue;
       present.insert(series[i] != 0 ? series[i] : SeriesHash(targets[i]) | 1);
     }
   }

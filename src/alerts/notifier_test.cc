@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "testing/smtp_sink.h"
+#include "testing/testing.h"
 
 namespace tessera::alerts {
 namespace {
@@ -39,18 +40,8 @@ bool Eventually(const std::function<bool()>& done, milliseconds timeout = millis
   return done();
 }
 
-// A loopback port nothing listens on: bound, then closed.
-int ClosedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+// A loopback port nothing listens on.
+int ClosedPort() { return tessera::testing::FreeTcpPort(); }
 
 // A real HTTP receiver on 127.0.0.1 that records every POST and answers `answer(n)` to the
 // n-th (from 1), after `delay` (cut short when the server is torn down).

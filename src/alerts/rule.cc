@@ -127,7 +127,9 @@ Result<Rule> ParseRule(const json& body, bool tenant_owned) {
         const std::string field =
             where + (rcv.kind == Receiver::Kind::kWebhook ? ".webhook" : ".email");
         if (Status s = ValidateReceiver(rcv, field); !s.ok()) {
-          f.Fail(where, s.message());
+          std::string why = s.message();
+          if (why.rfind(field + ": ", 0) == 0) why = why.substr(field.size() + 2);
+          f.Fail(field, why);
           continue;
         }
         r.notify.push_back(std::move(rcv));

@@ -191,13 +191,7 @@ class Session {
 
   Status ReadLine(std::string_view step, std::string& line) {
     while (true) {
-      const size_t eol = buffer_.find('\n');
-      if (eol != std::string::npos) {
-        line = buffer_.substr(0, eol);
-        buffer_.erase(0, eol + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        return Status::Ok();
-      }
+      if (TakeLine(buffer_, line)) return Status::Ok();
       if (buffer_.size() > kMaxReplyLine) {
         return Status::Unavailable(fmt::format("SMTP {}: reply line too long", step));
       }

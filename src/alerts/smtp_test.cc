@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "testing/smtp_sink.h"
+#include "testing/testing.h"
 
 namespace tessera::alerts {
 namespace {
@@ -20,18 +21,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::SmtpSink;
 
-// A loopback port nothing listens on: bound, then closed.
-int ClosedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+// A loopback port nothing listens on.
+int ClosedPort() { return tessera::testing::FreeTcpPort(); }
 
 SmtpMessage Message() {
   return {"alerts@tessera.example",

@@ -2,21 +2,13 @@
 
 #include <fmt/format.h>
 
+#include "telemetry/series.h"
+
 namespace tessera::api {
 
 std::string EscapeLabel(const std::string& v) {
   std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
+  telemetry::AppendEscaped(out, v);
   return out;
 }
 

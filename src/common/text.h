@@ -32,4 +32,15 @@ std::optional<std::string> Base64Decode(std::string_view text);
 // `s` with every byte that breaks UTF-8 replaced by U+FFFD, for output shown as text.
 std::string ToValidUtf8(std::string_view s);
 
+// Moves the first line of `buffer` (up to LF, its CR dropped) into `line`; false when `buffer`
+// holds no whole line yet. For line protocols read in chunks (SMTP).
+inline bool TakeLine(std::string& buffer, std::string& line) {
+  const size_t eol = buffer.find('\n');
+  if (eol == std::string::npos) return false;
+  line = buffer.substr(0, eol);
+  buffer.erase(0, eol + 1);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return true;
+}
+
 }  // namespace tessera

@@ -241,7 +241,9 @@ Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string
 
 void State::EvaluateAlerts(store::Batch& batch) {
   const Time now = clock_->Now();
-  if (evaluator_.rules().empty() || now - last_alert_eval_ < options_.alert_interval) return;
+  // With no rules, only alerts still to resolve or retire (a deleted rule's) need a round.
+  if (evaluator_.rules().empty() && evaluator_.alerts().empty()) return;
+  if (now - last_alert_eval_ < options_.alert_interval) return;
   last_alert_eval_ = now;
   // After a start, a node's series are missing until its agent reports again (within its
   // lease): their alerts must not resolve for that.

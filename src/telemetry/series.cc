@@ -72,6 +72,19 @@ void AddHolder(Target& t, const Holder& h, bool share) {
   t.tenant = h.tenant;
 }
 
+// What a GPU, or a MIG instance, has of its own: its memory and its engines' activity.
+void SetOwn(Target& t, int64_t used_mib, int64_t total_mib, const std::optional<double>& engine,
+            const std::optional<double>& tensor) {
+  t.set(Field::kFbUsed, static_cast<double>(used_mib));
+  t.set(Field::kFbFree, static_cast<double>(std::max<int64_t>(0, total_mib - used_mib)));
+  if (total_mib > 0) {
+    t.set(Field::kFbUsedPercent,
+          100.0 * static_cast<double>(used_mib) / static_cast<double>(total_mib));
+  }
+  if (engine) t.set(Field::kGrEngineActive, *engine);
+  if (tensor) t.set(Field::kPipeTensorActive, *tensor);
+}
+
 // The GPU-wide readings.
 void SetDevice(Target& t, const GpuSample& s, int64_t xid, bool mig_mode) {
   if (s.lost) {
@@ -94,27 +107,7 @@ void SetDevice(Target& t, const GpuSample& s, int64_t xid, bool mig_mode) {
   if (mig_mode) return;  // Utilization and memory are the MIG instances' (NVML has no GPU-wide).
   t.set(Field::kGpuUtil, s.gpu_util);
   t.set(Field::kMemCopyUtil, s.mem_copy_util);
-  const int64_t free = std::max<int64_t>(0, s.memory_total_mib - s.memory_used_mib);
-  t.set(Field::kFbUsed, static_cast<double>(s.memory_used_mib));
-  t.set(Field::kFbFree, static_cast<double>(free));
-  if (s.memory_total_mib > 0) {
-    t.set(Field::kFbUsedPercent,
-          100.0 * static_cast<double>(s.memory_used_mib) / static_cast<double>(s.memory_total_mib));
-  }
-  if (s.gr_engine_active) t.set(Field::kGrEngineActive, *s.gr_engine_active);
-  if (s.tensor_active) t.set(Field::kPipeTensorActive, *s.tensor_active);
-}
-
-void SetMig(Target& t, const MigSample& m) {
-  const int64_t free = std::max<int64_t>(0, m.fb_total_mib - m.fb_used_mib);
-  t.set(Field::kFbUsed, static_cast<double>(m.fb_used_mib));
-  t.set(Field::kFbFree, static_cast<double>(free));
-  if (m.fb_total_mib > 0) {
-    t.set(Field::kFbUsedPercent,
-          100.0 * static_cast<double>(m.fb_used_mib) / static_cast<double>(m.fb_total_mib));
-  }
-  if (m.gr_engine_active) t.set(Field::kGrEngineActive, *m.gr_engine_active);
-  if (m.tensor_active) t.set(Field::kPipeTensorActive, *m.tensor_active);
+  SetOwn(t, s.memory_used_mib, s.memory_total_mib, s.gr_engine_active, s.tensor_active);
 }
 
 }  // namespace
@@ -176,7 +169,8 @@ void NodeTargets(const NodeInfo& node, const Telemetry* telemetry,
       AddHolder(t, *h, !mig_mode && h->milli < 1000);
       if (sample && mig_mode) {
         for (const MigSample& m : sample->mig) {
-          if (m.start == h->mig_start && m.profile == h->mig_profile) SetMig(t, m);
+          if (m.start != h->mig_start || m.profile != h->mig_profile) continue;
+          SetOwn(t, m.fb_used_mib, m.fb_total_mib, m.gr_engine_active, m.tensor_active);
         }
       } else if (sample) {
         SetDevice(t, *sample, xid, false);

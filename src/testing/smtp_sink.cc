@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/text.h"
+
 namespace tessera::testing {
 namespace {
 
@@ -52,13 +54,7 @@ class Connection {
   // False on close, error, an over-long line or stop.
   bool ReadLine(std::string& line) {
     while (true) {
-      const size_t eol = buffer_.find('\n');
-      if (eol != std::string::npos) {
-        line = buffer_.substr(0, eol);
-        buffer_.erase(0, eol + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        return true;
-      }
+      if (TakeLine(buffer_, line)) return true;
       if (buffer_.size() > kMaxLine) return false;
       if (!WaitFor(POLLIN, -1)) return false;
       char chunk[8192];
