@@ -303,7 +303,8 @@ Evaluation Evaluator::Evaluate(Time now, const std::vector<Target>& targets, boo
   };
   static const std::vector<uint32_t> kNone;
   std::vector<uint64_t> series(targets.size(), 0);  // Series hashes, computed when first needed.
-  for (const auto& [id, rule] : rules_) {
+  for (const auto& entry : rules_) {
+    const Rule& rule = entry.second;  // Not a structured binding: the lambda below captures it.
     const size_t f = static_cast<size_t>(rule.metric);
     const uint64_t rule_hash = Fnv(0xCBF29CE484222325ULL, rule.id);
     auto check = [&](uint32_t i) {
