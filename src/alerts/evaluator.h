@@ -20,7 +20,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "alerts/alert_index.h"

@@ -13,8 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-json Passthrough(const json& j) { return j; }
-
 void AddNodeRoutes(Api& table) {
   table.Add(
       "GET", "/v1/nodes", Access::kAdmin, BodyKind::kNone, false,

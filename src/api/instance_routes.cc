@@ -82,7 +82,7 @@ void AddInstanceRoutes(Api& table) {
                                  j["next_page_token"] = PageToken(*page.next_after);
                                return j;
                              },
-                             200, [](const json& j) { return j; }, nullptr});
+                             200, Passthrough, nullptr});
             });
   table.Add("GET", "/v1/instances/{id}", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {

@@ -16,8 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-json Passthrough(const json& j) { return j; }
-
 // Query parameter `window`: "90s", "15m", "1h" or plain seconds, 1 s up to the history kept.
 Status WindowParam(const Target& target, Duration& window) {
   const std::string* text = target.Param("window");
@@ -58,10 +56,8 @@ json AlertView(const alerts::Alert& a, const alerts::Notifier* notifier) {
 
 // Tessera's alerting series for /metrics: alerts by state, evaluations, notifier outcomes.
 std::string AlertMetrics(const core::State& s, const alerts::Notifier* notifier) {
-  core::Tenant admin;
-  admin.admin = true;
   std::map<std::string, int64_t> states = {{"pending", 0}, {"firing", 0}, {"resolved", 0}};
-  for (const alerts::Alert& a : s.ListAlerts(admin)) {
+  for (const auto& [key, a] : s.evaluator().alerts()) {
     ++states[std::string(alerts::AlertStateName(a.state))];
   }
   std::string out = "# HELP tessera_alerts Alerts by state.\n# TYPE tessera_alerts gauge\n";
@@ -72,7 +68,7 @@ std::string AlertMetrics(const core::State& s, const alerts::Notifier* notifier)
       "tessera_alert_rules {}\n"
       "# HELP tessera_alert_evaluations_total Alert rule evaluation rounds.\n"
       "# TYPE tessera_alert_evaluations_total counter\ntessera_alert_evaluations_total {}\n",
-      s.ListAlertRules(admin).size(), s.counters().alert_evaluations);
+      s.evaluator().rules().size(), s.counters().alert_evaluations);
   if (!notifier) return out;
   const alerts::NotifierCounters c = notifier->counters();
   out +=

@@ -48,8 +48,7 @@ void AddTenantRoutes(Api& table) {
                j["token"] = token->first;  // Shown this once; only its hash is stored.
                return j;
              },
-             201, [](const json& j) { return j; },
-             [](const json& j) { return j.value("id", ""); }});
+             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
   table.Add("GET", "/v1/tenants", Access::kAdmin, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
@@ -73,7 +72,7 @@ void AddTenantRoutes(Api& table) {
                                if (next) j["next_page_token"] = PageToken(*next);
                                return j;
                              },
-                             200, [](const json& j) { return j; }, nullptr});
+                             200, Passthrough, nullptr});
             });
   table.Add("GET", "/v1/tenants/{id}", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
@@ -84,7 +83,7 @@ void AddTenantRoutes(Api& table) {
                      TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, Visible(s, caller, id));
                      return TenantJson(s, *t);
                    },
-                   200, [](const json& j) { return j; }, nullptr});
+                   200, Passthrough, nullptr});
             });
   table.Add(
       "PATCH", "/v1/tenants/{id}", Access::kAdmin, BodyKind::kJson, true,
@@ -100,8 +99,7 @@ void AddTenantRoutes(Api& table) {
                                         s.UpdateTenant(id, req->quota_gpu_milli, req->disabled, b));
                return TenantJson(s, t);
              },
-             200, [](const json& j) { return j; },
-             [](const json& j) { return j.value("id", ""); }});
+             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
   // A tenant rotates its own token; the admin rotates any tenant's.
   table.Add("POST", "/v1/tenants/{id}/tokens", Access::kAnyToken, BodyKind::kOptionalJson, true,
@@ -123,8 +121,7 @@ void AddTenantRoutes(Api& table) {
                                j["token"] = token->first;  // Shown this once.
                                return j;
                              },
-                             201, [](const json& j) { return j; },
-                             [](const json& j) { return j.value("id", ""); }});
+                             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
             });
   table.Add(
       "GET", "/v1/instance-types", Access::kAnyToken, BodyKind::kNone, false,

@@ -226,6 +226,8 @@ class State {
     std::vector<std::vector<alerts::AlertMessage>> alertmanager;
   };
   Outbox TakeOutbox() { return std::exchange(outbox_, {}); }
+  // Every rule and alert, for counting (the API lists them through the calls above).
+  const alerts::Evaluator& evaluator() const { return evaluator_; }
   static constexpr std::string_view kRulePrefix = "alert_rule/";
   static constexpr std::string_view kAlertPrefix = "alert/";
   static constexpr std::string_view kMetaPrefix = "alerts/";

@@ -40,7 +40,6 @@ class History {
   // after `since`, oldest first.
   std::vector<Point> Points(const std::string& node, int gpu, int mig_start, Time since) const;
   size_t devices() const;
-  Duration keep() const { return keep_; }
 
  private:
   using Key = std::pair<int, int>;  // (GPU index, MIG start or -1).
