@@ -287,6 +287,25 @@ TEST(RuleTest, ParsesAndNamesBadFields) {
     EXPECT_NE(bad.status().message().find(c.field), std::string::npos)
         << c.body << " -> " << bad.status().message();
   }
+  // What the caller sent comes back escaped: a DEL or an ESC in a metric, operator, severity or
+  // label name never reaches an operator's terminal raw.
+  for (const std::string& body : {
+           std::string(R"({"name":"A","metric":"DCGM_FI_DEV_GPU)") + "\\u007f" +
+               R"(TEMP","op":">","threshold":1})",
+           std::string(R"({"name":"A","metric":"DCGM_FI_DEV_GPU_TEMP","op":")") + "\\u001b" +
+               R"(","threshold":1})",
+           std::string(R"({"name":"A","metric":"DCGM_FI_DEV_GPU_TEMP","op":">","threshold":1,)") +
+               R"("severity":"x\u007f"})",
+           std::string(R"({"name":"A","metric":"DCGM_FI_DEV_GPU_TEMP","op":">","threshold":1,)") +
+               R"("matchers":{"a\u007f":"b"}})",
+       }) {
+    auto bad = parse(body);
+    ASSERT_FALSE(bad.ok()) << body;
+    const std::string& m = bad.status().message();
+    EXPECT_EQ(m.find('\x7f'), std::string::npos) << m;
+    EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;
+    EXPECT_TRUE(m.find("\\x7f") != std::string::npos || m.find("\\e") != std::string::npos) << m;
+  }
 }
 
 TEST(RuleTest, BuiltinRulesAndTemplates) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/json.h"
+#include "common/text.h"
 
 namespace tessera::alerts {
 namespace {
@@ -40,7 +41,7 @@ std::map<std::string, std::string> ReadMap(JsonFields& f, std::string_view key) 
   if (m.size() > kMaxEntries) f.Fail(key, fmt::format("at most {} entries", kMaxEntries));
   for (const auto& [k, v] : m) {
     if (!IsName(k)) {
-      f.Fail(key, fmt::format("'{}' is not a label name ([A-Za-z_][A-Za-z0-9_]*)", k));
+      f.Fail(key, fmt::format("'{}' is not a label name ([A-Za-z_][A-Za-z0-9_]*)", Quote(k)));
     } else if (v.size() > kMaxText) {
       f.Fail(fmt::format("{}.{}", key, k), fmt::format("longer than {} bytes", kMaxText));
     }
@@ -84,7 +85,7 @@ Result<Rule> ParseRule(const json& body, bool tenant_owned) {
     if (auto field = telemetry::FindField(metric)) {
       r.metric = *field;
     } else {
-      f.Fail("metric", fmt::format("unknown metric '{}'; known: {}", metric.substr(0, 128),
+      f.Fail("metric", fmt::format("unknown metric '{}'; known: {}", Quote(metric, 128),
                                    telemetry::FieldNames()));
     }
   }
@@ -94,7 +95,7 @@ Result<Rule> ParseRule(const json& body, bool tenant_owned) {
     if (auto parsed = ParseOp(op)) {
       r.op = *parsed;
     } else {
-      f.Fail("op", fmt::format("'{}' is not one of > >= < <= == !=", op.substr(0, 16)));
+      f.Fail("op", fmt::format("'{}' is not one of > >= < <= == !=", Quote(op, 16)));
     }
   }
   r.threshold = f.Number("threshold", -1e15, 1e15);
@@ -104,8 +105,7 @@ Result<Rule> ParseRule(const json& body, bool tenant_owned) {
       f.Int("repeat_interval_seconds", 60, kMaxSeconds, false, r.repeat_interval_seconds);
   r.severity = f.String("severity", false, "warning");
   if (r.severity != "critical" && r.severity != "warning" && r.severity != "info") {
-    f.Fail("severity",
-           fmt::format("'{}' is not critical, warning or info", r.severity.substr(0, 32)));
+    f.Fail("severity", fmt::format("'{}' is not critical, warning or info", Quote(r.severity, 32)));
   }
   r.annotations = ReadMap(f, "annotations");
   if (const json* notify = f.Get("notify", false)) {
