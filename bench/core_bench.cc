@@ -2,7 +2,7 @@
 // the requests: one budgeted queue pass per change in capacity, a bounded number of preemption
 // searches. These benchmarks build the worst case the bounds allow and time it:
 //   BM_Round/create          a round that creates one instance (no queue), 10,000 nodes;
-//   BM_Round/freed_worst     a round that frees capacity while 2,000 distinct reserved requests
+//   BM_Round/freed_worst     a round that frees capacity while 2,000 distinct on-demand requests
 //                            for 4 NVLinked GPUs wait. Every node has two islands of four GPUs,
 //                            each holding two on-demand GPUs and two spot ones: four GPUs could
 //                            be freed on every node, so every node is worth a search, but never
@@ -119,7 +119,7 @@ Loaded& World() {
     for (int g = 0; g < 2000; ++g) {
       store::Batch batch;
       l->state->BeginRound();
-      CreateInstanceRequest r = H100(4, Billing::kReserved, 1 + g % 100, 1024 + g);
+      CreateInstanceRequest r = H100(4, Billing::kOnDemand, 1 + g % 100, 1024 + g);
       r.shape.nvlink = true;
       (void)l->state->CreateInstance(t, r, batch);
       l->state->EndRound(batch);

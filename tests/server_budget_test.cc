@@ -15,7 +15,7 @@ using nlohmann::json;
 TEST_F(ServerTest, AFloodOfUnplaceableAndPreemptionHeavyWorkDoesNotSlowAnotherTenant) {
   const std::string flood = NewTenant("flood", 100000);
   const std::string calm = NewTenant("calm", 100);
-  // Spot work on both H100s, so each reserved H100 request first looks for victims.
+  // Spot work on both H100s, so each on-demand H100 request first looks for victims.
   for (int i = 0; i < 2; ++i) ASSERT_EQ(Post("/v1/instances", flood, H100(1, "spot")).status, 201);
   std::atomic<bool> stop{false};
   std::atomic<int> refused{0}, queued{0};
@@ -23,8 +23,8 @@ TEST_F(ServerTest, AFloodOfUnplaceableAndPreemptionHeavyWorkDoesNotSlowAnotherTe
     httplib::Client client(server_->url());
     const httplib::Headers auth = {{"Authorization", "Bearer " + flood}};
     for (int i = 0; !stop && i < 3000; ++i) {
-      json body = H100(i % 3 == 0 ? 3 : 1, "reserved");  // 3 GPUs: no node has them.
-      body["vcpus"] = 1 + i % 60;                        // Many distinct shapes to queue.
+      json body = H100(i % 3 == 0 ? 3 : 1, "on_demand");  // 3 GPUs: no node has them.
+      body["vcpus"] = 1 + i % 60;                         // Many distinct shapes to queue.
       body["memory_mib"] = 1024 + i;
       auto r = client.Post("/v1/instances", auth, body.dump(), "application/json");
       if (!r) continue;

@@ -49,8 +49,8 @@ TEST_F(ServerSchedTest, ALargeRequestDoesNotBlockSmallerOnes) {
 
 TEST_F(ServerSchedTest, QueuedWorkRunsByPriorityThenArrival) {
   const std::string t = NewTenant("acme", 16);
-  const std::string a = Create(t, H100(1, "reserved"));
-  const std::string b = Create(t, H100(1, "reserved"));
+  const std::string a = Create(t, H100(1, "on_demand"));
+  const std::string b = Create(t, H100(1, "on_demand"));
   const std::string spot = Create(t, H100(1, "spot"));
   const std::string od1 = Create(t, H100(1, "on_demand"));
   const std::string od2 = Create(t, H100(1, "on_demand"));
@@ -96,9 +96,13 @@ TEST_F(ServerSchedTest, PreemptionEvictsTheFewestVictims) {
   const std::string big_spot = Create(t, H100(1, "spot"));
   const std::string od = Create(t, H100(1, "on_demand"));
   (void)od;
-  // A reserved request for one H100 must evict exactly the one spot H100, nothing else.
+  // A reserved request for one H100 must evict exactly the one spot H100, nothing else: the
+  // reservation's capacity ran spot work while unclaimed.
   const std::string share1 =
       Create(t, {{"billing", "spot"}, {"instance_type", "shared.l40s.half"}});
+  auto reservation =
+      Post("/v1/reservations", t, {{"instance_type", "gpu.1xh100"}, {"count", 1}, {"term", "1y"}});
+  ASSERT_EQ(reservation.status, 201) << reservation.raw;
   auto reserved = Post("/v1/instances", t, H100(1, "reserved"));
   ASSERT_EQ(reserved.status, 201);
   EXPECT_EQ(State(reserved), "scheduled");

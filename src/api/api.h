@@ -63,6 +63,8 @@ struct Op {
   std::function<nlohmann::json(const T&)> render;
   // The id the operation acted on, for the audit log; may be empty.
   std::function<std::string(const T&)> target;
+  // When set, the whole answer for a result, in place of `render`'s JSON (CSV, text).
+  std::function<HttpResponse(const T&)> respond = nullptr;
 };
 
 class Api {
@@ -180,8 +182,10 @@ void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
       [call, shared_op, this](Result<T> r) {
         // On the core thread: hand the result over and render it on the connection's thread.
         call->responder.SendLater([call, shared_op, this, r = std::move(r)]() {
-          HttpResponse response = r.ok() ? JsonResponse(shared_op->ok_status, shared_op->render(*r))
-                                         : StatusResponse(r.status());
+          HttpResponse response = !r.ok() ? StatusResponse(r.status())
+                                  : shared_op->respond
+                                      ? shared_op->respond(*r)
+                                      : JsonResponse(shared_op->ok_status, shared_op->render(*r));
           metrics_.CountRequest(call->request.method, call->route, response.status);
           return response;
         });

@@ -10,7 +10,9 @@ namespace tessera::api {
 
 using nlohmann::json;
 
-HttpError ToHttpError(const Status& s) {
+namespace {
+
+HttpError ToHttpErrorOfCode(const Status& s) {
   switch (s.code()) {
     case StatusCode::kOk:
       return {200, "ok"};
@@ -33,6 +35,14 @@ HttpError ToHttpError(const Status& s) {
     default:
       return {500, "internal"};
   }
+}
+
+}  // namespace
+
+HttpError ToHttpError(const Status& s) {
+  HttpError e = ToHttpErrorOfCode(s);
+  if (!s.reason().empty()) e.code = s.reason();
+  return e;
 }
 
 json ErrorBody(const std::string& code, const std::string& message) {

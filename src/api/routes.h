@@ -13,5 +13,7 @@ void AddAdminRoutes(Api& api);     // /v1/nodes..., /v1/audit, /healthz, /readyz
 // /v1/alerts
 void AddMonitoringRoutes(Api& api);
 void AddAgentRoutes(Api& api);  // /v1/agent/... (node tokens)
+// /v1/reservations..., /v1/usage, /v1/invoices/{month}
+void AddBillingRoutes(Api& api);
 
 }  // namespace tessera::api

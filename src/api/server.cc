@@ -18,6 +18,7 @@ struct ApiServer::Impl {
     AddAdminRoutes(api);
     AddMonitoringRoutes(api);
     AddAgentRoutes(api);
+    AddBillingRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
   }
 };

@@ -35,7 +35,9 @@ Status Status::WithPrefix(std::string_view prefix) const {
   std::string m(prefix);
   m += ": ";
   m += message_;
-  return {code_, std::move(m)};
+  Status s(code_, std::move(m));
+  s.reason_ = reason_;
+  return s;
 }
 
 std::string Status::ToString() const {

@@ -61,6 +61,15 @@ class [[nodiscard]] Status {
   // file or field context as an error travels up.
   Status WithPrefix(std::string_view prefix) const;
 
+  // A copy carrying `reason`, a machine-readable refinement of the code that the API answers in
+  // place of the code's name ("no_reservation", "budget_exceeded").
+  Status WithReason(std::string reason) const {
+    Status s = *this;
+    s.reason_ = std::move(reason);
+    return s;
+  }
+  const std::string& reason() const { return reason_; }
+
   // "OK" or "<code name>: <message>".
   std::string ToString() const;
 
@@ -69,6 +78,7 @@ class [[nodiscard]] Status {
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  std::string reason_;
 };
 
 }  // namespace tessera

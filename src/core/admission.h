@@ -59,12 +59,15 @@ class Admission {
   // `preemptible` is what preemption could take for it (0 for spot work, which preempts nothing).
   std::string PendingReason(const Instance& inst, size_t preemptible) const;
 
+  // The catalog's hourly price of `shape` under `billing`; a custom shape pays its share of the
+  // model's cheapest whole-GPU price.
+  Result<Money> PriceOf(const Shape& shape, Billing billing) const;
+
   // The scheduler's request for a shape and billing mode.
   sched::Request RequestFor(const Shape& shape, Billing billing) const;
 
  private:
   Result<Shape> Resolve(const CreateInstanceRequest& req) const;
-  Result<Money> PriceOf(const Shape& shape, Billing billing) const;
   // OK, or why no node could ever host `shape` (see the header).
   Status Check(const Shape& shape) const;
 

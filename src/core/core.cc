@@ -75,6 +75,13 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   TESSERA_ASSIGN_OR_RETURN(auto agent_nodes,
                            store.ListSettings(std::string(AgentSupervisor::kRecordPrefix)));
   TESSERA_RETURN_IF_ERROR(state->RestoreAgentNodes(agent_nodes));
+  // Reservations before instances: reserved instances hold their units.
+  TESSERA_ASSIGN_OR_RETURN(auto reservations,
+                           store.ListSettings(std::string(State::kReservationPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto next_reservation,
+                           store.GetSetting(std::string(State::kNextReservation)));
+  if (next_reservation) reservations.emplace_back(State::kNextReservation, *next_reservation);
+  TESSERA_RETURN_IF_ERROR(state->RestoreReservations(reservations));
   TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
   const std::string since = FormatRfc3339(clock->Now() - options.instance_retention);
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));

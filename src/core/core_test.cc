@@ -104,6 +104,10 @@ class FailingStore final : public store::Store {
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     return inner_->GetSetting(key);
   }
+  Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
+                    const std::function<void(const store::LedgerRecord&)>& fn) override {
+    return inner_->ScanLedger(tenant, from, to, fn);
+  }
   Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
       const std::string& prefix) override {
     if (fail_reads) return Status::DataLoss("I/O error (injected)");

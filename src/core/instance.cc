@@ -247,6 +247,7 @@ nlohmann::json ToJson(const Instance& inst) {
         std::chrono::duration<double>(*inst.started_at - inst.enqueued_at).count();
   }
   if (inst.exit_code) j["exit_code"] = *inst.exit_code;
+  if (!inst.reservation.empty()) j["reservation"] = inst.reservation;
   return j;
 }
 
@@ -255,6 +256,11 @@ nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
   j["seq"] = inst.seq;
   j["enqueued_at"] = FormatRfc3339(inst.enqueued_at);
   if (inst.assignment) j["assignment"] = AssignmentJson(*inst.assignment, fleet);
+  if (inst.meter) {
+    j["meter"] = {{"since", inst.meter->since},
+                  {"billed", inst.meter->billed},
+                  {"rate_usd_per_hour", inst.meter->rate.ToString(6)}};
+  }
   return j;
 }
 
@@ -336,6 +342,18 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
     auto t = TimeField(f, key);
     if (!t.ok()) return Status::DataLoss(t.status().message());
     *field = *t;
+  }
+  inst.reservation = f.String("reservation", false);
+  if (j.contains("meter")) {
+    JsonFields m = f.Object("meter");
+    billing::Meter meter;
+    meter.since = m.Int("since", 0, INT64_MAX);
+    meter.billed = m.Int("billed", 0, INT64_MAX);
+    auto rate = Money::Parse(m.String("rate_usd_per_hour"));
+    if (!f.ok()) return Status::DataLoss(f.status().message());
+    if (!rate.ok()) return Status::DataLoss(rate.status().WithPrefix(where + ": meter").message());
+    meter.rate = *rate;
+    inst.meter = meter;
   }
   inst.enqueued_at = inst.created_at;  // Records written before the field held no other.
   if (j.contains("enqueued_at")) {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "billing/meter.h"
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/money.h"
@@ -95,6 +96,10 @@ struct Instance {
   std::optional<Time> started_at;  // When its agent reported this attempt running.
   std::optional<int> exit_code;    // The workload's, once it ended (128 + signal if killed).
   std::optional<fleet::Assignment> assignment;  // While it holds capacity.
+  // Billing (docs/billing.md): the open interval while running, and for `reserved` billing the
+  // reservation whose unit it holds while active.
+  std::optional<billing::Meter> meter;
+  std::string reservation;
   std::string node;
   std::vector<GpuRef> gpus;
 };

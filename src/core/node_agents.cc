@@ -530,8 +530,8 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
   const Time now = clock_->Now();
   if (report.state == InstanceState::kRunning) {
     if (inst.state != InstanceState::kScheduled) return false;
-    Transition(inst, InstanceState::kRunning, "");
     inst.started_at = report.started_at.value_or(now);
+    Transition(inst, InstanceState::kRunning, "", batch);
     counters_.start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
     return true;
   }
@@ -548,24 +548,26 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
       if (report.lost) {
         Transition(
             inst, InstanceState::kFailed,
-            "agent restarted: " + (report.reason.empty() ? "its process was lost" : report.reason));
+            "agent restarted: " + (report.reason.empty() ? "its process was lost" : report.reason),
+            batch, billing::Ending::kPlatform);
       } else if (report.exit_code == 0) {
-        Transition(inst, InstanceState::kSucceeded, "exited with code 0");
+        Transition(inst, InstanceState::kSucceeded, "exited with code 0", batch);
       } else {
         Transition(inst, InstanceState::kFailed,
                    report.exit_code ? fmt::format("exited with code {}", *report.exit_code)
-                                    : "its workload ended: " + report.reason);
+                                    : "its workload ended: " + report.reason,
+                   batch);
       }
       return true;
     case InstanceState::kStopping:
       inst.exit_code = report.exit_code;
       Release(inst);
-      Transition(inst, InstanceState::kTerminated, "stopped by its agent");
+      Transition(inst, InstanceState::kTerminated, "stopped by its agent", batch);
       return true;
     case InstanceState::kPreempting:
       inst.exit_code = report.exit_code;
       Release(inst);
-      EndPreempted(inst, "preempted by higher-priority work after its notice");
+      EndPreempted(inst, "preempted by higher-priority work after its notice", batch);
       return true;
     default:
       return false;
@@ -580,11 +582,11 @@ void State::Release(Instance& inst) {
 void State::Displace(Instance& inst, const std::string& why, store::Batch& batch) {
   Release(inst);
   if (inst.state == InstanceState::kStopping) {
-    Transition(inst, InstanceState::kTerminated, why + " while it was stopping");
+    Transition(inst, InstanceState::kTerminated, why + " while it was stopping", batch);
   } else if (inst.billing == Billing::kSpot) {
-    EndPreempted(inst, why);
+    EndPreempted(inst, why, batch);
   } else {
-    Requeue(inst, why);
+    Requeue(inst, why, batch);
   }
   Save(inst, batch);
 }

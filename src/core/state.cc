@@ -47,7 +47,8 @@ Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> q
   });
   for (Instance* inst : waiting) {
     queue_.Remove(*inst);
-    Transition(*inst, InstanceState::kTerminated, "its tenant was disabled while it was pending");
+    Transition(*inst, InstanceState::kTerminated, "its tenant was disabled while it was pending",
+               batch);
     Save(*inst, batch);
   }
   return t;
@@ -65,6 +66,10 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
         Gpus(used), Gpus(want)));
   }
   Instance inst;
+  if (req.billing == Billing::kReserved) {
+    TESSERA_ASSIGN_OR_RETURN(inst.reservation, ClaimReservation(caller, admitted.shape));
+    ++reservation_used_[inst.reservation];
+  }
   inst.id = InstanceId::FromNumber(next_instance_);
   inst.seq = next_instance_++;
   inst.tenant = caller.id;
@@ -124,17 +129,17 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
   if (inst.state == InstanceState::kPending) {
     queue_.Remove(inst);
     awaiting_notice_.erase(inst.id.str());
-    Transition(inst, InstanceState::kTerminated, "deleted while pending");
+    Transition(inst, InstanceState::kTerminated, "deleted while pending", batch);
   } else if (agents_.Serves(inst.node)) {
     // Being deleted: never a preemption victim from now on, so never restarted either. The
     // capacity frees when the agent reports the stop.
     preemptor_.Untrack(&inst);
-    Transition(inst, InstanceState::kStopping, "deleted by its owner");
+    Transition(inst, InstanceState::kStopping, "deleted by its owner", batch);
     agents_.Notify(inst, inst.node);
   } else {
     // No agent serves the node, so nothing runs there to wait for.
     Unbook(inst);
-    Transition(inst, InstanceState::kTerminated, "deleted by its owner");
+    Transition(inst, InstanceState::kTerminated, "deleted by its owner", batch);
     queue_.CapacityFreed();
   }
   Save(inst, batch);
@@ -168,6 +173,7 @@ void State::EndRound(store::Batch& batch) {
   }
   counters_.evicted +=
       static_cast<int64_t>(instances_.EvictEndedBefore(clock_->Now() - options_.retention));
+  RollMeters(batch);
   EvaluateAlerts(batch);
 }
 
@@ -193,9 +199,17 @@ void State::PlaceQueued(store::Batch& batch) {
   });
 }
 
-void State::Transition(Instance& inst, InstanceState to, std::string reason) {
+void State::Transition(Instance& inst, InstanceState to, std::string reason, store::Batch& batch,
+                       billing::Ending ending) {
+  if (inst.state == InstanceState::kRunning && to != InstanceState::kRunning) {
+    StopMeter(inst, ending, batch);
+  }
+  if (to == InstanceState::kRunning && inst.state != InstanceState::kRunning) StartMeter(inst);
   const bool was_active = IsActive(inst.state);
-  if (was_active && !IsActive(to)) usage_.Remove(inst.tenant.str(), inst.shape);
+  if (was_active && !IsActive(to)) {
+    usage_.Remove(inst.tenant.str(), inst.shape);
+    if (!inst.reservation.empty()) --reservation_used_[inst.reservation];
+  }
   if (!was_active && IsActive(to)) usage_.Add(inst.tenant.str(), inst.shape);
   inst.state = to;
   inst.reason = std::move(reason);
@@ -228,12 +242,16 @@ void State::Book(Instance& inst, const fleet::Assignment& a) {
   inst.gpus = DescribeGpus(a, *fleet_);
   UseReportedMigUuids(inst);
   if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
+  if (inst.billing == Billing::kOnDemand)
+    on_demand_milli_[inst.shape.gpu_model] += GpuMilliOf(inst);
   awaiting_notice_.erase(inst.id.str());
 }
 
 void State::Unbook(Instance& inst) {
   if (!inst.assignment) return;
   preemptor_.Untrack(&inst);
+  if (inst.billing == Billing::kOnDemand)
+    on_demand_milli_[inst.shape.gpu_model] -= GpuMilliOf(inst);
   // The scheduler refuses only what is not held, which would be a bookkeeping bug: surface it
   // loudly rather than leak or double-free capacity.
   Status s = scheduler_->Release(*inst.assignment);
@@ -249,6 +267,12 @@ void State::Unbook(Instance& inst) {
 }
 
 Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
+  if (inst.billing == Billing::kOnDemand) {
+    if (std::string why = HeldForReservations(inst); !why.empty()) {
+      inst.reason = std::move(why);
+      return Attempt::kNoRoom;
+    }
+  }
   sched::Request req = admission_.RequestFor(inst.shape, inst.billing);
   // The policy learns each request once, weighed by its tenant, so a queue's retries and one
   // tenant's flood do not steer where everyone else's work goes.
@@ -284,7 +308,7 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   }
   if (!a) return deferred ? Attempt::kDeferred : Attempt::kNoRoom;
   Book(inst, *a);
-  Transition(inst, InstanceState::kScheduled, "");
+  Transition(inst, InstanceState::kScheduled, "", batch);
   agents_.Notify(inst, inst.node);
   return Attempt::kPlaced;
 }
@@ -296,7 +320,8 @@ void State::GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom
     preemptor_.Untrack(v);
     Transition(*v, InstanceState::kPreempting,
                fmt::format("preempted by higher-priority work; stops at {} after its notice",
-                           FormatRfc3339(deadline)));
+                           FormatRfc3339(deadline)),
+               batch, billing::Ending::kPlatform);
     v->preempt_at = deadline;
     ++counters_.preemptions;
     agents_.Notify(*v, v->node);
@@ -316,21 +341,22 @@ void State::Evict(Instance& v, store::Batch& batch) {
   Unbook(v);
   // The reason names no instance: the one that took the capacity may be another tenant's.
   ++counters_.preemptions;
-  EndPreempted(v, "preempted by higher-priority work");
+  EndPreempted(v, "preempted by higher-priority work", batch);
   Save(v, batch);
 }
 
-void State::EndPreempted(Instance& v, const std::string& why) {
-  Transition(v, InstanceState::kPreempted, why);
+void State::EndPreempted(Instance& v, const std::string& why, store::Batch& batch) {
+  Transition(v, InstanceState::kPreempted, why, batch, billing::Ending::kPlatform);
   v.preempted_at = clock_->Now();
-  if (v.restart) Requeue(v, why);
+  if (v.restart) Requeue(v, why, batch);
 }
 
-void State::Requeue(Instance& inst, const std::string& why) {
+void State::Requeue(Instance& inst, const std::string& why, store::Batch& batch) {
   ++inst.restarts;
   inst.started_at.reset();
   inst.enqueued_at = clock_->Now();
-  Transition(inst, InstanceState::kPending, why + "; restarting");
+  Transition(inst, InstanceState::kPending, why + "; restarting", batch,
+             billing::Ending::kPlatform);
   queue_.Push(inst);  // Untried: it may fit elsewhere at once.
 }
 
@@ -350,6 +376,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     ++report.instances;
     if (!IsActive(inst.state)) continue;
     usage_.Add(inst.tenant.str(), inst.shape);
+    if (!inst.reservation.empty()) ++reservation_used_[inst.reservation];
     stored.instance = inst;  // WhyNotRestorable reads the shape and the binding.
     std::string why = WhyNotRestorable(stored, *catalog_);
     if (why.empty() && !inst.assignment && inst.state != InstanceState::kPending) {
@@ -371,13 +398,18 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
       inst.assignment.reset();
       inst.node.clear();
       inst.gpus.clear();
-      Transition(inst, InstanceState::kFailed, "failed at restart: " + why);
+      Transition(inst, InstanceState::kFailed, "failed at restart: " + why, batch,
+                 billing::Ending::kPlatform);
       Save(inst, batch);
       report.failed.push_back(fmt::format("{}: {}", inst.id.str(), why));
       continue;
     }
     if (inst.assignment) {
       ++report.rebooked;
+      if (inst.billing == Billing::kOnDemand) {
+        on_demand_milli_[inst.shape.gpu_model] += GpuMilliOf(inst);
+      }
+      if (inst.meter && inst.state == InstanceState::kRunning) metered_.insert(inst.id.str());
       if (inst.billing == Billing::kSpot && inst.state != InstanceState::kStopping &&
           inst.state != InstanceState::kPreempting) {
         preemptor_.Track(&inst);

@@ -16,15 +16,19 @@
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "alerts/evaluator.h"
+#include "billing/meter.h"
+#include "billing/reservation.h"
 #include "catalog/catalog.h"
 #include "common/clock.h"
 #include "core/admission.h"
@@ -234,6 +238,30 @@ class State {
   static constexpr std::string_view kBuiltinSeeded = "alerts/builtin_seeded";
   static constexpr std::string_view kNextRule = "alerts/next_rule";
 
+  // Billing (billing.cc, docs/billing.md). Running instances are metered into the store's
+  // ledger in the batch that changes their state.
+  // Calls `fn` with every billing line of `tenant` ("" = all) that starts in [from, to): the
+  // ledger's, the reservations' monthly lines, and, with open = true, what running instances
+  // have accrued up to now and the ledger does not hold yet.
+  Status ScanBilling(store::Store& store, const std::string& tenant, int64_t from, int64_t to,
+                     const std::function<void(const store::LedgerRecord&, bool open)>& fn) const;
+  // Reservations: a tenant's own (the admin's: all). Creating one checks that the fleet could
+  // host every active reservation of the GPU model at once; ResourceExhausted otherwise.
+  Result<billing::Reservation> CreateReservation(const Tenant& caller,
+                                                 const billing::ReservationRequest& req,
+                                                 store::Batch& batch);
+  std::vector<billing::Reservation> ListReservations(const Tenant& caller) const;
+  // NotFound for an unknown id and for another tenant's reservation alike.
+  Result<billing::Reservation> GetReservation(const Tenant& caller, std::string_view id) const;
+  // Only before its start: FailedPrecondition once its term began.
+  Status DeleteReservation(const Tenant& caller, std::string_view id, store::Batch& batch);
+  // Units of the reservation that active instances hold.
+  int ReservationUnitsUsed(const std::string& id) const;
+  // Rebuilds reservations from their stored records (kReservationPrefix).
+  Status RestoreReservations(const std::vector<std::pair<std::string, std::string>>& records);
+  static constexpr std::string_view kReservationPrefix = "reservation/";
+  static constexpr std::string_view kNextReservation = "billing/next_reservation";
+
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
   // Ends a core round, after its commands: agents' reports are applied, queued work is placed
@@ -247,6 +275,7 @@ class State {
 
   const fleet::Fleet& fleet() const { return *fleet_; }
   const catalog::Catalog& catalog() const { return *catalog_; }
+  const Clock& clock() const { return *clock_; }
   const InstanceTable& instances() const { return instances_; }
   const PendingQueue& queue() const { return queue_; }
   const Counters& counters() const { return counters_; }
@@ -254,13 +283,32 @@ class State {
   int64_t TenantGpuMilli(const TenantId& tenant) const { return usage_.Milli(tenant.str()); }
 
  private:
+  // Billing (billing.cc): the interval opens when `inst` starts running and closes, as a ledger
+  // line in `batch`, when it stops; RollMeters cuts open intervals at each UTC midnight.
+  void StartMeter(Instance& inst);
+  void StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch);
+  void RollMeters(store::Batch& batch);
+  billing::Payer PayerOf(const Instance& inst) const;
+  // For `billing: reserved`: a free unit of the caller's matching active reservation, or 409
+  // no_reservation naming what exists. Holding it is counted until the instance ends.
+  Result<std::string> ClaimReservation(const Tenant& caller, const Shape& shape);
+  void SaveReservation(const billing::Reservation& r, store::Batch& batch);
+  // Fills the reservation's GPU model and unit size from the catalog.
+  Status SizeReservation(billing::Reservation& r);
+  // Why on-demand `inst` may not take capacity now: what is free of its GPU model is held for
+  // active reservations' unclaimed units; "" when it may.
+  std::string HeldForReservations(const Instance& inst) const;
+  int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
+  // The fleet's GPUs of `model`, in milli-GPU.
+  int64_t FleetMilliOf(const std::string& model) const;
+
   // Tries to place `inst` now, preempting if its priority allows.
   Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);
   void Evict(Instance& victim, store::Batch& batch);
   // A spot instance lost its capacity: preempted, and queued again when it restarts.
-  void EndPreempted(Instance& inst, const std::string& why);
+  void EndPreempted(Instance& inst, const std::string& why, store::Batch& batch);
   // `inst`, which holds no capacity, waits again as its next attempt (restarts + 1).
-  void Requeue(Instance& inst, const std::string& why);
+  void Requeue(Instance& inst, const std::string& why, store::Batch& batch);
   // Gives the victims notice (joined nodes): they stop at preempt_at, then free the capacity.
   void GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom, store::Batch& batch);
   void Book(Instance& inst, const fleet::Assignment& a);
@@ -288,7 +336,10 @@ class State {
   // agent reported gets that device's UUID (what CUDA knows it by).
   void UseReportedMigUuids(Instance& inst) const;
   void Save(const Instance& inst, store::Batch& batch);
-  void Transition(Instance& inst, InstanceState to, std::string reason);
+  // Moves `inst` to `to`; leaving `running` closes its billing interval into `batch`, ended as
+  // `ending` says.
+  void Transition(Instance& inst, InstanceState to, std::string reason, store::Batch& batch,
+                  billing::Ending ending = billing::Ending::kCustomer);
   // `inst` as the API shows it: a pending one with the reason it waits.
   Instance Shown(const Instance& inst) const;
   // True when `inst` is visible to `caller`.
@@ -327,6 +378,14 @@ class State {
   Time last_alert_eval_;
   Time started_at_;
   int64_t next_rule_ = 1;
+  // Billing: running instances with an open interval, the last midnight rolled, reservations
+  // and the units active instances hold of each.
+  std::set<std::string> metered_;
+  int64_t rolled_day_ = 0;
+  std::map<std::string, billing::Reservation> reservations_;
+  std::map<std::string, int> reservation_used_;
+  std::map<std::string, int64_t> on_demand_milli_;  // Held by on-demand work, by GPU model.
+  int64_t next_reservation_ = 1;
 };
 
 }  // namespace tessera::core

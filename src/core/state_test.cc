@@ -128,7 +128,7 @@ TEST_F(StateTest, ShapesTheFleetCanNeverHostAreRefusedSayingWhy) {
 TEST_F(StateTest, PendingWorkSaysWhyItWaits) {
   ASSERT_TRUE(Create(acme_, H100(2, Billing::kSpot)).ok());
   ASSERT_TRUE(Create(acme_, H100(1, Billing::kSpot)).ok());  // Waits: both GPUs are taken.
-  auto od = Create(beta_, H100(2, Billing::kReserved, 62));  // Preempts the 2-GPU spot one.
+  auto od = Create(beta_, H100(2, Billing::kOnDemand, 62));  // Preempts the 2-GPU spot one.
   ASSERT_TRUE(od.ok());
   EXPECT_EQ(od->state, InstanceState::kScheduled);
   auto waits = Create(beta_, H100(1, Billing::kOnDemand));
@@ -237,13 +237,13 @@ TEST_F(StateTest, IdenticalRequestsQueueInOrderAndAPassIsBudgeted) {
 
 TEST_F(StateTest, PreemptionSearchesAreBoundedPerRound) {
   Build(Options([](StateOptions& o) { o.preemption.searches_per_round = 2; }));
-  // Spot work fills the L40S; reserved requests for the H100s can never be helped by it.
+  // Spot work fills the L40S; on-demand requests for the H100s can never be helped by it.
   CreateInstanceRequest half = Type("shared.l40s.half", Billing::kSpot);
   ASSERT_TRUE(Create(acme_, half).ok());
   ASSERT_TRUE(Create(acme_, H100(2, Billing::kSpot)).ok());
-  ASSERT_TRUE(Create(beta_, H100(2, Billing::kReserved, 62)).ok());  // Preempts.
+  ASSERT_TRUE(Create(beta_, H100(2, Billing::kOnDemand, 62)).ok());  // Preempts.
   EXPECT_EQ(state_->counters().preemptions, 1);
-  // The preempted spot work restarts and waits; now flood one round with reserved requests of
+  // The preempted spot work restarts and waits; now flood one round with on-demand requests of
   // fifty shapes that preemption could only try to help: at most two searches run.
   store::Batch b;
   const Tenant big = *state_->tenants().Create("big", 1000000, "h-big", b);
@@ -251,7 +251,7 @@ TEST_F(StateTest, PreemptionSearchesAreBoundedPerRound) {
   state_->BeginRound();
   for (int i = 1; i <= 50; ++i) {
     auto r = state_->CreateInstance(*state_->tenants().Find(big.id.str()),
-                                    H100(1, Billing::kReserved, i), batch_);
+                                    H100(1, Billing::kOnDemand, i), batch_);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->state, InstanceState::kPending);
   }

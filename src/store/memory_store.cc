@@ -28,6 +28,10 @@ class MemoryStore final : public Store {
     }
     for (const auto& [k, v] : batch.settings) settings_[k] = v;
     for (const std::string& k : batch.deleted_settings) settings_.erase(k);
+    for (LedgerRecord l : batch.ledger) {
+      l.seq = static_cast<int64_t>(ledger_.size()) + 1;
+      ledger_.push_back(std::move(l));
+    }
     return Status::Ok();
   }
 
@@ -67,6 +71,14 @@ class MemoryStore final : public Store {
     return static_cast<int64_t>(was - audit_.size());
   }
 
+  Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
+                    const std::function<void(const LedgerRecord&)>& fn) override {
+    for (const LedgerRecord& l : ledger_) {
+      if ((tenant.empty() || l.tenant == tenant) && l.start >= from && l.start < to) fn(l);
+    }
+    return Status::Ok();
+  }
+
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     auto it = settings_.find(key);
     if (it == settings_.end()) return std::optional<std::string>();
@@ -89,6 +101,7 @@ class MemoryStore final : public Store {
   std::vector<AuditRecord> audit_;
   int64_t next_seq_ = 1;
   std::map<std::string, std::string> settings_;
+  std::vector<LedgerRecord> ledger_;
 };
 
 }  // namespace

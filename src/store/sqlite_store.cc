@@ -24,6 +24,13 @@ CREATE TABLE IF NOT EXISTS audit (
   action TEXT NOT NULL, target TEXT NOT NULL, status INTEGER NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audit_by_time ON audit(at);
+CREATE TABLE IF NOT EXISTS ledger (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, instance TEXT NOT NULL,
+  instance_type TEXT NOT NULL, billing TEXT NOT NULL, reservation TEXT NOT NULL,
+  start INTEGER NOT NULL, end INTEGER NOT NULL, seconds INTEGER NOT NULL,
+  rate_micros INTEGER NOT NULL, amount_micros INTEGER NOT NULL, note TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS ledger_by_tenant ON ledger(tenant, start);
+CREATE INDEX IF NOT EXISTS ledger_by_start ON ledger(start);
 )sql";
 
 // Instances gained ended_at after the first release: add it, fill it for the instances that had
@@ -108,6 +115,11 @@ class SqliteStore final : public Store {
         "INSERT INTO audit(at,actor,action,target,status,detail) VALUES(?1,?2,?3,?4,?5,?6)",
         put_audit_));
     TESSERA_RETURN_IF_ERROR(PrepareOne("DELETE FROM settings WHERE key=?1", delete_setting_));
+    TESSERA_RETURN_IF_ERROR(
+        PrepareOne("INSERT INTO ledger(tenant,instance,instance_type,billing,reservation,start,end,"
+                   "seconds,rate_micros,amount_micros,note) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
+                   "?11)",
+                   put_ledger_));
     return PrepareOne(
         "INSERT INTO settings(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET "
         "value=excluded.value",
@@ -193,6 +205,39 @@ class SqliteStore final : public Store {
     return static_cast<int64_t>(sqlite3_changes(db_));
   }
 
+  Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
+                    const std::function<void(const LedgerRecord&)>& fn) override {
+    Stmt q;
+    constexpr const char* kColumns =
+        "SELECT seq,tenant,instance,instance_type,billing,reservation,start,end,seconds,"
+        "rate_micros,amount_micros,note FROM ledger ";
+    const std::string sql =
+        std::string(kColumns) + (tenant.empty() ? "WHERE start>=?2 AND start<?3 ORDER BY seq"
+                                                : "INDEXED BY ledger_by_tenant WHERE tenant=?1 "
+                                                  "AND start>=?2 AND start<?3 ORDER BY seq");
+    TESSERA_RETURN_IF_ERROR(PrepareOne(sql.c_str(), q));
+    if (!tenant.empty()) q.Bind(1, tenant);
+    q.Bind(2, from);
+    q.Bind(3, to);
+    LedgerRecord l;
+    while (sqlite3_step(q.get()) == SQLITE_ROW) {
+      l.seq = q.Int(0);
+      l.tenant = q.Text(1);
+      l.instance = q.Text(2);
+      l.instance_type = q.Text(3);
+      l.billing = q.Text(4);
+      l.reservation = q.Text(5);
+      l.start = q.Int(6);
+      l.end = q.Int(7);
+      l.seconds = q.Int(8);
+      l.rate_micros = q.Int(9);
+      l.amount_micros = q.Int(10);
+      l.note = q.Text(11);
+      fn(l);
+    }
+    return Check(sqlite3_errcode(db_), "reading the ledger");
+  }
+
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     Stmt q;
     TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT value FROM settings WHERE key=?1", q));
@@ -255,6 +300,21 @@ class SqliteStore final : public Store {
       delete_setting_.Bind(1, k);
       TESSERA_RETURN_IF_ERROR(StepDone(delete_setting_, "deleting setting " + k));
     }
+    for (const LedgerRecord& l : b.ledger) {
+      put_ledger_.Reset();
+      put_ledger_.Bind(1, l.tenant);
+      put_ledger_.Bind(2, l.instance);
+      put_ledger_.Bind(3, l.instance_type);
+      put_ledger_.Bind(4, l.billing);
+      put_ledger_.Bind(5, l.reservation);
+      put_ledger_.Bind(6, l.start);
+      put_ledger_.Bind(7, l.end);
+      put_ledger_.Bind(8, l.seconds);
+      put_ledger_.Bind(9, l.rate_micros);
+      put_ledger_.Bind(10, l.amount_micros);
+      put_ledger_.Bind(11, l.note);
+      TESSERA_RETURN_IF_ERROR(StepDone(put_ledger_, "appending to the ledger"));
+    }
     return Status::Ok();
   }
 
@@ -308,7 +368,7 @@ class SqliteStore final : public Store {
   Connection conn_;
   sqlite3* db_;
   std::string path_;
-  Stmt put_tenant_, put_instance_, put_audit_, put_setting_, delete_setting_;
+  Stmt put_tenant_, put_instance_, put_audit_, put_setting_, delete_setting_, put_ledger_;
 };
 
 }  // namespace

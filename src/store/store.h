@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,23 @@ struct AuditRecord {
   std::string detail;  // A short JSON or text detail (the error message on failure).
 };
 
+// One line of the billing ledger (docs/billing.md): a billed stretch of one instance's run, or
+// of nothing but a reservation's term. Lines are only ever appended. Money is micro-USD.
+struct LedgerRecord {
+  int64_t seq = 0;            // Assigned by the store on append, increasing.
+  std::string tenant;         // Tenant id.
+  std::string instance;       // Instance id.
+  std::string instance_type;  // Catalog instance type, or "custom:<gpu model>".
+  std::string billing;        // "on_demand", "reserved", "spot".
+  std::string reservation;    // The reservation a reserved instance drew on; "" otherwise.
+  int64_t start = 0;          // Unix seconds; [start, end) lies within one UTC day.
+  int64_t end = 0;
+  int64_t seconds = 0;        // Billed: end - start, or more under the one-minute minimum.
+  int64_t rate_micros = 0;    // Per hour.
+  int64_t amount_micros = 0;  // rate x seconds / 3600, rounded half to even.
+  std::string note;           // "minimum", "ended by the platform", or "".
+};
+
 // One atomic unit of change.
 struct Batch {
   std::vector<TenantRecord> tenants;      // Upserted by id.
@@ -51,9 +69,10 @@ struct Batch {
   std::vector<AuditRecord> audit;         // Appended; seq is ignored and assigned.
   std::vector<std::pair<std::string, std::string>> settings;  // Upserted by key.
   std::vector<std::string> deleted_settings;                  // After the upserts.
+  std::vector<LedgerRecord> ledger;                           // Appended; seq is assigned.
   bool empty() const {
     return tenants.empty() && instances.empty() && audit.empty() && settings.empty() &&
-           deleted_settings.empty();
+           deleted_settings.empty() && ledger.empty();
   }
 };
 
@@ -76,6 +95,11 @@ class Store {
   virtual Result<std::vector<AuditRecord>> ListAudit(int64_t after_seq, int limit) = 0;
   // Deletes the audit entries recorded before `before` (RFC 3339 UTC); returns how many.
   virtual Result<int64_t> PruneAudit(const std::string& before) = 0;
+
+  // Calls `fn` with every ledger line of `tenant` ("" = every tenant) whose start is in
+  // [from, to) (Unix seconds), in append order.
+  virtual Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
+                            const std::function<void(const LedgerRecord&)>& fn) = 0;
 
   // A setting's value, or nullopt when unset.
   virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;

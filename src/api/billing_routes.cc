@@ -1,0 +1,237 @@
+// Billing (docs/billing.md): reservations, usage and invoices. Ledger lines are read on the core
+// thread, in the command, so what an answer sums is what is durable plus what running instances
+// accrued up to the same instant.
+#include <fmt/format.h>
+
+#include "api/api.h"
+#include "api/codec.h"
+#include "api/routes.h"
+#include "billing/invoice.h"
+#include "billing/meter.h"
+#include "common/text.h"
+#include "core/core.h"
+
+namespace tessera::api {
+namespace {
+
+using nlohmann::json;
+
+// Query parameter `name` as a time: "YYYY-MM-DD" (UTC midnight) or RFC 3339; unchanged when
+// absent. InvalidArgument naming the parameter.
+Status TimeParam(const Target& target, const char* name, int64_t& out) {
+  const std::string* text = target.Param(name);
+  if (!text) return Status::Ok();
+  if (text->size() == 10) {
+    if (auto month = billing::ParseMonth(text->substr(0, 7)); month && (*text)[7] == '-') {
+      const std::string& t = *text;
+      const bool digits = t[8] >= '0' && t[8] <= '9' && t[9] >= '0' && t[9] <= '9';
+      const int day = digits ? (t[8] - '0') * 10 + (t[9] - '0') : 0;
+      const int64_t at = *month + (day - 1) * billing::kSecondsPerDay;
+      if (day >= 1 && at < billing::NextMonthStart(*month)) {
+        out = at;
+        return Status::Ok();
+      }
+    }
+  } else if (auto t = ParseRfc3339(*text); t.ok()) {
+    out = billing::UnixSeconds(*t);
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(
+      fmt::format("query parameter '{}': '{}' is not a date (YYYY-MM-DD) or an RFC 3339 time", name,
+                  Quote(*text, 40)));
+}
+
+// The tenant a billing read is about: a tenant's own; the admin's `?tenant=` (or every tenant
+// when `all_allowed`). NotFound for an unknown tenant.
+Result<std::string> BilledTenant(const core::State& s, const core::Tenant& caller,
+                                 const std::string& asked, bool all_allowed) {
+  if (!caller.admin) {
+    if (!asked.empty() && asked != caller.id.str()) {
+      return Status::NotFound(fmt::format("tenant '{}' not found", Quote(asked)));
+    }
+    return caller.id.str();
+  }
+  if (asked.empty()) {
+    if (all_allowed) return std::string();
+    return Status::InvalidArgument("query parameter 'tenant': the admin names the tenant");
+  }
+  if (!s.tenants().Find(asked)) {
+    return Status::NotFound(fmt::format("tenant '{}' not found", Quote(asked)));
+  }
+  return asked;
+}
+
+bool WantsCsv(const Call& call) {
+  const std::string* accept = call.request.Header("accept");
+  return accept && accept->find("text/csv") != std::string::npos;
+}
+
+// A billing answer: the summary's JSON with `extra` fields, or its CSV.
+struct Report {
+  json body;
+  std::string csv;
+};
+
+HttpResponse ReportResponse(const Report& r, bool csv) {
+  if (!csv) return JsonResponse(200, r.body);
+  HttpResponse out;
+  out.content_type = "text/csv; charset=utf-8";
+  out.body = r.csv;
+  return out;
+}
+
+json ReservationView(const core::State& s, const billing::Reservation& r) {
+  json j = billing::ToJson(r);
+  j["used"] = s.ReservationUnitsUsed(r.id);
+  return j;
+}
+
+}  // namespace
+
+void AddBillingRoutes(Api& table) {
+  table.Add("POST", "/v1/reservations", Access::kTenant, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Result<billing::ReservationRequest> req =
+                  call->body_status.ok() ? billing::ParseReservationRequest(call->body)
+                                         : Result<billing::ReservationRequest>(call->body_status);
+              api.Run<json>(call, req.status(),
+                            {[req](core::State& s, store::Batch& b,
+                                   const core::Tenant& caller) -> Result<json> {
+                               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
+                                                        s.CreateReservation(caller, *req, b));
+                               return ReservationView(s, r);
+                             },
+                             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+            });
+  table.Add("GET", "/v1/reservations", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     json list = json::array();
+                     for (const auto& r : s.ListReservations(caller)) {
+                       list.push_back(ReservationView(s, r));
+                     }
+                     return json{{"reservations", std::move(list)}};
+                   },
+                   200, Passthrough, nullptr});
+            });
+  table.Add("GET", "/v1/reservations/{id}", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(call, Status::Ok(),
+                            {[call](core::State& s, store::Batch&,
+                                    const core::Tenant& caller) -> Result<json> {
+                               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
+                                                        s.GetReservation(caller, call->params[0]));
+                               return ReservationView(s, r);
+                             },
+                             200, Passthrough, nullptr});
+            });
+  table.Add("DELETE", "/v1/reservations/{id}", Access::kAnyToken, BodyKind::kNone, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(call, Status::Ok(),
+                            {[call](core::State& s, store::Batch& b,
+                                    const core::Tenant& caller) -> Result<json> {
+                               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
+                                                        s.GetReservation(caller, call->params[0]));
+                               TESSERA_RETURN_IF_ERROR(s.DeleteReservation(caller, r.id, b));
+                               return ReservationView(s, r);
+                             },
+                             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
+            });
+
+  // Usage over [from, to): lines are counted where they start, and never cross a UTC day, so
+  // day-aligned periods are exact.
+  table.Add(
+      "GET", "/v1/usage", Access::kAnyToken, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        const int64_t now = billing::UnixSeconds(api.clock().Now());
+        int64_t from = billing::MonthStart(now), to = now + 1;
+        Status refusal = TimeParam(call->request.parsed, "from", from);
+        if (refusal.ok()) refusal = TimeParam(call->request.parsed, "to", to);
+        if (refusal.ok() && to <= from) {
+          refusal = Status::InvalidArgument("query parameter 'to': must be after 'from'");
+        }
+        billing::GroupBy by = billing::GroupBy::kInstance;
+        if (const std::string* g = call->request.parsed.Param("group_by"); g && refusal.ok()) {
+          if (auto parsed = billing::ParseGroupBy(*g)) {
+            by = *parsed;
+          } else {
+            refusal = Status::InvalidArgument(fmt::format(
+                "query parameter 'group_by': '{}' is not instance, type, billing or day",
+                Quote(*g, 32)));
+          }
+        }
+        const std::string* tenant_param = call->request.parsed.Param("tenant");
+        const std::string asked = tenant_param ? *tenant_param : "";
+        const bool csv = WantsCsv(*call);
+        Api* a = &api;
+        api.Run<Report>(
+            call, refusal,
+            {[a, from, to, by, asked, csv](core::State& s, store::Batch&,
+                                           const core::Tenant& caller) -> Result<Report> {
+               TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, true));
+               billing::Summary sum(by);
+               TESSERA_RETURN_IF_ERROR(s.ScanBilling(
+                   a->core().store(), tenant, from, to,
+                   [&](const store::LedgerRecord& l, bool open) { sum.Add(l, open); }));
+               Report r;
+               if (csv) {
+                 r.csv = sum.ToCsv();
+                 return r;
+               }
+               r.body = sum.ToJson();
+               r.body["tenant"] = tenant.empty() ? json(nullptr) : json(tenant);
+               r.body["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
+               r.body["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
+               return r;
+             },
+             200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
+      });
+
+  // A month's invoice. A closed month's is final: the same lines, so the same bytes, every time.
+  table.Add(
+      "GET", "/v1/invoices/{month}", Access::kAnyToken, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        const std::optional<int64_t> month = billing::ParseMonth(call->params[0]);
+        Status refusal = month ? Status::Ok()
+                               : Status::InvalidArgument(fmt::format("month '{}' is not YYYY-MM",
+                                                                     Quote(call->params[0], 16)));
+        const std::string* tenant_param = call->request.parsed.Param("tenant");
+        const std::string asked = tenant_param ? *tenant_param : "";
+        const bool csv = WantsCsv(*call);
+        Api* a = &api;
+        const int64_t from = month.value_or(0);
+        api.Run<Report>(
+            call, refusal,
+            {[a, from, asked, csv](core::State& s, store::Batch&,
+                                   const core::Tenant& caller) -> Result<Report> {
+               TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, false));
+               const int64_t to = billing::NextMonthStart(from);
+               const int64_t now = billing::UnixSeconds(s.clock().Now());
+               if (from > now) {
+                 return Status::FailedPrecondition(
+                     fmt::format("the invoice for {} does not exist yet: the month has not begun",
+                                 billing::MonthName(from)));
+               }
+               billing::Summary sum(billing::GroupBy::kInstance);
+               TESSERA_RETURN_IF_ERROR(s.ScanBilling(
+                   a->core().store(), tenant, from, to,
+                   [&](const store::LedgerRecord& l, bool open) { sum.Add(l, open); }));
+               Report r;
+               if (csv) {
+                 r.csv = sum.ToCsv();
+                 return r;
+               }
+               r.body = sum.ToJson();
+               r.body["tenant"] = tenant;
+               r.body["month"] = billing::MonthName(from);
+               r.body["status"] = to <= now ? "final" : "open";
+               r.body["lines"] = sum.lines();
+               return r;
+             },
+             200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
+      });
+}
+
+}  // namespace tessera::api

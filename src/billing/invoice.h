@@ -1,0 +1,65 @@
+// Usage reports and invoices: ledger lines summed into line items (docs/billing.md). An item's
+// amount is the exact sum of its lines' amounts, and the total the exact sum of the items', so
+// nothing is rounded twice. Items come in a fixed order, so the same lines always give the same
+// bytes.
+// Thread-safety: a Summary is a plain value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/money.h"
+#include "common/result.h"
+#include "store/store.h"
+
+namespace tessera::billing {
+
+enum class GroupBy { kInstance, kType, kBilling, kDay };
+std::optional<GroupBy> ParseGroupBy(std::string_view s);  // instance, type, billing, day.
+
+struct Item {
+  std::string instance;       // kInstance (reservation lines: "").
+  std::string instance_type;  // kInstance, kType.
+  std::string billing;        // kInstance, kBilling.
+  std::string reservation;    // kInstance.
+  std::string day;            // kDay: "YYYY-MM-DD" (UTC).
+  std::optional<Money> rate;  // kInstance: per hour (per unit-hour for a reservation).
+  int64_t seconds = 0;        // Billed seconds (unit-seconds for a reservation).
+  Money amount;
+  bool open = false;  // Holds time of an interval still running, so it grows.
+};
+
+class Summary {
+ public:
+  explicit Summary(GroupBy by) : by_(by) {}
+  // Adds a line; `open` marks time accrued by an interval still running (not yet in the ledger).
+  void Add(const store::LedgerRecord& line, bool open = false);
+
+  std::vector<Item> Items() const;
+  Money total() const { return total_; }
+  int64_t lines() const { return lines_; }
+
+  // {"items": [...], "total_usd": "..."} plus what the caller adds; money as decimal strings
+  // with six decimals.
+  nlohmann::json ToJson() const;
+  // One header row, one row per item, and a last row "total" with the total; money with six
+  // decimals, so the rows add up to the total exactly.
+  std::string ToCsv() const;
+
+ private:
+  using Key = std::tuple<std::string, std::string, std::string, std::string, std::string, int64_t>;
+  GroupBy by_;
+  std::map<Key, Item> items_;
+  Money total_;
+  int64_t lines_ = 0;
+};
+
+// Money as the reports show it: six decimals, so a sum of shown amounts is the shown total.
+inline std::string Usd(Money m) { return m.ToString(6); }
+
+}  // namespace tessera::billing

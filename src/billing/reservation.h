@@ -1,0 +1,61 @@
+// Reservations (docs/billing.md): a tenant commits to `count` units of an instance type for a
+// 1- or 3-year term at the catalog's reserved rate, and pays for the whole term, used or not, in
+// monthly lines. Instances created with `billing: reserved` draw on a free unit of a matching
+// active reservation; their own usage lines are then at rate zero.
+// Thread-safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/money.h"
+#include "common/result.h"
+#include "store/store.h"
+
+namespace tessera::billing {
+
+inline constexpr int kMaxReservationUnits = 10'000;
+
+struct Reservation {
+  std::string id;      // "resv-000001".
+  std::string tenant;  // Tenant id.
+  std::string instance_type;
+  int count = 0;
+  std::string term;   // "1y" or "3y".
+  int64_t start = 0;  // Unix seconds; the term is [start, end).
+  int64_t end = 0;
+  Money rate;  // Per unit-hour, the catalog's reserved rate for the term when it was made.
+  int64_t created_at = 0;
+  // Derived from the catalog, not stored: the GPU model and milli-GPU one unit holds.
+  std::string gpu_model;
+  int64_t unit_milli = 0;
+
+  bool active(int64_t now) const { return start <= now && now < end; }
+};
+
+// A term's length: 365 days a year, as the clouds count a reservation's term.
+std::optional<int64_t> TermSeconds(std::string_view term);
+
+// What POST /v1/reservations takes: {instance_type, count, term, start?} (start: RFC 3339,
+// default now). Errors name the field.
+struct ReservationRequest {
+  std::string instance_type;
+  int count = 0;
+  std::string term;
+  std::optional<int64_t> start;
+};
+Result<ReservationRequest> ParseReservationRequest(const nlohmann::json& body);
+
+nlohmann::json ToJson(const Reservation& r);
+// DataLoss naming `where` when the stored form is malformed.
+Result<Reservation> ReservationFromJson(const nlohmann::json& j, const std::string& where);
+
+// Appends the reservation's monthly lines whose start lies in [from, to): for each calendar month
+// of the term, the unit-seconds of the term inside it (count x seconds) at the unit-hour rate.
+void ReservationLines(const Reservation& r, int64_t from, int64_t to,
+                      std::vector<store::LedgerRecord>& out);
+
+}  // namespace tessera::billing

@@ -1,0 +1,288 @@
+// State's billing: metering running instances into the ledger, the day's roll, reservations and
+// the lines usage reports and invoices sum (docs/billing.md).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/json.h"
+#include "common/text.h"
+#include "core/state.h"
+
+namespace tessera::core {
+
+namespace {
+
+std::string InstanceTypeOf(const Shape& shape) {
+  return shape.instance_type.empty() ? "custom:" + shape.gpu_model : shape.instance_type;
+}
+
+// True when a unit of instance type `t` covers `shape`: the type itself, or a custom shape that
+// fits inside one unit (the same GPU model and mode, no more GPUs, share or vCPUs and memory).
+bool Covers(const catalog::InstanceType& t, const Shape& shape) {
+  if (!shape.instance_type.empty()) return shape.instance_type == t.id;
+  if (shape.gpu_model != t.gpu_model || shape.mode != t.sharing || shape.vcpus > t.vcpus ||
+      shape.memory_mib > t.memory_mib) {
+    return false;
+  }
+  switch (t.sharing) {
+    case catalog::SharingMode::kExclusive:
+      return shape.gpus >= 1 && shape.gpus <= t.gpus && (!shape.nvlink || t.nvlink);
+    case catalog::SharingMode::kMig:
+      return shape.mig_profile == t.mig_profile;
+    case catalog::SharingMode::kShared:
+      return shape.milli_gpu <= t.milli_gpu;
+  }
+  return false;
+}
+
+}  // namespace
+
+billing::Payer State::PayerOf(const Instance& inst) const {
+  return {inst.tenant.str(), inst.id.str(), InstanceTypeOf(inst.shape),
+          std::string(BillingName(inst.billing)), inst.reservation};
+}
+
+void State::StartMeter(Instance& inst) {
+  // The interval opens when the agent says the workload started: not before the attempt began
+  // waiting, and never in the future of the server's clock.
+  const Time now = clock_->Now();
+  const Time started = std::clamp(inst.started_at.value_or(now), inst.enqueued_at, now);
+  billing::Meter m;
+  m.since = billing::UnixSeconds(started);
+  if (inst.reservation.empty()) {
+    // The price in force now; a catalog changed since the instance was created counts.
+    auto price = admission_.PriceOf(inst.shape, inst.billing);
+    m.rate = price.ok() ? *price : inst.price_per_hour;
+  }
+  inst.meter = m;
+  metered_.insert(inst.id.str());
+}
+
+void State::StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch) {
+  if (!inst.meter) return;
+  billing::Close(*inst.meter, PayerOf(inst), billing::UnixSeconds(clock_->Now()), ending,
+                 batch.ledger);
+  inst.meter.reset();
+  metered_.erase(inst.id.str());
+}
+
+void State::RollMeters(store::Batch& batch) {
+  const int64_t today = billing::DayStart(billing::UnixSeconds(clock_->Now()));
+  if (today <= rolled_day_) return;
+  rolled_day_ = today;
+  for (const std::string& id : metered_) {
+    Instance* inst = instances_.Find(id);
+    if (!inst || !inst->meter || inst->meter->since >= today) continue;
+    billing::Close(*inst->meter, PayerOf(*inst), today, billing::Ending::kRoll, batch.ledger);
+    Save(*inst, batch);
+  }
+}
+
+Status State::ScanBilling(
+    store::Store& store, const std::string& tenant, int64_t from, int64_t to,
+    const std::function<void(const store::LedgerRecord&, bool open)>& fn) const {
+  TESSERA_RETURN_IF_ERROR(
+      store.ScanLedger(tenant, from, to, [&](const store::LedgerRecord& l) { fn(l, false); }));
+  std::vector<store::LedgerRecord> lines;
+  for (const auto& [id, r] : reservations_) {
+    if (tenant.empty() || r.tenant == tenant) billing::ReservationLines(r, from, to, lines);
+  }
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  for (const std::string& id : metered_) {
+    const Instance* inst = instances_.Find(id);
+    if (!inst || !inst->meter || (!tenant.empty() && inst->tenant.str() != tenant)) continue;
+    billing::Meter accrued = *inst->meter;
+    const size_t first = lines.size();
+    billing::Close(accrued, PayerOf(*inst), now, billing::Ending::kRoll, lines);
+    // Only the stretch that holds now is still growing; earlier days' stretches are what the
+    // midnight roll writes, to the byte.
+    if (lines.size() > first && lines.back().end == now) lines.back().note = "open";
+  }
+  for (const store::LedgerRecord& l : lines) {
+    if (l.start >= from && l.start < to) fn(l, l.note == "open");
+  }
+  return Status::Ok();
+}
+
+Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& shape) {
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  std::vector<std::string> held;
+  for (const auto& [id, r] : reservations_) {
+    if (r.tenant != caller.id.str()) continue;
+    const int used = ReservationUnitsUsed(id);
+    const catalog::InstanceType* type = catalog_->FindInstanceType(r.instance_type);
+    if (type && Covers(*type, shape) && r.active(now) && used < r.count) return id;
+    held.push_back(fmt::format("{} ({} x {}, {} in use, {})", id, r.count, r.instance_type, used,
+                               r.active(now) ? "active"
+                               : now < r.start
+                                   ? "starts " + FormatRfc3339(Time(std::chrono::seconds(r.start)))
+                                   : "ended"));
+  }
+  const std::string type = shape.instance_type.empty()
+                               ? "this shape (a unit of an instance type it fits in)"
+                               : shape.instance_type;
+  std::string msg =
+      fmt::format("billing 'reserved' needs a free unit of an active reservation for {}; ", type);
+  if (held.empty()) {
+    msg += "this tenant has no reservation (POST /v1/reservations)";
+  } else {
+    msg += "this tenant has: ";
+    for (size_t i = 0; i < held.size(); ++i) msg += (i ? "; " : "") + held[i];
+  }
+  return Status::FailedPrecondition(msg).WithReason("no_reservation");
+}
+
+int State::ReservationUnitsUsed(const std::string& id) const {
+  auto it = reservation_used_.find(id);
+  return it == reservation_used_.end() ? 0 : it->second;
+}
+
+Result<billing::Reservation> State::CreateReservation(const Tenant& caller,
+                                                      const billing::ReservationRequest& req,
+                                                      store::Batch& batch) {
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  CreateInstanceRequest probe;
+  probe.billing = Billing::kReserved;
+  probe.instance_type = req.instance_type;
+  // An instance type the fleet can host at all; errors name the field.
+  TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(probe));
+  const catalog::Price* price = catalog_->FindPrice(req.instance_type);
+  const Money rate = !price             ? Money()
+                     : req.term == "3y" ? price->reserved_3y_per_hour
+                                        : price->reserved_1y_per_hour;
+  if (rate <= Money()) {
+    return Status::InvalidArgument(
+        fmt::format("field 'term': the price book has no {} reserved rate for {}", req.term,
+                    req.instance_type));
+  }
+  const int64_t start = req.start.value_or(now);
+  // A minute's slack for a client's clock; a reservation never bills time already past.
+  if (start < now - 60 || start > now + 366 * billing::kSecondsPerDay) {
+    return Status::InvalidArgument(
+        "field 'start': must be from now to a year ahead (a reservation cannot begin in the past)");
+  }
+  billing::Reservation r;
+  r.id = fmt::format("resv-{:06}", next_reservation_);
+  r.tenant = caller.id.str();
+  r.instance_type = req.instance_type;
+  r.count = req.count;
+  r.term = req.term;
+  r.start = std::max(start, now - 60);
+  r.end = r.start + *billing::TermSeconds(req.term);
+  r.rate = rate;
+  r.created_at = now;
+  r.gpu_model = admitted.shape.gpu_model;
+  r.unit_milli = admitted.shape.GpuMilli(*catalog_);
+  // The capacity it guarantees: every reservation of the model overlapping this one's term, at
+  // once, must fit the fleet's GPUs of that model.
+  int64_t reserved = r.unit_milli * r.count;
+  for (const auto& [id, other] : reservations_) {
+    if (other.end > r.start && other.start < r.end && other.gpu_model == r.gpu_model) {
+      reserved += other.unit_milli * other.count;
+    }
+  }
+  const int64_t capacity = FleetMilliOf(r.gpu_model);
+  if (r.unit_milli > 0 && reserved > capacity) {
+    return Status::ResourceExhausted(fmt::format(
+        "the fleet has {:.3f} {} GPUs and reservations over this term would hold {:.3f}: no "
+        "capacity to guarantee {} x {}",
+        static_cast<double>(capacity) / 1000, r.gpu_model, static_cast<double>(reserved) / 1000,
+        r.count, r.instance_type));
+  }
+  ++next_reservation_;
+  reservations_.emplace(r.id, r);
+  SaveReservation(r, batch);
+  batch.settings.emplace_back(std::string(kNextReservation), std::to_string(next_reservation_));
+  return r;
+}
+
+Status State::SizeReservation(billing::Reservation& r) {
+  CreateInstanceRequest probe;
+  probe.billing = Billing::kReserved;
+  probe.instance_type = r.instance_type;
+  TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(probe));
+  r.gpu_model = admitted.shape.gpu_model;
+  r.unit_milli = admitted.shape.GpuMilli(*catalog_);
+  return Status::Ok();
+}
+
+int64_t State::FleetMilliOf(const std::string& model) const {
+  const auto index = catalog_->FindGpuIndex(model);
+  if (!index) return 0;
+  int64_t gpus = 0;
+  for (const fleet::Node& n : fleet_->nodes()) {
+    if (n.model == *index) gpus += static_cast<int64_t>(n.gpus.size());
+  }
+  return gpus * fleet::kMilliPerGpu;
+}
+
+std::string State::HeldForReservations(const Instance& inst) const {
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  const std::string& model = inst.shape.gpu_model;
+  int64_t reserved = 0;
+  for (const auto& [id, r] : reservations_) {
+    if (r.active(now) && r.gpu_model == model) reserved += r.unit_milli * r.count;
+  }
+  if (reserved == 0) return "";
+  auto it = on_demand_milli_.find(model);
+  const int64_t on_demand = it == on_demand_milli_.end() ? 0 : it->second;
+  const int64_t capacity = FleetMilliOf(model);
+  if (on_demand + GpuMilliOf(inst) + reserved <= capacity) return "";
+  return fmt::format(
+      "of the fleet's {:.3f} {} GPUs, {:.3f} are held for reservations and {:.3f} run on-demand "
+      "work",
+      static_cast<double>(capacity) / 1000, model, static_cast<double>(reserved) / 1000,
+      static_cast<double>(on_demand) / 1000);
+}
+
+void State::SaveReservation(const billing::Reservation& r, store::Batch& batch) {
+  batch.settings.emplace_back(std::string(kReservationPrefix) + r.id, DumpJson(ToJson(r)));
+}
+
+std::vector<billing::Reservation> State::ListReservations(const Tenant& caller) const {
+  std::vector<billing::Reservation> out;
+  for (const auto& [id, r] : reservations_) {
+    if (caller.admin || r.tenant == caller.id.str()) out.push_back(r);
+  }
+  return out;
+}
+
+Result<billing::Reservation> State::GetReservation(const Tenant& caller,
+                                                   std::string_view id) const {
+  auto it = reservations_.find(std::string(id));
+  if (it == reservations_.end() || !(caller.admin || it->second.tenant == caller.id.str())) {
+    return Status::NotFound(fmt::format("reservation '{}' not found", Quote(id)));
+  }
+  return it->second;
+}
+
+Status State::DeleteReservation(const Tenant& caller, std::string_view id, store::Batch& batch) {
+  TESSERA_ASSIGN_OR_RETURN(billing::Reservation r, GetReservation(caller, id));
+  if (billing::UnixSeconds(clock_->Now()) >= r.start) {
+    return Status::FailedPrecondition(
+        fmt::format("reservation '{}' began at {}: its term is committed and billed to its end",
+                    r.id, FormatRfc3339(Time(std::chrono::seconds(r.start)))));
+  }
+  reservations_.erase(r.id);
+  batch.deleted_settings.push_back(std::string(kReservationPrefix) + r.id);
+  return Status::Ok();
+}
+
+Status State::RestoreReservations(const std::vector<std::pair<std::string, std::string>>& records) {
+  for (const auto& [key, value] : records) {
+    if (key == kNextReservation) {
+      next_reservation_ = std::max<int64_t>(next_reservation_, std::atoll(value.c_str()));
+      continue;
+    }
+    auto j = ParseJson(value, "setting " + key);
+    if (!j.ok()) return Status::DataLoss(j.status().message());
+    TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
+                             billing::ReservationFromJson(*j, "setting " + key));
+    // A reservation whose type left the catalog still bills its term; it guarantees nothing.
+    (void)SizeReservation(r);
+    reservations_[r.id] = r;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::core
