@@ -221,6 +221,13 @@ std::vector<Rule> BuiltinRules(Time now) {
                        "critical",
                        "{{ $value }} double-bit ECC errors on GPU {{ $labels.gpu }} of "
                        "{{ $labels.Hostname }}"));
+  // Budgets: the notices at 80% and 100% of a tenant's monthly budget.
+  rules.push_back(make("budget-80", "BudgetAlmostSpent", Field::kBudgetUsedPercent, Op::kGe, 80, 0,
+                       "warning",
+                       "Tenant {{ $labels.tenant }} spent {{ $value }}% of its monthly budget"));
+  rules.push_back(make("budget-100", "BudgetSpent", Field::kBudgetUsedPercent, Op::kGe, 100, 0,
+                       "critical",
+                       "Tenant {{ $labels.tenant }} spent its monthly budget ({{ $value }}%)"));
   return rules;
 }
 

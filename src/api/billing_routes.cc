@@ -140,6 +140,45 @@ void AddBillingRoutes(Api& table) {
                              200, Passthrough, [](const json& j) { return j.value("id", ""); }});
             });
 
+  // Budgets: a tenant's own, or the admin's for any tenant.
+  table.Add("PUT", "/v1/tenants/{id}/budget", Access::kAnyToken, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Result<billing::Budget> budget = call->body_status.ok()
+                                                   ? billing::ParseBudget(call->body)
+                                                   : Result<billing::Budget>(call->body_status);
+              api.Run<json>(call, budget.status(),
+                            {[call, budget](core::State& s, store::Batch& b,
+                                            const core::Tenant& caller) -> Result<json> {
+                               TESSERA_RETURN_IF_ERROR(
+                                   s.SetBudget(caller, call->params[0], *budget, b).status());
+                               json all = s.Budgets(caller);
+                               for (json& j : all["budgets"]) {
+                                 if (j["tenant"] == call->params[0]) return j;
+                               }
+                               return Status::Internal("the budget just set is not listed");
+                             },
+                             200, Passthrough, [call](const json&) { return call->params[0]; }});
+            });
+  table.Add("DELETE", "/v1/tenants/{id}/budget", Access::kAnyToken, BodyKind::kNone, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(call, Status::Ok(),
+                            {[call](core::State& s, store::Batch& b,
+                                    const core::Tenant& caller) -> Result<json> {
+                               TESSERA_RETURN_IF_ERROR(s.DeleteBudget(caller, call->params[0], b));
+                               return json{{"tenant", call->params[0]}, {"deleted", true}};
+                             },
+                             200, Passthrough, [call](const json&) { return call->params[0]; }});
+            });
+  table.Add("GET", "/v1/budgets", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     return s.Budgets(caller);
+                   },
+                   200, Passthrough, nullptr});
+            });
+
   // Usage over [from, to): lines are counted where they start, and never cross a UTC day, so
   // day-aligned periods are exact.
   table.Add(

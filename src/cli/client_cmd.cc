@@ -39,7 +39,8 @@ struct Response {
 
 // Sends one request; a transport failure or an error status is printed and returns nullopt.
 std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
-                             const std::string& path, const json* body = nullptr) {
+                             const std::string& path, const json* body = nullptr,
+                             const std::string& accept = "") {
   const std::string url =
       flags.url.empty() ? EnvOr("TESSERA_URL", "http://127.0.0.1:8080") : flags.url;
   const std::string token = flags.token.empty() ? EnvOr("TESSERA_TOKEN", "") : flags.token;
@@ -56,10 +57,12 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
   client.set_read_timeout(60);
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  if (!accept.empty()) headers.emplace("Accept", accept);
   const std::string text = body ? body->dump() : "{}";
   httplib::Result r = method == "GET"      ? client.Get(path, headers)
                       : method == "DELETE" ? client.Delete(path, headers)
                       : method == "PATCH"  ? client.Patch(path, headers, text, "application/json")
+                      : method == "PUT"    ? client.Put(path, headers, text, "application/json")
                                            : client.Post(path, headers, text, "application/json");
   if (!r) {
     std::string why = httplib::to_string(r.error());
@@ -244,14 +247,19 @@ int Show(const ClientFlags& f, const std::optional<Response>& r,
   return kExitOk;
 }
 
-void AddCommon(CLI::App* cmd, ClientFlags& f) {
+void AddCommon(CLI::App* cmd, ClientFlags& f, bool csv = false) {
   cmd->add_option("--url", f.url, "Server URL (default $TESSERA_URL or http://127.0.0.1:8080)");
   cmd->add_option("--token", f.token, "Bearer token (default $TESSERA_TOKEN)");
   cmd->add_option("--ca", f.ca,
                   "PEM file of the authority that signed an https server's certificate "
                   "(default $TESSERA_CA, else the system's)");
-  cmd->add_option("-o,--output", f.output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
+  if (csv) {
+    cmd->add_option("-o,--output", f.output, "table, json or csv")
+        ->check(CLI::IsMember({"table", "json", "csv"}));
+  } else {
+    cmd->add_option("-o,--output", f.output, "table or json")
+        ->check(CLI::IsMember({"table", "json"}));
+  }
 }
 
 struct CreateFlags {
@@ -668,11 +676,167 @@ void RegisterAlerts(CLI::App& app, Context& ctx) {
   });
 }
 
+// A billing report's items as a table: the columns its grouping gave.
+void PrintReport(const json& body) {
+  static const std::vector<std::pair<const char*, const char*>> kColumns = {
+      {"instance", "INSTANCE"}, {"instance_type", "TYPE"},
+      {"billing", "BILLING"},   {"reservation", "RESERVATION"},
+      {"day", "DAY"},           {"rate_usd_per_hour", "RATE/H"}};
+  const json& items = body["items"];
+  std::vector<std::string> header;
+  std::vector<const char*> keys;
+  for (const auto& [key, title] : kColumns) {
+    if (!items.empty() && items[0].contains(key)) {
+      header.emplace_back(title);
+      keys.push_back(key);
+    }
+  }
+  for (const char* title : {"SECONDS", "AMOUNT (USD)"}) header.emplace_back(title);
+  Table t(header);
+  for (const json& i : items) {
+    std::vector<std::string> row;
+    for (const char* key : keys) row.push_back(Str(i, key));
+    row.push_back(std::to_string(i["seconds"].get<int64_t>()));
+    row.push_back(Str(i, "amount_usd") + (i.value("open", false) ? " (running)" : ""));
+    t.AddRow(std::move(row));
+  }
+  std::vector<std::string> total(header.size(), "");
+  total[0] = "TOTAL";
+  total.back() = Str(body, "total_usd");
+  t.AddRow(std::move(total));
+  t.Print(std::cout);
+}
+
+// A billing report: a table, the JSON, or the server's CSV as it is.
+int ShowReport(const ClientFlags& f, const std::string& path) {
+  if (f.output == "csv") {
+    auto r = Call(f, "GET", path, nullptr, "text/csv");
+    if (!r) return kExitFailure;
+    std::cout << r->text;
+    return kExitOk;
+  }
+  return Show(f, Call(f, "GET", path), PrintReport);
+}
+
+void PrintReservations(const json& list) {
+  Table t({"ID", "TYPE", "COUNT", "USED", "TERM", "START", "END", "RATE/H"});
+  for (const json& r : list) {
+    t.AddRow({Str(r, "id"), Str(r, "instance_type"), std::to_string(r["count"].get<int>()),
+              std::to_string(r["used"].get<int>()), Str(r, "term"), Str(r, "start"), Str(r, "end"),
+              Str(r, "rate_usd_per_hour")});
+  }
+  t.Print(std::cout);
+}
+
+void PrintBudgets(const json& list) {
+  Table t({"TENANT", "MONTH", "BUDGET (USD)", "SPENT (USD)", "USED", "HARD STOP"});
+  for (const json& b : list) {
+    t.AddRow({Str(b, "tenant"), Str(b, "month"), Str(b, "monthly_usd"), Str(b, "spent_usd"),
+              fmt::format("{:.2f}%", b["used_percent"].get<double>()),
+              b["hard_stop"].get<bool>() ? "yes" : "no"});
+  }
+  t.Print(std::cout);
+}
+
+void RegisterBilling(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ClientFlags>();
+  struct UsageFlags {
+    std::string from, to, group_by = "instance", tenant;
+  };
+  auto u = std::make_shared<UsageFlags>();
+  CLI::App* usage = app.add_subcommand("usage", "What was billed over a period (docs/billing.md)");
+  AddCommon(usage, *f, /*csv=*/true);
+  usage->add_option("--from", u->from, "YYYY-MM-DD or RFC 3339 (default: this month's start)");
+  usage->add_option("--to", u->to, "YYYY-MM-DD or RFC 3339, excluded (default: now)");
+  usage->add_option("--group-by", u->group_by, "instance, type, billing or day")
+      ->check(CLI::IsMember({"instance", "type", "billing", "day"}));
+  usage->add_option("--tenant", u->tenant, "The tenant's id (admin; default: every tenant)");
+  usage->callback([f, u, &ctx] {
+    std::string path = "/v1/usage?group_by=" + Encode(u->group_by);
+    if (!u->from.empty()) path += "&from=" + Encode(u->from);
+    if (!u->to.empty()) path += "&to=" + Encode(u->to);
+    if (!u->tenant.empty()) path += "&tenant=" + Encode(u->tenant);
+    ctx.exit_code = ShowReport(*f, path);
+  });
+
+  CLI::App* invoices = app.add_subcommand("invoices", "Monthly invoices");
+  invoices->require_subcommand(1);
+  auto month = std::make_shared<std::string>();
+  auto tenant = std::make_shared<std::string>();
+  CLI::App* show = invoices->add_subcommand("show", "Show a month's invoice");
+  AddCommon(show, *f, /*csv=*/true);
+  show->add_option("MONTH", *month, "YYYY-MM")->required();
+  show->add_option("--tenant", *tenant, "The tenant's id (admin)");
+  show->callback([f, month, tenant, &ctx] {
+    ctx.exit_code = ShowReport(*f, "/v1/invoices/" + Encode(*month) +
+                                       (tenant->empty() ? "" : "?tenant=" + Encode(*tenant)));
+  });
+
+  CLI::App* resv = app.add_subcommand("reservations", "Reserve capacity for 1 or 3 years");
+  resv->require_subcommand(1);
+  struct ReserveFlags {
+    std::string type, term = "1y", start;
+    int count = 1;
+  };
+  auto r = std::make_shared<ReserveFlags>();
+  CLI::App* create = resv->add_subcommand("create", "Reserve units of an instance type");
+  AddCommon(create, *f);
+  create->add_option("--type", r->type, "Instance type, e.g. gpu.1xh100")->required();
+  create->add_option("--count", r->count, "Units");
+  create->add_option("--term", r->term, "1y or 3y")->check(CLI::IsMember({"1y", "3y"}));
+  create->add_option("--start", r->start, "RFC 3339 (default: now)");
+  create->callback([f, r, &ctx] {
+    json body = {{"instance_type", r->type}, {"count", r->count}, {"term", r->term}};
+    if (!r->start.empty()) body["start"] = r->start;
+    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/reservations", &body),
+                         [](const json& j) { PrintReservations(json::array({j})); });
+  });
+  CLI::App* list = resv->add_subcommand("list", "List reservations");
+  AddCommon(list, *f);
+  list->callback([f, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/reservations"),
+                         [](const json& j) { PrintReservations(j["reservations"]); });
+  });
+  auto id = std::make_shared<std::string>();
+  CLI::App* del = resv->add_subcommand("delete", "Cancel a reservation before its start");
+  AddCommon(del, *f);
+  del->add_option("ID", *id, "The reservation's id")->required();
+  del->callback([f, id, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "DELETE", "/v1/reservations/" + Encode(*id)),
+                         [](const json& j) { std::cout << "cancelled " << Str(j, "id") << "\n"; });
+  });
+
+  CLI::App* budget = app.add_subcommand("budgets", "Monthly budgets and their spend");
+  budget->require_subcommand(1);
+  CLI::App* blist = budget->add_subcommand("list", "Budgets and this month's spend");
+  AddCommon(blist, *f);
+  blist->callback([f, &ctx] {
+    ctx.exit_code =
+        Show(*f, Call(*f, "GET", "/v1/budgets"), [](const json& j) { PrintBudgets(j["budgets"]); });
+  });
+  struct BudgetFlags {
+    std::string tenant, monthly;
+    bool hard_stop = false;
+  };
+  auto b = std::make_shared<BudgetFlags>();
+  CLI::App* set = budget->add_subcommand("set", "Set a tenant's monthly budget");
+  AddCommon(set, *f);
+  set->add_option("TENANT", b->tenant, "The tenant's id")->required();
+  set->add_option("--monthly-usd", b->monthly, "e.g. 250 or 250.50")->required();
+  set->add_flag("--hard-stop", b->hard_stop, "Refuse new on-demand and spot work once spent");
+  set->callback([f, b, &ctx] {
+    json body = {{"monthly_usd", b->monthly}, {"hard_stop", b->hard_stop}};
+    ctx.exit_code = Show(*f, Call(*f, "PUT", "/v1/tenants/" + Encode(b->tenant) + "/budget", &body),
+                         [](const json& j) { PrintBudgets(json::array({j})); });
+  });
+}
+
 void RegisterClientCommands(CLI::App& app, Context& ctx) {
   RegisterInstances(app, ctx);
   RegisterTenants(app, ctx);
   RegisterNodes(app, ctx);
   RegisterAlerts(app, ctx);
+  RegisterBilling(app, ctx);
 }
 
 }  // namespace tessera::cli

@@ -58,10 +58,18 @@ void State::StartMeter(Instance& inst) {
   metered_.insert(inst.id.str());
 }
 
+void State::CloseMeter(Instance& inst, int64_t end, billing::Ending ending, store::Batch& batch) {
+  const size_t first = batch.ledger.size();
+  billing::Close(*inst.meter, PayerOf(inst), end, ending, batch.ledger);
+  for (size_t i = first; i < batch.ledger.size(); ++i) {
+    const store::LedgerRecord& l = batch.ledger[i];
+    spent_[{billing::MonthStart(l.start), l.tenant}] += Money::FromMicros(l.amount_micros);
+  }
+}
+
 void State::StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch) {
   if (!inst.meter) return;
-  billing::Close(*inst.meter, PayerOf(inst), billing::UnixSeconds(clock_->Now()), ending,
-                 batch.ledger);
+  CloseMeter(inst, billing::UnixSeconds(clock_->Now()), ending, batch);
   inst.meter.reset();
   metered_.erase(inst.id.str());
 }
@@ -73,7 +81,7 @@ void State::RollMeters(store::Batch& batch) {
   for (const std::string& id : metered_) {
     Instance* inst = instances_.Find(id);
     if (!inst || !inst->meter || inst->meter->since >= today) continue;
-    billing::Close(*inst->meter, PayerOf(*inst), today, billing::Ending::kRoll, batch.ledger);
+    CloseMeter(*inst, today, billing::Ending::kRoll, batch);
     Save(*inst, batch);
   }
 }
@@ -282,6 +290,98 @@ Status State::RestoreReservations(const std::vector<std::pair<std::string, std::
     (void)SizeReservation(r);
     reservations_[r.id] = r;
   }
+  return Status::Ok();
+}
+
+Money State::MonthSpend(const std::string& tenant) const {
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  const int64_t month = billing::MonthStart(now);
+  Money total;
+  if (auto it = spent_.find({month, tenant}); it != spent_.end()) total = it->second;
+  std::vector<store::LedgerRecord> lines;
+  for (const auto& [id, r] : reservations_) {
+    if (r.tenant == tenant) billing::ReservationLines(r, month, now + 1, lines);
+  }
+  for (const std::string& id : metered_) {
+    const Instance* inst = instances_.Find(id);
+    if (!inst || !inst->meter || inst->tenant.str() != tenant) continue;
+    billing::Meter accrued = *inst->meter;
+    billing::Close(accrued, PayerOf(*inst), now, billing::Ending::kRoll, lines);
+  }
+  for (const store::LedgerRecord& l : lines) {
+    if (l.start >= month) total += Money::FromMicros(l.amount_micros);
+  }
+  return total;
+}
+
+Status State::CheckBudget(const Tenant& caller, Billing billing) const {
+  auto it = budgets_.find(caller.id.str());
+  if (it == budgets_.end() || !it->second.hard_stop || billing == Billing::kReserved) {
+    return Status::Ok();
+  }
+  const Money spent = MonthSpend(caller.id.str());
+  if (spent < it->second.monthly) return Status::Ok();
+  return Status::PermissionDenied(
+             fmt::format("the monthly budget of {} USD is spent ({} USD this month) and stops new "
+                         "on-demand and spot instances; running work goes on",
+                         it->second.monthly.ToString(2), spent.ToString(2)))
+      .WithReason("budget_exceeded");
+}
+
+Result<billing::Budget> State::SetBudget(const Tenant& caller, std::string_view tenant,
+                                         const billing::Budget& budget, store::Batch& batch) {
+  const Tenant* t = tenants_.Find(tenant);
+  if (!t || !(caller.admin || caller.id == t->id)) {
+    return Status::NotFound(fmt::format("tenant '{}' not found", Quote(tenant)));
+  }
+  budgets_[t->id.str()] = budget;
+  batch.settings.emplace_back(std::string(kBudgetPrefix) + t->id.str(), DumpJson(ToJson(budget)));
+  return budget;
+}
+
+Status State::DeleteBudget(const Tenant& caller, std::string_view tenant, store::Batch& batch) {
+  const Tenant* t = tenants_.Find(tenant);
+  if (!t || !(caller.admin || caller.id == t->id) || !budgets_.contains(t->id.str())) {
+    return Status::NotFound(fmt::format("no budget for tenant '{}'", Quote(tenant)));
+  }
+  budgets_.erase(t->id.str());
+  batch.deleted_settings.push_back(std::string(kBudgetPrefix) + t->id.str());
+  return Status::Ok();
+}
+
+nlohmann::json State::Budgets(const Tenant& caller) const {
+  nlohmann::json list = nlohmann::json::array();
+  const std::string month = billing::MonthName(billing::UnixSeconds(clock_->Now()));
+  for (const auto& [tenant, b] : budgets_) {
+    if (!caller.admin && tenant != caller.id.str()) continue;
+    const Money spent = MonthSpend(tenant);
+    // Percent to two decimals, in integers: no binary fraction decides a threshold.
+    const int64_t basis_points = spent.MulDiv(10'000, b.monthly.micros()).micros();
+    nlohmann::json j = ToJson(b);
+    j["tenant"] = tenant;
+    j["month"] = month;
+    j["spent_usd"] = spent.ToString(2);
+    j["used_percent"] = static_cast<double>(basis_points) / 100;
+    nlohmann::json crossed = nlohmann::json::array();
+    for (int level : {80, 100}) {
+      if (basis_points >= level * 100) crossed.push_back(level);
+    }
+    j["thresholds_crossed"] = std::move(crossed);
+    j["stopping_new_instances"] = b.hard_stop && spent >= b.monthly;
+    list.push_back(std::move(j));
+  }
+  return nlohmann::json{{"budgets", std::move(list)}};
+}
+
+Status State::RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,
+                             int64_t month, const std::map<std::string, Money>& spent) {
+  for (const auto& [key, value] : records) {
+    auto j = ParseJson(value, "setting " + key);
+    if (!j.ok()) return Status::DataLoss(j.status().message());
+    TESSERA_ASSIGN_OR_RETURN(billing::Budget b, billing::BudgetFromJson(*j, "setting " + key));
+    budgets_[key.substr(kBudgetPrefix.size())] = b;
+  }
+  for (const auto& [tenant, amount] : spent) spent_[{month, tenant}] = amount;
   return Status::Ok();
 }
 

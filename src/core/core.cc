@@ -82,6 +82,15 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
                            store.GetSetting(std::string(State::kNextReservation)));
   if (next_reservation) reservations.emplace_back(State::kNextReservation, *next_reservation);
   TESSERA_RETURN_IF_ERROR(state->RestoreReservations(reservations));
+  // Budgets, with what the ledger holds of this month's spend.
+  TESSERA_ASSIGN_OR_RETURN(auto budgets, store.ListSettings(std::string(State::kBudgetPrefix)));
+  const int64_t month = billing::MonthStart(billing::UnixSeconds(clock->Now()));
+  std::map<std::string, Money> spent;
+  TESSERA_RETURN_IF_ERROR(store.ScanLedger("", month, billing::NextMonthStart(month),
+                                           [&](const store::LedgerRecord& l) {
+                                             spent[l.tenant] += Money::FromMicros(l.amount_micros);
+                                           }));
+  TESSERA_RETURN_IF_ERROR(state->RestoreBudgets(budgets, month, spent));
   TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
   const std::string since = FormatRfc3339(clock->Now() - options.instance_retention);
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));

@@ -68,6 +68,16 @@ std::vector<telemetry::Target> State::Targets() const {
     }
     telemetry::NodeTargets(*node.info, node.telemetry.get(), holders, !node.lost, out);
   }
+  // One series per budget: the tenant's spend this month in percent of it.
+  for (const auto& [tenant, budget] : budgets_) {
+    telemetry::Target t;
+    t.labels = {{"tenant", tenant}};
+    t.tenant = tenant;
+    t.set(telemetry::Field::kBudgetUsedPercent,
+          static_cast<double>(MonthSpend(tenant).MulDiv(10'000, budget.monthly.micros()).micros()) /
+              100);
+    out.push_back(std::move(t));
+  }
   return out;
 }
 
@@ -210,9 +220,10 @@ Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string
                             const std::vector<std::pair<std::string, std::string>>& alerts,
                             const std::vector<std::pair<std::string, std::string>>& meta,
                             store::Batch& batch) {
-  bool seed_builtin = true;
+  bool seed_builtin = true, seed_budget = true;
   for (const auto& [key, value] : meta) {
     if (key == kBuiltinSeeded) seed_builtin = false;
+    if (key == kBudgetRulesSeeded) seed_budget = false;
     if (key == kNextRule) next_rule_ = std::max<int64_t>(next_rule_, std::atoll(value.c_str()));
   }
   for (const auto& [key, value] : rules) {
@@ -229,12 +240,17 @@ Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string
     }
     evaluator_.Restore(std::move(a));
   }
-  if (seed_builtin) {
+  // Each built-in is added once per store; the budget rules came later, so a store seeded before
+  // them gets them on its first start since.
+  if (seed_builtin || seed_budget) {
     for (alerts::Rule& r : alerts::BuiltinRules(clock_->Now())) {
+      const bool budget = r.metric == telemetry::Field::kBudgetUsedPercent;
+      if (!(budget ? seed_budget : seed_builtin)) continue;
       batch.settings.emplace_back(std::string(kRulePrefix) + r.id, DumpJson(alerts::RuleJson(r)));
       evaluator_.Put(std::move(r));
     }
     batch.settings.emplace_back(std::string(kBuiltinSeeded), "1");
+    batch.settings.emplace_back(std::string(kBudgetRulesSeeded), "1");
   }
   return Status::Ok();
 }

@@ -65,6 +65,7 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
         Gpus(used + want - caller.quota_gpu_milli), caller.name, Gpus(caller.quota_gpu_milli),
         Gpus(used), Gpus(want)));
   }
+  TESSERA_RETURN_IF_ERROR(CheckBudget(caller, req.billing));
   Instance inst;
   if (req.billing == Billing::kReserved) {
     TESSERA_ASSIGN_OR_RETURN(inst.reservation, ClaimReservation(caller, admitted.shape));

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "alerts/evaluator.h"
+#include "billing/budget.h"
 #include "billing/meter.h"
 #include "billing/reservation.h"
 #include "catalog/catalog.h"
@@ -237,6 +238,7 @@ class State {
   static constexpr std::string_view kMetaPrefix = "alerts/";
   static constexpr std::string_view kBuiltinSeeded = "alerts/builtin_seeded";
   static constexpr std::string_view kNextRule = "alerts/next_rule";
+  static constexpr std::string_view kBudgetRulesSeeded = "alerts/budget_rules_seeded";
 
   // Billing (billing.cc, docs/billing.md). Running instances are metered into the store's
   // ledger in the batch that changes their state.
@@ -260,6 +262,20 @@ class State {
   // Rebuilds reservations from their stored records (kReservationPrefix).
   Status RestoreReservations(const std::vector<std::pair<std::string, std::string>>& records);
   static constexpr std::string_view kReservationPrefix = "reservation/";
+  // Budgets: a tenant sets its own, the admin any tenant's. NotFound for an unknown tenant and
+  // for another tenant's alike.
+  Result<billing::Budget> SetBudget(const Tenant& caller, std::string_view tenant,
+                                    const billing::Budget& budget, store::Batch& batch);
+  Status DeleteBudget(const Tenant& caller, std::string_view tenant, store::Batch& batch);
+  // Each budget the caller may see, with this month's spend (GET /v1/budgets).
+  nlohmann::json Budgets(const Tenant& caller) const;
+  // What `tenant` spent this month so far: its ledger lines, its reservations' monthly lines and
+  // what its running instances accrued.
+  Money MonthSpend(const std::string& tenant) const;
+  // Rebuilds budgets from their records (kBudgetPrefix) and this month's ledger spend by tenant.
+  Status RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,
+                        int64_t month, const std::map<std::string, Money>& spent);
+  static constexpr std::string_view kBudgetPrefix = "budget/";
   static constexpr std::string_view kNextReservation = "billing/next_reservation";
 
   // Starts a core round: per-round budgets start afresh.
@@ -287,6 +303,10 @@ class State {
   // line in `batch`, when it stops; RollMeters cuts open intervals at each UTC midnight.
   void StartMeter(Instance& inst);
   void StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch);
+  // Closes `inst`'s interval at `end` into the batch's ledger and counts the lines' spend.
+  void CloseMeter(Instance& inst, int64_t end, billing::Ending ending, store::Batch& batch);
+  // 403 budget_exceeded when the caller's hard-stop budget is spent and `billing` would spend.
+  Status CheckBudget(const Tenant& caller, Billing billing) const;
   void RollMeters(store::Batch& batch);
   billing::Payer PayerOf(const Instance& inst) const;
   // For `billing: reserved`: a free unit of the caller's matching active reservation, or 409
@@ -385,6 +405,9 @@ class State {
   std::map<std::string, billing::Reservation> reservations_;
   std::map<std::string, int> reservation_used_;
   std::map<std::string, int64_t> on_demand_milli_;  // Held by on-demand work, by GPU model.
+  std::map<std::string, billing::Budget> budgets_;  // By tenant id.
+  // Ledger spend by (month start, tenant), for the months since start-up.
+  std::map<std::pair<int64_t, std::string>, Money> spent_;
   int64_t next_reservation_ = 1;
 };
 

@@ -37,6 +37,8 @@ constexpr std::array<FieldInfo, kFieldCount> kFields = {{
      "Framebuffer memory used, in percent of used plus free (Tessera)."},
     {"tessera_node_ready", "gauge",
      "1 while the node's agent holds its lease, 0 once the node is not_ready (Tessera)."},
+    {"tessera_tenant_budget_used_percent", "gauge",
+     "The tenant's spend this month, in percent of its monthly budget (Tessera)."},
 }};
 
 constexpr int64_t kBytesPerKib = 1024;

@@ -38,10 +38,11 @@ enum class Field : uint8_t {
   kEccDbeVolTotal,
   kGrEngineActive,
   kPipeTensorActive,
-  kFbUsedPercent,  // Tessera's: FB used / (used + free) in percent, for threshold rules.
-  kNodeReady,      // Tessera's: 1 while a node's agent holds its lease, else 0 (node targets).
+  kFbUsedPercent,      // Tessera's: FB used / (used + free) in percent, for threshold rules.
+  kNodeReady,          // Tessera's: 1 while a node's agent holds its lease, else 0 (node targets).
+  kBudgetUsedPercent,  // Tessera's: a tenant's spend this month over its budget (tenant targets).
 };
-inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kNodeReady) + 1;
+inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kBudgetUsedPercent) + 1;
 
 struct FieldInfo {
   std::string_view name;  // e.g. "DCGM_FI_DEV_GPU_UTIL".

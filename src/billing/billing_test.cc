@@ -1,0 +1,249 @@
+// Billing's pure parts: metering arithmetic to the micro-dollar, calendar months, reservations'
+// monthly lines, summaries whose totals are the sums of their lines, CSV that parses back, and
+// the request codecs' errors.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "billing/budget.h"
+#include "billing/invoice.h"
+#include "billing/meter.h"
+#include "billing/reservation.h"
+#include "common/json.h"
+
+namespace tessera::billing {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kNov30 = 1'795'996'800;  // 2026-11-30T00:00:00Z.
+constexpr int64_t kDec1 = kNov30 + kSecondsPerDay;
+
+Money Dollars(const char* text) { return *Money::Parse(text); }
+
+const Payer kPayer{"tenant-000001", "inst-000001", "gpu.1xh100", "on_demand", ""};
+
+std::vector<store::LedgerRecord> Closed(Meter m, int64_t end, Ending how) {
+  std::vector<store::LedgerRecord> out;
+  Close(m, kPayer, end, how, out);
+  return out;
+}
+
+TEST(CalendarTest, MonthsAndDays) {
+  EXPECT_EQ(MonthName(kNov30), "2026-11");
+  EXPECT_EQ(MonthName(kDec1), "2026-12");
+  EXPECT_EQ(NextMonthStart(kNov30), kDec1);
+  EXPECT_EQ(MonthStart(kDec1 + 12345), kDec1);
+  EXPECT_EQ(ParseMonth("2026-12"), kDec1);
+  EXPECT_EQ(NextMonthStart(*ParseMonth("2028-02")) - *ParseMonth("2028-02"), 29 * kSecondsPerDay);
+  for (const char* bad : {"2026-13", "2026-00", "26-12", "2026/12", "2026-1x", ""}) {
+    EXPECT_FALSE(ParseMonth(bad)) << bad;
+  }
+  EXPECT_EQ(DayStart(kDec1 + 5), kDec1);
+  EXPECT_EQ(DayStart(kDec1 - 1), kNov30);
+}
+
+TEST(MeterTest, ACustomerEndPaysAtLeastAMinutePerStart) {
+  const Meter m{kNov30 + 100, 0, Dollars("3.60")};  // 0.001 USD a second.
+  auto lines = Closed(m, kNov30 + 130, Ending::kCustomer);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 60);
+  EXPECT_EQ(lines[0].amount_micros, 60'000);
+  EXPECT_EQ(lines[0].note, "minimum");
+  EXPECT_EQ(lines[0].start, kNov30 + 100);
+  EXPECT_EQ(lines[0].end, kNov30 + 130);
+  // Past the minute, per second.
+  lines = Closed(m, kNov30 + 225, Ending::kCustomer);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 125);
+  EXPECT_EQ(lines[0].amount_micros, 125'000);
+  EXPECT_EQ(lines[0].note, "");
+  // A start that ends the moment it began still pays its minute.
+  lines = Closed(m, kNov30 + 100, Ending::kCustomer);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 60);
+}
+
+TEST(MeterTest, ThePlatformEndingAnIntervalBillsItToTheSecond) {
+  const Meter m{kNov30 + 100, 0, Dollars("3.60")};
+  auto lines = Closed(m, kNov30 + 120, Ending::kPlatform);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 20);
+  EXPECT_EQ(lines[0].amount_micros, 20'000);
+  EXPECT_EQ(lines[0].note, "ended by the platform");
+}
+
+TEST(MeterTest, IntervalsAreCutAtMidnightAndTheMinuteCountsTheWholeStart) {
+  // 23:59:50 to 00:00:10 next day (and next month): 10 s in November, 10 s in December plus the
+  // minimum's top-up of 40 s on the start's last line.
+  Meter m{kDec1 - 10, 0, Dollars("3.60")};
+  auto lines = Closed(m, kDec1 + 10, Ending::kCustomer);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].start, kDec1 - 10);
+  EXPECT_EQ(lines[0].end, kDec1);
+  EXPECT_EQ(lines[0].seconds, 10);
+  EXPECT_EQ(lines[1].start, kDec1);
+  EXPECT_EQ(lines[1].seconds, 50);
+  EXPECT_EQ(lines[1].note, "minimum");
+  // The same start rolled at midnight first: the roll writes November's 10 s; the close then
+  // writes December's with the same top-up. Lines and money are the same either way.
+  std::vector<store::LedgerRecord> rolled;
+  Close(m, kPayer, kDec1, Ending::kRoll, rolled);
+  EXPECT_EQ(m.since, kDec1);
+  EXPECT_EQ(m.billed, 10);
+  Close(m, kPayer, kDec1 + 10, Ending::kCustomer, rolled);
+  ASSERT_EQ(rolled.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(rolled[i].start, lines[i].start);
+    EXPECT_EQ(rolled[i].seconds, lines[i].seconds);
+    EXPECT_EQ(rolled[i].amount_micros, lines[i].amount_micros);
+  }
+  // Three days in one go: one line per day.
+  lines = Closed(Meter{kNov30 + 3600, 0, Dollars("1")}, kDec1 + 2 * kSecondsPerDay + 60,
+                 Ending::kCustomer);
+  ASSERT_EQ(lines.size(), 4u);
+  int64_t seconds = 0;
+  for (const auto& l : lines) {
+    EXPECT_EQ(DayStart(l.start), DayStart(l.end - 1)) << "a line never crosses midnight";
+    seconds += l.seconds;
+  }
+  EXPECT_EQ(seconds, 2 * kSecondsPerDay + 60 + (kSecondsPerDay - 3600));
+}
+
+TEST(MeterTest, AmountsRoundHalfToEvenToTheMicroDollar) {
+  // 0.000001 USD an hour for 1800 s is half a micro-dollar: rounds to even (0); 5400 s is 1.5:
+  // rounds to 2.
+  EXPECT_EQ(Amount(Money::FromMicros(1), 1800).micros(), 0);
+  EXPECT_EQ(Amount(Money::FromMicros(1), 5400).micros(), 2);
+  // The catalog's 8xH100 on-demand price for one second.
+  EXPECT_EQ(Amount(Dollars("98.32"), 1).micros(), 27'311);
+}
+
+TEST(ReservationTest, TheWholeTermIsBilledInMonthlyLines) {
+  Reservation r;
+  r.id = "resv-000001";
+  r.tenant = "tenant-000001";
+  r.instance_type = "gpu.1xh100";
+  r.count = 2;
+  r.term = "1y";
+  r.start = kNov30 + 12 * 3600;  // Nov 30 noon.
+  r.end = r.start + *TermSeconds("1y");
+  r.rate = Dollars("7.672959");
+  std::vector<store::LedgerRecord> lines;
+  ReservationLines(r, 0, INT64_MAX, lines);
+  ASSERT_EQ(lines.size(), 13u) << "half a day of November, 11 whole months, then the rest";
+  EXPECT_EQ(lines[0].start, r.start);
+  EXPECT_EQ(lines[0].seconds, 2 * 12 * 3600);
+  EXPECT_EQ(lines[1].start, kDec1);
+  EXPECT_EQ(lines.back().end, r.end);
+  int64_t unit_seconds = 0;
+  for (const auto& l : lines) {
+    unit_seconds += l.seconds;
+    EXPECT_EQ(l.amount_micros, Amount(r.rate, l.seconds).micros());
+    EXPECT_EQ(l.billing, "reserved");
+  }
+  EXPECT_EQ(unit_seconds, 2 * *TermSeconds("1y"));
+  // Lines are counted where they start: December alone.
+  lines.clear();
+  ReservationLines(r, kDec1, NextMonthStart(kDec1), lines);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 2 * 31 * kSecondsPerDay);
+  // Before its start, nothing.
+  lines.clear();
+  ReservationLines(r, 0, r.start, lines);
+  EXPECT_TRUE(lines.empty());
+}
+
+// Parses the CSV a summary writes: every item row's amount, and the total row's.
+std::pair<std::vector<Money>, Money> ParseCsv(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string line;
+  std::getline(in, line);  // Header.
+  std::vector<Money> amounts;
+  Money total;
+  while (std::getline(in, line)) {
+    const std::string amount = line.substr(line.rfind(',') + 1);
+    if (line.rfind("total,", 0) == 0) {
+      total = *Money::Parse(amount);
+    } else {
+      amounts.push_back(*Money::Parse(amount));
+    }
+  }
+  return {amounts, total};
+}
+
+TEST(SummaryTest, TotalsAreTheExactSumOfTheLinesAndTheCsvParsesBack) {
+  std::vector<store::LedgerRecord> lines;
+  Meter a{kNov30, 0, Dollars("11.06125")};
+  Close(a, kPayer, kNov30 + 7, Ending::kPlatform, lines);
+  Payer share = kPayer;
+  share.instance = "inst-000002";
+  share.instance_type = "shared.l40s.half";
+  share.billing = "spot";
+  Meter b{kNov30 + 5, 0, Dollars("0.333333")};
+  Close(b, share, kDec1 + 4000, Ending::kCustomer, lines);
+  for (GroupBy by : {GroupBy::kInstance, GroupBy::kType, GroupBy::kBilling, GroupBy::kDay}) {
+    Summary s(by);
+    Money sum;
+    for (const auto& l : lines) {
+      s.Add(l);
+      sum += Money::FromMicros(l.amount_micros);
+    }
+    EXPECT_EQ(s.total(), sum);
+    Money items;
+    for (const Item& i : s.Items()) items += i.amount;
+    EXPECT_EQ(items, sum);
+    const auto [amounts, total] = ParseCsv(s.ToCsv());
+    Money csv_sum;
+    for (Money m : amounts) csv_sum += m;
+    EXPECT_EQ(total, sum);
+    EXPECT_EQ(csv_sum, sum);
+    EXPECT_EQ(amounts.size(), s.Items().size());
+    // The JSON says the same, and is the same bytes when built again.
+    Summary again(by);
+    for (const auto& l : lines) again.Add(l);
+    EXPECT_EQ(DumpJson(s.ToJson()), DumpJson(again.ToJson()));
+    EXPECT_EQ(s.ToJson()["total_usd"], Usd(sum));
+  }
+  Summary by_day(GroupBy::kDay);
+  for (const auto& l : lines) by_day.Add(l);
+  ASSERT_EQ(by_day.Items().size(), 2u);
+  EXPECT_EQ(by_day.Items()[0].day, "2026-11-30");
+  EXPECT_EQ(by_day.Items()[1].day, "2026-12-01");
+}
+
+TEST(CodecTest, BadRequestsNameTheField) {
+  struct Case {
+    json body;
+    std::string field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"count", 1}, {"term", "1y"}}, "instance_type"},
+           {{{"instance_type", "gpu.1xh100"}, {"count", 0}, {"term", "1y"}}, "count"},
+           {{{"instance_type", "gpu.1xh100"}, {"count", 1}, {"term", "2y"}}, "term"},
+           {{{"instance_type", "gpu.1xh100"}, {"count", 1}, {"term", "1y"}, {"start", "soon"}},
+            "start"},
+           {{{"instance_type", "gpu.1xh100"}, {"count", 1}, {"term", "1y"}, {"x", 1}}, "x"},
+       }) {
+    auto r = ParseReservationRequest(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_NE(r.status().message().find(c.field), std::string::npos) << r.status().message();
+  }
+  auto ok = ParseBudget({{"monthly_usd", "250.50"}, {"hard_stop", true}});
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->monthly, Dollars("250.50"));
+  EXPECT_TRUE(ok->hard_stop);
+  EXPECT_EQ(ParseBudget({{"monthly_usd", 300}})->monthly, Dollars("300"));
+  for (const json& bad : {json{{"monthly_usd", 250.5}}, json{{"monthly_usd", "-1"}},
+                          json{{"monthly_usd", "0"}}, json{{"monthly_usd", "1.0000001"}},
+                          json{{"monthly_usd", true}}, json{{"hard_stop", true}}}) {
+    auto r = ParseBudget(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("monthly_usd"), std::string::npos) << r.status().message();
+  }
+  EXPECT_NE(ParseBudget({{"monthly_usd", 250.5}}).status().message().find("decimal string"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::billing
