@@ -1,0 +1,444 @@
+// State's billing (billing.cc) on a fake clock, exact to the micro-dollar: what a run costs from
+// the agent's report to the stop, the minimum, preemption and node loss, shares, reservations
+// and their capacity, midnight and month boundaries, a restart in the middle of an interval, and
+// budgets. The store is the in-memory one: the real contract, without a disk.
+#include <gtest/gtest.h>
+
+#include "billing/meter.h"
+#include "common/json.h"
+#include "core/core_test_util.h"
+#include "core/state.h"
+#include "fleet/fleet.h"
+#include "store/memory_store.h"
+
+namespace tessera::core {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr int64_t kNov30 = 1'795'996'800;  // 2026-11-30T00:00:00Z.
+
+Time At(int64_t unix_seconds) { return Time(std::chrono::seconds(unix_seconds)); }
+
+json Inventory(int gpus, const std::string& model) {
+  json list = json::array();
+  for (int i = 0; i < gpus; ++i) {
+    list.push_back({{"index", i}, {"uuid", "GPU-" + std::to_string(i)}, {"model", model}});
+  }
+  return {{"cpu_milli", 128000}, {"memory_mib", 2097152}, {"gpus", list}};
+}
+
+CreateInstanceRequest H100(Billing billing, int gpus = 1) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.command = "sleep 600";
+  r.shape.gpu_model = "H100-80GB";
+  r.shape.gpus = gpus;
+  r.shape.vcpus = 4;
+  r.shape.memory_mib = 1024;
+  return r;
+}
+
+CreateInstanceRequest Type(const std::string& type, Billing billing) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.command = "sleep 600";
+  r.instance_type = type;
+  return r;
+}
+
+Money Usd(const char* text) { return *Money::Parse(text); }
+
+class BillingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clock_.Set(At(kNov30 + 3600));
+    store_ = store::NewMemoryStore();
+    state_ = NewState();
+    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
+    Join("gpu-1", 2, "H100-80GB", catalog::SharingMode::kExclusive);
+  }
+
+  std::unique_ptr<State> NewState() {
+    auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());
+    auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
+    EXPECT_TRUE(sched.ok());
+    StateOptions o;
+    o.node_timeout = 10s;
+    o.spot_notice = 5s;
+    return std::make_unique<State>(&TestCatalog(), &clock_, std::move(fleet), std::move(*sched), o);
+  }
+
+  void Join(const std::string& name, int gpus, const std::string& model,
+            catalog::SharingMode mode) {
+    ASSERT_TRUE(state_->CreateAgentNode(name, {}, mode, "token-" + name, batch_).ok());
+    ASSERT_TRUE(state_->RegisterAgent(name, {agent_, Inventory(gpus, model)}, batch_).ok());
+    nodes_.push_back(name);
+  }
+
+  // One round in which `node`'s agent reports `reports` (nothing: a heartbeat).
+  void Sync(const std::string& node, std::vector<AgentReport> reports = {}) {
+    AgentSync s;
+    s.agent_id = agent_;
+    s.seq = ++seq_[node];
+    s.reports = std::move(reports);
+    state_->BeginRound();
+    auto out = state_->SyncAgent(node, s, batch_);
+    state_->EndRound(batch_);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+  }
+
+  Result<Instance> Create(const CreateInstanceRequest& req) {
+    state_->BeginRound();
+    auto out = state_->CreateInstance(*state_->tenants().Find(acme_.id.str()), req, batch_);
+    state_->EndRound(batch_);
+    return out;
+  }
+
+  // Creates an instance and has its agent report it running now.
+  Instance Running(const CreateInstanceRequest& req) {
+    auto inst = Create(req);
+    EXPECT_TRUE(inst.ok()) << inst.status().message();
+    if (!inst.ok()) return {};
+    Started(*inst);
+    return *state_->GetInstance(Admin(), inst->id.str());
+  }
+
+  void Started(const Instance& inst) {
+    AgentReport r;
+    r.instance = inst.id.str();
+    r.attempt = inst.restarts;
+    r.started_at = clock_.Now();
+    Sync(inst.node, {r});
+  }
+
+  // The agent reports `inst` ended (after a stop, or on its own with `exit_code`).
+  // The agent reports `insts` ended in one report (after a stop, or on their own with
+  // `exit_code`).
+  void Ended(const std::vector<Instance>& insts, std::optional<int> exit_code = 0) {
+    std::vector<AgentReport> reports;
+    for (const Instance& inst : insts) {
+      AgentReport& r = reports.emplace_back();
+      r.instance = inst.id.str();
+      r.attempt = inst.restarts;
+      r.state = InstanceState::kTerminated;
+      r.exit_code = exit_code;
+    }
+    Sync(insts.front().node, std::move(reports));
+  }
+  void Ended(const Instance& inst, std::optional<int> exit_code = 0) {
+    Ended(std::vector<Instance>{inst}, exit_code);
+  }
+
+  void Delete(const Instance& inst) {
+    state_->BeginRound();
+    ASSERT_TRUE(state_->DeleteInstance(Admin(), inst.id.str(), batch_).ok());
+    state_->EndRound(batch_);
+  }
+
+  static Tenant Admin() {
+    Tenant admin;
+    admin.admin = true;
+    return admin;
+  }
+
+  void Commit() {
+    ASSERT_TRUE(store_->Commit(batch_).ok());
+    batch_ = {};
+  }
+
+  // The lines the store gained since the last call, after committing the round.
+  std::vector<store::LedgerRecord> Ledger() {
+    Commit();
+    std::vector<store::LedgerRecord> out;
+    EXPECT_TRUE(store_
+                    ->ScanLedger("", 0, INT64_MAX,
+                                 [&](const store::LedgerRecord& l) {
+                                   if (l.seq > seen_seq_) out.push_back(l);
+                                 })
+                    .ok());
+    if (!out.empty()) seen_seq_ = out.back().seq;
+    return out;
+  }
+
+  // A restart as the server does it (core.cc BuildState), whose agents then register again.
+  void Restart() {
+    Commit();
+    state_ = NewState();
+    seq_.clear();
+    agent_ = "a2";
+    auto nodes = store_->ListSettings(std::string(AgentSupervisor::kRecordPrefix));
+    ASSERT_TRUE(nodes.ok());
+    ASSERT_TRUE(state_->RestoreAgentNodes(*nodes).ok());
+    auto reservations = store_->ListSettings(std::string(State::kReservationPrefix));
+    ASSERT_TRUE(reservations.ok());
+    ASSERT_TRUE(state_->RestoreReservations(*reservations).ok());
+    auto tenants = store_->LoadTenants();
+    auto instances = store_->LoadInstances("");
+    ASSERT_TRUE(tenants.ok() && instances.ok());
+    ASSERT_TRUE(state_->Restore(*tenants, *instances, {}, batch_).ok());
+    for (const char* node : {"gpu-1"}) {
+      ASSERT_TRUE(state_->RegisterAgent(node, {agent_, Inventory(2, "H100-80GB")}, batch_).ok());
+    }
+  }
+
+  void Tick() {
+    state_->BeginRound();
+    state_->EndRound(batch_);
+  }
+
+  // Lets `d` pass with the nodes' agents reporting every few seconds, as they do.
+  void Wait(Duration d) {
+    while (d > Duration::zero()) {
+      const Duration step = std::min<Duration>(d, 5s);
+      clock_.Advance(step);
+      d -= step;
+      for (const std::string& node : nodes_) Sync(node);
+    }
+  }
+
+  Result<billing::Reservation> Reserve(const std::string& type, int count,
+                                       std::optional<int64_t> start = std::nullopt) {
+    billing::ReservationRequest req;
+    req.instance_type = type;
+    req.count = count;
+    req.term = "1y";
+    req.start = start;
+    return state_->CreateReservation(*state_->tenants().Find(acme_.id.str()), req, batch_);
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<State> state_;
+  Tenant acme_;
+  store::Batch batch_;
+  std::string agent_ = "a1";
+  std::map<std::string, int64_t> seq_;
+  std::vector<std::string> nodes_;
+  int64_t seen_seq_ = 0;
+};
+
+TEST_F(BillingTest, ARunIsBilledFromItsStartToItsStopWithAMinuteAtLeast) {
+  const catalog::Price* p = TestCatalog().FindPrice("gpu.1xh100");
+  ASSERT_NE(p, nullptr);
+  // Pending and scheduled time is free: the agent reports the start 40 s after the create.
+  auto created = Create(Type("gpu.1xh100", Billing::kOnDemand));
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  Wait(40s);
+  Started(*created);
+  const Instance inst = *state_->GetInstance(Admin(), created->id.str());
+  Wait(30s);
+  Delete(inst);  // Running -> stopping closes the interval.
+  Wait(9s);
+  Ended(inst);  // The stop itself is not billed.
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].instance, inst.id.str());
+  EXPECT_EQ(lines[0].instance_type, "gpu.1xh100");
+  EXPECT_EQ(lines[0].billing, "on_demand");
+  EXPECT_EQ(lines[0].seconds, 60) << "30 s run, one minute billed";
+  EXPECT_EQ(lines[0].note, "minimum");
+  EXPECT_EQ(lines[0].rate_micros, p->on_demand_per_hour.micros());
+  EXPECT_EQ(lines[0].amount_micros, p->on_demand_per_hour.MulDiv(60, 3600).micros());
+  EXPECT_EQ(lines[0].end - lines[0].start, 30);
+
+  // A workload that exits on its own after 125 s pays 125 s.
+  const Instance second = Running(Type("gpu.1xh100", Billing::kOnDemand));
+  Wait(125s);
+  Ended(second, 0);
+  lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 125);
+  EXPECT_EQ(lines[0].amount_micros, p->on_demand_per_hour.MulDiv(125, 3600).micros());
+  EXPECT_EQ(state_->GetInstance(Admin(), second.id.str())->state, InstanceState::kSucceeded);
+}
+
+TEST_F(BillingTest, PreemptionAndNodeLossAreBilledToTheSecond) {
+  // A spot instance on each GPU; an on-demand request for both preempts them after 20 s.
+  const Instance s1 = Running(H100(Billing::kSpot));
+  const Instance s2 = Running(H100(Billing::kSpot));
+  Wait(20s);
+  ASSERT_TRUE(Create(H100(Billing::kOnDemand, 2)).ok());
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 2u) << "billing stops at the notice";
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.billing, "spot");
+    EXPECT_EQ(l.seconds, 20);
+    EXPECT_EQ(l.note, "ended by the platform");
+    EXPECT_EQ(l.amount_micros, Money::FromMicros(l.rate_micros).MulDiv(20, 3600).micros());
+  }
+  // The spot custom share pays the H100's per-GPU spot price.
+  const catalog::Price* p = TestCatalog().FindPrice("gpu.8xh100");
+  EXPECT_LE(lines[0].rate_micros, p->spot_per_hour.MulDiv(1, 8).micros());
+
+  // Node loss: the running on-demand instance's node stops reporting.
+  Wait(6s);  // The victims' notice ends; their agent reports them stopped.
+  Ended({s1, s2}, std::nullopt);
+  Wait(20s);  // The on-demand request's wait for its victims ends: it is placed.
+  const Instance od = state_->ListInstances(Admin(), {}).items.back();
+  ASSERT_EQ(od.billing, Billing::kOnDemand);
+  ASSERT_EQ(od.state, InstanceState::kScheduled) << od.reason;
+  Started(od);
+  (void)Ledger();
+  clock_.Advance(15s);  // The node falls silent past its 10 s lease.
+  Tick();
+  lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].instance, od.id.str());
+  EXPECT_EQ(lines[0].seconds, 15) << "billed until the node was declared lost, no minimum";
+  EXPECT_EQ(lines[0].note, "ended by the platform");
+  EXPECT_EQ(state_->GetInstance(Admin(), od.id.str())->state, InstanceState::kPending);
+}
+
+TEST_F(BillingTest, SharesPayTheirFraction) {
+  Join("l40s-1", 1, "L40S", catalog::SharingMode::kShared);
+  const catalog::Price* half = TestCatalog().FindPrice("shared.l40s.half");
+  ASSERT_NE(half, nullptr);
+  const Instance inst = Running(Type("shared.l40s.half", Billing::kOnDemand));
+  ASSERT_EQ(inst.state, InstanceState::kRunning);
+  Wait(3600s);
+  Delete(inst);
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 3600);
+  EXPECT_EQ(lines[0].amount_micros, half->on_demand_per_hour.micros());
+  const catalog::Price* whole = TestCatalog().FindPrice("gpu.1xl40s");
+  ASSERT_NE(whole, nullptr);
+  EXPECT_LT(lines[0].amount_micros, whole->on_demand_per_hour.micros());
+}
+
+TEST_F(BillingTest, IntervalsAreCutAtMidnightAndAMonthsLinesStayPut) {
+  clock_.Set(At(kNov30 + 86400 - 30));  // 23:59:30 on the last day of November.
+  Sync("gpu-1");
+  const Instance inst = Running(H100(Billing::kOnDemand));
+  Wait(45s);  // 00:00:15 on December 1st: the round rolls the interval at midnight.
+  Tick();
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].start, kNov30 + 86400 - 30);
+  EXPECT_EQ(lines[0].end, kNov30 + 86400);
+  EXPECT_EQ(lines[0].seconds, 30) << "the roll bills no minimum: the run goes on";
+  // Usage reads the same while it runs: November's 30 s (closed) and December's 15 s (open).
+  std::vector<std::pair<store::LedgerRecord, bool>> seen;
+  ASSERT_TRUE(state_
+                  ->ScanBilling(
+                      *store_, "", 0, INT64_MAX,
+                      [&](const store::LedgerRecord& l, bool open) { seen.emplace_back(l, open); })
+                  .ok());
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_FALSE(seen[0].second);
+  EXPECT_TRUE(seen[1].second);
+  EXPECT_EQ(seen[1].first.seconds, 15);
+  Wait(15s);
+  Delete(inst);
+  lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].start, kNov30 + 86400);
+  EXPECT_EQ(lines[0].seconds, 30) << "the start ran 60 s in all: no top-up";
+}
+
+TEST_F(BillingTest, ARestartInTheMiddleOfAnIntervalLosesAndDuplicatesNothing) {
+  const Instance inst = Running(H100(Billing::kOnDemand));
+  Wait(100s);
+  Restart();
+  clock_.Advance(50s);  // The server was down; the workload ran on.
+  Sync("gpu-1");
+  Delete(*state_->GetInstance(Admin(), inst.id.str()));
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 150);
+  // Restarting again changes nothing that is billed.
+  Restart();
+  Tick();
+  EXPECT_EQ(Ledger().size(), 0u);
+}
+
+TEST_F(BillingTest, ReservedInstancesDrawOnAReservationThatBillsItsTerm) {
+  auto none = Create(Type("gpu.1xh100", Billing::kReserved));
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().reason(), "no_reservation");
+  EXPECT_NE(none.status().message().find("no reservation"), std::string::npos);
+
+  auto r = Reserve("gpu.1xh100", 1);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->rate, TestCatalog().FindPrice("gpu.1xh100")->reserved_1y_per_hour);
+  // The fleet has two H100s: a second reservation of two more does not fit.
+  auto too_many = Reserve("gpu.1xh100", 2);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().code(), StatusCode::kResourceExhausted);
+
+  const Instance inst = Running(Type("gpu.1xh100", Billing::kReserved));
+  EXPECT_EQ(inst.reservation, r->id);
+  auto second = Create(Type("gpu.1xh100", Billing::kReserved));
+  ASSERT_FALSE(second.ok()) << "one unit, in use";
+  EXPECT_NE(second.status().message().find("1 in use"), std::string::npos)
+      << second.status().message();
+  Wait(600s);
+  Delete(inst);
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].rate_micros, 0) << "the reservation pays";
+  EXPECT_EQ(lines[0].reservation, r->id);
+  // The unit is free again once the instance ended.
+  Ended(inst);
+  EXPECT_TRUE(Create(Type("gpu.1xh100", Billing::kReserved)).ok());
+  // Started: it cannot be cancelled. One that has not started can.
+  EXPECT_EQ(state_->DeleteReservation(Admin(), r->id, batch_).code(),
+            StatusCode::kFailedPrecondition);
+  auto later = Reserve("gpu.1xh100", 1, kNov30 + 30 * 86400);
+  ASSERT_TRUE(later.ok()) << later.status().message();
+  EXPECT_TRUE(state_->DeleteReservation(Admin(), later->id, batch_).ok());
+}
+
+TEST_F(BillingTest, UnclaimedReservedCapacityRunsSpotButNotOnDemand) {
+  ASSERT_TRUE(Reserve("gpu.1xh100", 1).ok());
+  const Instance od = Running(H100(Billing::kOnDemand));
+  auto waits = Create(H100(Billing::kOnDemand));
+  ASSERT_TRUE(waits.ok());
+  EXPECT_EQ(waits->state, InstanceState::kPending) << "the free H100 is held for the reservation";
+  EXPECT_NE(waits->reason.find("held for reservations"), std::string::npos) << waits->reason;
+  const Instance spot = Running(H100(Billing::kSpot));
+  EXPECT_EQ(spot.state, InstanceState::kRunning) << "idle reserved capacity runs spot work";
+  auto holder = Create(Type("gpu.1xh100", Billing::kReserved));
+  ASSERT_TRUE(holder.ok());
+  EXPECT_EQ(state_->GetInstance(Admin(), spot.id.str())->state, InstanceState::kPreempting)
+      << "the holder claims its capacity";
+  (void)od;
+}
+
+TEST_F(BillingTest, AHardStopBudgetRefusesNewSpendOnceSpent) {
+  ASSERT_TRUE(
+      state_->SetBudget(Admin(), acme_.id.str(), {Usd("1.00"), /*hard_stop=*/true}, batch_).ok());
+  const Instance inst = Running(Type("gpu.1xh100", Billing::kOnDemand));
+  const Money rate = TestCatalog().FindPrice("gpu.1xh100")->on_demand_per_hour;
+  // Half the budget: still allowed.
+  Wait(std::chrono::seconds(1800 * 1'000'000 / rate.micros()));
+  json budgets = state_->Budgets(Admin())["budgets"];
+  ASSERT_EQ(budgets.size(), 1u);
+  EXPECT_NEAR(budgets[0]["used_percent"].get<double>(), 50, 0.5);
+  EXPECT_EQ(budgets[0]["thresholds_crossed"], json::array());
+  Wait(std::chrono::seconds(1800 * 1'000'000 / rate.micros()));
+  Wait(5s);
+  budgets = state_->Budgets(Admin())["budgets"];
+  EXPECT_EQ(budgets[0]["thresholds_crossed"], json::array({80, 100}));
+  auto refused = Create(H100(Billing::kSpot));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().reason(), "budget_exceeded");
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(state_->GetInstance(Admin(), inst.id.str())->state, InstanceState::kRunning)
+      << "running work is not killed";
+  // The alert engine's series says the same.
+  bool seen = false;
+  for (const telemetry::Target& t : state_->Targets()) {
+    if (t.has(telemetry::Field::kBudgetUsedPercent)) {
+      seen = true;
+      EXPECT_GE(t.get(telemetry::Field::kBudgetUsedPercent), 100);
+      EXPECT_EQ(t.tenant, acme_.id.str());
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
+}  // namespace
+}  // namespace tessera::core
