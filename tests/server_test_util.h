@@ -68,6 +68,7 @@ class ServerTest : public ::testing::Test {
     httplib::Result r = method == "GET"      ? client.Get(path, headers)
                         : method == "DELETE" ? client.Delete(path, headers)
                         : method == "PATCH"  ? client.Patch(path, headers, text, content_type)
+                        : method == "PUT"    ? client.Put(path, headers, text, content_type)
                                              : client.Post(path, headers, text, content_type);
     HttpReply out;
     if (!r) return out;

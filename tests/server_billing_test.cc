@@ -1,0 +1,187 @@
+// Billing through a real server process: usage and invoices in JSON and CSV, reservations,
+// budgets, tenant isolation on every billing route, and the ledger across kill -9.
+#include <csignal>
+#include <sstream>
+
+#include "server_test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+class ServerBillingTest : public ServerTest {
+ protected:
+  // A text answer with `accept` (CSV).
+  std::pair<int, std::string> GetText(const std::string& path, const std::string& token,
+                                      const std::string& accept) {
+    httplib::Client client(server_->url());
+    auto r = client.Get(path, {{"Authorization", "Bearer " + token}, {"Accept", accept}});
+    if (!r) return {0, ""};
+    return {r->status, r->body};
+  }
+
+  // Creates an on-demand H100 and waits for it to run.
+  std::string RunOne(const std::string& token) {
+    auto r = Post("/v1/instances", token, H100(1, "on_demand"));
+    EXPECT_EQ(r.status, 201) << r.raw;
+    const std::string id = r.body.value("id", "");
+    EXPECT_EQ(AwaitState(token, id, "running"), "running");
+    return id;
+  }
+
+  std::string Month() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[8];
+    std::strftime(buf, sizeof buf, "%Y-%m", &tm);
+    return buf;
+  }
+};
+
+// The amounts of a CSV report's item rows, and its total row's.
+std::pair<std::vector<std::string>, std::string> CsvAmounts(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string line, total;
+  std::vector<std::string> amounts;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    const std::string amount = line.substr(line.rfind(',') + 1);
+    if (line.rfind("total,", 0) == 0) {
+      total = amount;
+    } else {
+      amounts.push_back(amount);
+    }
+  }
+  return {amounts, total};
+}
+
+TEST_F(ServerBillingTest, UsageAndInvoicesBillARunAndOnlyItsTenantSeesThem) {
+  const std::string acme = NewTenant("acme", 8);
+  const std::string beta = NewTenant("beta", 8);
+  const std::string acme_id = Get("/v1/tenants", kAdminToken).body["tenants"][0]["id"];
+  const std::string id = RunOne(acme);
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, acme).status, 200);
+  AwaitState(acme, id, "terminated");
+
+  auto usage = Get("/v1/usage", acme);
+  ASSERT_EQ(usage.status, 200) << usage.raw;
+  ASSERT_EQ(usage.body["items"].size(), 1u) << usage.raw;
+  const json& item = usage.body["items"][0];
+  EXPECT_EQ(item["instance"], id);
+  EXPECT_EQ(item["billing"], "on_demand");
+  EXPECT_EQ(item["seconds"], 60) << "a run of a moment pays its minute";
+  EXPECT_FALSE(item.contains("open"));
+  EXPECT_EQ(usage.body["total_usd"], item["amount_usd"]);
+
+  const std::string month = Month();
+  auto invoice = Get("/v1/invoices/" + month, acme);
+  ASSERT_EQ(invoice.status, 200) << invoice.raw;
+  EXPECT_EQ(invoice.body["status"], "open");
+  EXPECT_EQ(invoice.body["total_usd"], usage.body["total_usd"]);
+  auto [code, csv] = GetText("/v1/invoices/" + month, acme, "text/csv");
+  ASSERT_EQ(code, 200);
+  const auto [amounts, total] = CsvAmounts(csv);
+  ASSERT_EQ(amounts.size(), 1u) << csv;
+  EXPECT_EQ(total, invoice.body["total_usd"]) << csv;
+  EXPECT_EQ(amounts[0], item["amount_usd"]);
+
+  // Another tenant sees none of it, on any billing route.
+  auto theirs = Get("/v1/usage", beta);
+  ASSERT_EQ(theirs.status, 200);
+  EXPECT_EQ(theirs.body["items"].size(), 0u);
+  EXPECT_EQ(theirs.body["total_usd"], "0.000000");
+  EXPECT_EQ(Get("/v1/usage?tenant=" + acme_id, beta).status, 404);
+  EXPECT_EQ(Get("/v1/invoices/" + month + "?tenant=" + acme_id, beta).status, 404);
+  const json budget = {{"monthly_usd", "1"}};
+  EXPECT_EQ(Call("PUT", "/v1/tenants/" + acme_id + "/budget", beta, &budget).status, 404);
+  // The admin names the tenant.
+  EXPECT_EQ(Get("/v1/invoices/" + month, kAdminToken).status, 400);
+  auto admin = Get("/v1/invoices/" + month + "?tenant=" + acme_id, kAdminToken);
+  ASSERT_EQ(admin.status, 200);
+  EXPECT_EQ(admin.raw, invoice.raw);
+  // Bad parameters name themselves.
+  auto bad = Get("/v1/usage?group_by=colour", acme);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.raw.find("group_by"), std::string::npos);
+  EXPECT_EQ(Get("/v1/usage?from=yesterday", acme).status, 400);
+  EXPECT_EQ(Get("/v1/invoices/2026-13", acme).status, 400);
+
+  // With nothing running, the month's invoice is the same bytes across a restart.
+  ASSERT_EQ(server_->Stop(SIGTERM), 0) << server_->output();
+  StartServer();
+  auto again = Get("/v1/invoices/" + month, acme);
+  EXPECT_EQ(again.raw, invoice.raw);
+}
+
+TEST_F(ServerBillingTest, ReservationsAndBudgetsAnswerWithTheirCodes) {
+  const std::string acme = NewTenant("acme", 8);
+  const std::string acme_id = Get("/v1/tenants", kAdminToken).body["tenants"][0]["id"];
+  auto none =
+      Post("/v1/instances", acme, {{"billing", "reserved"}, {"instance_type", "gpu.1xh100"}});
+  EXPECT_EQ(none.status, 409);
+  EXPECT_EQ(none.body["error"]["code"], "no_reservation") << none.raw;
+  auto bad = Post("/v1/reservations", acme, {{"instance_type", "gpu.1xh100"}, {"count", 1}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.raw.find("term"), std::string::npos) << bad.raw;
+  auto resv = Post("/v1/reservations", acme,
+                   {{"instance_type", "gpu.1xh100"}, {"count", 1}, {"term", "3y"}});
+  ASSERT_EQ(resv.status, 201) << resv.raw;
+  EXPECT_EQ(Post("/v1/instances", acme, {{"billing", "reserved"}, {"instance_type", "gpu.1xh100"}})
+                .status,
+            201);
+  EXPECT_EQ(Get("/v1/reservations", acme).body["reservations"][0]["used"], 1);
+  EXPECT_EQ(Call("DELETE", "/v1/reservations/" + resv.body["id"].get<std::string>(), acme).status,
+            409)
+      << "a started term is committed";
+  // The month's reservation line is on the usage from the start.
+  auto usage = Get("/v1/usage?group_by=billing", acme);
+  ASSERT_EQ(usage.status, 200);
+  ASSERT_GE(usage.body["items"].size(), 1u);
+  EXPECT_EQ(usage.body["items"][0]["billing"], "reserved");
+
+  // A budget already spent by the reservation stops new on-demand work with 403.
+  json budget = {{"monthly_usd", "1.00"}, {"hard_stop", true}};
+  auto set = Call("PUT", "/v1/tenants/" + acme_id + "/budget", acme, &budget);
+  ASSERT_EQ(set.status, 200) << set.raw;
+  EXPECT_EQ(set.body["stopping_new_instances"], true);
+  auto refused = Post("/v1/instances", acme, H100(1, "on_demand"));
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_EQ(refused.body["error"]["code"], "budget_exceeded") << refused.raw;
+  auto listed = Get("/v1/budgets", kAdminToken);
+  ASSERT_EQ(listed.body["budgets"].size(), 1u);
+  EXPECT_EQ(listed.body["budgets"][0]["thresholds_crossed"], json::array({80, 100}));
+  json fraction = {{"monthly_usd", 2.5}};
+  auto float_refused = Call("PUT", "/v1/tenants/" + acme_id + "/budget", acme, &fraction);
+  EXPECT_EQ(float_refused.status, 400);
+  EXPECT_NE(float_refused.raw.find("monthly_usd"), std::string::npos);
+}
+
+TEST_F(ServerBillingTest, KillNineNeitherLosesNorDuplicatesALedgerLine) {
+  const std::string acme = NewTenant("acme", 8);
+  for (int round = 0; round < 3; ++round) {
+    // Two runs; delete both, and kill the server the moment the deletes are answered.
+    const std::string a = RunOne(acme);
+    auto b_reply =
+        Post("/v1/instances", acme, {{"billing", "spot"}, {"instance_type", "shared.l40s.half"}});
+    ASSERT_EQ(b_reply.status, 201) << b_reply.raw;
+    const std::string b = b_reply.body["id"];
+    ASSERT_EQ(AwaitState(acme, b, "running"), "running");
+    ASSERT_EQ(Call("DELETE", "/v1/instances/" + a, acme).status, 200);
+    ASSERT_EQ(Call("DELETE", "/v1/instances/" + b, acme).status, 200);
+    server_->Stop(SIGKILL);
+    StartServer();
+    Settle(acme, a);
+    Settle(acme, b);
+  }
+  auto usage = Get("/v1/usage", acme);
+  ASSERT_EQ(usage.status, 200);
+  ASSERT_EQ(usage.body["items"].size(), 6u) << usage.raw;
+  for (const json& item : usage.body["items"]) {
+    EXPECT_EQ(item["seconds"], 60) << "each run billed once, its minute: " << item;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
