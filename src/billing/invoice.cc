@@ -39,7 +39,8 @@ std::string CsvField(const std::string& s) {
 }  // namespace
 
 void Summary::Add(const store::LedgerRecord& l, bool open) {
-  Key key;
+  std::string day;
+  KeyView key;
   switch (by_) {
     case GroupBy::kInstance:
       key = {l.instance, l.instance_type, l.billing, l.reservation, "", l.rate_micros};
@@ -51,10 +52,19 @@ void Summary::Add(const store::LedgerRecord& l, bool open) {
       key = {"", "", l.billing, "", "", 0};
       break;
     case GroupBy::kDay:
-      key = {"", "", "", "", DayName(l.start), 0};
+      day = DayName(l.start);
+      key = {"", "", "", "", day, 0};
       break;
   }
-  auto [it, fresh] = items_.try_emplace(key);
+  auto it = items_.find(key);
+  const bool fresh = it == items_.end();
+  if (fresh) {
+    it = items_
+             .emplace(Key{std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key),
+                          std::get<4>(key), std::get<5>(key)},
+                      Item{})
+             .first;
+  }
   Item& item = it->second;
   if (fresh) {
     item.instance = std::get<0>(key);

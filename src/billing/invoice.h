@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -53,8 +54,11 @@ class Summary {
 
  private:
   using Key = std::tuple<std::string, std::string, std::string, std::string, std::string, int64_t>;
+  // A key's fields as views into a line: looked up without copying a string.
+  using KeyView = std::tuple<std::string_view, std::string_view, std::string_view, std::string_view,
+                             std::string_view, int64_t>;
   GroupBy by_;
-  std::map<Key, Item> items_;
+  std::map<Key, Item, std::less<>> items_;
   Money total_;
   int64_t lines_ = 0;
 };

@@ -4,6 +4,8 @@
 // budgets. The store is the in-memory one: the real contract, without a disk.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "billing/meter.h"
 #include "common/json.h"
 #include "core/core_test_util.h"
@@ -158,6 +160,7 @@ class BillingTest : public ::testing::Test {
                                    if (l.seq > seen_seq_) out.push_back(l);
                                  })
                     .ok());
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
     if (!out.empty()) seen_seq_ = out.back().seq;
     return out;
   }

@@ -86,10 +86,13 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   TESSERA_ASSIGN_OR_RETURN(auto budgets, store.ListSettings(std::string(State::kBudgetPrefix)));
   const int64_t month = billing::MonthStart(billing::UnixSeconds(clock->Now()));
   std::map<std::string, Money> spent;
-  TESSERA_RETURN_IF_ERROR(store.ScanLedger("", month, billing::NextMonthStart(month),
-                                           [&](const store::LedgerRecord& l) {
-                                             spent[l.tenant] += Money::FromMicros(l.amount_micros);
-                                           }));
+  for (const auto& [key, value] : budgets) {
+    TESSERA_RETURN_IF_ERROR(
+        store.ScanLedger(key.substr(State::kBudgetPrefix.size()), month,
+                         billing::NextMonthStart(month), [&](const store::LedgerRecord& l) {
+                           spent[l.tenant] += Money::FromMicros(l.amount_micros);
+                         }));
+  }
   TESSERA_RETURN_IF_ERROR(state->RestoreBudgets(budgets, month, spent));
   TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
   const std::string since = FormatRfc3339(clock->Now() - options.instance_retention);

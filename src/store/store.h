@@ -97,7 +97,7 @@ class Store {
   virtual Result<int64_t> PruneAudit(const std::string& before) = 0;
 
   // Calls `fn` with every ledger line of `tenant` ("" = every tenant) whose start is in
-  // [from, to) (Unix seconds), in append order.
+  // [from, to) (Unix seconds), in no particular order.
   virtual Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
                             const std::function<void(const LedgerRecord&)>& fn) = 0;
 
