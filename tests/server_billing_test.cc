@@ -115,6 +115,44 @@ TEST_F(ServerBillingTest, UsageAndInvoicesBillARunAndOnlyItsTenantSeesThem) {
   EXPECT_EQ(again.raw, invoice.raw);
 }
 
+TEST_F(ServerBillingTest, TheCostReportWeighsCostByMeasuredUtilization) {
+  const std::string acme = NewTenant("acme", 8);
+  const std::string id = RunOne(acme);
+  // Agents send telemetry every fifth report (10 s at the default heartbeat).
+  std::this_thread::sleep_for(std::chrono::milliseconds(11000));
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, acme).status, 200);
+  AwaitState(acme, id, "terminated");
+  auto usage = Get("/v1/usage", acme);
+  auto report = Get("/v1/reports/cost", acme);
+  ASSERT_EQ(report.status, 200) << report.raw;
+  ASSERT_EQ(report.body["tenants"].size(), 1u) << report.raw;
+  const json& row = report.body["tenants"][0];
+  EXPECT_EQ(row["cost_usd"], usage.body["total_usd"]);
+  EXPECT_NEAR(row["gpu_hours"].get<double>(), 60.0 / 3600, 0.001) << "one GPU, its minute";
+  ASSERT_TRUE(row["mean_gpu_util_percent"].is_number()) << report.raw;
+  const double util = row["mean_gpu_util_percent"];
+  EXPECT_GT(util, 0);
+  EXPECT_LE(util, 100);
+  ASSERT_TRUE(row["cost_per_utilized_gpu_hour_usd"].is_string());
+  EXPECT_GT(std::stod(row["cost_per_utilized_gpu_hour_usd"].get<std::string>()),
+            std::stod(row["cost_usd"].get<std::string>()) / (60.0 / 3600))
+      << "a GPU busy part of the time costs more per busy hour";
+  EXPECT_TRUE(row["cost_per_effective_tflops_hour_usd"].is_string());
+  EXPECT_GT(std::stod(row["spot_would_save_usd"].get<std::string>()), 0);
+  EXPECT_FALSE(report.body.contains("idle")) << "a tenant never sees the fleet";
+  auto admin = Get("/v1/reports/cost", kAdminToken);
+  ASSERT_EQ(admin.status, 200);
+  bool h100 = false;
+  for (const json& idle : admin.body["idle"]) {
+    if (idle["gpu_model"] == "H100-80GB") {
+      h100 = true;
+      EXPECT_EQ(idle["gpus"], 2);
+      EXPECT_GT(idle["idle_gpu_hours"].get<double>(), 0);
+    }
+  }
+  EXPECT_TRUE(h100) << admin.raw;
+}
+
 TEST_F(ServerBillingTest, ReservationsAndBudgetsAnswerWithTheirCodes) {
   const std::string acme = NewTenant("acme", 8);
   const std::string acme_id = Get("/v1/tenants", kAdminToken).body["tenants"][0]["id"];

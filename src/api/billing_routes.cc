@@ -8,6 +8,7 @@
 #include "api/routes.h"
 #include "billing/invoice.h"
 #include "billing/meter.h"
+#include "billing/report.h"
 #include "common/text.h"
 #include "core/core.h"
 
@@ -227,6 +228,46 @@ void AddBillingRoutes(Api& table) {
              },
              200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
       });
+
+  // The cost report: per tenant and instance type, with utilization and what spot or a
+  // reservation would have saved; the admin's also has the idle capacity per GPU model.
+  table.Add("GET", "/v1/reports/cost", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              const int64_t now = billing::UnixSeconds(api.clock().Now());
+              int64_t from = billing::MonthStart(now), to = now + 1;
+              Status refusal = TimeParam(call->request.parsed, "from", from);
+              if (refusal.ok()) refusal = TimeParam(call->request.parsed, "to", to);
+              if (refusal.ok() && to <= from) {
+                refusal = Status::InvalidArgument("query parameter 'to': must be after 'from'");
+              }
+              Api* a = &api;
+              api.Run<json>(call, refusal,
+                            {[a, from, to](core::State& s, store::Batch&,
+                                           const core::Tenant& caller) -> Result<json> {
+                               // Idle capacity and reservation sizing count the period up to now.
+                               const int64_t now_s = billing::UnixSeconds(s.clock().Now());
+                               billing::CostReport report(&s.catalog(), from,
+                                                          std::min(to, now_s + 1));
+                               TESSERA_RETURN_IF_ERROR(s.ScanBilling(
+                                   a->core().store(), caller.admin ? "" : caller.id.str(), from, to,
+                                   [&](const store::LedgerRecord& l, bool) { report.Add(l); }));
+                               if (caller.admin) {
+                                 // Capacity nobody paid for, over the period up to now.
+                                 std::map<std::string, int64_t> fleet;
+                                 for (const catalog::GpuModel& g : s.catalog().gpus()) {
+                                   if (int64_t milli = s.FleetMilliOf(g.id); milli > 0) {
+                                     fleet[g.id] = milli;
+                                   }
+                                 }
+                                 report.SetFleet(std::move(fleet));
+                               }
+                               json j = report.ToJson();
+                               j["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
+                               j["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
+                               return j;
+                             },
+                             200, Passthrough, nullptr});
+            });
 
   // A month's invoice. A closed month's is final: the same lines, so the same bytes, every time.
   table.Add(

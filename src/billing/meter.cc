@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace tessera::billing {
 
@@ -55,6 +57,16 @@ std::optional<int64_t> ParseMonth(std::string_view s) {
   return Seconds(sys_days(std::chrono::year(year) / std::chrono::month(month) / 1));
 }
 
+void Observe(Meter& meter, double util_pct, int64_t at, int64_t max_gap) {
+  const int64_t from = std::max(meter.util_at, meter.since);
+  const int64_t dt = std::min(at - from, max_gap);
+  meter.util_at = std::max(meter.util_at, at);
+  if (dt <= 0 || !(util_pct >= 0)) return;
+  meter.util_pct_seconds +=
+      static_cast<int64_t>(std::min(util_pct, 100.0) * static_cast<double>(dt) + 0.5);
+  meter.util_observed += dt;
+}
+
 void Close(Meter& meter, const Payer& payer, int64_t end, Ending how,
            std::vector<store::LedgerRecord>& out) {
   auto line = [&](int64_t from, int64_t to, int64_t seconds, std::string note) {
@@ -70,6 +82,7 @@ void Close(Meter& meter, const Payer& payer, int64_t end, Ending how,
     l.rate_micros = meter.rate.micros();
     l.amount_micros = Amount(meter.rate, seconds).micros();
     l.note = std::move(note);
+    l.gpu_milli = payer.gpu_milli;
     out.push_back(std::move(l));
   };
   const size_t first = out.size();
@@ -80,11 +93,20 @@ void Close(Meter& meter, const Payer& payer, int64_t end, Ending how,
     from = to;
   }
   meter.since = std::max(meter.since, end);
+  if (out.size() > first) {
+    out.back().util_pct_seconds = std::exchange(meter.util_pct_seconds, 0);
+    out.back().util_observed_seconds = std::exchange(meter.util_observed, 0);
+  }
   if (how != Ending::kCustomer || meter.billed >= kMinimumSeconds) return;
   // The minimum's top-up goes on the start's last line.
   const int64_t top_up = kMinimumSeconds - meter.billed;
   meter.billed = kMinimumSeconds;
-  if (out.size() == first) return line(end, end, top_up, "minimum");
+  if (out.size() == first) {
+    line(end, end, top_up, "minimum");
+    out.back().util_pct_seconds = std::exchange(meter.util_pct_seconds, 0);
+    out.back().util_observed_seconds = std::exchange(meter.util_observed, 0);
+    return;
+  }
   store::LedgerRecord& last = out.back();
   last.seconds += top_up;
   last.amount_micros = Amount(meter.rate, last.seconds).micros();

@@ -40,11 +40,21 @@ struct Meter {
   int64_t since = 0;   // Unix second the open stretch starts (the start, or the last midnight).
   int64_t billed = 0;  // Seconds already billed for this start (stretches before `since`).
   Money rate;          // Per hour, as in force when the interval opened.
+  // GPU utilization measured since the last line: percent x seconds over the seconds that had
+  // readings, and when the last reading counted.
+  int64_t util_pct_seconds = 0;
+  int64_t util_observed = 0;
+  int64_t util_at = 0;
 };
+
+// Counts a reading of `util_pct` percent at Unix second `at` into the meter: it stands for the
+// time since the previous reading (or the interval's start), at most `max_gap` seconds.
+void Observe(Meter& meter, double util_pct, int64_t at, int64_t max_gap);
 
 // Who the lines are for.
 struct Payer {
   std::string tenant, instance, instance_type, billing, reservation;
+  int64_t gpu_milli = 0;
 };
 
 // How an interval stops.
@@ -56,7 +66,8 @@ enum class Ending {
 
 // Appends the lines for [meter.since, end), one per UTC day it touches, and moves meter.since to
 // `end` (meter.billed grows by what was billed). Nothing is appended for an empty stretch, except
-// the minimum's top-up when a customer ends a start that ran under a minute.
+// the minimum's top-up when a customer ends a start that ran under a minute. The utilization
+// measured since the last line goes on the last line appended.
 void Close(Meter& meter, const Payer& payer, int64_t end, Ending how,
            std::vector<store::LedgerRecord>& out);
 

@@ -38,8 +38,9 @@ bool Covers(const catalog::InstanceType& t, const Shape& shape) {
 }  // namespace
 
 billing::Payer State::PayerOf(const Instance& inst) const {
-  return {inst.tenant.str(), inst.id.str(), InstanceTypeOf(inst.shape),
-          std::string(BillingName(inst.billing)), inst.reservation};
+  return {inst.tenant.str(),          inst.id.str(),
+          InstanceTypeOf(inst.shape), std::string(BillingName(inst.billing)),
+          inst.reservation,           GpuMilliOf(inst)};
 }
 
 void State::StartMeter(Instance& inst) {
@@ -83,6 +84,36 @@ void State::RollMeters(store::Batch& batch) {
     if (!inst || !inst->meter || inst->meter->since >= today) continue;
     CloseMeter(*inst, today, billing::Ending::kRoll, batch);
     Save(*inst, batch);
+  }
+}
+
+void State::MeterUtilization(const AgentNode& node) {
+  if (!node.telemetry) return;
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  // A reading stands for the time since the last one, but never for longer than a lease: a
+  // silent node's gap is not measured.
+  const int64_t max_gap = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::seconds>(options_.node_timeout).count());
+  for (const std::string& id : node.assigned) {
+    Instance* inst = instances_.Find(id);
+    if (!inst || !inst->meter || inst->node != node.name || inst->gpus.empty()) continue;
+    double sum = 0;
+    int readings = 0;
+    for (const GpuRef& g : inst->gpus) {
+      for (const telemetry::GpuSample& s : node.telemetry->gpus) {
+        if (s.index != g.index || s.lost) continue;
+        double util = s.gpu_util;
+        // A MIG slice's own engine activity, when the GPU reports it.
+        for (const telemetry::MigSample& m : s.mig) {
+          if (!g.mig_profile.empty() && m.start == g.mig_start && m.gr_engine_active) {
+            util = *m.gr_engine_active * 100;
+          }
+        }
+        sum += util;
+        ++readings;
+      }
+    }
+    if (readings > 0) billing::Observe(*inst->meter, sum / readings, now, max_gap);
   }
 }
 

@@ -259,7 +259,10 @@ nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
   if (inst.meter) {
     j["meter"] = {{"since", inst.meter->since},
                   {"billed", inst.meter->billed},
-                  {"rate_usd_per_hour", inst.meter->rate.ToString(6)}};
+                  {"rate_usd_per_hour", inst.meter->rate.ToString(6)},
+                  {"util_pct_seconds", inst.meter->util_pct_seconds},
+                  {"util_observed", inst.meter->util_observed},
+                  {"util_at", inst.meter->util_at}};
   }
   return j;
 }
@@ -349,6 +352,9 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
     billing::Meter meter;
     meter.since = m.Int("since", 0, INT64_MAX);
     meter.billed = m.Int("billed", 0, INT64_MAX);
+    meter.util_pct_seconds = m.Int("util_pct_seconds", 0, INT64_MAX, false);
+    meter.util_observed = m.Int("util_observed", 0, INT64_MAX, false);
+    meter.util_at = m.Int("util_at", 0, INT64_MAX, false);
     auto rate = Money::Parse(m.String("rate_usd_per_hour"));
     if (!f.ok()) return Status::DataLoss(f.status().message());
     if (!rate.ok()) return Status::DataLoss(rate.status().WithPrefix(where + ": meter").message());

@@ -350,6 +350,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->telemetry = sync.telemetry;
     node->telemetry_at = clock_->Now();
     history_.Record(name, node->telemetry_at, *sync.telemetry);
+    MeterUtilization(*node);
   }
   // Logs first: an exit report comes with the workload's last bytes.
   for (const WorkloadLog& log : sync.logs) {

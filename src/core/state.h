@@ -257,6 +257,8 @@ class State {
   Result<billing::Reservation> GetReservation(const Tenant& caller, std::string_view id) const;
   // Only before its start: FailedPrecondition once its term began.
   Status DeleteReservation(const Tenant& caller, std::string_view id, store::Batch& batch);
+  // The fleet's GPUs of `model`, in milli-GPU.
+  int64_t FleetMilliOf(const std::string& model) const;
   // Units of the reservation that active instances hold.
   int ReservationUnitsUsed(const std::string& id) const;
   // Rebuilds reservations from their stored records (kReservationPrefix).
@@ -308,6 +310,9 @@ class State {
   // 403 budget_exceeded when the caller's hard-stop budget is spent and `billing` would spend.
   Status CheckBudget(const Tenant& caller, Billing billing) const;
   void RollMeters(store::Batch& batch);
+  // Counts the node's latest readings into its running instances' meters (the cost report's
+  // utilization).
+  void MeterUtilization(const AgentNode& node);
   billing::Payer PayerOf(const Instance& inst) const;
   // For `billing: reserved`: a free unit of the caller's matching active reservation, or 409
   // no_reservation naming what exists. Holding it is counted until the instance ends.
@@ -319,8 +324,6 @@ class State {
   // active reservations' unclaimed units; "" when it may.
   std::string HeldForReservations(const Instance& inst) const;
   int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
-  // The fleet's GPUs of `model`, in milli-GPU.
-  int64_t FleetMilliOf(const std::string& model) const;
 
   // Tries to place `inst` now, preempting if its priority allows.
   Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);

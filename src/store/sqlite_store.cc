@@ -28,7 +28,9 @@ CREATE TABLE IF NOT EXISTS ledger (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, instance TEXT NOT NULL,
   instance_type TEXT NOT NULL, billing TEXT NOT NULL, reservation TEXT NOT NULL,
   start INTEGER NOT NULL, end INTEGER NOT NULL, seconds INTEGER NOT NULL,
-  rate_micros INTEGER NOT NULL, amount_micros INTEGER NOT NULL, note TEXT NOT NULL);
+  rate_micros INTEGER NOT NULL, amount_micros INTEGER NOT NULL, note TEXT NOT NULL,
+  gpu_milli INTEGER NOT NULL, util_pct_seconds INTEGER NOT NULL,
+  util_observed_seconds INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS ledger_by_tenant ON ledger(tenant, start);
 )sql";
 
@@ -116,8 +118,8 @@ class SqliteStore final : public Store {
     TESSERA_RETURN_IF_ERROR(PrepareOne("DELETE FROM settings WHERE key=?1", delete_setting_));
     TESSERA_RETURN_IF_ERROR(
         PrepareOne("INSERT INTO ledger(tenant,instance,instance_type,billing,reservation,start,end,"
-                   "seconds,rate_micros,amount_micros,note) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
-                   "?11)",
+                   "seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,"
+                   "util_observed_seconds) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
                    put_ledger_));
     return PrepareOne(
         "INSERT INTO settings(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET "
@@ -209,7 +211,8 @@ class SqliteStore final : public Store {
     Stmt q;
     constexpr const char* kColumns =
         "SELECT seq,tenant,instance,instance_type,billing,reservation,start,end,seconds,"
-        "rate_micros,amount_micros,note FROM ledger ";
+        "rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds FROM "
+        "ledger ";
     // No ORDER BY: sums need no order, and sorting a month of lines costs more than reading them.
     const std::string sql =
         std::string(kColumns) + (tenant.empty() ? "WHERE start>=?2 AND start<?3"
@@ -233,6 +236,9 @@ class SqliteStore final : public Store {
       l.rate_micros = q.Int(9);
       l.amount_micros = q.Int(10);
       l.note = q.Text(11);
+      l.gpu_milli = q.Int(12);
+      l.util_pct_seconds = q.Int(13);
+      l.util_observed_seconds = q.Int(14);
       fn(l);
     }
     return Check(sqlite3_errcode(db_), "reading the ledger");
@@ -313,6 +319,9 @@ class SqliteStore final : public Store {
       put_ledger_.Bind(9, l.rate_micros);
       put_ledger_.Bind(10, l.amount_micros);
       put_ledger_.Bind(11, l.note);
+      put_ledger_.Bind(12, l.gpu_milli);
+      put_ledger_.Bind(13, l.util_pct_seconds);
+      put_ledger_.Bind(14, l.util_observed_seconds);
       TESSERA_RETURN_IF_ERROR(StepDone(put_ledger_, "appending to the ledger"));
     }
     return Status::Ok();

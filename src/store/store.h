@@ -60,6 +60,11 @@ struct LedgerRecord {
   int64_t rate_micros = 0;    // Per hour.
   int64_t amount_micros = 0;  // rate x seconds / 3600, rounded half to even.
   std::string note;           // "minimum", "ended by the platform", or "".
+  int64_t gpu_milli = 0;      // GPUs held, in milli-GPU (a whole GPU is 1000).
+  // Measured GPU utilization over the stretch: the integral of the percent over the seconds that
+  // had readings, and those seconds (the mean is their ratio; 0 observed: no readings).
+  int64_t util_pct_seconds = 0;
+  int64_t util_observed_seconds = 0;
 };
 
 // One atomic unit of change.
