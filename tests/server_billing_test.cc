@@ -210,8 +210,10 @@ TEST_F(ServerBillingTest, KillNineNeitherLosesNorDuplicatesALedgerLine) {
     ASSERT_EQ(Call("DELETE", "/v1/instances/" + b, acme).status, 200);
     server_->Stop(SIGKILL);
     StartServer();
-    Settle(acme, a);
-    Settle(acme, b);
+    // The restarted server's agents finish the stops the killed one began.
+    EXPECT_EQ(AwaitState(acme, a, "terminated", std::chrono::seconds(30)), "terminated");
+    ASSERT_EQ(AwaitState(acme, b, "terminated", std::chrono::seconds(30)), "terminated")
+        << server_->output() << Get("/v1/instances/" + b, acme).raw;
   }
   auto usage = Get("/v1/usage", acme);
   ASSERT_EQ(usage.status, 200);

@@ -320,8 +320,20 @@ void Agent::Apply(const json& desired) {
     const std::string action = w.value("action", "run");
     wanted.insert(key);
     auto it = known_.find(key);
+    if (it == known_.end() && action != "run") {
+      // Not started by this agent run (the last one's, or one that died with its server): stop
+      // it if the supervisor still holds it, and either way report it ended once stopped, so
+      // the server does not wait for it for ever.
+      Known k;
+      k.instance = id;
+      k.attempt = attempt;
+      k.stop_sent = true;
+      const milliseconds grace(w.value("stop_grace_ms", int64_t{10'000}));
+      k.noop = !workloads_->Stop(key, grace).ok();
+      known_.emplace(key, std::move(k));
+      continue;
+    }
     if (it == known_.end()) {
-      if (action != "run") continue;  // Never started here: nothing to stop.
       Known k;
       k.instance = id;
       k.attempt = attempt;

@@ -636,15 +636,36 @@ TEST_F(MonitoringTest, DeletingTheLastRuleStillResolvesItsFiringAlertAndSaysSo) 
   EXPECT_EQ(To(state_->TakeOutbox().deliveries, hook).size(), 1u) << "the resolved notice is sent";
 }
 
+TEST_F(MonitoringTest, AStoreSeededBeforeTheBudgetRulesGetsThemOnce) {
+  // Seeded by a release without the budget rules: only those are added, once.
+  ASSERT_TRUE(
+      state_->RestoreAlerts({}, {}, {{std::string(State::kBuiltinSeeded), "1"}}, batch_).ok());
+  std::vector<std::string> names;
+  for (const alerts::Rule& r : state_->ListAlertRules(Admin())) names.push_back(r.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent"}));
+  EXPECT_EQ(SettingOf(batch_, std::string(State::kBudgetRulesSeeded)), "1");
+  state_ = NewState();
+  batch_ = {};
+  ASSERT_TRUE(state_
+                  ->RestoreAlerts({}, {},
+                                  {{std::string(State::kBuiltinSeeded), "1"},
+                                   {std::string(State::kBudgetRulesSeeded), "1"}},
+                                  batch_)
+                  .ok());
+  EXPECT_TRUE(state_->ListAlertRules(Admin()).empty()) << "nothing is seeded twice";
+}
+
 TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain) {
   ASSERT_TRUE(state_->RestoreAlerts({}, {}, {}, batch_).ok());  // A store's first start.
   std::vector<std::string> names;
   for (const alerts::Rule& r : state_->ListAlertRules(Admin())) names.push_back(r.name);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"GpuEccDoubleBitError", "GpuFramebufferFull",
+  EXPECT_EQ(names, (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent",
+                                             "GpuEccDoubleBitError", "GpuFramebufferFull",
                                              "GpuTemperatureHigh", "GpuXidError", "NodeNotReady"}));
   EXPECT_EQ(SettingOf(batch_, std::string(State::kBuiltinSeeded)), "1");
-  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), 5u);
+  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), 7u);
   EXPECT_TRUE(state_->ListAlertRules(acme_).empty()) << "the built-in rules are the operator's";
 
   clock_.Advance(kNodeTimeout + 1s);
@@ -668,7 +689,7 @@ TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain
   EXPECT_TRUE(KeysWithPrefix(batch_, State::kRulePrefix).empty())
       << "no built-in rule is seeded again, the deleted one least of all";
   EXPECT_FALSE(SettingOf(batch_, std::string(State::kBuiltinSeeded)).has_value());
-  EXPECT_EQ(state_->ListAlertRules(Admin()).size(), 5u) << "4 built-in rules and acme's";
+  EXPECT_EQ(state_->ListAlertRules(Admin()).size(), 7u) << "6 built-in rules and acme's";
   EXPECT_EQ(state_->GetAlertRule(Admin(), "builtin-xid").status().code(), StatusCode::kNotFound);
   auto restored = state_->GetAlertRule(acme_, rule->id);
   ASSERT_TRUE(restored.ok()) << "acme's rule is acme's after the restart";
