@@ -59,6 +59,39 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
             "terminated");
 }
 
+TEST_F(ClientCliTest, BillingCommandsAndTheRecommender) {
+  auto created = Cli({"tenants", "create", "acme", "--quota-gpus", "4", "-o", "json"}, kAdminToken);
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  const std::string token = json::parse(created.out)["token"];
+  const std::string tenant = json::parse(created.out)["id"];
+  auto inst = Cli({"instances", "create", "--type", "gpu.1xh100", "-o", "json"}, token);
+  ASSERT_EQ(inst.exit_code, 0) << inst.err;
+  const std::string id = json::parse(inst.out)["id"];
+  ASSERT_EQ(AwaitState(token, id, "running"), "running");
+  ASSERT_EQ(Cli({"instances", "delete", id}, token).exit_code, 0);
+
+  auto usage = Cli({"usage"}, token);
+  ASSERT_EQ(usage.exit_code, 0) << usage.err;
+  EXPECT_TRUE(
+      std::regex_search(usage.out, std::regex(id + " +gpu\\.1xh100 +on_demand +[0-9.]+ +60 ")))
+      << usage.out;
+  EXPECT_NE(usage.out.find("TOTAL"), std::string::npos);
+  auto csv = Cli({"usage", "--group-by", "billing", "-o", "csv"}, token);
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("billing,seconds,amount_usd\non_demand,60,", 0), 0u) << csv.out;
+  auto budget = Cli({"budgets", "set", tenant, "--monthly-usd", "250.50", "--hard-stop"}, token);
+  ASSERT_EQ(budget.exit_code, 0) << budget.err;
+  EXPECT_NE(budget.out.find("250.50"), std::string::npos) << budget.out;
+
+  auto offers = Cli({"recommend", "--workload", "inference", "--gpu-memory-gib", "20"}, token);
+  ASSERT_EQ(offers.exit_code, 0) << offers.err;
+  EXPECT_NE(offers.out.find("fits on"), std::string::npos) << offers.out;
+  auto none = Cli(
+      {"recommend", "--workload", "inference", "--gpu-memory-gib", "500", "--gpus", "1"}, token);
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("nothing fits"), std::string::npos) << none.err;
+}
+
 TEST_F(ClientCliTest, ErrorsPrintTheServersMessage) {
   const std::string token = NewTenant("acme", 1);
   auto over = Cli({"instances", "create", "--gpu-model", "H100-80GB", "--gpus", "2", "--vcpus", "4",

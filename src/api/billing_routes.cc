@@ -8,6 +8,7 @@
 #include "api/routes.h"
 #include "billing/invoice.h"
 #include "billing/meter.h"
+#include "billing/recommend.h"
 #include "billing/report.h"
 #include "common/text.h"
 #include "core/core.h"
@@ -267,6 +268,22 @@ void AddBillingRoutes(Api& table) {
                                return j;
                              },
                              200, Passthrough, nullptr});
+            });
+
+  // The recommender: ranked offers for a workload, and whether the fleet could place each now.
+  table.Add("GET", "/v1/recommend", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              auto query = billing::ParseRecommendQuery(
+                  [call](std::string_view name) { return call->request.parsed.Param(name); });
+              api.Run<json>(
+                  call, query.status(),
+                  {[query](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+                     return billing::ToJson(billing::Recommend(
+                         s.catalog(), *query, [&s](const catalog::InstanceType& t, int units) {
+                           return s.PlaceableNow(t, units);
+                         }));
+                   },
+                   200, Passthrough, nullptr});
             });
 
   // A month's invoice. A closed month's is final: the same lines, so the same bytes, every time.

@@ -3,12 +3,16 @@
 // the request codecs' errors.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "billing/budget.h"
 #include "billing/invoice.h"
 #include "billing/meter.h"
+#include "billing/recommend.h"
 #include "billing/reservation.h"
+#include "catalog/catalog.h"
 #include "common/json.h"
 
 namespace tessera::billing {
@@ -243,6 +247,100 @@ TEST(CodecTest, BadRequestsNameTheField) {
   }
   EXPECT_NE(ParseBudget({{"monthly_usd", 250.5}}).status().message().find("decimal string"),
             std::string::npos);
+}
+
+const catalog::Catalog& Catalog() {
+  static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
+  return c;
+}
+
+Recommendation Ask(const std::map<std::string, std::string>& params,
+                   const std::set<std::string>& busy = {}) {
+  auto q = ParseRecommendQuery([&](std::string_view name) -> const std::string* {
+    auto it = params.find(std::string(name));
+    return it == params.end() ? nullptr : &it->second;
+  });
+  EXPECT_TRUE(q.ok()) << q.status().message();
+  return Recommend(Catalog(), *q,
+                   [&](const catalog::InstanceType& t, int) { return !busy.contains(t.id); });
+}
+
+TEST(RecommendTest, ACaseTable) {
+  struct Case {
+    std::map<std::string, std::string> params;
+    std::string first_type, first_billing, reason;  // The best offer and words of its reason.
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"workload", "inference"}, {"gpu_memory_gib", "24"}},
+            "gpu.1xl4",
+            "on_demand",
+            "24 GB fits on L4-24GB (24 GB a GPU), the cheapest per hour"},
+           {{{"workload", "training"},
+             {"model_params_b", "13"},
+             {"gpus", "8"},
+             {"nvlink", "true"},
+             {"months", "36"}},
+            "gpu.8xa100-40gb",
+            "reserved_3y",
+            "8-GPU training: NVLink island of 8; 36 months: a 3-year reservation saves"},
+           {{{"workload", "fine-tuning"},
+             {"model_params_b", "7"},
+             {"interruptible", "true"},
+             {"hours_per_month", "100"}},
+            "gpu.1xl4",
+            "spot",
+            "20 GB fits on L4-24GB (24 GB a GPU); interruptible: spot saves 44%"},
+           {{{"workload", "inference"}, {"gpu_memory_gib", "5"}},
+            "gpu.1xt4",
+            "on_demand",
+            "5 GB fits on T4-16GB (16 GB a GPU), the cheapest per hour"},
+       }) {
+    const Recommendation r = Ask(c.params);
+    ASSERT_FALSE(r.offers.empty()) << r.why_none;
+    EXPECT_EQ(r.offers[0].instance_type, c.first_type) << DumpJson(ToJson(r));
+    EXPECT_EQ(r.offers[0].billing, c.first_billing) << DumpJson(ToJson(r));
+    EXPECT_NE(r.offers[0].reason.find(c.reason), std::string::npos) << r.offers[0].reason;
+    for (size_t i = 1; i < r.offers.size(); ++i) {
+      EXPECT_LE(r.offers[i - 1].monthly, r.offers[i].monthly) << "cheapest first";
+    }
+  }
+  // Training and fine-tuning never get a MIG slice or a share.
+  for (const Offer& o : Ask({{"workload", "training"}, {"gpu_memory_gib", "5"}}).offers) {
+    EXPECT_EQ(o.instance_type.rfind("gpu.", 0), 0u) << o.instance_type;
+  }
+  // What the fleet cannot place now says it would wait.
+  const Recommendation busy =
+      Ask({{"workload", "inference"}, {"gpu_memory_gib", "24"}}, {"gpu.1xl4"});
+  EXPECT_FALSE(busy.offers[0].placeable_now);
+  EXPECT_NE(busy.offers[0].reason.find("would wait"), std::string::npos);
+}
+
+TEST(RecommendTest, NothingFitsSaysWhy) {
+  Recommendation r = Ask({{"workload", "inference"}, {"gpu_memory_gib", "500"}, {"gpus", "1"}});
+  EXPECT_TRUE(r.offers.empty());
+  EXPECT_NE(r.why_none.find("the largest is H200-141GB"), std::string::npos) << r.why_none;
+  r = Ask({{"workload", "training"}, {"model_params_b", "70"}, {"gpus", "8"}, {"nvlink", "1"}});
+  EXPECT_TRUE(r.offers.empty()) << "70B parameters need over 1 TB to train: not on 8 GPUs";
+  r = Ask({{"workload", "training"}, {"model_params_b", "7"}, {"budget_usd", "100"}});
+  EXPECT_TRUE(r.offers.empty());
+  EXPECT_NE(r.why_none.find("over the budget of 100.00"), std::string::npos) << r.why_none;
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"workload", "mining"},
+                                                        {"gpus", "0"},
+                                                        {"gpus", "1.5"},
+                                                        {"months", "x"},
+                                                        {"hours_per_month", "800"},
+                                                        {"budget_usd", "-5"},
+                                                        {"nvlink", "maybe"},
+                                                        {"gpu_memory_gib", "nan"}}) {
+    const std::string& param = name;
+    const std::string& text = value;
+    auto q = ParseRecommendQuery(
+        [&](std::string_view n) -> const std::string* { return n == param ? &text : nullptr; });
+    ASSERT_FALSE(q.ok()) << name << "=" << value;
+    EXPECT_NE(q.status().message().find("'" + name + "'"), std::string::npos)
+        << q.status().message();
+  }
 }
 
 }  // namespace

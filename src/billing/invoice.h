@@ -57,8 +57,21 @@ class Summary {
   // A key's fields as views into a line: looked up without copying a string.
   using KeyView = std::tuple<std::string_view, std::string_view, std::string_view, std::string_view,
                              std::string_view, int64_t>;
+  // Orders keys and views alike, so a line's key is looked up as views.
+  struct KeyLess {
+    using is_transparent = void;
+    static KeyView View(const KeyView& k) { return k; }
+    static KeyView View(const Key& k) {
+      return {std::get<0>(k), std::get<1>(k), std::get<2>(k),
+              std::get<3>(k), std::get<4>(k), std::get<5>(k)};
+    }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return View(a) < View(b);
+    }
+  };
   GroupBy by_;
-  std::map<Key, Item, std::less<>> items_;
+  std::map<Key, Item, KeyLess> items_;
   Money total_;
   int64_t lines_ = 0;
 };

@@ -831,12 +831,69 @@ void RegisterBilling(CLI::App& app, Context& ctx) {
   });
 }
 
+void RegisterRecommend(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ClientFlags>();
+  struct Flags {
+    std::string workload = "training", memory, params, gpus, hours, months, budget;
+    bool interruptible = false, nvlink = false;
+  };
+  auto r = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "recommend", "Which instance type and billing mode to rent for a workload (docs/billing.md)");
+  AddCommon(cmd, *f);
+  cmd->add_option("--workload", r->workload, "training, fine-tuning, inference, rendering or hpc")
+      ->check(CLI::IsMember({"training", "fine-tuning", "inference", "rendering", "hpc"}));
+  cmd->add_option("--gpu-memory-gib", r->memory, "Memory a GPU needs, in GiB");
+  cmd->add_option("--model-params-b", r->params, "The model's size, in billions of parameters");
+  cmd->add_option("--gpus", r->gpus, "GPUs (default: as many as the memory needs)");
+  cmd->add_option("--hours-per-month", r->hours, "Hours of use a month (default 730)");
+  cmd->add_option("--months", r->months, "The horizon, in months (default 1)");
+  cmd->add_option("--budget-usd", r->budget, "The most to pay a month");
+  cmd->add_flag("--interruptible", r->interruptible, "The work survives preemption (spot)");
+  cmd->add_flag("--nvlink", r->nvlink, "All GPUs on one NVLink island");
+  cmd->callback([f, r, &ctx] {
+    std::string path = "/v1/recommend?workload=" + Encode(r->workload);
+    for (const auto& [name, value] : {std::pair{"gpu_memory_gib", r->memory},
+                                      {"model_params_b", r->params},
+                                      {"gpus", r->gpus},
+                                      {"hours_per_month", r->hours},
+                                      {"months", r->months},
+                                      {"budget_usd", r->budget}}) {
+      if (!value.empty()) path += fmt::format("&{}={}", name, Encode(value));
+    }
+    if (r->interruptible) path += "&interruptible=true";
+    if (r->nvlink) path += "&nvlink=true";
+    auto answer = Call(*f, "GET", path);
+    if (!answer) {
+      ctx.exit_code = kExitFailure;
+      return;
+    }
+    const json& offers = answer->body["offers"];
+    if (offers.empty()) {
+      std::cerr << "tessera: nothing fits: " << EscapeForTerminal(Str(answer->body, "why_none"))
+                << "\n";
+      ctx.exit_code = kExitFailure;
+      return;
+    }
+    ctx.exit_code = Show(*f, answer, [](const json& j) {
+      Table t({"TYPE", "BILLING", "GPUS", "MONTHLY (USD)", "PER TFLOPS-H", "NOW", "WHY"});
+      for (const json& o : j["offers"]) {
+        t.AddRow({Str(o, "instance_type"), Str(o, "billing"), std::to_string(o["gpus"].get<int>()),
+                  Str(o, "monthly_usd"), Str(o, "per_tflops_hour_usd"),
+                  o["placeable_now"].get<bool>() ? "yes" : "waits", Str(o, "reason")});
+      }
+      t.Print(std::cout);
+    });
+  });
+}
+
 void RegisterClientCommands(CLI::App& app, Context& ctx) {
   RegisterInstances(app, ctx);
   RegisterTenants(app, ctx);
   RegisterNodes(app, ctx);
   RegisterAlerts(app, ctx);
   RegisterBilling(app, ctx);
+  RegisterRecommend(app, ctx);
 }
 
 }  // namespace tessera::cli

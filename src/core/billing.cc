@@ -171,6 +171,29 @@ Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& s
   return Status::FailedPrecondition(msg).WithReason("no_reservation");
 }
 
+bool State::PlaceableNow(const catalog::InstanceType& t, int units) {
+  CreateInstanceRequest probe;
+  probe.instance_type = t.id;
+  auto admitted = admission_.Admit(probe);
+  if (!admitted.ok()) return false;
+  sched::Request req = admission_.RequestFor(admitted->shape, Billing::kOnDemand);
+  req.observe = false;
+  std::vector<fleet::Assignment> held;
+  bool all = true;
+  for (int i = 0; i < units && all; ++i) {
+    auto a = scheduler_->Schedule(req);
+    if (a) {
+      held.push_back(*a);
+    } else {
+      all = false;
+    }
+  }
+  for (const fleet::Assignment& a : held) {
+    if (Status s = scheduler_->Release(a); !s.ok()) std::abort();  // Just booked: a bug.
+  }
+  return all;
+}
+
 int State::ReservationUnitsUsed(const std::string& id) const {
   auto it = reservation_used_.find(id);
   return it == reservation_used_.end() ? 0 : it->second;

@@ -257,6 +257,9 @@ class State {
   Result<billing::Reservation> GetReservation(const Tenant& caller, std::string_view id) const;
   // Only before its start: FailedPrecondition once its term began.
   Status DeleteReservation(const Tenant& caller, std::string_view id, store::Batch& batch);
+  // Whether the fleet could place `units` instances of type `t` now, without preempting: a dry
+  // run of the scheduler, undone.
+  bool PlaceableNow(const catalog::InstanceType& t, int units);
   // The fleet's GPUs of `model`, in milli-GPU.
   int64_t FleetMilliOf(const std::string& model) const;
   // Units of the reservation that active instances hold.
