@@ -5,14 +5,16 @@
 //     the body (it goes into a JSON answer, the audit log and an operator's terminal), and is
 //     bounded in size whatever was sent;
 //   - what a codec accepts is within the documented bounds.
-// The agent protocol's bodies (registration, reports, telemetry) and alert rules are fuzzed the
-// same way.
+// The agent protocol's bodies (registration, reports, telemetry), alert rules, reservations and
+// budgets are fuzzed the same way.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "alerts/rule.h"
 #include "api/codec.h"
+#include "billing/budget.h"
+#include "billing/reservation.h"
 #include "common/json.h"
 #include "common/text.h"
 #include "core/labels.h"
@@ -84,6 +86,18 @@ void FuzzBody(const std::string& text) {
     Check(r->notify.size() <= 16 && r->matchers.size() <= 16, "too many entries were accepted");
     Check(r->for_seconds >= 0 && r->keep_firing_for_seconds >= 0, "a negative duration");
     (void)DumpJson(alerts::RuleJson(*r));
+  } else {
+    CheckMessage(r.status());
+  }
+  // Billing: reservations and budgets.
+  if (auto r = billing::ParseReservationRequest(*body); r.ok()) {
+    Check(r->count >= 1 && r->count <= billing::kMaxReservationUnits, "a count out of range");
+    Check(billing::TermSeconds(r->term).has_value(), "an unknown term was accepted");
+  } else {
+    CheckMessage(r.status());
+  }
+  if (auto r = billing::ParseBudget(*body); r.ok()) {
+    Check(r->monthly > Money(), "a budget of nothing was accepted");
   } else {
     CheckMessage(r.status());
   }

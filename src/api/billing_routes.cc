@@ -82,6 +82,23 @@ HttpResponse ReportResponse(const Report& r, bool csv) {
   return out;
 }
 
+// The caller's lines over [from, to) summed by `by`: its CSV, or its JSON for `fill` to add to.
+Result<Report> Summarize(core::State& s, store::Store& store, const std::string& tenant,
+                         int64_t from, int64_t to, billing::GroupBy by, bool csv,
+                         const std::function<void(const billing::Summary&, json&)>& fill) {
+  billing::Summary sum(by);
+  TESSERA_RETURN_IF_ERROR(s.ScanBilling(
+      store, tenant, from, to, [&](const store::LedgerRecord& l, bool open) { sum.Add(l, open); }));
+  Report r;
+  if (csv) {
+    r.csv = sum.ToCsv();
+  } else {
+    r.body = sum.ToJson();
+    fill(sum, r.body);
+  }
+  return r;
+}
+
 json ReservationView(const core::State& s, const billing::Reservation& r) {
   json j = billing::ToJson(r);
   j["used"] = s.ReservationUnitsUsed(r.id);
@@ -212,20 +229,12 @@ void AddBillingRoutes(Api& table) {
             {[a, from, to, by, asked, csv](core::State& s, store::Batch&,
                                            const core::Tenant& caller) -> Result<Report> {
                TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, true));
-               billing::Summary sum(by);
-               TESSERA_RETURN_IF_ERROR(s.ScanBilling(
-                   a->core().store(), tenant, from, to,
-                   [&](const store::LedgerRecord& l, bool open) { sum.Add(l, open); }));
-               Report r;
-               if (csv) {
-                 r.csv = sum.ToCsv();
-                 return r;
-               }
-               r.body = sum.ToJson();
-               r.body["tenant"] = tenant.empty() ? json(nullptr) : json(tenant);
-               r.body["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
-               r.body["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
-               return r;
+               return Summarize(s, a->core().store(), tenant, from, to, by, csv,
+                                [&](const billing::Summary&, json& body) {
+                                  body["tenant"] = tenant.empty() ? json(nullptr) : json(tenant);
+                                  body["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
+                                  body["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
+                                });
              },
              200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
       });
@@ -311,21 +320,13 @@ void AddBillingRoutes(Api& table) {
                      fmt::format("the invoice for {} does not exist yet: the month has not begun",
                                  billing::MonthName(from)));
                }
-               billing::Summary sum(billing::GroupBy::kInstance);
-               TESSERA_RETURN_IF_ERROR(s.ScanBilling(
-                   a->core().store(), tenant, from, to,
-                   [&](const store::LedgerRecord& l, bool open) { sum.Add(l, open); }));
-               Report r;
-               if (csv) {
-                 r.csv = sum.ToCsv();
-                 return r;
-               }
-               r.body = sum.ToJson();
-               r.body["tenant"] = tenant;
-               r.body["month"] = billing::MonthName(from);
-               r.body["status"] = to <= now ? "final" : "open";
-               r.body["lines"] = sum.lines();
-               return r;
+               return Summarize(s, a->core().store(), tenant, from, to, billing::GroupBy::kInstance,
+                                csv, [&](const billing::Summary& sum, json& body) {
+                                  body["tenant"] = tenant;
+                                  body["month"] = billing::MonthName(from);
+                                  body["status"] = to <= now ? "final" : "open";
+                                  body["lines"] = sum.lines();
+                                });
              },
              200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
       });

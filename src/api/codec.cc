@@ -50,13 +50,7 @@ json ErrorBody(const std::string& code, const std::string& message) {
 }
 
 // JsonFields prefixes errors with "body: field 'x': ..."; the API names the field plainly.
-Status BodyStatus(const JsonFields& f) {
-  if (f.ok()) return Status::Ok();
-  std::string msg = f.first_error().message();
-  const std::string prefix = f.where() + ": ";
-  if (msg.rfind(prefix, 0) == 0) msg.erase(0, prefix.size());
-  return Status::InvalidArgument(msg);
-}
+Status BodyStatus(const JsonFields& f) { return f.body_error(); }
 
 namespace {
 

@@ -44,11 +44,7 @@ Result<Budget> ParseBudget(const json& body) {
   JsonFields f(body, "body");
   Budget b;
   Read(f, b);
-  if (!f.ok()) {
-    std::string msg = f.first_error().message();
-    if (msg.rfind("body: ", 0) == 0) msg.erase(0, 6);
-    return Status::InvalidArgument(msg);
-  }
+  TESSERA_RETURN_IF_ERROR(f.body_error());
   return b;
 }
 

@@ -45,11 +45,7 @@ Result<ReservationRequest> ParseReservationRequest(const json& body) {
       f.Fail("start", fmt::format("'{}' is not an RFC 3339 time", Quote(start, 40)));
     }
   }
-  if (!f.ok()) {
-    std::string msg = f.first_error().message();
-    if (msg.rfind("body: ", 0) == 0) msg.erase(0, 6);
-    return Status::InvalidArgument(msg);
-  }
+  TESSERA_RETURN_IF_ERROR(f.body_error());
   return r;
 }
 

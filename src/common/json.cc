@@ -292,4 +292,12 @@ Status JsonFields::first_error() const {
   return Status::InvalidArgument(std::move(msg));
 }
 
+Status JsonFields::body_error() const {
+  if (ok()) return Status::Ok();
+  std::string msg = first_error().message();
+  const std::string prefix = where_ + ": ";
+  if (msg.rfind(prefix, 0) == 0) msg.erase(0, prefix.size());
+  return Status::InvalidArgument(std::move(msg));
+}
+
 }  // namespace tessera

@@ -69,6 +69,9 @@ class JsonFields {
   // InvalidArgument on one line: the first error and how many more, or OK. For answers that
   // must be one line (an API error, a log line).
   Status first_error() const;
+  // first_error() without this reader's `where` prefix: what an API answers about a request
+  // body, which the caller knows is the body ("field 'x': ...").
+  Status body_error() const;
   const std::string& where() const { return where_; }
   // True when this reader stands for an absent or mistyped object (see Object).
   bool absent() const { return absent_; }
