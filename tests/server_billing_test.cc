@@ -173,6 +173,14 @@ TEST_F(ServerBillingTest, ReservationsAndBudgetsAnswerWithTheirCodes) {
   EXPECT_EQ(Call("DELETE", "/v1/reservations/" + resv.body["id"].get<std::string>(), acme).status,
             409)
       << "a started term is committed";
+  // Another tenant neither sees nor cancels it, nor sees its cost.
+  const std::string beta = NewTenant("beta", 8);
+  const std::string resv_id = resv.body["id"];
+  EXPECT_EQ(Get("/v1/reservations/" + resv_id, beta).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/reservations/" + resv_id, beta).status, 404);
+  EXPECT_EQ(Get("/v1/reservations", beta).body["reservations"].size(), 0u);
+  EXPECT_EQ(Get("/v1/reports/cost", beta).body["tenants"].size(), 0u);
+  EXPECT_EQ(Get("/v1/budgets", beta).body["budgets"].size(), 0u);
   // The month's reservation line is on the usage from the start.
   auto usage = Get("/v1/usage?group_by=billing", acme);
   ASSERT_EQ(usage.status, 200);

@@ -23,10 +23,13 @@ constexpr int64_t kNov30 = 1'795'996'800;  // 2026-11-30T00:00:00Z.
 
 Time At(int64_t unix_seconds) { return Time(std::chrono::seconds(unix_seconds)); }
 
-json Inventory(int gpus, const std::string& model) {
+json Inventory(int gpus, const std::string& model, bool mig = false) {
   json list = json::array();
   for (int i = 0; i < gpus; ++i) {
-    list.push_back({{"index", i}, {"uuid", "GPU-" + std::to_string(i)}, {"model", model}});
+    list.push_back({{"index", i},
+                    {"uuid", "GPU-" + std::to_string(i)},
+                    {"model", model},
+                    {"mig_enabled", mig}});
   }
   return {{"cpu_milli", 128000}, {"memory_mib", 2097152}, {"gpus", list}};
 }
@@ -74,8 +77,15 @@ class BillingTest : public ::testing::Test {
 
   void Join(const std::string& name, int gpus, const std::string& model,
             catalog::SharingMode mode) {
-    ASSERT_TRUE(state_->CreateAgentNode(name, {}, mode, "token-" + name, batch_).ok());
-    ASSERT_TRUE(state_->RegisterAgent(name, {agent_, Inventory(gpus, model)}, batch_).ok());
+    // MIG mode is the agent's to report; the node itself is created exclusive.
+    const auto created =
+        mode == catalog::SharingMode::kMig ? catalog::SharingMode::kExclusive : mode;
+    ASSERT_TRUE(state_->CreateAgentNode(name, {}, created, "token-" + name, batch_).ok());
+    ASSERT_TRUE(
+        state_
+            ->RegisterAgent(
+                name, {agent_, Inventory(gpus, model, mode == catalog::SharingMode::kMig)}, batch_)
+            .ok());
     nodes_.push_back(name);
   }
 
@@ -309,6 +319,21 @@ TEST_F(BillingTest, SharesPayTheirFraction) {
   const catalog::Price* whole = TestCatalog().FindPrice("gpu.1xl40s");
   ASSERT_NE(whole, nullptr);
   EXPECT_LT(lines[0].amount_micros, whole->on_demand_per_hour.micros());
+}
+
+TEST_F(BillingTest, MigSlicesPayTheirFraction) {
+  Join("mig-1", 1, "H100-80GB", catalog::SharingMode::kMig);
+  const catalog::Price* slice = TestCatalog().FindPrice("mig.h100.1g.10gb");
+  ASSERT_NE(slice, nullptr);
+  const Instance inst = Running(Type("mig.h100.1g.10gb", Billing::kSpot));
+  ASSERT_EQ(inst.state, InstanceState::kRunning) << inst.reason;
+  Wait(1800s);
+  Delete(inst);
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 1800);
+  EXPECT_EQ(lines[0].amount_micros, slice->spot_per_hour.MulDiv(1, 2).micros());
+  EXPECT_EQ(lines[0].gpu_milli, 142) << "one of seven compute slices";
 }
 
 TEST_F(BillingTest, IntervalsAreCutAtMidnightAndAMonthsLinesStayPut) {
