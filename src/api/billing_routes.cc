@@ -43,6 +43,17 @@ Status TimeParam(const Target& target, const char* name, int64_t& out) {
                   Quote(*text, 40)));
 }
 
+// The period [from, to) of `from` and `to` query parameters: by default from the start of the
+// month to now. InvalidArgument naming the parameter.
+Status PeriodParams(const Target& target, int64_t now, int64_t& from, int64_t& to) {
+  from = billing::MonthStart(now);
+  to = now + 1;
+  TESSERA_RETURN_IF_ERROR(TimeParam(target, "from", from));
+  TESSERA_RETURN_IF_ERROR(TimeParam(target, "to", to));
+  if (to <= from) return Status::InvalidArgument("query parameter 'to': must be after 'from'");
+  return Status::Ok();
+}
+
 // The tenant a billing read is about: a tenant's own; the admin's `?tenant=` (or every tenant
 // when `all_allowed`). NotFound for an unknown tenant.
 Result<std::string> BilledTenant(const core::State& s, const core::Tenant& caller,
@@ -203,13 +214,9 @@ void AddBillingRoutes(Api& table) {
   table.Add(
       "GET", "/v1/usage", Access::kAnyToken, BodyKind::kNone, false,
       [](Api& api, std::shared_ptr<Call> call) {
-        const int64_t now = billing::UnixSeconds(api.clock().Now());
-        int64_t from = billing::MonthStart(now), to = now + 1;
-        Status refusal = TimeParam(call->request.parsed, "from", from);
-        if (refusal.ok()) refusal = TimeParam(call->request.parsed, "to", to);
-        if (refusal.ok() && to <= from) {
-          refusal = Status::InvalidArgument("query parameter 'to': must be after 'from'");
-        }
+        int64_t from = 0, to = 0;
+        Status refusal =
+            PeriodParams(call->request.parsed, billing::UnixSeconds(api.clock().Now()), from, to);
         billing::GroupBy by = billing::GroupBy::kInstance;
         if (const std::string* g = call->request.parsed.Param("group_by"); g && refusal.ok()) {
           if (auto parsed = billing::ParseGroupBy(*g)) {
@@ -241,43 +248,39 @@ void AddBillingRoutes(Api& table) {
 
   // The cost report: per tenant and instance type, with utilization and what spot or a
   // reservation would have saved; the admin's also has the idle capacity per GPU model.
-  table.Add("GET", "/v1/reports/cost", Access::kAnyToken, BodyKind::kNone, false,
-            [](Api& api, std::shared_ptr<Call> call) {
-              const int64_t now = billing::UnixSeconds(api.clock().Now());
-              int64_t from = billing::MonthStart(now), to = now + 1;
-              Status refusal = TimeParam(call->request.parsed, "from", from);
-              if (refusal.ok()) refusal = TimeParam(call->request.parsed, "to", to);
-              if (refusal.ok() && to <= from) {
-                refusal = Status::InvalidArgument("query parameter 'to': must be after 'from'");
-              }
-              Api* a = &api;
-              api.Run<json>(call, refusal,
-                            {[a, from, to](core::State& s, store::Batch&,
-                                           const core::Tenant& caller) -> Result<json> {
-                               // Idle capacity and reservation sizing count the period up to now.
-                               const int64_t now_s = billing::UnixSeconds(s.clock().Now());
-                               billing::CostReport report(&s.catalog(), from,
-                                                          std::min(to, now_s + 1));
-                               TESSERA_RETURN_IF_ERROR(s.ScanBilling(
-                                   a->core().store(), caller.admin ? "" : caller.id.str(), from, to,
-                                   [&](const store::LedgerRecord& l, bool) { report.Add(l); }));
-                               if (caller.admin) {
-                                 // Capacity nobody paid for, over the period up to now.
-                                 std::map<std::string, int64_t> fleet;
-                                 for (const catalog::GpuModel& g : s.catalog().gpus()) {
-                                   if (int64_t milli = s.FleetMilliOf(g.id); milli > 0) {
-                                     fleet[g.id] = milli;
-                                   }
-                                 }
-                                 report.SetFleet(std::move(fleet));
-                               }
-                               json j = report.ToJson();
-                               j["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
-                               j["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
-                               return j;
-                             },
-                             200, Passthrough, nullptr});
-            });
+  table.Add(
+      "GET", "/v1/reports/cost", Access::kAnyToken, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        int64_t from = 0, to = 0;
+        Status refusal =
+            PeriodParams(call->request.parsed, billing::UnixSeconds(api.clock().Now()), from, to);
+        Api* a = &api;
+        api.Run<json>(call, refusal,
+                      {[a, from, to](core::State& s, store::Batch&,
+                                     const core::Tenant& caller) -> Result<json> {
+                         // Idle capacity and reservation sizing count the period up to now.
+                         const int64_t now_s = billing::UnixSeconds(s.clock().Now());
+                         billing::CostReport report(&s.catalog(), from, std::min(to, now_s + 1));
+                         TESSERA_RETURN_IF_ERROR(s.ScanBilling(
+                             a->core().store(), caller.admin ? "" : caller.id.str(), from, to,
+                             [&](const store::LedgerRecord& l, bool) { report.Add(l); }));
+                         if (caller.admin) {
+                           // Capacity nobody paid for, over the period up to now.
+                           std::map<std::string, int64_t> fleet;
+                           for (const catalog::GpuModel& g : s.catalog().gpus()) {
+                             if (int64_t milli = s.FleetMilliOf(g.id); milli > 0) {
+                               fleet[g.id] = milli;
+                             }
+                           }
+                           report.SetFleet(std::move(fleet));
+                         }
+                         json j = report.ToJson();
+                         j["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
+                         j["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
+                         return j;
+                       },
+                       200, Passthrough, nullptr});
+      });
 
   // The recommender: ranked offers for a workload, and whether the fleet could place each now.
   table.Add("GET", "/v1/recommend", Access::kAnyToken, BodyKind::kNone, false,

@@ -56,7 +56,7 @@ void State::StartMeter(Instance& inst) {
     m.rate = price.ok() ? *price : inst.price_per_hour;
   }
   inst.meter = m;
-  metered_.insert(inst.id.str());
+  metered_.emplace(inst.tenant.str(), inst.id.str());
 }
 
 void State::CloseMeter(Instance& inst, int64_t end, billing::Ending ending, store::Batch& batch) {
@@ -72,14 +72,14 @@ void State::StopMeter(Instance& inst, billing::Ending ending, store::Batch& batc
   if (!inst.meter) return;
   CloseMeter(inst, billing::UnixSeconds(clock_->Now()), ending, batch);
   inst.meter.reset();
-  metered_.erase(inst.id.str());
+  metered_.erase({inst.tenant.str(), inst.id.str()});
 }
 
 void State::RollMeters(store::Batch& batch) {
   const int64_t today = billing::DayStart(billing::UnixSeconds(clock_->Now()));
   if (today <= rolled_day_) return;
   rolled_day_ = today;
-  for (const std::string& id : metered_) {
+  for (const auto& [tenant, id] : metered_) {
     Instance* inst = instances_.Find(id);
     if (!inst || !inst->meter || inst->meter->since >= today) continue;
     CloseMeter(*inst, today, billing::Ending::kRoll, batch);
@@ -117,19 +117,16 @@ void State::MeterUtilization(const AgentNode& node) {
   }
 }
 
-Status State::ScanBilling(
-    store::Store& store, const std::string& tenant, int64_t from, int64_t to,
-    const std::function<void(const store::LedgerRecord&, bool open)>& fn) const {
-  TESSERA_RETURN_IF_ERROR(
-      store.ScanLedger(tenant, from, to, [&](const store::LedgerRecord& l) { fn(l, false); }));
-  std::vector<store::LedgerRecord> lines;
+void State::AccruedLines(const std::string& tenant, int64_t from, int64_t to,
+                         std::vector<store::LedgerRecord>& lines) const {
   for (const auto& [id, r] : reservations_) {
     if (tenant.empty() || r.tenant == tenant) billing::ReservationLines(r, from, to, lines);
   }
   const int64_t now = billing::UnixSeconds(clock_->Now());
-  for (const std::string& id : metered_) {
-    const Instance* inst = instances_.Find(id);
-    if (!inst || !inst->meter || (!tenant.empty() && inst->tenant.str() != tenant)) continue;
+  auto it = tenant.empty() ? metered_.begin() : metered_.lower_bound({tenant, ""});
+  for (; it != metered_.end() && (tenant.empty() || it->first == tenant); ++it) {
+    const Instance* inst = instances_.Find(it->second);
+    if (!inst || !inst->meter) continue;
     billing::Meter accrued = *inst->meter;
     const size_t first = lines.size();
     billing::Close(accrued, PayerOf(*inst), now, billing::Ending::kRoll, lines);
@@ -137,6 +134,15 @@ Status State::ScanBilling(
     // midnight roll writes, to the byte.
     if (lines.size() > first && lines.back().end == now) lines.back().note = "open";
   }
+}
+
+Status State::ScanBilling(
+    store::Store& store, const std::string& tenant, int64_t from, int64_t to,
+    const std::function<void(const store::LedgerRecord&, bool open)>& fn) const {
+  TESSERA_RETURN_IF_ERROR(
+      store.ScanLedger(tenant, from, to, [&](const store::LedgerRecord& l) { fn(l, false); }));
+  std::vector<store::LedgerRecord> lines;
+  AccruedLines(tenant, from, to, lines);
   for (const store::LedgerRecord& l : lines) {
     if (l.start >= from && l.start < to) fn(l, l.note == "open");
   }
@@ -176,6 +182,29 @@ bool State::PlaceableNow(const catalog::InstanceType& t, int units) {
   probe.instance_type = t.id;
   auto admitted = admission_.Admit(probe);
   if (!admitted.ok()) return false;
+  if (units > kDryRunUnits) {
+    // Too many to try one by one on the core thread: count, node by node, the units its free
+    // capacity could hold (wholly free GPUs for whole-GPU shapes, free thousandths for
+    // fractions, and free vCPUs and memory), an upper bound on what the scheduler would place.
+    const Shape& shape = admitted->shape;
+    const auto model = catalog_->FindGpuIndex(shape.gpu_model);
+    const int64_t unit_milli = std::max<int64_t>(shape.GpuMilli(*catalog_), 1);
+    const int64_t unit_gpus = std::max(shape.gpus, 1);
+    int64_t fit = 0;
+    for (const fleet::Node& n : fleet_->nodes()) {
+      if (!model || n.model != *model || n.state != fleet::NodeState::kReady) continue;
+      int64_t whole = 0, milli = 0;
+      for (const fleet::Gpu& g : n.gpus) {
+        whole += g.free_milli == fleet::kMilliPerGpu;
+        milli += g.free_milli;
+      }
+      int64_t here = unit_milli >= fleet::kMilliPerGpu ? whole / unit_gpus : milli / unit_milli;
+      if (shape.vcpus > 0) here = std::min(here, n.cpu_milli_free / (shape.vcpus * 1000));
+      if (shape.memory_mib > 0) here = std::min(here, n.memory_mib_free / shape.memory_mib);
+      fit += here;
+    }
+    return fit >= units;
+  }
   sched::Request req = admission_.RequestFor(admitted->shape, Billing::kOnDemand);
   req.observe = false;
   std::vector<fleet::Assignment> held;
@@ -269,13 +298,17 @@ Status State::SizeReservation(billing::Reservation& r) {
 }
 
 int64_t State::FleetMilliOf(const std::string& model) const {
-  const auto index = catalog_->FindGpuIndex(model);
-  if (!index) return 0;
-  int64_t gpus = 0;
-  for (const fleet::Node& n : fleet_->nodes()) {
-    if (n.model == *index) gpus += static_cast<int64_t>(n.gpus.size());
+  if (fleet_milli_nodes_ != fleet_->nodes().size()) {
+    fleet_milli_.assign(catalog_->gpus().size(), 0);
+    for (const fleet::Node& n : fleet_->nodes()) {
+      if (n.model.valid()) {
+        fleet_milli_[n.model.value] += static_cast<int64_t>(n.gpus.size()) * fleet::kMilliPerGpu;
+      }
+    }
+    fleet_milli_nodes_ = fleet_->nodes().size();
   }
-  return gpus * fleet::kMilliPerGpu;
+  const auto index = catalog_->FindGpuIndex(model);
+  return index && index->value < fleet_milli_.size() ? fleet_milli_[index->value] : 0;
 }
 
 std::string State::HeldForReservations(const Instance& inst) const {
@@ -353,19 +386,19 @@ Money State::MonthSpend(const std::string& tenant) const {
   Money total;
   if (auto it = spent_.find({month, tenant}); it != spent_.end()) total = it->second;
   std::vector<store::LedgerRecord> lines;
-  for (const auto& [id, r] : reservations_) {
-    if (r.tenant == tenant) billing::ReservationLines(r, month, now + 1, lines);
-  }
-  for (const std::string& id : metered_) {
-    const Instance* inst = instances_.Find(id);
-    if (!inst || !inst->meter || inst->tenant.str() != tenant) continue;
-    billing::Meter accrued = *inst->meter;
-    billing::Close(accrued, PayerOf(*inst), now, billing::Ending::kRoll, lines);
-  }
+  AccruedLines(tenant, month, now + 1, lines);
   for (const store::LedgerRecord& l : lines) {
     if (l.start >= month) total += Money::FromMicros(l.amount_micros);
   }
   return total;
+}
+
+State::BudgetUse State::UseOf(const std::string& tenant, const billing::Budget& budget) const {
+  BudgetUse use;
+  use.spent = MonthSpend(tenant);
+  use.basis_points = use.spent.MulDiv(10'000, budget.monthly.micros()).micros();
+  use.stopping = budget.hard_stop && use.spent >= budget.monthly;
+  return use;
 }
 
 Status State::CheckBudget(const Tenant& caller, Billing billing) const {
@@ -373,12 +406,12 @@ Status State::CheckBudget(const Tenant& caller, Billing billing) const {
   if (it == budgets_.end() || !it->second.hard_stop || billing == Billing::kReserved) {
     return Status::Ok();
   }
-  const Money spent = MonthSpend(caller.id.str());
-  if (spent < it->second.monthly) return Status::Ok();
+  const BudgetUse use = UseOf(caller.id.str(), it->second);
+  if (!use.stopping) return Status::Ok();
   return Status::PermissionDenied(
              fmt::format("the monthly budget of {} USD is spent ({} USD this month) and stops new "
                          "on-demand and spot instances; running work goes on",
-                         it->second.monthly.ToString(2), spent.ToString(2)))
+                         it->second.monthly.ToString(2), use.spent.ToString(2)))
       .WithReason("budget_exceeded");
 }
 
@@ -408,20 +441,18 @@ nlohmann::json State::Budgets(const Tenant& caller) const {
   const std::string month = billing::MonthName(billing::UnixSeconds(clock_->Now()));
   for (const auto& [tenant, b] : budgets_) {
     if (!caller.admin && tenant != caller.id.str()) continue;
-    const Money spent = MonthSpend(tenant);
-    // Percent to two decimals, in integers: no binary fraction decides a threshold.
-    const int64_t basis_points = spent.MulDiv(10'000, b.monthly.micros()).micros();
+    const BudgetUse use = UseOf(tenant, b);
     nlohmann::json j = ToJson(b);
     j["tenant"] = tenant;
     j["month"] = month;
-    j["spent_usd"] = spent.ToString(2);
-    j["used_percent"] = static_cast<double>(basis_points) / 100;
+    j["spent_usd"] = use.spent.ToString(2);
+    j["used_percent"] = static_cast<double>(use.basis_points) / 100;
     nlohmann::json crossed = nlohmann::json::array();
     for (int level : {80, 100}) {
-      if (basis_points >= level * 100) crossed.push_back(level);
+      if (use.basis_points >= level * 100) crossed.push_back(level);
     }
     j["thresholds_crossed"] = std::move(crossed);
-    j["stopping_new_instances"] = b.hard_stop && spent >= b.monthly;
+    j["stopping_new_instances"] = use.stopping;
     list.push_back(std::move(j));
   }
   return nlohmann::json{{"budgets", std::move(list)}};

@@ -2,12 +2,14 @@
 // the agent's report to the stop, the minimum, preemption and node loss, shares, reservations
 // and their capacity, midnight and month boundaries, a restart in the middle of an interval, and
 // budgets. The store is the in-memory one: the real contract, without a disk.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "billing/meter.h"
 #include "common/json.h"
+#include "core/core.h"
 #include "core/core_test_util.h"
 #include "core/state.h"
 #include "fleet/fleet.h"
@@ -175,22 +177,13 @@ class BillingTest : public ::testing::Test {
     return out;
   }
 
-  // A restart as the server does it (core.cc BuildState), whose agents then register again.
+  // A restart as the server does it (RestoreFromStore), whose agents then register again.
   void Restart() {
     Commit();
     state_ = NewState();
     seq_.clear();
     agent_ = "a2";
-    auto nodes = store_->ListSettings(std::string(AgentSupervisor::kRecordPrefix));
-    ASSERT_TRUE(nodes.ok());
-    ASSERT_TRUE(state_->RestoreAgentNodes(*nodes).ok());
-    auto reservations = store_->ListSettings(std::string(State::kReservationPrefix));
-    ASSERT_TRUE(reservations.ok());
-    ASSERT_TRUE(state_->RestoreReservations(*reservations).ok());
-    auto tenants = store_->LoadTenants();
-    auto instances = store_->LoadInstances("");
-    ASSERT_TRUE(tenants.ok() && instances.ok());
-    ASSERT_TRUE(state_->Restore(*tenants, *instances, {}, batch_).ok());
+    ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
     for (const char* node : {"gpu-1"}) {
       ASSERT_TRUE(state_->RegisterAgent(node, {agent_, Inventory(2, "H100-80GB")}, batch_).ok());
     }
@@ -466,6 +459,48 @@ TEST_F(BillingTest, AHardStopBudgetRefusesNewSpendOnceSpent) {
     }
   }
   EXPECT_TRUE(seen);
+}
+
+TEST_F(BillingTest, ABudgetCountsOnlyItsOwnTenantsSpend) {
+  ASSERT_TRUE(
+      state_->SetBudget(Admin(), acme_.id.str(), {Usd("100.00"), /*hard_stop=*/true}, batch_).ok());
+  const Tenant beta = *state_->tenants().Create("beta", 64000, "h-beta", batch_);
+  state_->BeginRound();
+  auto theirs = state_->CreateInstance(beta, Type("gpu.1xh100", Billing::kOnDemand), batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().message();
+  Started(*theirs);
+  Wait(std::chrono::hours(10));
+  json budgets = state_->Budgets(Admin())["budgets"];
+  ASSERT_EQ(budgets.size(), 1u);
+  EXPECT_EQ(budgets[0]["spent_usd"], "0.00") << "beta's ten hours are not acme's";
+  EXPECT_TRUE(Create(H100(Billing::kOnDemand)).ok());
+}
+
+TEST_F(BillingTest, TheDryRunCountsLargeRequestsWithoutPlacingThem) {
+  constexpr int kNodes = 5;
+  for (int i = 2; i < 2 + kNodes; ++i) {
+    Join(fmt::format("gpu-{}", i), 8, "H100-80GB", catalog::SharingMode::kExclusive);
+  }
+  const catalog::InstanceType& one = *TestCatalog().FindInstanceType("gpu.1xh100");
+  const catalog::InstanceType& eight = *TestCatalog().FindInstanceType("gpu.8xh100");
+  // Each node's 128 vCPUs hold this many of the type, whatever its GPUs.
+  const int per_node = static_cast<int>(128 / one.vcpus);
+  ASSERT_GT(per_node * kNodes, State::kDryRunUnits) << "the count, not the scheduler, decides";
+  const int fit = per_node * kNodes + std::min(2, per_node);
+  EXPECT_TRUE(state_->PlaceableNow(one, fit));
+  EXPECT_FALSE(state_->PlaceableNow(one, fit + 1));
+  EXPECT_TRUE(state_->PlaceableNow(one, State::kDryRunUnits)) << "by the scheduler";
+  EXPECT_FALSE(state_->PlaceableNow(eight, 1)) << "these nodes report no NVLink island";
+  Running(Type("gpu.1xh100", Billing::kOnDemand));
+  EXPECT_FALSE(state_->PlaceableNow(one, fit)) << "one is taken now";
+  EXPECT_TRUE(state_->PlaceableNow(one, fit - 1));
+  // Neither way booked anything: every other unit can still be had.
+  for (int i = 0; i < fit - 1; ++i) {
+    auto inst = Create(Type("gpu.1xh100", Billing::kOnDemand));
+    ASSERT_TRUE(inst.ok());
+    EXPECT_EQ(inst->state, InstanceState::kScheduled) << i;
+  }
 }
 
 }  // namespace

@@ -41,9 +41,8 @@ sched::Workload CatalogWorkload(const catalog::Catalog& catalog) {
   return w;
 }
 
-// Loads the fleet, creates the scheduler and restores tenants, instances and node states:
-// everything memory holds, rebuilt from what is durable. What recovery reconciled goes to
-// `batch`, to be committed before anything else runs.
+// Loads the fleet, creates the scheduler and restores the state from the store
+// (RestoreFromStore); what recovery reconciled goes to `batch`.
 Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Store& store,
                                           store::Batch& batch, RecoveryReport* report) {
   const Clock* clock = options.clock ? options.clock : &SystemClock::Get();
@@ -65,6 +64,14 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.alerts = options.alerts;
   auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
                                        std::move(scheduler), state_options);
+  TESSERA_ASSIGN_OR_RETURN(RecoveryReport r, RestoreFromStore(*state, store, batch));
+  if (report) *report = std::move(r);
+  return state;
+}
+
+}  // namespace
+
+Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store::Batch& batch) {
   std::map<std::string, fleet::NodeState> node_states;
   TESSERA_ASSIGN_OR_RETURN(auto settings, store.ListSettings("node_state/"));
   for (const auto& [key, value] : settings) {
@@ -74,17 +81,17 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   // Joined nodes before instances: the instances name them.
   TESSERA_ASSIGN_OR_RETURN(auto agent_nodes,
                            store.ListSettings(std::string(AgentSupervisor::kRecordPrefix)));
-  TESSERA_RETURN_IF_ERROR(state->RestoreAgentNodes(agent_nodes));
+  TESSERA_RETURN_IF_ERROR(state.RestoreAgentNodes(agent_nodes));
   // Reservations before instances: reserved instances hold their units.
   TESSERA_ASSIGN_OR_RETURN(auto reservations,
                            store.ListSettings(std::string(State::kReservationPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto next_reservation,
                            store.GetSetting(std::string(State::kNextReservation)));
   if (next_reservation) reservations.emplace_back(State::kNextReservation, *next_reservation);
-  TESSERA_RETURN_IF_ERROR(state->RestoreReservations(reservations));
+  TESSERA_RETURN_IF_ERROR(state.RestoreReservations(reservations));
   // Budgets, with what the ledger holds of this month's spend.
   TESSERA_ASSIGN_OR_RETURN(auto budgets, store.ListSettings(std::string(State::kBudgetPrefix)));
-  const int64_t month = billing::MonthStart(billing::UnixSeconds(clock->Now()));
+  const int64_t month = billing::MonthStart(billing::UnixSeconds(state.clock().Now()));
   std::map<std::string, Money> spent;
   for (const auto& [key, value] : budgets) {
     TESSERA_RETURN_IF_ERROR(
@@ -93,23 +100,20 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
                            spent[l.tenant] += Money::FromMicros(l.amount_micros);
                          }));
   }
-  TESSERA_RETURN_IF_ERROR(state->RestoreBudgets(budgets, month, spent));
+  TESSERA_RETURN_IF_ERROR(state.RestoreBudgets(budgets, month, spent));
   TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
-  const std::string since = FormatRfc3339(clock->Now() - options.instance_retention);
+  const std::string since = FormatRfc3339(state.clock().Now() - state.options().retention);
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));
-  TESSERA_ASSIGN_OR_RETURN(RecoveryReport r,
-                           state->Restore(tenants, instances, node_states, batch));
-  if (report) *report = std::move(r);
+  TESSERA_ASSIGN_OR_RETURN(RecoveryReport report,
+                           state.Restore(tenants, instances, node_states, batch));
   TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(State::kRulePrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(State::kAlertPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(State::kMetaPrefix)));
-  TESSERA_RETURN_IF_ERROR(state->RestoreAlerts(rules, alerts, meta, batch));
+  TESSERA_RETURN_IF_ERROR(state.RestoreAlerts(rules, alerts, meta, batch));
   TESSERA_ASSIGN_OR_RETURN(auto admin_hash, store.GetSetting("admin_token_hash"));
-  if (admin_hash) state->tenants().RestoreAdminTokenHash(*admin_hash);
-  return state;
+  if (admin_hash) state.tenants().RestoreAdminTokenHash(*admin_hash);
+  return report;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store,

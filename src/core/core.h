@@ -32,6 +32,13 @@ namespace tessera::core {
 // restart the server, which then serves exactly what is durable.
 inline constexpr int kExitStoreLost = 75;
 
+// Rebuilds everything memory holds from what is durable in `store`, into a fresh `state`: joined
+// nodes, node states, reservations, budgets with this month's ledger spend, tenants, instances
+// (those ended within the state's retention), alert rules and alerts, and the admin token. What
+// recovery reconciled goes to `batch`, to be committed before anything else runs. What the server
+// does at start-up, and what tests use to restart.
+Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store::Batch& batch);
+
 struct CoreOptions {
   const catalog::Catalog* catalog = nullptr;  // Must outlive the core.
   std::string fleet_file;                     // Fleet description or openb node CSV; "" = demo.

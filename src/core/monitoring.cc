@@ -74,8 +74,7 @@ std::vector<telemetry::Target> State::Targets() const {
     t.labels = {{"tenant", tenant}};
     t.tenant = tenant;
     t.set(telemetry::Field::kBudgetUsedPercent,
-          static_cast<double>(MonthSpend(tenant).MulDiv(10'000, budget.monthly.micros()).micros()) /
-              100);
+          static_cast<double>(UseOf(tenant, budget).basis_points) / 100);
     out.push_back(std::move(t));
   }
   return out;

@@ -8,6 +8,7 @@
 
 #include "alerts/rule.h"
 #include "common/json.h"
+#include "core/core.h"
 #include "core/core_test_util.h"
 #include "core/state.h"
 #include "fleet/fleet.h"
@@ -178,25 +179,14 @@ class MonitoringTest : public ::testing::Test {
     batch_ = {};
   }
 
-  // A restart as the server does it (core.cc BuildState): a fresh State rebuilt from the store,
+  // A restart as the server does it (RestoreFromStore): a fresh State rebuilt from the store,
   // whose node's agent then registers again as a new run.
   void Restart() {
     Commit();
     state_ = NewState();
     seq_.clear();
     agent_ = "a2";
-    auto nodes = store_->ListSettings(std::string(AgentSupervisor::kRecordPrefix));
-    ASSERT_TRUE(nodes.ok());
-    ASSERT_TRUE(state_->RestoreAgentNodes(*nodes).ok());
-    auto tenants = store_->LoadTenants();
-    auto instances = store_->LoadInstances("");
-    ASSERT_TRUE(tenants.ok() && instances.ok());
-    ASSERT_TRUE(state_->Restore(*tenants, *instances, {}, batch_).ok());
-    auto rules = store_->ListSettings(std::string(State::kRulePrefix));
-    auto alerts = store_->ListSettings(std::string(State::kAlertPrefix));
-    auto meta = store_->ListSettings(std::string(State::kMetaPrefix));
-    ASSERT_TRUE(rules.ok() && alerts.ok() && meta.ok());
-    ASSERT_TRUE(state_->RestoreAlerts(*rules, *alerts, *meta, batch_).ok());
+    ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
   }
 
   // The target of GPU `gpu` of `node`.

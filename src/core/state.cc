@@ -410,7 +410,8 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
       if (inst.billing == Billing::kOnDemand) {
         on_demand_milli_[inst.shape.gpu_model] += GpuMilliOf(inst);
       }
-      if (inst.meter && inst.state == InstanceState::kRunning) metered_.insert(inst.id.str());
+      if (inst.meter && inst.state == InstanceState::kRunning)
+        metered_.emplace(inst.tenant.str(), inst.id.str());
       if (inst.billing == Billing::kSpot && inst.state != InstanceState::kStopping &&
           inst.state != InstanceState::kPreempting) {
         preemptor_.Track(&inst);

@@ -258,8 +258,9 @@ class State {
   // Only before its start: FailedPrecondition once its term began.
   Status DeleteReservation(const Tenant& caller, std::string_view id, store::Batch& batch);
   // Whether the fleet could place `units` instances of type `t` now, without preempting: a dry
-  // run of the scheduler, undone.
+  // run of the scheduler, undone; beyond kDryRunUnits, a count of free capacity node by node.
   bool PlaceableNow(const catalog::InstanceType& t, int units);
+  static constexpr int kDryRunUnits = 16;
   // The fleet's GPUs of `model`, in milli-GPU.
   int64_t FleetMilliOf(const std::string& model) const;
   // Units of the reservation that active instances hold.
@@ -274,9 +275,15 @@ class State {
   Status DeleteBudget(const Tenant& caller, std::string_view tenant, store::Batch& batch);
   // Each budget the caller may see, with this month's spend (GET /v1/budgets).
   nlohmann::json Budgets(const Tenant& caller) const;
-  // What `tenant` spent this month so far: its ledger lines, its reservations' monthly lines and
-  // what its running instances accrued.
-  Money MonthSpend(const std::string& tenant) const;
+  // A budget's state this month: what `tenant` spent so far (its ledger lines, its
+  // reservations' monthly lines and what its running instances accrued) and the share of the
+  // budget that is, in basis points: integers, so no binary fraction decides a threshold.
+  struct BudgetUse {
+    Money spent;
+    int64_t basis_points = 0;
+    bool stopping = false;  // A hard stop that now refuses new on-demand and spot instances.
+  };
+  BudgetUse UseOf(const std::string& tenant, const billing::Budget& budget) const;
   // Rebuilds budgets from their records (kBudgetPrefix) and this month's ledger spend by tenant.
   Status RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,
                         int64_t month, const std::map<std::string, Money>& spent);
@@ -297,6 +304,7 @@ class State {
   const fleet::Fleet& fleet() const { return *fleet_; }
   const catalog::Catalog& catalog() const { return *catalog_; }
   const Clock& clock() const { return *clock_; }
+  const StateOptions& options() const { return options_; }
   const InstanceTable& instances() const { return instances_; }
   const PendingQueue& queue() const { return queue_; }
   const Counters& counters() const { return counters_; }
@@ -317,6 +325,12 @@ class State {
   // utilization).
   void MeterUtilization(const AgentNode& node);
   billing::Payer PayerOf(const Instance& inst) const;
+  // The lines `tenant` ("" = every tenant) owes beyond the ledger: its reservations' monthly
+  // lines over [from, to) and its running instances' open intervals up to now, where only the
+  // stretch that holds now is marked "open". Lines are not filtered by start.
+  void AccruedLines(const std::string& tenant, int64_t from, int64_t to,
+                    std::vector<store::LedgerRecord>& lines) const;
+  Money MonthSpend(const std::string& tenant) const;
   // For `billing: reserved`: a free unit of the caller's matching active reservation, or 409
   // no_reservation naming what exists. Holding it is counted until the instance ends.
   Result<std::string> ClaimReservation(const Tenant& caller, const Shape& shape);
@@ -406,11 +420,15 @@ class State {
   int64_t next_rule_ = 1;
   // Billing: running instances with an open interval, the last midnight rolled, reservations
   // and the units active instances hold of each.
-  std::set<std::string> metered_;
+  std::set<std::pair<std::string, std::string>> metered_;  // (tenant, instance id).
   int64_t rolled_day_ = 0;
   std::map<std::string, billing::Reservation> reservations_;
   std::map<std::string, int> reservation_used_;
   std::map<std::string, int64_t> on_demand_milli_;  // Held by on-demand work, by GPU model.
+  // The fleet's GPUs by model index, in milli-GPU, as of `fleet_milli_nodes_` nodes (hardware
+  // never changes while a node is in the fleet, and nodes only join).
+  mutable std::vector<int64_t> fleet_milli_;
+  mutable size_t fleet_milli_nodes_ = 0;
   std::map<std::string, billing::Budget> budgets_;  // By tenant id.
   // Ledger spend by (month start, tenant), for the months since start-up.
   std::map<std::pair<int64_t, std::string>, Money> spent_;
