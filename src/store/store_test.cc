@@ -1,8 +1,11 @@
 #include "store/store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "common/ids.h"
 #include "testing/testing.h"
@@ -60,6 +63,96 @@ TEST(SqliteStoreTest, AFailedBatchAppliesNothing) {
   EXPECT_NE(st.message().find("tenant-000002"), std::string::npos) << st.message();
   EXPECT_TRUE((*s)->LoadInstances("")->empty());
   EXPECT_EQ((*s)->LoadTenants()->size(), 1u);
+}
+
+LedgerRecord Line(const std::string& tenant, int64_t start, int64_t amount) {
+  LedgerRecord l;
+  l.tenant = tenant;
+  l.instance = "inst-000001";
+  l.instance_type = "gpu.1xh100";
+  l.billing = "on_demand";
+  l.start = start;
+  l.end = start + 60;
+  l.seconds = 60;
+  l.rate_micros = 3'600'000;
+  l.amount_micros = amount;
+  return l;
+}
+
+std::vector<LedgerRecord> Scan(Store& s, const std::string& tenant, int64_t from, int64_t to) {
+  std::vector<LedgerRecord> out;
+  EXPECT_TRUE(
+      s.ScanLedger(tenant, from, to, [&](const LedgerRecord& l) { out.push_back(l); }).ok());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  return out;
+}
+
+TEST(SqliteStoreTest, LedgerLinesKeepIncreasingSeqsAcrossFailuresAndReopens) {
+  testing::TempDir dir;
+  {
+    auto s = OpenSqliteStore(dir.path());
+    ASSERT_TRUE(s.ok());
+    Batch first;
+    first.tenants.push_back({"tenant-000001", "acme", "h", "{}"});
+    first.ledger = {Line("tenant-000001", 100, 1), Line("tenant-000002", 50, 2)};
+    ASSERT_TRUE((*s)->Commit(first).ok());
+    Batch failing;  // The duplicate name fails the whole batch, its lines included.
+    failing.tenants.push_back({"tenant-000002", "acme", "h2", "{}"});
+    failing.ledger = {Line("tenant-000001", 200, 3)};
+    ASSERT_FALSE((*s)->Commit(failing).ok());
+    Batch next;
+    next.ledger = {Line("tenant-000001", 10, 4)};
+    ASSERT_TRUE((*s)->Commit(next).ok());
+  }
+  auto s = OpenSqliteStore(dir.path());
+  ASSERT_TRUE(s.ok());
+  Batch after;
+  after.ledger = {Line("tenant-000001", 300, 5)};
+  ASSERT_TRUE((*s)->Commit(after).ok());
+  auto mine = Scan(**s, "tenant-000001", 0, 1000);
+  ASSERT_EQ(mine.size(), 3u) << "the failed batch's line is not there";
+  EXPECT_EQ(mine[0].seq, 1);
+  EXPECT_EQ(mine[1].seq, 3);
+  EXPECT_EQ(mine[1].amount_micros, 4);
+  EXPECT_EQ(mine[2].seq, 4) << "after a reopen, seqs go on from the last";
+  EXPECT_EQ(Scan(**s, "tenant-000001", 100, 300).size(), 1u) << "[from, to) by start";
+  EXPECT_EQ(Scan(**s, "", 0, 1000).size(), 4u) << "every tenant's";
+}
+
+TEST(SqliteStoreTest, ALedgerKeptByTheEarlierLayoutMovesOverWhole) {
+  testing::TempDir dir;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir.path() + "/tessera.db").c_str(), &db), SQLITE_OK);
+    const char* old = R"sql(
+      CREATE TABLE ledger (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, instance TEXT NOT NULL,
+        instance_type TEXT NOT NULL, billing TEXT NOT NULL, reservation TEXT NOT NULL,
+        start INTEGER NOT NULL, end INTEGER NOT NULL, seconds INTEGER NOT NULL,
+        rate_micros INTEGER NOT NULL, amount_micros INTEGER NOT NULL, note TEXT NOT NULL,
+        gpu_milli INTEGER NOT NULL, util_pct_seconds INTEGER NOT NULL,
+        util_observed_seconds INTEGER NOT NULL);
+      CREATE INDEX ledger_by_tenant ON ledger(tenant, start);
+      INSERT INTO ledger VALUES (7, 'tenant-000001', 'inst-000003', 'gpu.1xh100', 'spot', '',
+        100, 160, 60, 3600000, 60000, 'platform', 1000, 3000, 60);
+      INSERT INTO ledger VALUES (9, 'tenant-000001', 'inst-000004', 'gpu.1xh100', 'on_demand', '',
+        50, 110, 60, 3600000, 60000, '', 1000, 0, 0);)sql";
+    ASSERT_EQ(sqlite3_exec(db, old, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto s = OpenSqliteStore(dir.path());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Batch b;
+  b.ledger = {Line("tenant-000001", 70, 5)};
+  ASSERT_TRUE((*s)->Commit(b).ok());
+  auto lines = Scan(**s, "tenant-000001", 0, 1000);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].seq, 7);
+  EXPECT_EQ(lines[0].note, "platform");
+  EXPECT_EQ(lines[0].util_pct_seconds, 3000);
+  EXPECT_EQ(lines[1].seq, 9);
+  EXPECT_EQ(lines[1].start, 50);
+  EXPECT_EQ(lines[2].seq, 10) << "new lines follow the moved ones";
 }
 
 TEST(SqliteStoreTest, CommittedBatchSurvivesKill9) {
