@@ -54,6 +54,12 @@ Status PeriodParams(const Target& target, int64_t now, int64_t& from, int64_t& t
   return Status::Ok();
 }
 
+// The period as an answer states it: `from` and `to` in RFC 3339.
+void PutPeriod(json& body, int64_t from, int64_t to) {
+  body["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
+  body["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
+}
+
 // The tenant a billing read is about: a tenant's own; the admin's `?tenant=` (or every tenant
 // when `all_allowed`). NotFound for an unknown tenant.
 Result<std::string> BilledTenant(const core::State& s, const core::Tenant& caller,
@@ -239,8 +245,7 @@ void AddBillingRoutes(Api& table) {
                return Summarize(s, a->core().store(), tenant, from, to, by, csv,
                                 [&](const billing::Summary&, json& body) {
                                   body["tenant"] = tenant.empty() ? json(nullptr) : json(tenant);
-                                  body["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
-                                  body["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
+                                  PutPeriod(body, from, to);
                                 });
              },
              200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
@@ -275,8 +280,7 @@ void AddBillingRoutes(Api& table) {
                            report.SetFleet(std::move(fleet));
                          }
                          json j = report.ToJson();
-                         j["from"] = FormatRfc3339(Time(std::chrono::seconds(from)));
-                         j["to"] = FormatRfc3339(Time(std::chrono::seconds(to)));
+                         PutPeriod(j, from, to);
                          return j;
                        },
                        200, Passthrough, nullptr});

@@ -111,24 +111,10 @@ class SqliteStore final : public Store {
   Status Prepare() {
     TESSERA_RETURN_IF_ERROR(Exec(kSchema));
     TESSERA_ASSIGN_OR_RETURN(bool has_ended_at, HasColumn("instances", "ended_at"));
-    if (!has_ended_at) {
-      TESSERA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-      if (Status s = Exec(kAddEndedAt); !s.ok()) {
-        (void)Exec("ROLLBACK");
-        return s;
-      }
-      TESSERA_RETURN_IF_ERROR(Exec("COMMIT"));
-    }
+    if (!has_ended_at) TESSERA_RETURN_IF_ERROR(Migrate(kAddEndedAt));
     TESSERA_RETURN_IF_ERROR(Exec(kIndexEndedAt));
     TESSERA_ASSIGN_OR_RETURN(bool clustered, LedgerClustered());
-    if (!clustered) {
-      TESSERA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-      if (Status s = Exec(kClusterLedger); !s.ok()) {
-        (void)Exec("ROLLBACK");
-        return s;
-      }
-      TESSERA_RETURN_IF_ERROR(Exec("COMMIT"));
-    }
+    if (!clustered) TESSERA_RETURN_IF_ERROR(Migrate(kClusterLedger));
     {
       Stmt q;
       TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT COALESCE(MAX(seq), 0) FROM ledger", q));
@@ -378,6 +364,15 @@ class SqliteStore final : public Store {
     std::string msg = fmt::format("{}: {}", path_, err ? err : sqlite3_errstr(rc));
     sqlite3_free(err);
     return Status::DataLoss(std::move(msg));
+  }
+
+  // Runs a migration's statements in one transaction: all of them, or none.
+  Status Migrate(const char* sql) {
+    TESSERA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status s = Exec(sql);
+    if (s.ok()) s = Exec("COMMIT");
+    if (!s.ok()) (void)Exec("ROLLBACK");
+    return s;
   }
 
   // Whether the ledger is kept in (tenant, start) order (kClusterLedger).
