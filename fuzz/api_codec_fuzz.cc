@@ -17,6 +17,7 @@
 #include "billing/reservation.h"
 #include "common/json.h"
 #include "common/text.h"
+#include "core/group.h"
 #include "core/labels.h"
 #include "fuzz/fuzz_util.h"
 #include "telemetry/sample.h"
@@ -88,6 +89,21 @@ void FuzzBody(const std::string& text) {
     (void)DumpJson(alerts::RuleJson(*r));
   } else {
     CheckMessage(r.status());
+  }
+  // Groups: the template is a create request, and what is read is stored and read back.
+  {
+    JsonFields f(*body, "body");
+    if (auto r = core::ReadGroupRequest(f, *body); r.ok() && f.ok()) {
+      Check(r->size >= 1 && r->size <= core::kMaxGroupSize, "a group size out of range");
+      Check(r->min_available >= 1 && r->min_available <= r->size, "min_available out of range");
+      core::Group g;
+      g.id = "grp-000001";
+      g.tenant = *TenantId::Parse("tenant-000001");
+      g.spec = *r;
+      Check(core::GroupFromJson(core::ToJson(g), "stored").ok(), "a stored group reads back");
+    } else {
+      CheckMessage(!f.ok() ? f.body_error() : r.status());
+    }
   }
   // Billing: reservations and budgets.
   if (auto r = billing::ParseReservationRequest(*body); r.ok()) {

@@ -54,9 +54,6 @@ Status BodyStatus(const JsonFields& f) { return f.body_error(); }
 
 namespace {
 
-constexpr std::string_view kNameRule =
-    "must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit";
-
 // A quota in GPUs (fractions allowed), as milli-GPU.
 int64_t QuotaMilli(JsonFields& f, bool required) {
   JsonFields q = f.Object("quota", required);
@@ -109,65 +106,7 @@ Result<RotateTokenRequest> ParseRotateToken(const json& body) {
 
 Result<core::CreateInstanceRequest> ParseCreateInstance(const json& body) {
   JsonFields f(body, "body");
-  f.RejectUnknown({"billing", "name", "command", "restart", "stop_grace_seconds", "labels",
-                   "annotations", "instance_type", "gpu_model", "gpus", "mig_profile", "milli_gpu",
-                   "gpu_memory_mib", "vcpus", "memory_mib", "nvlink"});
-  core::CreateInstanceRequest r;
-  const std::string billing = f.String("billing");
-  if (f.ok()) {
-    if (auto b = core::ParseBilling(billing)) {
-      r.billing = *b;
-    } else {
-      f.Fail("billing", fmt::format("'{}' is not on_demand, reserved or spot", Quote(billing)));
-    }
-  }
-  r.name = f.String("name", false);
-  if (!r.name.empty() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
-  r.command = f.String("command", false);
-  if (r.command.size() > kMaxCommandBytes) {
-    f.Fail("command", fmt::format("is {} bytes; at most {}", r.command.size(), kMaxCommandBytes));
-  }
-  r.restart = f.Bool("restart", false, true);
-  r.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
-  r.labels = f.StringMap("labels", false);
-  r.annotations = f.StringMap("annotations", false);
-  if (f.ok()) {
-    for (const Status& s :
-         {core::ValidateLabels(r.labels), core::ValidateAnnotations(r.annotations)}) {
-      if (!s.ok()) return s;
-    }
-  }
-  r.instance_type = f.String("instance_type", false);
-  const bool custom = body.is_object() && body.contains("gpu_model");
-  if (!r.instance_type.empty() && custom) {
-    f.Fail("instance_type", "give either instance_type or gpu_model, not both");
-  } else if (r.instance_type.empty() && !custom && f.ok()) {
-    f.Fail("instance_type", "is required unless the shape is given with gpu_model");
-  } else if (custom) {
-    core::Shape& s = r.shape;
-    s.gpu_model = f.String("gpu_model");
-    s.vcpus = f.Int("vcpus", 1, 4096);
-    s.memory_mib = f.Int("memory_mib", 1, int64_t{64} << 20);
-    s.nvlink = f.Bool("nvlink", false);
-    const int kinds = int(body.contains("gpus")) + int(body.contains("mig_profile")) +
-                      int(body.contains("milli_gpu"));
-    if (kinds != 1) {
-      f.Fail("gpus", "give exactly one of gpus, mig_profile or milli_gpu");
-    } else if (body.contains("gpus")) {
-      s.mode = catalog::SharingMode::kExclusive;
-      s.gpus = static_cast<int>(f.Int("gpus", 1, fleet::kMaxGpusPerNode));
-    } else if (body.contains("mig_profile")) {
-      s.mode = catalog::SharingMode::kMig;
-      s.mig_profile = f.String("mig_profile");
-    } else {
-      s.mode = catalog::SharingMode::kShared;
-      s.milli_gpu = static_cast<int>(f.Int("milli_gpu", 1, 999));
-      s.gpu_memory_mib = f.Int("gpu_memory_mib", 0, int64_t{1} << 30, false);
-    }
-    if (s.mode != catalog::SharingMode::kShared && body.contains("gpu_memory_mib")) {
-      f.Fail("gpu_memory_mib", "applies only to milli_gpu shares");
-    }
-  }
+  Result<core::CreateInstanceRequest> r = core::ReadCreateInstance(f, body);
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
   return r;
 }

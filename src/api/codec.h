@@ -28,7 +28,7 @@ HttpError ToHttpError(const Status& s);
 nlohmann::json ErrorBody(const std::string& code, const std::string& message);
 
 // The most a `command` may hold.
-inline constexpr size_t kMaxCommandBytes = 64 << 10;
+inline constexpr size_t kMaxCommandBytes = core::kMaxCommandBytes;
 
 // POST /v1/tenants: {name, quota?: {gpus}}.
 struct CreateTenantRequest {

@@ -15,5 +15,6 @@ void AddMonitoringRoutes(Api& api);
 void AddAgentRoutes(Api& api);  // /v1/agent/... (node tokens)
 // /v1/reservations..., /v1/usage, /v1/invoices/{month}
 void AddBillingRoutes(Api& api);
+void AddGroupRoutes(Api& api);  // /v1/groups...
 
 }  // namespace tessera::api

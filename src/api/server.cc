@@ -19,6 +19,7 @@ struct ApiServer::Impl {
     AddMonitoringRoutes(api);
     AddAgentRoutes(api);
     AddBillingRoutes(api);
+    AddGroupRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
   }
 };

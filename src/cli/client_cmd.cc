@@ -288,6 +288,37 @@ json CreateBody(const CreateFlags& c) {
   return body;
 }
 
+// The options of an instance's shape and workload (instances create, groups create).
+void AddCreateOptions(CLI::App* create, CreateFlags& c) {
+  create->add_option("--billing", c.billing, "on_demand, reserved or spot")
+      ->check(CLI::IsMember({"on_demand", "reserved", "spot"}))
+      ->capture_default_str();
+  create->add_option("--type", c.type, "Instance type id (see GET /v1/instance-types)");
+  create->add_option("--gpu-model", c.gpu_model, "Custom shape: catalog GPU model");
+  create->add_option("--gpus", c.gpus, "Custom shape: whole GPUs");
+  create->add_option("--mig-profile", c.mig_profile, "Custom shape: one MIG slice");
+  create->add_option("--milli-gpu", c.milli_gpu, "Custom shape: a share, 1..999");
+  create->add_option("--gpu-memory-mib", c.gpu_memory_mib, "Custom shape: a share's memory cap");
+  create->add_option("--vcpus", c.vcpus, "Custom shape: vCPUs");
+  create->add_option("--memory-mib", c.memory_mib, "Custom shape: host memory in MiB");
+  create->add_option("--name", c.name, "A name");
+  create->add_option("--command", c.command, "The command the workload runs");
+  create->add_flag("--no-restart", c.no_restart, "Do not restart after preemption or failure");
+  create->add_option("--label", c.labels, "A label KEY=VALUE (repeatable)");
+  create->add_option("--annotation", c.annotations, "An annotation KEY=VALUE (repeatable)");
+}
+
+// CreateBody with the labels and annotations; nullopt (after saying why) for a malformed one.
+std::optional<json> CreateBodyWithLabels(const CreateFlags& c) {
+  json body = CreateBody(c);
+  const auto labels = KeyValues(c.labels, "--label");
+  const auto annotations = KeyValues(c.annotations, "--annotation");
+  if (!labels || !annotations) return std::nullopt;
+  if (!labels->empty()) body["labels"] = *labels;
+  if (!annotations->empty()) body["annotations"] = *annotations;
+  return body;
+}
+
 void RegisterInstances(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   auto c = std::make_shared<CreateFlags>();
@@ -297,33 +328,14 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
   group->require_subcommand(1);
   CLI::App* create = group->add_subcommand("create", "Rent an instance");
   AddCommon(create, *f);
-  create->add_option("--billing", c->billing, "on_demand, reserved or spot")
-      ->check(CLI::IsMember({"on_demand", "reserved", "spot"}))
-      ->capture_default_str();
-  create->add_option("--type", c->type, "Instance type id (see GET /v1/instance-types)");
-  create->add_option("--gpu-model", c->gpu_model, "Custom shape: catalog GPU model");
-  create->add_option("--gpus", c->gpus, "Custom shape: whole GPUs");
-  create->add_option("--mig-profile", c->mig_profile, "Custom shape: one MIG slice");
-  create->add_option("--milli-gpu", c->milli_gpu, "Custom shape: a share, 1..999");
-  create->add_option("--gpu-memory-mib", c->gpu_memory_mib, "Custom shape: a share's memory cap");
-  create->add_option("--vcpus", c->vcpus, "Custom shape: vCPUs");
-  create->add_option("--memory-mib", c->memory_mib, "Custom shape: host memory in MiB");
-  create->add_option("--name", c->name, "A name for the instance");
-  create->add_option("--command", c->command, "The command the workload runs");
-  create->add_flag("--no-restart", c->no_restart, "Spot: do not restart after preemption");
-  create->add_option("--label", c->labels, "A label KEY=VALUE (repeatable)");
-  create->add_option("--annotation", c->annotations, "An annotation KEY=VALUE (repeatable)");
+  AddCreateOptions(create, *c);
   create->callback([f, c, &ctx] {
-    json body = CreateBody(*c);
-    const auto labels = KeyValues(c->labels, "--label");
-    const auto annotations = KeyValues(c->annotations, "--annotation");
-    if (!labels || !annotations) {
+    std::optional<json> body = CreateBodyWithLabels(*c);
+    if (!body) {
       ctx.exit_code = kExitUsage;
       return;
     }
-    if (!labels->empty()) body["labels"] = *labels;
-    if (!annotations->empty()) body["annotations"] = *annotations;
-    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/instances", &body),
+    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/instances", &*body),
                          [](const json& j) { PrintInstances(json::array({j})); });
   });
   CLI::App* list = group->add_subcommand("list", "List instances (an admin sees all)");
@@ -887,12 +899,101 @@ void RegisterRecommend(CLI::App& app, Context& ctx) {
   });
 }
 
+void PrintGroups(const json& list) {
+  Table t({"ID", "NAME", "STATE", "SIZE", "PLACED", "TOPOLOGY", "RESTARTS", "REASON"});
+  for (const json& g : list) {
+    t.AddRow({Str(g, "id"), Str(g, "name"), Str(g, "state"), std::to_string(g["size"].get<int>()),
+              std::to_string(g["placed"].get<int>()),
+              Str(g, "topology") + "/" + Str(g, "placement"),
+              std::to_string(g["restarts"].get<int>()), Str(g, "reason")});
+  }
+  t.Print(std::cout);
+}
+
+void PrintMembers(const json& g) {
+  PrintGroups(json::array({g}));
+  Table t({"RANK", "INSTANCE", "STATE", "NODE"});
+  for (const json& m : g["members"]) {
+    t.AddRow(
+        {std::to_string(m.value("rank", 0)), Str(m, "instance"), Str(m, "state"), Str(m, "node")});
+  }
+  t.Print(std::cout);
+}
+
+void RegisterGroups(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ClientFlags>();
+  CLI::App* groups = app.add_subcommand("groups", "Gangs of instances placed together");
+  groups->require_subcommand(1);
+  struct GroupFlags {
+    CreateFlags member;
+    int size = 1, min_available = 0;
+    std::string placement = "pack", topology = "any";
+  };
+  auto g = std::make_shared<GroupFlags>();
+  CLI::App* create = groups->add_subcommand("create", "Create a group from an instance template");
+  AddCommon(create, *f);
+  AddCreateOptions(create, g->member);
+  create->add_option("--size", g->size, "Members")->required();
+  create->add_option("--min-available", g->min_available, "Members placed at once (default: all)");
+  create->add_option("--placement", g->placement, "pack or spread")
+      ->check(CLI::IsMember({"pack", "spread"}));
+  create->add_option("--topology", g->topology, "nvlink, node or any")
+      ->check(CLI::IsMember({"nvlink", "node", "any"}));
+  create->callback([f, g, &ctx] {
+    std::optional<json> member = CreateBodyWithLabels(g->member);
+    if (!member) {
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    json body = {{"template", *member},
+                 {"size", g->size},
+                 {"placement", g->placement},
+                 {"topology", g->topology},
+                 {"restart", !g->member.no_restart}};
+    if (member->contains("name")) {
+      body["name"] = (*member)["name"];
+      body["template"].erase("name");
+    }
+    if (g->min_available > 0) body["min_available"] = g->min_available;
+    ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/groups", &body), PrintMembers);
+  });
+  CLI::App* list = groups->add_subcommand("list", "List groups (an admin sees all)");
+  AddCommon(list, *f);
+  list->callback([f, &ctx] {
+    ctx.exit_code =
+        Show(*f, Call(*f, "GET", "/v1/groups"), [](const json& j) { PrintGroups(j["groups"]); });
+  });
+  auto id = std::make_shared<std::string>();
+  CLI::App* get = groups->add_subcommand("get", "Show a group and its members");
+  AddCommon(get, *f);
+  get->add_option("ID", *id, "The group's id")->required();
+  get->callback([f, id, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/groups/" + Encode(*id)), PrintMembers);
+  });
+  auto size = std::make_shared<int>(1);
+  CLI::App* scale = groups->add_subcommand("scale", "Change a group's size");
+  AddCommon(scale, *f);
+  scale->add_option("ID", *id, "The group's id")->required();
+  scale->add_option("SIZE", *size, "The new size")->required();
+  scale->callback([f, id, size, &ctx] {
+    json body = {{"size", *size}};
+    ctx.exit_code = Show(*f, Call(*f, "PATCH", "/v1/groups/" + Encode(*id), &body), PrintMembers);
+  });
+  CLI::App* del = groups->add_subcommand("delete", "Delete a group, stopping every member");
+  AddCommon(del, *f);
+  del->add_option("ID", *id, "The group's id")->required();
+  del->callback([f, id, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "DELETE", "/v1/groups/" + Encode(*id)), PrintMembers);
+  });
+}
+
 void RegisterClientCommands(CLI::App& app, Context& ctx) {
   RegisterInstances(app, ctx);
   RegisterTenants(app, ctx);
   RegisterNodes(app, ctx);
   RegisterAlerts(app, ctx);
   RegisterBilling(app, ctx);
+  RegisterGroups(app, ctx);
   RegisterRecommend(app, ctx);
 }
 

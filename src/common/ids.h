@@ -19,6 +19,9 @@ namespace tessera {
 // True when `s` is a valid id body: 1..63 characters of [a-z0-9._-], starting with a letter or
 // digit. Shared by every id type so that ids are safe in URLs, file names and label values.
 bool IsValidIdBody(std::string_view s);
+// What a name that must pass IsValidIdBody may hold, as errors say it.
+inline constexpr std::string_view kNameRule =
+    "must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit";
 
 template <typename Tag>
 class Id {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "catalog/catalog.h"
+#include "common/json.h"
 #include "common/money.h"
 #include "core/instance.h"
 #include "fleet/fleet.h"
@@ -32,6 +33,15 @@ struct CreateInstanceRequest {
   std::string instance_type;                       // Either this...
   Shape shape;  // ...or this, field by field (instance_type empty).
 };
+
+// The most a `command` may hold.
+inline constexpr size_t kMaxCommandBytes = 64 << 10;
+
+// Reads a create request from `body` (POST /v1/instances, a group's template): its errors go to
+// `f`, named by field; InvalidArgument also for malformed labels or annotations.
+Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::json& body);
+// The request as ReadCreateInstance reads it back.
+nlohmann::json ToJson(const CreateInstanceRequest& r);
 
 struct Admitted {
   Shape shape;

@@ -93,14 +93,8 @@ class BillingTest : public ::testing::Test {
 
   // One round in which `node`'s agent reports `reports` (nothing: a heartbeat).
   void Sync(const std::string& node, std::vector<AgentReport> reports = {}) {
-    AgentSync s;
-    s.agent_id = agent_;
-    s.seq = ++seq_[node];
-    s.reports = std::move(reports);
-    state_->BeginRound();
-    auto out = state_->SyncAgent(node, s, batch_);
-    state_->EndRound(batch_);
-    ASSERT_TRUE(out.ok()) << out.status().message();
+    const Status s = SyncRound(*state_, node, agent_, ++seq_[node], std::move(reports), batch_);
+    ASSERT_TRUE(s.ok()) << s.message();
   }
 
   Result<Instance> Create(const CreateInstanceRequest& req) {

@@ -106,6 +106,11 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));
   TESSERA_ASSIGN_OR_RETURN(RecoveryReport report,
                            state.Restore(tenants, instances, node_states, batch));
+  // Groups after instances: they name their members.
+  TESSERA_ASSIGN_OR_RETURN(auto groups, store.ListSettings(std::string(State::kGroupPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto next_group, store.GetSetting(std::string(State::kNextGroup)));
+  if (next_group) groups.emplace_back(State::kNextGroup, *next_group);
+  TESSERA_RETURN_IF_ERROR(state.RestoreGroups(groups));
   TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(State::kRulePrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(State::kAlertPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(State::kMetaPrefix)));

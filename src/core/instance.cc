@@ -248,6 +248,11 @@ nlohmann::json ToJson(const Instance& inst) {
   }
   if (inst.exit_code) j["exit_code"] = *inst.exit_code;
   if (!inst.reservation.empty()) j["reservation"] = inst.reservation;
+  if (!inst.group.empty()) {
+    j["group"] = inst.group;
+    j["rank"] = inst.rank;
+    if (!inst.group_env.empty()) j["group_env"] = inst.group_env;
+  }
   return j;
 }
 
@@ -347,6 +352,9 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
     *field = *t;
   }
   inst.reservation = f.String("reservation", false);
+  inst.group = f.String("group", false);
+  inst.rank = static_cast<int>(f.Int("rank", 0, INT32_MAX, false));
+  inst.group_env = f.StringMap("group_env", false);
   if (j.contains("meter")) {
     JsonFields m = f.Object("meter");
     billing::Meter meter;

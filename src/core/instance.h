@@ -100,6 +100,11 @@ struct Instance {
   // reservation whose unit it holds while active.
   std::optional<billing::Meter> meter;
   std::string reservation;
+  // A member of a group (docs/groups.md): the group's id and this member's rank, and the
+  // distributed-training environment its placement set (WORLD_SIZE, RANK, MASTER_ADDR, ...).
+  std::string group;
+  int rank = 0;
+  std::map<std::string, std::string> group_env;
   std::string node;
   std::vector<GpuRef> gpus;
 };

@@ -164,6 +164,7 @@ nlohmann::json WorkloadEnv(const Instance& inst) {
                         {"TESSERA_INSTANCE_ID", inst.id.str()},
                         {"TESSERA_INSTANCE_NAME", inst.name},
                         {"TESSERA_TENANT", inst.tenant.str()}};
+  for (const auto& [name, value] : inst.group_env) env[name] = value;
   if (thread_percentage > 0) {
     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(thread_percentage);
     env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt::format("{}", fmt::join(mem_limits, ","));
@@ -291,7 +292,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
     auto added = fleet_->AddNode(spec);
     if (!added.ok()) return added.status().WithPrefix("inventory");
     admission_.FleetChanged();
-    queue_.CapacityFreed();
+    CapacityFreed();
     spdlog::info("node {} joined: {}", name, Describe(spec));
   }
   node->inventory = reg.inventory;
@@ -304,7 +305,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   node->last_seen = clock_->Now();
   if (node->lost) {
     node->lost = false;
-    queue_.CapacityFreed();
+    CapacityFreed();
   }
   ApplyNodeState(*node);
   agents_.Changed(*node);
@@ -339,7 +340,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->lost = false;
     spdlog::info("node {} reports again: ready", name);
     ApplyNodeState(*node);
-    queue_.CapacityFreed();
+    CapacityFreed();
     agents_.Changed(*node);
   }
   if (sync.limits_enforced) {
@@ -577,7 +578,7 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
 
 void State::Release(Instance& inst) {
   Unbook(inst);
-  queue_.CapacityFreed();
+  CapacityFreed();
 }
 
 void State::Displace(Instance& inst, const std::string& why, store::Batch& batch) {

@@ -54,10 +54,10 @@ Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> q
   return t;
 }
 
-Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanceRequest& req,
-                                       store::Batch& batch) {
+Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceRequest& req,
+                                 int count) {
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(req));
-  const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape);
+  const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape) * count;
   const int64_t used = usage_.Milli(caller.id.str());
   if (used + want > caller.quota_gpu_milli) {
     return Status::ResourceExhausted(fmt::format(
@@ -66,6 +66,11 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
         Gpus(used), Gpus(want)));
   }
   TESSERA_RETURN_IF_ERROR(CheckBudget(caller, req.billing));
+  return admitted;
+}
+
+Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
+                                     Admitted admitted) {
   Instance inst;
   if (req.billing == Billing::kReserved) {
     TESSERA_ASSIGN_OR_RETURN(inst.reservation, ClaimReservation(caller, admitted.shape));
@@ -86,6 +91,14 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   inst.created_at = inst.updated_at = inst.enqueued_at = clock_->Now();
   Instance& stored = instances_.Add(std::move(inst));
   usage_.Add(stored.tenant.str(), stored.shape);
+  return &stored;
+}
+
+Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanceRequest& req,
+                                       store::Batch& batch) {
+  TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitFor(caller, req, 1));
+  TESSERA_ASSIGN_OR_RETURN(Instance * created, AddInstance(caller, req, std::move(admitted)));
+  Instance& stored = *created;
   // Identical requests already waiting go first: this one queues behind them.
   if (queue_.HasGroup(stored)) {
     queue_.Push(stored);
@@ -126,25 +139,34 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
     return Status::NotFound(fmt::format("instance '{}' not found", id));
   }
   Instance& inst = *found;
-  if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return Shown(inst);
+  if (!inst.group.empty() && IsActive(inst.state)) {
+    return Status::FailedPrecondition(
+        fmt::format("instance '{}' is rank {} of group '{}': scale or delete the group instead", id,
+                    inst.rank, inst.group));
+  }
+  Stop(inst, "deleted by its owner", batch);
+  return Shown(inst);
+}
+
+void State::Stop(Instance& inst, const std::string& why, store::Batch& batch) {
+  if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return;
   if (inst.state == InstanceState::kPending) {
     queue_.Remove(inst);
     awaiting_notice_.erase(inst.id.str());
-    Transition(inst, InstanceState::kTerminated, "deleted while pending", batch);
+    Transition(inst, InstanceState::kTerminated, why + " while pending", batch);
   } else if (agents_.Serves(inst.node)) {
-    // Being deleted: never a preemption victim from now on, so never restarted either. The
+    // Being stopped: never a preemption victim from now on, so never restarted either. The
     // capacity frees when the agent reports the stop.
     preemptor_.Untrack(&inst);
-    Transition(inst, InstanceState::kStopping, "deleted by its owner", batch);
+    Transition(inst, InstanceState::kStopping, why, batch);
     agents_.Notify(inst, inst.node);
   } else {
     // No agent serves the node, so nothing runs there to wait for.
     Unbook(inst);
-    Transition(inst, InstanceState::kTerminated, "deleted by its owner", batch);
-    queue_.CapacityFreed();
+    Transition(inst, InstanceState::kTerminated, why, batch);
+    CapacityFreed();
   }
   Save(inst, batch);
-  return Shown(inst);
 }
 
 Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch& batch) {
@@ -159,7 +181,7 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
         fleet_->SetNodeState(n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
   }
   batch.settings.emplace_back("node_state/" + node, drained ? "draining" : "ready");
-  if (!drained) queue_.CapacityFreed();
+  if (!drained) CapacityFreed();
   return Status::Ok();
 }
 
@@ -169,8 +191,10 @@ void State::EndRound(store::Batch& batch) {
   ExpireLeases(batch);
   for (int i = 0; i < kMaxPassesPerRound; ++i) {
     const bool reported = ApplyAgentReports(batch);
-    if (i > 0 && !reported) break;
+    const bool settled = SettleGroups(batch);
+    if (i > 0 && !reported && !settled) break;
     if (queue_.HasUntried()) PlaceQueued(batch);
+    PlaceGroups(batch);
   }
   counters_.evicted +=
       static_cast<int64_t>(instances_.EvictEndedBefore(clock_->Now() - options_.retention));
@@ -216,6 +240,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   inst.reason = std::move(reason);
   inst.updated_at = clock_->Now();
   if (!IsActive(to)) instances_.Ended(inst);
+  if (was_active && !IsActive(to) && !inst.group.empty()) ended_members_.push_back(inst.id.str());
 }
 
 void State::Save(const Instance& inst, store::Batch& batch) {
@@ -349,10 +374,16 @@ void State::Evict(Instance& v, store::Batch& batch) {
 void State::EndPreempted(Instance& v, const std::string& why, store::Batch& batch) {
   Transition(v, InstanceState::kPreempted, why, batch, billing::Ending::kPlatform);
   v.preempted_at = clock_->Now();
-  if (v.restart) Requeue(v, why, batch);
+  // A group member's group restarts whole (SettleGroups).
+  if (v.restart && v.group.empty()) Requeue(v, why, batch);
 }
 
 void State::Requeue(Instance& inst, const std::string& why, store::Batch& batch) {
+  if (!inst.group.empty()) {
+    // A member does not wait alone: its attempt fails, and its group restarts whole.
+    Transition(inst, InstanceState::kFailed, why, batch, billing::Ending::kPlatform);
+    return;
+  }
   ++inst.restarts;
   inst.started_at.reset();
   inst.enqueued_at = clock_->Now();
@@ -420,7 +451,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
       UseReportedMigUuids(inst);
       agents_.Notify(inst, inst.node);
     } else {
-      queue_.Push(inst);
+      if (inst.group.empty()) queue_.Push(inst);  // Members wait with their group.
       ++report.queued;
     }
   }

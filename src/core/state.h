@@ -34,6 +34,7 @@
 #include "common/clock.h"
 #include "core/admission.h"
 #include "core/agents.h"
+#include "core/group.h"
 #include "core/instance.h"
 #include "core/instance_table.h"
 #include "core/labels.h"
@@ -288,6 +289,24 @@ class State {
   Status RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,
                         int64_t month, const std::map<std::string, Money>& spent);
   static constexpr std::string_view kBudgetPrefix = "budget/";
+
+  // Groups (groups.cc, docs/groups.md). A group's view is its record with each member's
+  // instance, rank, state and node. NotFound for an unknown id and another tenant's alike.
+  Result<nlohmann::json> CreateGroup(const Tenant& caller, const GroupRequest& req,
+                                     store::Batch& batch);
+  Result<nlohmann::json> GetGroup(const Tenant& caller, std::string_view id) const;
+  nlohmann::json ListGroups(const Tenant& caller) const;
+  // Stops every member; the group stays listed as deleted until its members have ended.
+  Result<nlohmann::json> DeleteGroup(const Tenant& caller, std::string_view id,
+                                     store::Batch& batch);
+  // Grows the group with new ranks (placed as a gang) or shrinks it, stopping the highest ranks
+  // (the newest members) first.
+  Result<nlohmann::json> ScaleGroup(const Tenant& caller, std::string_view id, int size,
+                                    store::Batch& batch);
+  // Rebuilds groups from their records (kGroupPrefix and kNextGroup), after the instances.
+  Status RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records);
+  static constexpr std::string_view kGroupPrefix = "group/";
+  static constexpr std::string_view kNextGroup = "groups/next";
   static constexpr std::string_view kNextReservation = "billing/next_reservation";
 
   // Starts a core round: per-round budgets start afresh.
@@ -325,6 +344,27 @@ class State {
   // utilization).
   void MeterUtilization(const AgentNode& node);
   billing::Payer PayerOf(const Instance& inst) const;
+  // CreateInstance's parts: admission with the quota for `count` such instances and the budget;
+  // then the instance itself, pending (with its reservation unit for `reserved`).
+  Result<Admitted> AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count);
+  Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
+                                Admitted admitted);
+  // Stops `inst` (DeleteInstance's path, and a group's): pending work ends at once, running
+  // work through its agent.
+  void Stop(Instance& inst, const std::string& why, store::Batch& batch);
+  void CapacityFreed() {
+    queue_.CapacityFreed();
+    groups_retry_ = true;
+  }
+  // Groups (groups.cc): members that ended decide their group's fate (a failure restarts it
+  // whole); waiting members are placed as gangs. SettleGroups is true when it changed anything.
+  bool SettleGroups(store::Batch& batch);
+  void PlaceGroups(store::Batch& batch);
+  bool PlaceGang(Group& g, store::Batch& batch);
+  // Pending members for ranks [from, to) of `g`, as one more attempt's or a scale-out's.
+  Status AddMembers(Group& g, int from, int to, store::Batch& batch);
+  nlohmann::json GroupView(const Group& g) const;
+  void SaveGroup(const Group& g, store::Batch& batch);
   // The lines `tenant` ("" = every tenant) owes beyond the ledger: its reservations' monthly
   // lines over [from, to) and its running instances' open intervals up to now, where only the
   // stretch that holds now is marked "open". Lines are not filtered by start.
@@ -433,6 +473,12 @@ class State {
   // Ledger spend by (month start, tenant), for the months since start-up.
   std::map<std::pair<int64_t, std::string>, Money> spent_;
   int64_t next_reservation_ = 1;
+  // Groups by id; whether capacity freed (or a group changed) since groups were last tried;
+  // members that ended since the last SettleGroups.
+  std::map<std::string, Group> groups_;
+  int64_t next_group_ = 1;
+  bool groups_retry_ = false;
+  std::vector<std::string> ended_members_;
 };
 
 }  // namespace tessera::core

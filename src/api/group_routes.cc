@@ -1,0 +1,84 @@
+// Instance groups (docs/groups.md): gangs of instances placed all or nothing.
+#include <fmt/format.h>
+
+#include "api/api.h"
+#include "api/codec.h"
+#include "api/routes.h"
+#include "core/core.h"
+
+namespace tessera::api {
+namespace {
+
+using nlohmann::json;
+
+Result<core::GroupRequest> ParseCreateGroup(const json& body) {
+  JsonFields f(body, "body");
+  Result<core::GroupRequest> r = core::ReadGroupRequest(f, body);
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  return r;
+}
+
+// PATCH /v1/groups/{id}: {size}.
+Result<int> ParseScale(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"size"});
+  const int size = static_cast<int>(f.Int("size", 1, core::kMaxGroupSize));
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  return size;
+}
+
+std::string GroupId(const json& j) { return j.value("id", ""); }
+
+}  // namespace
+
+void AddGroupRoutes(Api& table) {
+  table.Add("POST", "/v1/groups", Access::kTenant, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Result<core::GroupRequest> req = call->body_status.ok()
+                                                   ? ParseCreateGroup(call->body)
+                                                   : Result<core::GroupRequest>(call->body_status);
+              api.Run<json>(call, req.status(),
+                            {[req](core::State& s, store::Batch& b, const core::Tenant& caller) {
+                               return s.CreateGroup(caller, *req, b);
+                             },
+                             201, Passthrough, GroupId});
+            });
+  table.Add("GET", "/v1/groups", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     return s.ListGroups(caller);
+                   },
+                   200, Passthrough, nullptr});
+            });
+  table.Add("GET", "/v1/groups/{id}", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(call, Status::Ok(),
+                            {[call](core::State& s, store::Batch&, const core::Tenant& caller) {
+                               return s.GetGroup(caller, call->params[0]);
+                             },
+                             200, Passthrough, nullptr});
+            });
+  table.Add("PATCH", "/v1/groups/{id}", Access::kAnyToken, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Result<int> size =
+                  call->body_status.ok() ? ParseScale(call->body) : Result<int>(call->body_status);
+              api.Run<json>(
+                  call, size.status(),
+                  {[call, size](core::State& s, store::Batch& b, const core::Tenant& caller) {
+                     return s.ScaleGroup(caller, call->params[0], *size, b);
+                   },
+                   200, Passthrough, GroupId});
+            });
+  table.Add("DELETE", "/v1/groups/{id}", Access::kAnyToken, BodyKind::kNone, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(call, Status::Ok(),
+                            {[call](core::State& s, store::Batch& b, const core::Tenant& caller) {
+                               return s.DeleteGroup(caller, call->params[0], b);
+                             },
+                             200, Passthrough, GroupId});
+            });
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,149 @@
+#include "core/group.h"
+
+#include <fmt/format.h>
+
+#include "common/text.h"
+
+namespace tessera::core {
+
+std::string_view PlacementName(Placement p) { return p == Placement::kPack ? "pack" : "spread"; }
+
+std::optional<Placement> ParsePlacement(std::string_view s) {
+  if (s == "pack") return Placement::kPack;
+  if (s == "spread") return Placement::kSpread;
+  return std::nullopt;
+}
+
+std::string_view TopologyName(Topology t) {
+  switch (t) {
+    case Topology::kNvlink:
+      return "nvlink";
+    case Topology::kNode:
+      return "node";
+    case Topology::kAny:
+      return "any";
+  }
+  return "any";
+}
+
+std::optional<Topology> ParseTopology(std::string_view s) {
+  if (s == "nvlink") return Topology::kNvlink;
+  if (s == "node") return Topology::kNode;
+  if (s == "any") return Topology::kAny;
+  return std::nullopt;
+}
+
+std::string_view GroupStateName(GroupState s) {
+  switch (s) {
+    case GroupState::kWaiting:
+      return "waiting";
+    case GroupState::kRunning:
+      return "running";
+    case GroupState::kSucceeded:
+      return "succeeded";
+    case GroupState::kFailed:
+      return "failed";
+    case GroupState::kDeleted:
+      return "deleted";
+  }
+  return "waiting";
+}
+
+std::optional<GroupState> ParseGroupState(std::string_view s) {
+  for (GroupState g : {GroupState::kWaiting, GroupState::kRunning, GroupState::kSucceeded,
+                       GroupState::kFailed, GroupState::kDeleted}) {
+    if (GroupStateName(g) == s) return g;
+  }
+  return std::nullopt;
+}
+
+Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body) {
+  f.RejectUnknown(
+      {"name", "template", "size", "placement", "topology", "min_available", "restart"});
+  GroupRequest r;
+  r.name = f.String("name", false);
+  if (!r.name.empty() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
+  r.size = static_cast<int>(f.Int("size", 1, kMaxGroupSize));
+  r.min_available = static_cast<int>(f.Int("min_available", 1, kMaxGroupSize, false, 0));
+  if (f.ok() && r.min_available > r.size) {
+    f.Fail("min_available", fmt::format("is {}, more than the size {}", r.min_available, r.size));
+  }
+  const std::string placement = f.String("placement", false, "pack");
+  if (auto p = ParsePlacement(placement)) {
+    r.placement = *p;
+  } else if (f.ok()) {
+    f.Fail("placement", fmt::format("'{}' is not pack or spread", Quote(placement, 32)));
+  }
+  const std::string topology = f.String("topology", false, "any");
+  if (auto t = ParseTopology(topology)) {
+    r.topology = *t;
+  } else if (f.ok()) {
+    f.Fail("topology", fmt::format("'{}' is not nvlink, node or any", Quote(topology, 32)));
+  }
+  r.restart = f.Bool("restart", false, true);
+  JsonFields t = f.Object("template");
+  if (!t.absent()) {
+    auto member = ReadCreateInstance(t, body["template"]);
+    if (!member.ok() && f.ok()) return member.status().WithPrefix("field 'template'");
+    if (member.ok()) r.member = std::move(*member);
+  }
+  TESSERA_RETURN_IF_ERROR(f.status());
+  if (r.min_available == 0) r.min_available = r.size;
+  return r;
+}
+
+nlohmann::json ToJson(const Group& g) {
+  nlohmann::json j = {{"id", g.id},
+                      {"tenant", g.tenant.str()},
+                      {"name", g.spec.name.empty() ? g.id : g.spec.name},
+                      {"template", ToJson(g.spec.member)},
+                      {"size", g.spec.size},
+                      {"min_available", g.spec.min_available},
+                      {"placement", PlacementName(g.spec.placement)},
+                      {"topology", TopologyName(g.spec.topology)},
+                      {"restart", g.spec.restart},
+                      {"state", GroupStateName(g.state)},
+                      {"restarts", g.restarts},
+                      {"members", g.members},
+                      {"seq", g.seq},
+                      {"created_at", FormatRfc3339(g.created_at)},
+                      {"updated_at", FormatRfc3339(g.updated_at)}};
+  if (!g.reason.empty()) j["reason"] = g.reason;
+  return j;
+}
+
+Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where) {
+  JsonFields f(j, where);
+  Group g;
+  g.id = f.String("id");
+  auto tenant = TenantId::Parse(f.String("tenant"));
+  // The request's fields, read as POST /v1/groups reads them.
+  nlohmann::json request = nlohmann::json::object();
+  for (const char* key :
+       {"name", "template", "size", "placement", "topology", "min_available", "restart"}) {
+    if (j.is_object() && j.contains(key)) request[key] = j[key];
+  }
+  JsonFields rf(request, where);
+  auto spec = ReadGroupRequest(rf, request);
+  const auto state = ParseGroupState(f.String("state"));
+  g.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
+  g.members = f.Strings("members");
+  g.seq = f.Int("seq", 0, INT64_MAX);
+  g.reason = f.String("reason", false);
+  auto created = ParseRfc3339(f.String("created_at"));
+  auto updated = ParseRfc3339(f.String("updated_at"));
+  if (!state) f.Fail("state", "is not a known group state");
+  if (!tenant.ok()) f.Fail("tenant", tenant.status().message());
+  if (!created.ok() || !updated.ok()) f.Fail("created_at", "is not an RFC 3339 time");
+  if (!f.ok() || !spec.ok()) {
+    return Status::DataLoss(!f.ok() ? f.status().message() : spec.status().message());
+  }
+  g.tenant = *tenant;
+  g.spec = std::move(*spec);
+  g.state = *state;
+  g.created_at = *created;
+  g.updated_at = *updated;
+  return g;
+}
+
+}  // namespace tessera::core

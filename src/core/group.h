@@ -1,0 +1,76 @@
+// Instance groups (docs/groups.md): a gang of `size` members made from one instance template,
+// placed all or nothing (at least `min_available` at once) with a topology and a placement
+// preference. Members are ordinary instances that carry their group and rank; the group's record
+// holds its template and which instances form its current attempt.
+// Thread-safety: plain values; the core thread owns the live copies.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/json.h"
+#include "core/admission.h"
+
+namespace tessera::core {
+
+// pack: members on as few nodes (and NVLink islands) as possible; spread: on as many nodes as
+// possible.
+enum class Placement { kPack, kSpread };
+std::string_view PlacementName(Placement p);
+std::optional<Placement> ParsePlacement(std::string_view s);
+
+// nvlink: each member's GPUs on one NVLink island; node: members on as few nodes as possible;
+// any: wherever the scheduling policy puts each member.
+enum class Topology { kNvlink, kNode, kAny };
+std::string_view TopologyName(Topology t);
+std::optional<Topology> ParseTopology(std::string_view s);
+
+inline constexpr int kMaxGroupSize = 1024;
+
+// POST /v1/groups.
+struct GroupRequest {
+  std::string name;
+  CreateInstanceRequest member;  // The template.
+  int size = 1;
+  int min_available = 0;  // 0: size.
+  Placement placement = Placement::kPack;
+  Topology topology = Topology::kAny;
+  bool restart = true;  // Restart the whole group when a member fails or is preempted.
+};
+
+// Reads a group request from `body`; errors name the field ("template.gpus", "size").
+Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body);
+
+enum class GroupState {
+  kWaiting,    // No member placed yet: the gang waits for room for min_available members.
+  kRunning,    // Members placed.
+  kSucceeded,  // Every member exited 0.
+  kFailed,     // A member failed and the group does not restart.
+  kDeleted,    // Deleted by its owner: its members stop.
+};
+std::string_view GroupStateName(GroupState s);
+std::optional<GroupState> ParseGroupState(std::string_view s);
+
+struct Group {
+  std::string id;  // "grp-000001".
+  TenantId tenant;
+  GroupRequest spec;
+  GroupState state = GroupState::kWaiting;
+  int restarts = 0;
+  std::vector<std::string> members;  // The current attempt's instances, by rank.
+  std::string reason;                // Why it waits, or why it ended.
+  Time created_at;
+  Time updated_at;
+  int64_t seq = 0;  // Creation order: FIFO among waiting groups of one priority.
+};
+
+// The stored form, which the API shows with its members' states added.
+nlohmann::json ToJson(const Group& g);
+// DataLoss naming the record and the field when it is malformed.
+Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where);
+
+}  // namespace tessera::core

@@ -1,0 +1,304 @@
+// Groups on the core's state with a fake clock and nodes joined by agents (groups.cc): gangs placed
+// all or nothing on NVLink islands and nodes, nothing held while they wait, no deadlock between
+// gangs, members' rank environment, whole-group restarts, scaling, and a restart of the server.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "common/json.h"
+#include "core/core.h"
+#include "core/core_test_util.h"
+#include "core/state.h"
+#include "store/memory_store.h"
+
+namespace tessera::core {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+// A node of `gpus` H100s whose NVLink islands are `islands` (each a list of GPU indices).
+json Inventory(const std::string& node, int gpus, const std::vector<std::vector<int>>& islands) {
+  json list = json::array();
+  for (int i = 0; i < gpus; ++i) {
+    list.push_back(
+        {{"index", i}, {"uuid", fmt::format("GPU-{}-{}", node, i)}, {"model", "H100-80GB"}});
+  }
+  return {
+      {"cpu_milli", 256000}, {"memory_mib", 2097152}, {"gpus", list}, {"nvlink_islands", islands}};
+}
+
+std::vector<std::vector<int>> OneIsland(int gpus) {
+  std::vector<int> all;
+  for (int i = 0; i < gpus; ++i) all.push_back(i);
+  return {all};
+}
+
+CreateInstanceRequest H100s(int gpus, Billing billing = Billing::kOnDemand) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.command = "train";
+  r.shape.gpu_model = "H100-80GB";
+  r.shape.gpus = gpus;
+  r.shape.vcpus = 8;
+  r.shape.memory_mib = 1024;
+  r.shape.nvlink = gpus > 1;
+  return r;
+}
+
+GroupRequest Gang(int size, int gpus, Topology topology = Topology::kNvlink,
+                  Placement placement = Placement::kPack) {
+  GroupRequest g;
+  g.name = "train";
+  g.member = H100s(gpus);
+  g.size = size;
+  g.min_available = size;
+  g.topology = topology;
+  g.placement = placement;
+  return g;
+}
+
+class GroupsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::NewMemoryStore();
+    state_ = NewState();
+    acme_ = *state_->tenants().Create("acme", 1'000'000, "h-acme", batch_);
+  }
+
+  std::unique_ptr<State> NewState() {
+    auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());
+    auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
+    EXPECT_TRUE(sched.ok());
+    StateOptions o;
+    o.node_timeout = 10s;
+    o.spot_notice = 5s;
+    return std::make_unique<State>(&TestCatalog(), &clock_, std::move(fleet), std::move(*sched), o);
+  }
+
+  void Join(const std::string& name, int gpus, std::vector<std::vector<int>> islands) {
+    ASSERT_TRUE(
+        state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
+            .ok());
+    ASSERT_TRUE(state_->RegisterAgent(name, {agent_, Inventory(name, gpus, islands)}, batch_).ok());
+    nodes_[name] = {gpus, islands};
+  }
+
+  const Tenant& Acme() { return *state_->tenants().Find(acme_.id.str()); }
+
+  json Create(const GroupRequest& g) {
+    state_->BeginRound();
+    auto out = state_->CreateGroup(Acme(), g, batch_);
+    state_->EndRound(batch_);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return out.ok() ? *out : json();
+  }
+
+  json Get(const std::string& id) {
+    auto g = state_->GetGroup(Acme(), id);
+    EXPECT_TRUE(g.ok());
+    return g.ok() ? *g : json();
+  }
+
+  Instance Member(const json& group, int rank) {
+    return *state_->GetInstance(Acme(), group["members"][rank]["instance"].get<std::string>());
+  }
+
+  // The node's agent reports `reports` in one round.
+  void Sync(const std::string& node, std::vector<AgentReport> reports = {}) {
+    const Status s = SyncRound(*state_, node, agent_, ++seq_[node], std::move(reports), batch_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+
+  AgentReport Report(const Instance& inst, InstanceState to, std::optional<int> exit_code = {}) {
+    AgentReport r;
+    r.instance = inst.id.str();
+    r.attempt = inst.restarts;
+    if (to == InstanceState::kRunning) {
+      r.started_at = clock_.Now();
+    } else {
+      r.state = to;
+      r.exit_code = exit_code;
+    }
+    return r;
+  }
+
+  // Free whole GPUs on `node`.
+  int FreeGpus(const std::string& node) {
+    int free = 0;
+    for (const fleet::Node& n : state_->fleet().nodes()) {
+      if (n.name != node) continue;
+      for (const fleet::Gpu& g : n.gpus) free += g.free_milli == fleet::kMilliPerGpu;
+    }
+    return free;
+  }
+
+  std::set<std::string> NodesOf(const json& group) {
+    std::set<std::string> nodes;
+    for (const json& m : group["members"]) {
+      if (m["node"].is_string()) nodes.insert(m["node"].get<std::string>());
+    }
+    return nodes;
+  }
+
+  void Commit() {
+    ASSERT_TRUE(store_->Commit(batch_).ok());
+    batch_ = {};
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<State> state_;
+  Tenant acme_;
+  store::Batch batch_;
+  std::string agent_ = "a1";
+  std::map<std::string, int64_t> seq_;
+  std::map<std::string, std::pair<int, std::vector<std::vector<int>>>> nodes_;
+};
+
+TEST_F(GroupsTest, AGangOfEightLandsOnOneEightGpuIslandOrWaitsHoldingNothing) {
+  Join("split", 8, {{0, 1, 2, 3}, {4, 5, 6, 7}});  // Two islands of four.
+  Join("whole", 8, OneIsland(8));
+  const json g = Create(Gang(8, 1));
+  EXPECT_EQ(g["state"], "running");
+  EXPECT_EQ(NodesOf(g), std::set<std::string>{"whole"}) << g.dump();
+  EXPECT_EQ(FreeGpus("whole"), 0);
+  // A second gang of 8 NVLinked GPUs finds no island of 8 (the other node has two of four): it
+  // waits, and holds nothing meanwhile.
+  const json waits = Create(Gang(1, 8));
+  EXPECT_EQ(waits["state"], "waiting");
+  EXPECT_EQ(waits["placed"], 0);
+  EXPECT_NE(waits.value("reason", "").find("waiting for room"), std::string::npos) << waits;
+  EXPECT_EQ(FreeGpus("split"), 8) << "never split across islands, never partly held";
+}
+
+TEST_F(GroupsTest, TwoGangsThatEachNeedMostOfTheFleetNeverDeadlockAndSmallWorkRuns) {
+  Join("n1", 8, OneIsland(8));
+  Join("n2", 8, OneIsland(8));
+  const json a = Create(Gang(3, 4, Topology::kNode));
+  const json b = Create(Gang(3, 4, Topology::kNode));
+  EXPECT_EQ(a["state"], "running");
+  EXPECT_EQ(b["state"], "waiting");
+  EXPECT_EQ(b["placed"], 0) << "the waiting gang holds nothing";
+  EXPECT_EQ(FreeGpus("n1") + FreeGpus("n2"), 4);
+  // Small work still runs beside them.
+  state_->BeginRound();
+  auto small = state_->CreateInstance(Acme(), H100s(1), batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->state, InstanceState::kScheduled);
+  // The first gang ends: the second takes its place.
+  state_->BeginRound();
+  ASSERT_TRUE(state_->DeleteGroup(Acme(), a["id"].get<std::string>(), batch_).ok());
+  state_->EndRound(batch_);
+  for (int rank = 0; rank < 3; ++rank) {
+    const Instance m = Member(a, rank);
+    Sync(m.node, {Report(m, InstanceState::kTerminated, 0)});
+  }
+  EXPECT_EQ(Get(b["id"])["state"], "running");
+  EXPECT_EQ(Get(b["id"])["placed"], 3);
+}
+
+TEST_F(GroupsTest, PackFillsFewNodesAndSpreadTakesMany) {
+  for (int i = 0; i < 4; ++i) Join(fmt::format("n{}", i), 8, OneIsland(8));
+  const json packed = Create(Gang(4, 2, Topology::kNode, Placement::kPack));
+  EXPECT_EQ(NodesOf(packed).size(), 1u) << packed.dump();
+  const json spread = Create(Gang(3, 1, Topology::kAny, Placement::kSpread));
+  EXPECT_EQ(NodesOf(spread).size(), 3u) << spread.dump();
+}
+
+TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGroup) {
+  Join("n1", 8, OneIsland(8));
+  Join("n2", 8, OneIsland(8));
+  const json g = Create(Gang(3, 4, Topology::kNode));
+  ASSERT_EQ(g["state"], "running");
+  const Instance r0 = Member(g, 0), r1 = Member(g, 1), r2 = Member(g, 2);
+  json desired = state_->DesiredState(r1.node);
+  json env;
+  for (const json& w : desired["workloads"]) {
+    if (w["id"] == r1.id.str()) env = w["env"];
+  }
+  ASSERT_TRUE(env.is_object()) << desired.dump();
+  EXPECT_EQ(env["WORLD_SIZE"], "3");
+  EXPECT_EQ(env["RANK"], "1");
+  EXPECT_EQ(env["MASTER_ADDR"], r0.node);
+  EXPECT_EQ(env["TESSERA_GROUP"], g["id"]);
+  EXPECT_EQ(env["LOCAL_RANK"], r0.node == r1.node ? "1" : "0");
+  for (const Instance& m : {r0, r1, r2}) Sync(m.node, {Report(m, InstanceState::kRunning)});
+  // Rank 2 fails: the others are stopped, and the group starts a new attempt, whole.
+  Sync(r2.node, {Report(r2, InstanceState::kFailed, 1)});
+  json after = Get(g["id"]);
+  EXPECT_EQ(after["restarts"], 1);
+  EXPECT_EQ(state_->GetInstance(Acme(), r0.id.str())->state, InstanceState::kStopping);
+  EXPECT_EQ(state_->GetInstance(Acme(), r1.id.str())->state, InstanceState::kStopping);
+  for (const json& m : after["members"]) EXPECT_EQ(m["state"], "pending") << after.dump();
+  // Once the old members have stopped, the new attempt is placed.
+  Sync(r0.node, {Report(r0, InstanceState::kTerminated, 0)});
+  if (r1.node != r0.node) Sync(r1.node, {Report(r1, InstanceState::kTerminated, 0)});
+  after = Get(g["id"]);
+  EXPECT_EQ(after["state"], "running") << after.dump();
+  EXPECT_EQ(after["placed"], 3);
+  EXPECT_EQ(Member(after, 0).group_env.at("TESSERA_GROUP_RESTARTS"), "1");
+}
+
+TEST_F(GroupsTest, WithoutRestartAFailedMemberFailsTheGroup) {
+  Join("n1", 8, OneIsland(8));
+  GroupRequest req = Gang(2, 1, Topology::kNode);
+  req.restart = false;
+  const json g = Create(req);
+  const Instance r0 = Member(g, 0);
+  Sync(r0.node, {Report(r0, InstanceState::kRunning)});
+  Sync(r0.node, {Report(r0, InstanceState::kFailed, 3)});
+  const json after = Get(g["id"]);
+  EXPECT_EQ(after["state"], "failed");
+  EXPECT_NE(after["reason"].get<std::string>().find("rank 0"), std::string::npos);
+  EXPECT_EQ(state_->GetInstance(Acme(), Member(g, 1).id.str())->state, InstanceState::kStopping);
+}
+
+TEST_F(GroupsTest, ScalingAddsRanksAsAGangAndRemovesTheNewestFirst) {
+  Join("n1", 8, OneIsland(8));
+  const json g = Create(Gang(2, 2, Topology::kNode));
+  const std::string id = g["id"];
+  state_->BeginRound();
+  auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(grown.ok()) << grown.status().message();
+  EXPECT_EQ((*grown)["placed"], 4);
+  EXPECT_EQ(FreeGpus("n1"), 0);
+  const Instance newest = Member(*grown, 3);
+  state_->BeginRound();
+  auto shrunk = state_->ScaleGroup(Acme(), id, 3, batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(shrunk.ok());
+  EXPECT_EQ((*shrunk)["members"].size(), 3u);
+  EXPECT_EQ(state_->GetInstance(Acme(), newest.id.str())->state, InstanceState::kStopping);
+  // A member is not deleted on its own.
+  state_->BeginRound();
+  auto refused = state_->DeleteInstance(Acme(), Member(g, 0).id.str(), batch_);
+  state_->EndRound(batch_);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(GroupsTest, AfterARestartAGroupIsWholeOrStillWaitingNeverHalfPlaced) {
+  Join("n1", 8, OneIsland(8));
+  const json placed = Create(Gang(2, 4, Topology::kNode));
+  const json waiting = Create(Gang(2, 4, Topology::kNode));
+  ASSERT_EQ(waiting["state"], "waiting");
+  Commit();
+  state_ = NewState();
+  seq_.clear();
+  agent_ = "a2";
+  ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
+  ASSERT_TRUE(state_->RegisterAgent("n1", {agent_, Inventory("n1", 8, OneIsland(8))}, batch_).ok());
+  Sync("n1");
+  EXPECT_EQ(Get(placed["id"])["placed"], 2);
+  EXPECT_EQ(Get(waiting["id"])["placed"], 0);
+  EXPECT_EQ(Get(waiting["id"])["state"], "waiting");
+  EXPECT_EQ(FreeGpus("n1"), 0);
+  // A new group gets a new id.
+  EXPECT_NE(Create(Gang(1, 1))["id"], waiting["id"]);
+}
+
+}  // namespace
+}  // namespace tessera::core

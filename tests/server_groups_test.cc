@@ -1,0 +1,121 @@
+// Groups through a real server process with its simulated agents: a gang's members run as real
+// processes with their rank environment, a gang that does not fit waits holding nothing, errors
+// name the template's field, and another tenant sees none of it. The CLI drives the same API.
+#include <fmt/format.h>
+
+#include "server_test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+class ServerGroupsTest : public ServerTest {
+ protected:
+  // The instance's log once it holds `want`, or what it holds after 10 s.
+  std::string AwaitLog(const std::string& token, const std::string& id, const std::string& want) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      const std::string log = Call("GET", "/v1/instances/" + id + "/logs", token).raw;
+      if (log.find(want) != std::string::npos || std::chrono::steady_clock::now() >= end) {
+        return log;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  static json Gang(int size, int gpus, const std::string& command) {
+    json member = H100(gpus, "on_demand");
+    member["command"] = command;
+    return {{"name", "ddp"}, {"size", size}, {"topology", "nvlink"}, {"template", member}};
+  }
+};
+
+TEST_F(ServerGroupsTest, AGangRunsWithItsRanksAndOnlyItsTenantSeesIt) {
+  const std::string acme = NewTenant("acme", 8);
+  auto created = Post("/v1/groups", acme,
+                      Gang(2, 1,
+                           "echo rank=$RANK of $WORLD_SIZE local=$LOCAL_RANK "
+                           "master=$MASTER_ADDR:$MASTER_PORT; sleep 60"));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const json& g = created.body;
+  EXPECT_EQ(g["state"], "running");
+  EXPECT_EQ(g["placed"], 2);
+  const std::string id = g["id"];
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string member = g["members"][rank]["instance"];
+    EXPECT_EQ(AwaitState(acme, member, "running"), "running");
+    const std::string want = fmt::format("rank={} of 2 local={} master={}:", rank, rank,
+                                         g["members"][0]["node"].get<std::string>());
+    EXPECT_NE(AwaitLog(acme, member, want).find(want), std::string::npos);
+    auto shown = Get("/v1/instances/" + member, acme);
+    EXPECT_EQ(shown.body["group"], id);
+    EXPECT_EQ(shown.body["rank"], rank);
+  }
+  // The fleet's H100 node has two GPUs: a gang needing two more waits and holds nothing.
+  auto waits = Post("/v1/groups", acme, Gang(1, 2, "sleep 60"));
+  ASSERT_EQ(waits.status, 201) << waits.raw;
+  EXPECT_EQ(waits.body["state"], "waiting");
+  EXPECT_EQ(waits.body["placed"], 0);
+  EXPECT_NE(waits.body.value("reason", "").find("waiting for room"), std::string::npos);
+  // A member is not deleted alone.
+  const std::string rank0 = g["members"][0]["instance"];
+  EXPECT_EQ(Call("DELETE", "/v1/instances/" + rank0, acme).status, 409);
+  // Errors name the field.
+  json bad = Gang(2, 1, "true");
+  bad["template"]["gpus"] = "two";
+  auto refused = Post("/v1/groups", acme, bad);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.raw.find("template.gpus"), std::string::npos) << refused.raw;
+  json big = Gang(2, 1, "true");
+  big["min_available"] = 3;
+  EXPECT_NE(Post("/v1/groups", acme, big).raw.find("min_available"), std::string::npos);
+  // Another tenant sees none of it.
+  const std::string beta = NewTenant("beta", 8);
+  EXPECT_EQ(Get("/v1/groups/" + id, beta).status, 404);
+  EXPECT_EQ(Get("/v1/groups", beta).body["groups"].size(), 0u);
+  EXPECT_EQ(Call("DELETE", "/v1/groups/" + id, beta).status, 404);
+  json scale = {{"size", 1}};
+  EXPECT_EQ(Call("PATCH", "/v1/groups/" + id, beta, &scale).status, 404);
+  // Deleting the group stops its members; the waiting gang then runs.
+  auto deleted = Call("DELETE", "/v1/groups/" + id, acme);
+  EXPECT_EQ(deleted.status, 200);
+  EXPECT_EQ(deleted.body["state"], "deleted");
+  EXPECT_EQ(AwaitState(acme, rank0, "terminated"), "terminated");
+  const std::string next = waits.body["members"][0]["instance"];
+  EXPECT_EQ(AwaitState(acme, next, "running"), "running");
+  EXPECT_EQ(Get("/v1/groups/" + waits.body["id"].get<std::string>(), acme).body["state"],
+            "running");
+}
+
+TEST_F(ServerGroupsTest, TheCliCreatesListsScalesAndDeletesGroups) {
+  const std::string acme = NewTenant("acme", 8);
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.end(), {"--url", server_->url(), "--token", acme});
+    return testing::RunTessera(args);
+  };
+  auto created =
+      run({"groups",      "create",    "--name", "web", "--size",  "2", "--placement",  "spread",
+           "--gpu-model", "H100-80GB", "--gpus", "1",   "--vcpus", "2", "--memory-mib", "1024",
+           "--command",   "sleep 60",  "-o",     "json"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  const json g = json::parse(created.out);
+  EXPECT_EQ(g["name"], "web");
+  EXPECT_EQ(g["placement"], "spread");
+  const std::string id = g["id"];
+  auto list = run({"groups", "list"});
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find(id), std::string::npos) << list.out;
+  auto scaled = run({"groups", "scale", id, "1", "-o", "json"});
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
+  EXPECT_EQ(json::parse(scaled.out)["members"].size(), 1u);
+  auto shown = run({"groups", "get", id});
+  EXPECT_NE(shown.out.find("RANK"), std::string::npos) << shown.out;
+  EXPECT_EQ(run({"groups", "delete", id}).exit_code, 0);
+  auto unknown = run({"groups", "get", "grp-999999"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("not found"), std::string::npos) << unknown.err;
+}
+
+}  // namespace
+}  // namespace tessera
