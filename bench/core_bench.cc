@@ -8,7 +8,8 @@
 //                            be freed on every node, so every node is worth a search, but never
 //                            four on one island, so every trial fails. The pass spends its whole
 //                            attempt budget and the round its whole search budget;
-//   BM_Round/restore         recovery of 80,000 running instances (start-up).
+//   BM_Round/restore         recovery of 80,000 running instances (start-up);
+//   BM_Gangs                 1,000 gangs of 2-64 NVLinked GPUs placed whole, one round each.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -193,9 +194,44 @@ void BM_Restore(benchmark::State& bs) {
   bs.counters["instances"] = static_cast<double>(records.instances.size());
 }
 
+// 1,000 gangs of 2 to 64 NVLinked GPUs (members of up to 4 GPUs, one island each, packed onto as
+// few nodes as possible), each created and placed whole in its own round, on an empty
+// 10,000-node fleet. Items: placement decisions (gangs).
+void BM_Gangs(benchmark::State& bs) {
+  for (auto _ : bs) {
+    bs.PauseTiming();
+    FakeClock clock;
+    auto state = NewState(&clock);
+    store::Batch setup;
+    const Tenant t = *state->tenants().Create("gangs", int64_t{1} << 40, "h", setup);
+    bs.ResumeTiming();
+    int placed = 0;
+    for (int i = 0; i < 1000; ++i) {
+      const int gpus = 2 << (i % 6);  // 2, 4, 8, 16, 32, 64.
+      GroupRequest g;
+      g.member = H100(std::min(gpus, 4), Billing::kOnDemand, 8, 1024);
+      g.member.shape.nvlink = true;
+      g.size = gpus / g.member.shape.gpus;
+      g.min_available = g.size;
+      g.topology = Topology::kNvlink;
+      store::Batch batch;
+      state->BeginRound();
+      auto made = state->CreateGroup(*state->tenants().Find(t.id.str()), g, batch);
+      state->EndRound(batch);
+      placed += made.ok() && (*made)["placed"] == g.size;
+    }
+    if (placed != 1000) bs.SkipWithError("a gang did not fit an empty fleet");
+  }
+  bs.SetItemsProcessed(bs.iterations() * 1000);
+}
+
 BENCHMARK(BM_RoundCreate)->Name("BM_Round/create")->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RoundFreedWorst)->Name("BM_Round/freed_worst")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Restore)->Name("BM_Round/restore")->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Gangs)
+    ->Name("BM_Gangs/1000_on_10000_nodes")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 }  // namespace tessera::core

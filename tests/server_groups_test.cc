@@ -3,6 +3,8 @@
 // name the template's field, and another tenant sees none of it. The CLI drives the same API.
 #include <fmt/format.h>
 
+#include <csignal>
+
 #include "server_test_util.h"
 
 namespace tessera {
@@ -115,6 +117,56 @@ TEST_F(ServerGroupsTest, TheCliCreatesListsScalesAndDeletesGroups) {
   auto unknown = run({"groups", "get", "grp-999999"});
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_NE(unknown.err.find("not found"), std::string::npos) << unknown.err;
+}
+
+TEST_F(ServerGroupsTest, TheAutoscalerFollowsTheBacklogAndSaysSoInTheAuditAndMetrics) {
+  ASSERT_EQ(server_->Stop(SIGTERM), 0) << server_->output();
+  StartServer({"--sim-agents", "--autoscale-interval", "200ms"});
+  const std::string acme = NewTenant("acme", 8);
+  json body = Gang(1, 1, "sleep 60");
+  body["topology"] = "any";
+  body["autoscale"] = {{"min", 1}, {"max", 2}, {"metric", "pending"}, {"target", 10}};
+  auto created = Post("/v1/groups", acme, body);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  json backlog = {{"pending", 40}};  // 40 for one member against 10: 4 wanted, 2 at most.
+  ASSERT_EQ(Call("PUT", "/v1/groups/" + id + "/backlog", acme, &backlog).status, 200);
+  json g;
+  for (int i = 0; i < 100; ++i) {
+    g = Get("/v1/groups/" + id, acme).body;
+    if (g["size"] == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(g["size"], 2) << g.dump();
+  EXPECT_EQ(g["autoscale_status"]["scale_ups"], 1);
+  EXPECT_NE(g["autoscale_status"]["last_decision"].get<std::string>().find("pending 40.0"),
+            std::string::npos)
+      << g.dump();
+  // The decision is audited with its inputs, and counted on /metrics.
+  bool audited = false;
+  const HttpReply audit = Get("/v1/audit", kAdminToken);
+  for (const json& e : audit.body["entries"]) {
+    if (e["actor"] == "autoscaler" && e["target"] == id) audited = true;
+  }
+  EXPECT_TRUE(audited) << audit.raw;
+  const std::string metrics = Call("GET", "/metrics", kAdminToken).raw;
+  EXPECT_NE(metrics.find("tessera_group_autoscale_decisions_total{group=\"" + id +
+                         "\",tenant=\"tenant-000001\",direction=\"up\"} 1"),
+            std::string::npos)
+      << metrics.substr(0, 2000);
+  if (auto problems = testing::PromtoolProblems(metrics)) {
+    EXPECT_EQ(*problems, "");
+  }
+  // A cron field out of range is a 400 naming the entry and the field.
+  json bad = body;
+  bad["autoscale"]["schedule"] = {{{"cron", "0 14 * 13 1-5"}, {"min", 2}}};
+  auto refused = Post("/v1/groups", acme, bad);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.raw.find("autoscale.schedule[0].cron"), std::string::npos) << refused.raw;
+  EXPECT_NE(refused.raw.find("month"), std::string::npos) << refused.raw;
+  // Another tenant cannot report a backlog for it.
+  const std::string beta = NewTenant("beta", 8);
+  EXPECT_EQ(Call("PUT", "/v1/groups/" + id + "/backlog", beta, &backlog).status, 404);
 }
 
 }  // namespace

@@ -27,6 +27,15 @@ Result<int> ParseScale(const json& body) {
   return size;
 }
 
+// PUT /v1/groups/{id}/backlog: {pending}.
+Result<int64_t> ParseBacklog(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"pending"});
+  const int64_t pending = f.Int("pending", 0, int64_t{1} << 40);
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  return pending;
+}
+
 std::string GroupId(const json& j) { return j.value("id", ""); }
 
 }  // namespace
@@ -71,6 +80,17 @@ void AddGroupRoutes(Api& table) {
                    },
                    200, Passthrough, GroupId});
             });
+  table.Add(
+      "PUT", "/v1/groups/{id}/backlog", Access::kAnyToken, BodyKind::kJson, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        Result<int64_t> pending =
+            call->body_status.ok() ? ParseBacklog(call->body) : Result<int64_t>(call->body_status);
+        api.Run<json>(call, pending.status(),
+                      {[call, pending](core::State& s, store::Batch&, const core::Tenant& caller) {
+                         return s.SetGroupBacklog(caller, call->params[0], *pending);
+                       },
+                       200, Passthrough, nullptr});
+      });
   table.Add("DELETE", "/v1/groups/{id}", Access::kAnyToken, BodyKind::kNone, true,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Run<json>(call, Status::Ok(),

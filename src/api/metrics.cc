@@ -131,6 +131,46 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
         "Agent reports refused (replayed, superseded or malformed).",
         state.counters().agent_reports_refused);
 
+  // Groups, and what autoscaled ones follow: one family at a time, as the format requires.
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    std::string lines{};
+  };
+  Family size{"tessera_group_size", "gauge", "Members a group has."};
+  Family desired{"tessera_group_autoscale_desired", "gauge",
+                 "The size the group's autoscaler last decided."};
+  Family floor{"tessera_group_autoscale_floor", "gauge",
+               "The autoscaler's floor: its min, or the schedule's when higher."};
+  Family target{"tessera_group_autoscale_target", "gauge", "The autoscaler's target."};
+  Family value{"tessera_group_autoscale_value", "gauge",
+               "The autoscaler's last reading of its metric."};
+  Family decisions{"tessera_group_autoscale_decisions_total", "counter",
+                   "Sizes the autoscaler changed, by direction."};
+  for (const auto& [id, g] : state.groups()) {
+    if (g.state != core::GroupState::kWaiting && g.state != core::GroupState::kRunning) continue;
+    const std::string labels = fmt::format("group=\"{}\",tenant=\"{}\"", id, g.tenant.str());
+    size.lines += fmt::format("{}{{{}}} {}\n", size.name, labels, g.spec.size);
+    if (!g.spec.autoscale) continue;
+    const core::Autoscale& a = *g.spec.autoscale;
+    const std::string metric =
+        fmt::format("{},metric=\"{}\"", labels, core::AutoscaleMetricName(a.metric));
+    desired.lines +=
+        fmt::format("{}{{{}}} {}\n", desired.name, labels, g.desired > 0 ? g.desired : g.spec.size);
+    floor.lines += fmt::format("{}{{{}}} {}\n", floor.name, labels, g.floor > 0 ? g.floor : a.min);
+    target.lines += fmt::format("{}{{{}}} {:g}\n", target.name, metric, a.target);
+    if (g.metric_value) {
+      value.lines += fmt::format("{}{{{}}} {:g}\n", value.name, metric, *g.metric_value);
+    }
+    decisions.lines +=
+        fmt::format("{0}{{{1},direction=\"up\"}} {2}\n{0}{{{1},direction=\"down\"}} {3}\n",
+                    decisions.name, labels, g.scale_ups, g.scale_downs);
+  }
+  for (const Family* f : {&size, &desired, &floor, &target, &value, &decisions}) {
+    out +=
+        fmt::format("# HELP {} {}\n# TYPE {} {}\n{}", f->name, f->help, f->name, f->type, f->lines);
+  }
   Histogram(out, "tessera_scheduling_latency_seconds", "Time to place one request.",
             state.counters().scheduling_latency);
   Histogram(out, "tessera_instance_start_latency_seconds",

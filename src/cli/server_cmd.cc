@@ -4,11 +4,14 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <filesystem>
 #include <future>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "agent/agent.h"
@@ -47,6 +50,7 @@ struct ServerFlags {
   std::string smtp_from;
   bool allow_private_receivers = false;
   std::string alert_interval = "5s";
+  std::string autoscale_interval = "15s";
   std::string external_url;
 };
 
@@ -283,6 +287,96 @@ Status StartDemoAgent(InProcessAgents& agents, core::Core& core, const catalog::
   return Status::Ok();
 }
 
+// The demo's autoscaled group: tenant `demo`'s inference replicas, whose backlog follows a daily
+// load curve in sped-up time (a day every 12 minutes, its peak at 14:00 as in the seed articles'
+// trading day), so the autoscaler grows and shrinks the group while one watches.
+class DemoLoad {
+ public:
+  static constexpr int kSecondsPerDay = 720;
+
+  // The group's id, made on the first demo start and found again after.
+  static Result<std::string> SetUp(core::Core& core) {
+    return core.Run<std::string>([](core::State& s, store::Batch& b) -> Result<std::string> {
+      for (const auto& [id, g] : s.groups()) {
+        if (g.spec.name == "demo-inference" && g.state != core::GroupState::kDeleted) return id;
+      }
+      const core::Tenant* demo = nullptr;
+      for (const core::Tenant* t : s.tenants().List()) {
+        if (t->name == "demo") demo = t;
+      }
+      if (!demo) {
+        TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
+        TESSERA_RETURN_IF_ERROR(s.tenants().Create("demo", 16'000, token.second, b).status());
+        for (const core::Tenant* t : s.tenants().List()) {
+          if (t->name == "demo") demo = t;
+        }
+      }
+      core::GroupRequest g;
+      g.name = "demo-inference";
+      g.member.billing = core::Billing::kOnDemand;
+      g.member.instance_type = "gpu.1xh100";
+      g.member.command = "sleep 86400";
+      g.size = 1;
+      g.min_available = 1;
+      g.placement = core::Placement::kSpread;
+      core::Autoscale a;
+      a.min = 1;
+      a.max = 6;
+      a.metric = core::AutoscaleMetric::kPending;
+      a.target = 10;
+      a.scale_down_stabilization_seconds = 60;
+      g.autoscale = a;
+      TESSERA_ASSIGN_OR_RETURN(nlohmann::json made, s.CreateGroup(*demo, g, b));
+      return made["id"].get<std::string>();
+    });
+  }
+
+  // Requests waiting at a time of the sped-up day: 5 at night, 55 at the 14:00 peak.
+  static int64_t Backlog(double hour) {
+    const double peak = std::exp(-std::pow((hour - 14) / 3.0, 2));
+    return std::llround(5 + 50 * peak);
+  }
+
+  DemoLoad(core::Core* core, std::string group) : core_(core), group_(std::move(group)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~DemoLoad() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  const std::string& group() const { return group_; }
+
+ private:
+  void Loop() {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::seconds(5), [this] { return stop_; })) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // The day starts at 08:00, so the peak comes three minutes after the start.
+      const double hour =
+          std::fmod(seconds + kSecondsPerDay / 3.0, kSecondsPerDay) * 24 / kSecondsPerDay;
+      const int64_t backlog = Backlog(hour);
+      core::Tenant admin;
+      admin.admin = true;
+      auto set = core_->Run<nlohmann::json>(
+          [&](core::State& s, store::Batch&) { return s.SetGroupBacklog(admin, group_, backlog); });
+      if (!set.ok()) spdlog::warn("demo load: {}", set.status().message());
+    }
+  }
+
+  core::Core* core_;
+  std::string group_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 // The notifier's options from the alerting flags; InvalidArgument naming the flag.
 Status NotifierFlags(const ServerFlags& flags, alerts::NotifierOptions& notify) {
   notify.alertmanager_url = flags.alertmanager;
@@ -332,6 +426,10 @@ int RunServer(const ServerFlags& flags) {
   if (alert_interval.ok() && *alert_interval < std::chrono::milliseconds(100)) {
     alert_interval = Status::InvalidArgument("--alert-interval: at least 100ms");
   }
+  auto autoscale_interval = ParseDuration(flags.autoscale_interval, "--autoscale-interval");
+  if (autoscale_interval.ok() && *autoscale_interval < std::chrono::milliseconds(100)) {
+    autoscale_interval = Status::InvalidArgument("--autoscale-interval: at least 100ms");
+  }
   if (node_timeout.ok() && *node_timeout < std::chrono::seconds(2)) {
     node_timeout = Status::InvalidArgument(
         "--node-timeout: at least 2s (agents report every 2s; the lease is half of it)");
@@ -340,7 +438,7 @@ int RunServer(const ServerFlags& flags) {
   Status notify_flags = NotifierFlags(flags, notify);
   for (const Status& s :
        {instance_retention.status(), audit_retention.status(), node_timeout.status(),
-        spot_notice.status(), alert_interval.status(), notify_flags}) {
+        spot_notice.status(), alert_interval.status(), autoscale_interval.status(), notify_flags}) {
     if (!s.ok()) {
       std::cerr << "tessera server: " << s.message() << "\n";
       return kExitUsage;
@@ -380,6 +478,7 @@ int RunServer(const ServerFlags& flags) {
   options.instance_retention = *instance_retention;
   options.audit_retention = *audit_retention;
   options.alert_interval = *alert_interval;
+  options.autoscale_interval = *autoscale_interval;
   std::unique_ptr<alerts::Notifier> notifier;  // Outlives the core, which hands it alerts.
   std::unique_ptr<core::Core> core;
   api::ApiServer server(&*catalog, server_options);
@@ -412,10 +511,14 @@ int RunServer(const ServerFlags& flags) {
       return Fail(st);
     }
   }
+  std::unique_ptr<DemoLoad> demo_load;
   if (flags.demo) {
     if (Status st = StartDemoAgent(agents, *core, *catalog, url, flags.data); !st.ok()) {
       return Fail(st);
     }
+    auto group = DemoLoad::SetUp(*core);
+    if (!group.ok()) return Fail(group.status());
+    demo_load = std::make_unique<DemoLoad>(core.get(), *group);
   }
   // Announced once the simulated agents serve their nodes, so what is listed can run.
   std::cout << "tessera server listening on " << url << " (data in " << flags.data << ")\n";
@@ -432,12 +535,16 @@ int RunServer(const ServerFlags& flags) {
               << "  " << tessera << " tenants create acme --quota-gpus 16   # prints acme's token\n"
               << "  TESSERA_TOKEN=<acme's token> " << tessera
               << " instances create --type gpu.1xh100 --billing on_demand\n"
-              << "  " << tessera << " nodes list\n";
+              << "  " << tessera << " nodes list\n"
+              << "  " << tessera << " groups get " << demo_load->group()
+              << "   # autoscaled on a daily load curve, a day every "
+              << DemoLoad::kSecondsPerDay / 60 << " minutes\n";
   }
   std::cout.flush();
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("stopping on signal {}", sig);
+  demo_load.reset();
   agents.StopAll();
   server.Stop();
   return kExitOk;
@@ -494,6 +601,9 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
                 "refused, after DNS, at send time)");
   cmd->add_option("--alert-interval", flags->alert_interval,
                   "How often alert rules are evaluated (e.g. 5s)")
+      ->capture_default_str();
+  cmd->add_option("--autoscale-interval", flags->autoscale_interval,
+                  "How often autoscaled groups are evaluated (e.g. 15s)")
       ->capture_default_str();
   cmd->add_option("--external-url", flags->external_url,
                   "The server's URL as people reach it, for links in alerts (default: the "

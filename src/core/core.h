@@ -55,6 +55,7 @@ struct CoreOptions {
   // Alerts: how often rules are evaluated, the evaluator's options, and who delivers what they
   // decide (null: nobody; the notifier must outlive the core).
   Duration alert_interval = std::chrono::seconds(5);
+  Duration autoscale_interval = std::chrono::seconds(15);
   alerts::EvaluatorOptions alerts;
   alerts::Notifier* notifier = nullptr;
   // How long audit entries are kept; zero keeps them for ever.

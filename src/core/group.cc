@@ -33,6 +33,93 @@ std::optional<Topology> ParseTopology(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view AutoscaleMetricName(AutoscaleMetric m) {
+  switch (m) {
+    case AutoscaleMetric::kGpuUtil:
+      return "gpu_util";
+    case AutoscaleMetric::kFbUsed:
+      return "fb_used";
+    case AutoscaleMetric::kPending:
+      return "pending";
+  }
+  return "gpu_util";
+}
+
+namespace {
+
+// The `autoscale` object of a group request; errors name "autoscale.<field>".
+std::optional<Autoscale> ReadAutoscale(JsonFields& f, const nlohmann::json& body) {
+  JsonFields a = f.Object("autoscale", false);
+  if (a.absent()) return std::nullopt;
+  a.RejectUnknown(
+      {"min", "max", "metric", "target", "scale_down_stabilization_seconds", "schedule"});
+  Autoscale out;
+  out.min = static_cast<int>(a.Int("min", 1, kMaxGroupSize));
+  out.max = static_cast<int>(a.Int("max", 1, kMaxGroupSize));
+  if (a.ok() && out.max < out.min) a.Fail("max", fmt::format("is less than min ({})", out.min));
+  const std::string metric = a.String("metric", false, "gpu_util");
+  bool known = false;
+  for (AutoscaleMetric m :
+       {AutoscaleMetric::kGpuUtil, AutoscaleMetric::kFbUsed, AutoscaleMetric::kPending}) {
+    if (AutoscaleMetricName(m) == metric) {
+      out.metric = m;
+      known = true;
+    }
+  }
+  if (!known) {
+    a.Fail("metric", fmt::format("'{}' is not gpu_util, fb_used or pending", Quote(metric, 32)));
+  }
+  const bool percent = out.metric != AutoscaleMetric::kPending;
+  out.target = a.Number("target", percent ? 1 : 0.001, percent ? 100 : 1e9);
+  out.scale_down_stabilization_seconds =
+      a.Int("scale_down_stabilization_seconds", 0, 86400, false, 300);
+  const nlohmann::json& raw = body["autoscale"];
+  if (raw.is_object() && raw.contains("schedule")) {
+    const nlohmann::json& list = raw["schedule"];
+    if (!list.is_array() || list.size() > 32) {
+      a.Fail("schedule", "is not a list of at most 32 {cron, min} entries");
+      return out;
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string at = fmt::format("schedule[{}]", i);
+      const nlohmann::json& e = list[i];
+      if (!e.is_object() || !e.contains("cron") || !e["cron"].is_string() || !e.contains("min") ||
+          !e["min"].is_number_integer()) {
+        a.Fail(at, "is not {\"cron\": \"M H DOM MON DOW\", \"min\": N}");
+        continue;
+      }
+      auto cron = Cron::Parse(e["cron"].get<std::string>());
+      if (!cron.ok()) {
+        a.Fail(at + ".cron", cron.status().message());
+        continue;
+      }
+      const int64_t min = e["min"].get<int64_t>();
+      if (min < out.min || min > out.max) {
+        a.Fail(at + ".min",
+               fmt::format("{} is outside [min, max] = [{}, {}]", min, out.min, out.max));
+        continue;
+      }
+      out.schedule.push_back({std::move(*cron), static_cast<int>(min)});
+    }
+  }
+  return out;
+}
+
+nlohmann::json AutoscaleJson(const Autoscale& a) {
+  nlohmann::json schedule = nlohmann::json::array();
+  for (const ScheduleEntry& e : a.schedule) {
+    schedule.push_back({{"cron", e.cron.text()}, {"min", e.min}});
+  }
+  return {{"min", a.min},
+          {"max", a.max},
+          {"metric", AutoscaleMetricName(a.metric)},
+          {"target", a.target},
+          {"scale_down_stabilization_seconds", a.scale_down_stabilization_seconds},
+          {"schedule", std::move(schedule)}};
+}
+
+}  // namespace
+
 std::string_view GroupStateName(GroupState s) {
   switch (s) {
     case GroupState::kWaiting:
@@ -58,8 +145,8 @@ std::optional<GroupState> ParseGroupState(std::string_view s) {
 }
 
 Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body) {
-  f.RejectUnknown(
-      {"name", "template", "size", "placement", "topology", "min_available", "restart"});
+  f.RejectUnknown({"name", "template", "size", "placement", "topology", "min_available", "restart",
+                   "autoscale"});
   GroupRequest r;
   r.name = f.String("name", false);
   if (!r.name.empty() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
@@ -81,6 +168,11 @@ Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body)
     f.Fail("topology", fmt::format("'{}' is not nvlink, node or any", Quote(topology, 32)));
   }
   r.restart = f.Bool("restart", false, true);
+  r.autoscale = ReadAutoscale(f, body);
+  if (r.autoscale && f.ok() && (r.size < r.autoscale->min || r.size > r.autoscale->max)) {
+    f.Fail("size", fmt::format("{} is outside autoscale's [min, max] = [{}, {}]", r.size,
+                               r.autoscale->min, r.autoscale->max));
+  }
   JsonFields t = f.Object("template");
   if (!t.absent()) {
     auto member = ReadCreateInstance(t, body["template"]);
@@ -109,6 +201,7 @@ nlohmann::json ToJson(const Group& g) {
                       {"created_at", FormatRfc3339(g.created_at)},
                       {"updated_at", FormatRfc3339(g.updated_at)}};
   if (!g.reason.empty()) j["reason"] = g.reason;
+  if (g.spec.autoscale) j["autoscale"] = AutoscaleJson(*g.spec.autoscale);
   return j;
 }
 
@@ -119,8 +212,8 @@ Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where) {
   auto tenant = TenantId::Parse(f.String("tenant"));
   // The request's fields, read as POST /v1/groups reads them.
   nlohmann::json request = nlohmann::json::object();
-  for (const char* key :
-       {"name", "template", "size", "placement", "topology", "min_available", "restart"}) {
+  for (const char* key : {"name", "template", "size", "placement", "topology", "min_available",
+                          "restart", "autoscale"}) {
     if (j.is_object() && j.contains(key)) request[key] = j[key];
   }
   JsonFields rf(request, where);

@@ -14,6 +14,7 @@
 #include "common/ids.h"
 #include "common/json.h"
 #include "core/admission.h"
+#include "core/cron.h"
 
 namespace tessera::core {
 
@@ -31,6 +32,29 @@ std::optional<Topology> ParseTopology(std::string_view s);
 
 inline constexpr int kMaxGroupSize = 1024;
 
+// What an autoscaled group follows: the mean GPU utilization or framebuffer use of its members'
+// GPUs (percent), or the backlog its owner reports per member (PUT /v1/groups/{id}/backlog).
+enum class AutoscaleMetric { kGpuUtil, kFbUsed, kPending };
+std::string_view AutoscaleMetricName(AutoscaleMetric m);  // gpu_util, fb_used, pending.
+
+// A floor the schedule sets from each time its cron fires until another entry's fires.
+struct ScheduleEntry {
+  Cron cron;
+  int min = 1;
+};
+
+// Kubernetes HPA's rule (docs/groups.md): desired = ceil(size x value / target), unchanged
+// within 10% of the target; up at once, down only to the highest desired size over the
+// stabilization window; never below min (or the schedule's floor) nor above max.
+struct Autoscale {
+  int min = 1, max = 1;
+  AutoscaleMetric metric = AutoscaleMetric::kGpuUtil;
+  double target = 0;
+  int64_t scale_down_stabilization_seconds = 300;
+  std::vector<ScheduleEntry> schedule;
+};
+inline constexpr double kAutoscaleTolerance = 0.1;
+
 // POST /v1/groups.
 struct GroupRequest {
   std::string name;
@@ -40,6 +64,7 @@ struct GroupRequest {
   Placement placement = Placement::kPack;
   Topology topology = Topology::kAny;
   bool restart = true;  // Restart the whole group when a member fails or is preempted.
+  std::optional<Autoscale> autoscale;
 };
 
 // Reads a group request from `body`; errors name the field ("template.gpus", "size").
@@ -66,6 +91,17 @@ struct Group {
   Time created_at;
   Time updated_at;
   int64_t seq = 0;  // Creation order: FIFO among waiting groups of one priority.
+
+  // The autoscaler's memory, not stored: its recent recommendations (for the scale-down
+  // window), its last reading and decision, and the backlog last reported.
+  std::vector<std::pair<Time, int>> recommendations{};
+  std::optional<double> metric_value{};
+  std::optional<int64_t> backlog{};
+  int desired = 0;
+  int floor = 0;
+  std::string decision{};
+  Time scale_down_after{};  // No scale-down before this (a restart forgets the window).
+  int64_t scale_ups = 0, scale_downs = 0;
 };
 
 // The stored form, which the API shows with its members' states added.

@@ -4,7 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <map>
+#include <array>
+#include <cmath>
 
 #include "common/text.h"
 #include "core/state.h"
@@ -27,7 +28,13 @@ bool Ended(GroupState s) { return s != GroupState::kWaiting && s != GroupState::
 Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupRequest& req,
                                           store::Batch& batch) {
   auto admitted = AdmitFor(caller, req.member, req.size);
-  if (!admitted.ok()) return admitted.status().WithPrefix("template");
+  if (!admitted.ok()) {
+    // What admission says of the shape is about the template; quota and budget are not.
+    const Status& s = admitted.status();
+    const bool shape =
+        s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
+    return shape ? s.WithPrefix("template") : s;
+  }
   if (req.member.billing == Billing::kReserved) {
     return Status::InvalidArgument(
         "field 'template.billing': a group's members are on_demand or spot (reserved groups are "
@@ -62,6 +69,7 @@ Status State::AddMembers(Group& g, int from, int to, store::Batch& batch) {
     Save(*inst, batch);
   }
   groups_retry_ = true;
+  waiting_groups_.insert(g.id);
   return Status::Ok();
 }
 
@@ -78,7 +86,10 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       used.push_back(inst->assignment->node);
     }
   }
-  if (pending.empty()) return true;
+  if (pending.empty()) {
+    waiting_groups_.erase(g.id);
+    return true;
+  }
   const bool first = used.empty();
   const Shape& shape = pending.front()->shape;
   sched::Request req = admission_.RequestFor(shape, pending.front()->billing);
@@ -97,29 +108,36 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       const fleet::Node& n = fleet_->nodes()[i];
       if (n.state != fleet::NodeState::kReady || (model && n.model != *model)) continue;
       // With the nvlink topology, a node's room is its roomiest island's, so a gang packs onto
-      // as few islands as it can.
-      std::map<int, int64_t> islands;
-      int64_t room = 0;
-      for (size_t k = 0; k < n.gpus.size(); ++k) {
-        const fleet::Gpu& gpu = n.gpus[k];
+      // as few islands as it can (a GPU without NVLink peers is an island of its own).
+      std::array<int64_t, fleet::kMaxGpusPerNode> islands{};
+      int64_t room = 0, alone = 0;
+      for (const fleet::Gpu& gpu : n.gpus) {
         const int64_t free = whole
                                  ? (gpu.free_milli == fleet::kMilliPerGpu ? fleet::kMilliPerGpu : 0)
                                  : gpu.free_milli;
         room += free;
-        islands[gpu.island >= 0 ? gpu.island : -1 - static_cast<int>(k)] += free;
+        if (gpu.island >= 0 && gpu.island < fleet::kMaxGpusPerNode) {
+          islands[static_cast<size_t>(gpu.island)] += free;
+        } else {
+          alone = std::max(alone, free);
+        }
       }
       if (g.spec.topology == Topology::kNvlink) {
-        room = 0;
-        for (const auto& [island, free] : islands) room = std::max(room, free);
+        room = std::max(alone, *std::max_element(islands.begin(), islands.end()));
       }
       if (room >= std::min<int64_t>(unit, fleet::kMilliPerGpu)) {
         ranked.push_back({room, fleet::NodeIndex(i)});
       }
     }
-    std::sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first > b.first
-                                : scheduler_->NodeRank(a.second) < scheduler_->NodeRank(b.second);
-    });
+    // Only the first few are ever tried: those are put in order, the rest left as they are.
+    const size_t wanted = std::min(ranked.size(), kMemberTries + pending.size() + used.size());
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(wanted),
+                      ranked.end(), [&](const auto& a, const auto& b) {
+                        return a.first != b.first ? a.first > b.first
+                                                  : scheduler_->NodeRank(a.second) <
+                                                        scheduler_->NodeRank(b.second);
+                      });
+    ranked.resize(wanted);
   }
   auto is_used = [&](fleet::NodeIndex n) {
     return std::find(used.begin(), used.end(), n) != used.end();
@@ -203,21 +221,21 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   g.state = GroupState::kRunning;
   g.reason.clear();
   g.updated_at = clock_->Now();
+  if (placed.size() == pending.size()) waiting_groups_.erase(g.id);
   return true;
 }
 
 void State::PlaceGroups(store::Batch& batch) {
-  if (!groups_retry_) return;
+  if (!groups_retry_ || waiting_groups_.empty()) return;
   groups_retry_ = false;
   std::vector<Group*> waiting;
-  for (auto& [id, g] : groups_) {
-    if (Ended(g.state)) continue;
-    for (const std::string& m : g.members) {
-      const Instance* inst = instances_.Find(m);
-      if (inst && inst->state == InstanceState::kPending) {
-        waiting.push_back(&g);
-        break;
-      }
+  for (auto it = waiting_groups_.begin(); it != waiting_groups_.end();) {
+    auto g = groups_.find(*it);
+    if (g == groups_.end() || Ended(g->second.state)) {
+      it = waiting_groups_.erase(it);
+    } else {
+      waiting.push_back(&g->second);
+      ++it;
     }
   }
   // Higher priority first, then first come, first served.
@@ -306,6 +324,16 @@ nlohmann::json State::GroupView(const Group& g) const {
   }
   j["members"] = std::move(members);
   j["placed"] = placed;
+  if (g.spec.autoscale) {
+    nlohmann::json status = {{"desired", g.desired > 0 ? g.desired : g.spec.size},
+                             {"floor", g.floor > 0 ? g.floor : g.spec.autoscale->min},
+                             {"scale_ups", g.scale_ups},
+                             {"scale_downs", g.scale_downs}};
+    if (g.metric_value) status["value"] = *g.metric_value;
+    if (g.backlog) status["backlog"] = *g.backlog;
+    if (!g.decision.empty()) status["last_decision"] = g.decision;
+    j["autoscale_status"] = std::move(status);
+  }
   return j;
 }
 
@@ -363,19 +391,25 @@ Result<nlohmann::json> State::ScaleGroup(const Tenant& caller, std::string_view 
     return Status::InvalidArgument(
         fmt::format("field 'size': {} is out of range [1, {}]", size, kMaxGroupSize));
   }
+  if (size > g.spec.size) {
+    const Tenant* owner = tenants_.Find(g.tenant.str());
+    if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
+    TESSERA_RETURN_IF_ERROR(AdmitFor(*owner, g.spec.member, size - g.spec.size).status());
+  }
+  TESSERA_RETURN_IF_ERROR(Resize(g, size, "its group was scaled in", batch));
+  return GroupView(g);
+}
+
+Status State::Resize(Group& g, int size, const std::string& why, store::Batch& batch) {
   const int current = static_cast<int>(g.members.size());
   if (size > current) {
-    TESSERA_ASSIGN_OR_RETURN(Admitted admitted,
-                             AdmitFor(caller.admin ? *tenants_.Find(g.tenant.str()) : caller,
-                                      g.spec.member, size - current));
-    (void)admitted;
     TESSERA_RETURN_IF_ERROR(AddMembers(g, current, size, batch));
   } else {
     // The newest members first.
     for (int rank = current - 1; rank >= size; --rank) {
       const std::string m = g.members[static_cast<size_t>(rank)];
       g.members.pop_back();
-      if (Instance* inst = instances_.Find(m)) Stop(*inst, "its group was scaled in", batch);
+      if (Instance* inst = instances_.Find(m)) Stop(*inst, why, batch);
     }
   }
   g.spec.size = size;
@@ -383,7 +417,120 @@ Result<nlohmann::json> State::ScaleGroup(const Tenant& caller, std::string_view 
   g.updated_at = clock_->Now();
   PlaceGang(g, batch);
   SaveGroup(g, batch);
-  return GroupView(g);
+  return Status::Ok();
+}
+
+Result<nlohmann::json> State::SetGroupBacklog(const Tenant& caller, std::string_view id,
+                                              int64_t pending) {
+  auto it = groups_.find(std::string(id));
+  if (it == groups_.end() || !(caller.admin || caller.id == it->second.tenant)) {
+    return Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
+  }
+  it->second.backlog = pending;
+  return GroupView(it->second);
+}
+
+std::optional<double> State::GroupMetric(const Group& g) const {
+  const Autoscale& a = *g.spec.autoscale;
+  if (a.metric == AutoscaleMetric::kPending) {
+    if (!g.backlog) return std::nullopt;
+    return static_cast<double>(*g.backlog) / std::max(1, g.spec.size);
+  }
+  double sum = 0;
+  int n = 0, missing = 0;
+  for (const std::string& id : g.members) {
+    const Instance* inst = instances_.Find(id);
+    if (!inst) continue;
+    auto node = agents_.nodes().find(inst->node);
+    if (inst->state != InstanceState::kRunning || node == agents_.nodes().end() ||
+        !node->second.telemetry) {
+      missing += std::max(1, inst->shape.gpus);
+      continue;
+    }
+    for (const GpuRef& ref : inst->gpus) {
+      bool read = false;
+      for (const telemetry::GpuSample& s : node->second.telemetry->gpus) {
+        if (s.index != ref.index || s.lost) continue;
+        if (a.metric == AutoscaleMetric::kGpuUtil) {
+          sum += s.gpu_util;
+        } else if (s.memory_total_mib > 0) {
+          sum += 100.0 * static_cast<double>(s.memory_used_mib) /
+                 static_cast<double>(s.memory_total_mib);
+        }
+        read = true;
+      }
+      read ? ++n : ++missing;
+    }
+  }
+  if (n == 0) return std::nullopt;
+  const double ready = sum / n;
+  if (missing == 0) return ready;
+  // As HPA does: GPUs without readings (members starting, say) count as idle when the ready
+  // ones ask for more and as on target when they ask for fewer, so a scale-out that has not
+  // started yet does not scale out again; and when that reverses the direction, nothing moves.
+  const double value = (sum + (ready > a.target ? 0 : a.target) * missing) / (n + missing);
+  return (ready > a.target) == (value > a.target) ? value : a.target;
+}
+
+void State::AutoscaleGroups(store::Batch& batch) {
+  const Time now = clock_->Now();
+  if (now - last_autoscale_ < options_.autoscale_interval) return;
+  last_autoscale_ = now;
+  for (auto& [id, g] : groups_) {
+    if (!g.spec.autoscale || Ended(g.state)) continue;
+    const Autoscale& a = *g.spec.autoscale;
+    const int current = g.spec.size;
+    // The schedule's floor: the entry that fired last (within a week) sets it.
+    int floor = a.min;
+    std::string floor_why;
+    std::optional<Time> latest;
+    for (const ScheduleEntry& e : a.schedule) {
+      auto fired = e.cron.Previous(now, std::chrono::hours(24 * 7));
+      if (fired && (!latest || *fired > *latest)) {
+        latest = fired;
+        floor = std::max(a.min, e.min);
+        floor_why = fmt::format("; schedule '{}' sets the floor to {}", e.cron.text(), e.min);
+      }
+    }
+    g.metric_value = GroupMetric(g);
+    int desired = current;
+    std::string why = fmt::format("{}: no readings", AutoscaleMetricName(a.metric));
+    if (g.metric_value) {
+      const double ratio = *g.metric_value / a.target;
+      if (std::abs(ratio - 1) > kAutoscaleTolerance) {
+        desired = static_cast<int>(std::ceil(current * ratio - 1e-9));
+      }
+      why = fmt::format("{} {:.1f} against a target of {:g} over {} member(s)",
+                        AutoscaleMetricName(a.metric), *g.metric_value, a.target, current);
+    }
+    desired = std::clamp(desired, floor, a.max);
+    // Down only to the highest recommendation of the window; up at once.
+    const Time window = now - std::chrono::seconds(a.scale_down_stabilization_seconds);
+    std::erase_if(g.recommendations, [&](const auto& r) { return r.first < window; });
+    g.recommendations.push_back({now, desired});
+    int next = desired;
+    if (desired < current) {
+      for (const auto& [at, size] : g.recommendations) next = std::max(next, size);
+      next = std::min(next, current);
+      if (now < g.scale_down_after) next = current;
+    }
+    g.desired = next;
+    g.floor = floor;
+    if (next == current) continue;
+    g.decision = fmt::format("{} -> {}: {}{}", current, next, why, floor_why);
+    (next > current ? g.scale_ups : g.scale_downs)++;
+    if (Status s = Resize(g, next, "scaled in by its autoscaler", batch); !s.ok()) {
+      g.decision += "; refused: " + s.message();
+    }
+    nlohmann::json detail = {
+        {"from", current},     {"to", next},     {"metric", AutoscaleMetricName(a.metric)},
+        {"target", a.target},  {"floor", floor}, {"max", a.max},
+        {"reason", g.decision}};
+    if (g.metric_value) detail["value"] = *g.metric_value;
+    batch.audit.push_back(
+        {0, FormatRfc3339(now), "autoscaler", "scale group", g.id, 200, DumpJson(detail)});
+    spdlog::info("group {} autoscaled {}", g.id, g.decision);
+  }
 }
 
 Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records) {
@@ -396,6 +543,12 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(Group g, GroupFromJson(*j, "setting " + key));
     next_group_ = std::max(next_group_, g.seq + 1);
+    // The window's recommendations are gone with the last run: none is made up.
+    if (g.spec.autoscale) {
+      g.scale_down_after =
+          clock_->Now() + std::chrono::seconds(g.spec.autoscale->scale_down_stabilization_seconds);
+    }
+    if (!Ended(g.state)) waiting_groups_.insert(g.id);  // PlaceGang drops those with none.
     groups_[g.id] = std::move(g);
   }
   groups_retry_ = true;

@@ -300,5 +300,199 @@ TEST_F(GroupsTest, AfterARestartAGroupIsWholeOrStillWaitingNeverHalfPlaced) {
   EXPECT_NE(Create(Gang(1, 1))["id"], waiting["id"]);
 }
 
+// Autoscaling with the fake clock: HPA's rule on a reported backlog and on measured GPU
+// utilization, the tolerance, min and max, the scale-down window and the cron floor.
+class AutoscaleTest : public GroupsTest {
+ protected:
+  void SetUp() override {
+    GroupsTest::SetUp();
+    clock_.Set(Time(std::chrono::seconds(kMonday)));
+    Join("n1", 8, OneIsland(8));
+    Join("n2", 8, OneIsland(8));
+  }
+
+  static GroupRequest Scaled(int size, Autoscale a) {
+    GroupRequest g = Gang(size, 1, Topology::kAny);
+    g.min_available = 1;
+    g.autoscale = std::move(a);
+    return g;
+  }
+
+  static Autoscale OnBacklog(int min, int max, double target) {
+    Autoscale a;
+    a.min = min;
+    a.max = max;
+    a.metric = AutoscaleMetric::kPending;
+    a.target = target;
+    return a;
+  }
+
+  void Backlog(const std::string& id, int64_t pending) {
+    ASSERT_TRUE(state_->SetGroupBacklog(Acme(), id, pending).ok());
+  }
+
+  // Lets `d` pass in steps of the autoscale interval, a round each (agents heartbeating).
+  void Wait(Duration d) {
+    while (d > Duration::zero()) {
+      const Duration step = std::min<Duration>(d, 15s);
+      clock_.Advance(step);
+      d -= step;
+      for (const auto& [node, shape] : nodes_) Sync(node);
+    }
+  }
+
+  int Size(const std::string& id) { return Get(id)["size"].get<int>(); }
+
+  static constexpr int64_t kMonday = 1'796'047'140;  // 2026-11-30T13:59:00Z, a Monday.
+};
+
+TEST_F(AutoscaleTest, TheBacklogScalesUpAtOnceAndDownOnlyAfterTheWindow) {
+  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10)))["id"];
+  const std::string rank0 = Get(id)["members"][0]["instance"];
+  Backlog(id, 40);  // 20 a member against a target of 10: ceil(2 x 2) = 4.
+  Wait(15s);
+  EXPECT_EQ(Size(id), 4);
+  EXPECT_EQ(Get(id)["placed"], 4) << "new ranks are placed";
+  Backlog(id, 42);  // 10.5 a member: within 10% of the target, no change.
+  Wait(15s);
+  EXPECT_EQ(Size(id), 4);
+  Backlog(id, 200);  // 50 a member: 20 wanted, 6 at most.
+  Wait(15s);
+  EXPECT_EQ(Size(id), 6);
+  Backlog(id, 0);  // Nothing to do: 1 (the min), but not before the window has passed.
+  Wait(285s);
+  EXPECT_EQ(Size(id), 6) << "the window still holds the recommendation of 6";
+  Wait(30s);
+  EXPECT_EQ(Size(id), 1);
+  EXPECT_EQ(Get(id)["members"][0]["instance"], rank0) << "the newest members go first";
+  const json status = Get(id)["autoscale_status"];
+  EXPECT_EQ(status["scale_ups"], 2);
+  EXPECT_EQ(status["scale_downs"], 1);
+  // Every decision is in the audit log with its inputs.
+  int audited = 0;
+  for (const store::AuditRecord& a : batch_.audit) {
+    if (a.actor != "autoscaler") continue;
+    ++audited;
+    EXPECT_EQ(a.target, id);
+    EXPECT_NE(a.detail.find("\"metric\":\"pending\""), std::string::npos) << a.detail;
+  }
+  EXPECT_EQ(audited, 3);
+}
+
+TEST_F(AutoscaleTest, GpuUtilizationFromTelemetryDrivesTheSize) {
+  Autoscale a;
+  a.min = 1;
+  a.max = 8;
+  a.metric = AutoscaleMetric::kGpuUtil;
+  a.target = 50;
+  const std::string id = Create(Scaled(2, a))["id"];
+  std::map<std::string, std::vector<int>> busy;  // GPUs the members hold, by node.
+  for (int rank = 0; rank < 2; ++rank) {
+    const Instance m = Member(Get(id), rank);
+    Sync(m.node, {Report(m, InstanceState::kRunning)});
+    busy[m.node].push_back(m.gpus[0].index);
+  }
+  // The members' GPUs at 90%: ceil(2 x 90 / 50) = 4.
+  for (const auto& [node, gpus] : busy) {
+    auto t = std::make_shared<telemetry::Telemetry>();
+    for (int g = 0; g < 8; ++g) {
+      telemetry::GpuSample sample;
+      sample.index = g;
+      sample.gpu_util = std::find(gpus.begin(), gpus.end(), g) != gpus.end() ? 90 : 0;
+      sample.memory_total_mib = 81920;
+      t->gpus.push_back(sample);
+    }
+    AgentSync s;
+    s.agent_id = agent_;
+    s.seq = ++seq_[node];
+    s.telemetry = t;
+    state_->BeginRound();
+    ASSERT_TRUE(state_->SyncAgent(node, s, batch_).ok());
+    state_->EndRound(batch_);
+  }
+  clock_.Advance(15s);
+  Sync("n1");
+  EXPECT_EQ(Size(id), 4);
+  EXPECT_NEAR(Get(id)["autoscale_status"]["value"].get<double>(), 90, 1e-9);
+  // The two new members have not started: their GPUs count as idle, and 180 / 4 = 45 would turn
+  // a scale-up into a scale-down, so it reads as on target: the group does not grow again on
+  // the same readings, nor shrink.
+  clock_.Advance(15s);
+  Sync("n1");
+  EXPECT_EQ(Size(id), 4);
+  EXPECT_NEAR(Get(id)["autoscale_status"]["value"].get<double>(), 50, 1e-9);
+}
+
+TEST_F(AutoscaleTest, TheScheduleRaisesTheFloorAtItsTimes) {
+  Autoscale a = OnBacklog(1, 8, 10);
+  a.scale_down_stabilization_seconds = 60;
+  a.schedule.push_back({*Cron::Parse("0 14 * * 1-5"), 4});  // The trading peak, weekdays.
+  a.schedule.push_back({*Cron::Parse("0 18 * * 1-5"), 1});
+  const std::string id = Create(Scaled(1, a))["id"];
+  Backlog(id, 0);
+  Wait(15s);  // 13:59:15 on a Monday: the last entry to fire was last Friday's 18:00.
+  EXPECT_EQ(Size(id), 1);
+  Wait(60s);  // 14:00:15.
+  EXPECT_EQ(Size(id), 4);
+  EXPECT_EQ(Get(id)["autoscale_status"]["floor"], 4);
+  Wait(std::chrono::hours(3) + 45min);  // 17:45: the floor holds with no backlog.
+  EXPECT_EQ(Size(id), 4);
+  Wait(30min);  // 18:15: the floor is back to 1, and the window has passed.
+  EXPECT_EQ(Size(id), 1);
+}
+
+TEST(AutoscaleSpecTest, ErrorsNameTheField) {
+  auto read = [](const json& body) {
+    JsonFields f(body, "body");
+    auto r = ReadGroupRequest(f, body);
+    return f.ok() ? r.status() : f.body_error();
+  };
+  json base = {{"size", 2},
+               {"template", {{"billing", "spot"}, {"instance_type", "gpu.1xh100"}}},
+               {"autoscale",
+                {{"min", 1},
+                 {"max", 4},
+                 {"metric", "gpu_util"},
+                 {"target", 60},
+                 {"schedule", {{{"cron", "0 14 * * 1-5"}, {"min", 3}}}}}}};
+  EXPECT_TRUE(read(base).ok()) << read(base).message();
+  json bad_cron = base;
+  bad_cron["autoscale"]["schedule"][0]["cron"] = "0 25 * * 1-5";
+  EXPECT_NE(read(bad_cron).message().find("autoscale.schedule[0].cron"), std::string::npos)
+      << read(bad_cron).message();
+  EXPECT_NE(read(bad_cron).message().find("hour"), std::string::npos);
+  json fields = base;
+  fields["autoscale"]["schedule"][0]["cron"] = "0 14 * *";
+  EXPECT_NE(read(fields).message().find("5"), std::string::npos) << read(fields).message();
+  json metric = base;
+  metric["autoscale"]["metric"] = "qps";
+  EXPECT_NE(read(metric).message().find("autoscale.metric"), std::string::npos);
+  json range = base;
+  range["autoscale"]["max"] = 0;
+  EXPECT_NE(read(range).message().find("autoscale.max"), std::string::npos);
+  json outside = base;
+  outside["size"] = 9;
+  EXPECT_NE(read(outside).message().find("size"), std::string::npos);
+}
+
+TEST(CronTest, MatchesAndFindsThePreviousFiring) {
+  const Time monday_1400 = Time(std::chrono::seconds(1'796'047'200));  // 2026-11-30T14:00:00Z.
+  auto peak = Cron::Parse("0 14 * * 1-5");
+  ASSERT_TRUE(peak.ok());
+  EXPECT_TRUE(peak->Matches(monday_1400));
+  EXPECT_FALSE(peak->Matches(monday_1400 + 1min));
+  EXPECT_EQ(peak->Previous(monday_1400 + 3h, 24h), monday_1400);
+  // Before Monday's: last Friday's, three days back.
+  EXPECT_EQ(peak->Previous(monday_1400 - 1min, std::chrono::hours(24 * 7)),
+            monday_1400 - std::chrono::hours(72));
+  EXPECT_FALSE(peak->Previous(monday_1400 - 1min, 24h).has_value());
+  auto steps = Cron::Parse("*/15 9-17/2 1,15 * 0,7");
+  ASSERT_TRUE(steps.ok()) << steps.status().message();
+  for (const char* bad : {"60 * * * *", "* * 0 * *", "* * * 13 *", "* * * * 8", "5-1 * * * *",
+                          "*/0 * * * *", "a * * * *", "* * * *"}) {
+    EXPECT_FALSE(Cron::Parse(bad).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::core

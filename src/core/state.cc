@@ -189,6 +189,7 @@ void State::EndRound(store::Batch& batch) {
   // Agents act, freed capacity is offered to the queue, and placed work is started, until
   // nothing moves (each pass is budgeted, and so is the number of passes).
   ExpireLeases(batch);
+  AutoscaleGroups(batch);
   for (int i = 0; i < kMaxPassesPerRound; ++i) {
     const bool reported = ApplyAgentReports(batch);
     const bool settled = SettleGroups(batch);

@@ -91,6 +91,8 @@ struct StateOptions {
   // How often the alert rules are evaluated.
   Duration alert_interval = std::chrono::seconds(5);
   alerts::EvaluatorOptions alerts;
+  // How often autoscaled groups are evaluated (Kubernetes HPA's sync period).
+  Duration autoscale_interval = std::chrono::seconds(15);
   // Groups of queued work that may fail to place per queue pass.
   size_t queue_failures_per_pass = 32;
 };
@@ -303,6 +305,10 @@ class State {
   // (the newest members) first.
   Result<nlohmann::json> ScaleGroup(const Tenant& caller, std::string_view id, int size,
                                     store::Batch& batch);
+  // The owner's backlog for a group autoscaled on `pending` (PUT /v1/groups/{id}/backlog).
+  Result<nlohmann::json> SetGroupBacklog(const Tenant& caller, std::string_view id,
+                                         int64_t pending);
+  const std::map<std::string, Group>& groups() const { return groups_; }
   // Rebuilds groups from their records (kGroupPrefix and kNextGroup), after the instances.
   Status RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records);
   static constexpr std::string_view kGroupPrefix = "group/";
@@ -364,6 +370,11 @@ class State {
   // Pending members for ranks [from, to) of `g`, as one more attempt's or a scale-out's.
   Status AddMembers(Group& g, int from, int to, store::Batch& batch);
   nlohmann::json GroupView(const Group& g) const;
+  // Sets a group's size: new ranks wait to be placed, the highest ranks stop (`why`).
+  Status Resize(Group& g, int size, const std::string& why, store::Batch& batch);
+  // Every autoscale_interval: each autoscaled group's metric, floor and decision (audited).
+  void AutoscaleGroups(store::Batch& batch);
+  std::optional<double> GroupMetric(const Group& g) const;
   void SaveGroup(const Group& g, store::Batch& batch);
   // The lines `tenant` ("" = every tenant) owes beyond the ledger: its reservations' monthly
   // lines over [from, to) and its running instances' open intervals up to now, where only the
@@ -478,6 +489,8 @@ class State {
   std::map<std::string, Group> groups_;
   int64_t next_group_ = 1;
   bool groups_retry_ = false;
+  std::set<std::string> waiting_groups_;  // Groups that may have members to place.
+  Time last_autoscale_{};
   std::vector<std::string> ended_members_;
 };
 
