@@ -101,6 +101,8 @@ struct Group {
   int floor = 0;
   std::string decision{};
   Time scale_down_after{};  // No scale-down before this (a restart forgets the window).
+  // Spot victims were given notice for this group: no more are taken before this.
+  Time awaiting_notice_until{};
   int64_t scale_ups = 0, scale_downs = 0;
 };
 

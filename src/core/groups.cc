@@ -20,6 +20,8 @@ constexpr int kMasterPorts = 1000;
 constexpr size_t kMemberTries = 64;
 // Groups that may fail to place in one pass.
 constexpr int kGroupFailuresPerPass = 16;
+// Preemption searches a gang may add to its round: one per member it still needs, up to this.
+constexpr size_t kGangSearches = 64;
 
 bool Ended(GroupState s) { return s != GroupState::kWaiting && s != GroupState::kRunning; }
 
@@ -177,11 +179,66 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   const int placed_before = static_cast<int>(g.members.size() - pending.size());
   const size_t need =
       first ? static_cast<size_t>(std::max(1, g.spec.min_available - placed_before)) : 1;
+  auto release_placed = [&] {
+    for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
+      if (Status s = scheduler_->Release(it->second); !s.ok()) std::abort();  // Just booked.
+    }
+  };
+  // Preemption, for on-demand gangs: the members that did not fit try the fewest spot victims
+  // each, released for the trial; the victims go only if the whole gang then fits.
+  std::vector<Instance*> victims;
+  const Time now = clock_->Now();
+  bool released = false;
+  if (placed.size() < need && g.spec.member.billing != Billing::kSpot &&
+      now >= g.awaiting_notice_until) {
+    preemptor_.AddSearches(std::min<size_t>(need - placed.size(), kGangSearches));
+    for (size_t i = placed.size(); i < pending.size() && placed.size() < need; ++i) {
+      auto plan = preemptor_.Find(req);
+      if (!plan) break;
+      for (Instance* v : plan->victims) {
+        preemptor_.Untrack(v);
+        if (Status s = scheduler_->Release(*v->assignment); !s.ok()) std::abort();
+        victims.push_back(v);
+      }
+      auto a = scheduler_->ScheduleOn(req, plan->node);
+      if (!a) std::abort();  // The search showed it fits once the victims are gone.
+      placed.push_back({pending[i], *a});
+    }
+    counters_.preemption_searches = preemptor_.searches_total();
+    // Back to the fleet as it is; what follows evicts for real, or gives notice.
+    release_placed();
+    released = true;
+    for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
+      if (Status s = scheduler_->Reserve(*(*it)->assignment); !s.ok()) std::abort();
+      preemptor_.Track(*it);
+    }
+    if (placed.size() >= need) {
+      bool notice = false;
+      for (const Instance* v : victims) {
+        const AgentNode* joined = agents_.Find(v->node);
+        notice = notice || (joined && !joined->simulated);
+      }
+      if (notice) {
+        // Their agents stop them after the notice; the gang is placed once they have.
+        GiveNotice(victims, *pending.front(), batch);
+        g.awaiting_notice_until = now + options_.spot_notice + options_.node_timeout +
+                                  std::chrono::seconds(g.spec.member.stop_grace_seconds);
+        g.reason =
+            fmt::format("waiting for {} spot instance(s) to stop after their preemption notice",
+                        victims.size());
+        return false;
+      }
+      for (Instance* v : victims) Evict(*v, batch);
+      for (const auto& [inst, a] : placed) {
+        if (Status s = scheduler_->Reserve(a); !s.ok()) std::abort();  // It fit without them.
+      }
+      released = false;
+    }
+  }
   if (placed.size() < need) {
     // All or nothing: nothing is held while the gang waits.
-    for (const auto& [inst, a] : placed) {
-      if (Status s = scheduler_->Release(a); !s.ok()) std::abort();  // Just booked: a bug.
-    }
+    if (!released) release_placed();
+    if (now < g.awaiting_notice_until) return false;  // Its reason says whom it waits for.
     g.reason = fmt::format(
         "waiting for room for {} member(s) of {} x {} at once ({} topology, {}): the fleet has "
         "room for {} now",
@@ -225,18 +282,16 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   return true;
 }
 
-void State::PlaceGroups(store::Batch& batch) {
-  if (!groups_retry_ || waiting_groups_.empty()) return;
-  groups_retry_ = false;
+void State::PlaceGroups(store::Batch& batch, bool spot) {
   std::vector<Group*> waiting;
   for (auto it = waiting_groups_.begin(); it != waiting_groups_.end();) {
     auto g = groups_.find(*it);
     if (g == groups_.end() || Ended(g->second.state)) {
       it = waiting_groups_.erase(it);
-    } else {
-      waiting.push_back(&g->second);
-      ++it;
+      continue;
     }
+    if ((g->second.spec.member.billing == Billing::kSpot) == spot) waiting.push_back(&g->second);
+    ++it;
   }
   // Higher priority first, then first come, first served.
   std::sort(waiting.begin(), waiting.end(), [](const Group* a, const Group* b) {

@@ -300,6 +300,79 @@ TEST_F(GroupsTest, AfterARestartAGroupIsWholeOrStillWaitingNeverHalfPlaced) {
   EXPECT_NE(Create(Gang(1, 1))["id"], waiting["id"]);
 }
 
+TEST_F(GroupsTest, AnOnDemandGangPreemptsTheFewestSpotInstancesAndOnlyIfItThenFitsWhole) {
+  Join("n1", 8, OneIsland(8));
+  std::vector<Instance> spot;
+  for (int i = 0; i < 8; ++i) {
+    state_->BeginRound();
+    auto inst = state_->CreateInstance(Acme(), H100s(1, Billing::kSpot), batch_);
+    state_->EndRound(batch_);
+    ASSERT_TRUE(inst.ok());
+    Sync("n1", {Report(*inst, InstanceState::kRunning)});
+    spot.push_back(*state_->GetInstance(Acme(), inst->id.str()));
+  }
+  // A gang that could never fit the node preempts nobody.
+  const json too_big = Create(Gang(3, 4, Topology::kNode));
+  EXPECT_EQ(too_big["state"], "waiting");
+  // Two members of two GPUs: four victims, not eight, and only because all of it then fits.
+  const json g = Create(Gang(2, 2, Topology::kNode));
+  EXPECT_EQ(g["state"], "waiting");
+  EXPECT_NE(Get(g["id"])["reason"].get<std::string>().find("4 spot instance(s)"), std::string::npos)
+      << Get(g["id"]).dump();
+  std::vector<Instance> noticed;
+  for (const Instance& v : spot) {
+    const Instance now = *state_->GetInstance(Acme(), v.id.str());
+    if (now.state == InstanceState::kPreempting) noticed.push_back(now);
+  }
+  ASSERT_EQ(noticed.size(), 4u);
+  EXPECT_EQ(Get(g["id"])["placed"], 0) << "nothing is held during the notice";
+  // Their agent stops them after the notice; the gang is placed whole.
+  clock_.Advance(6s);
+  std::vector<AgentReport> stops;
+  for (const Instance& v : noticed) stops.push_back(Report(v, InstanceState::kTerminated, 143));
+  Sync("n1", stops);
+  EXPECT_EQ(Get(g["id"])["state"], "running") << Get(g["id"]).dump();
+  EXPECT_EQ(Get(g["id"])["placed"], 2);
+  int running = 0;
+  for (const Instance& v : spot) {
+    running += state_->GetInstance(Acme(), v.id.str())->state == InstanceState::kRunning;
+  }
+  EXPECT_EQ(running, 4) << "the other spot work runs on";
+}
+
+TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
+  Join("n1", 8, OneIsland(8));
+  GroupRequest spot = Gang(4, 2, Topology::kNode);
+  spot.member.billing = Billing::kSpot;
+  const json g = Create(spot);
+  ASSERT_EQ(g["placed"], 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    const Instance m = Member(g, rank);
+    Sync(m.node, {Report(m, InstanceState::kRunning)});
+  }
+  // On-demand work takes one member's GPUs after the notice.
+  state_->BeginRound();
+  auto od = state_->CreateInstance(Acme(), H100s(2), batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(od.ok());
+  Instance victim;
+  for (int rank = 0; rank < 4; ++rank) {
+    const Instance m = *state_->GetInstance(Acme(), Member(g, rank).id.str());
+    if (m.state == InstanceState::kPreempting) victim = m;
+  }
+  ASSERT_FALSE(victim.id.str().empty());
+  clock_.Advance(6s);
+  Sync("n1", {Report(victim, InstanceState::kTerminated, 143)});
+  const json after = Get(g["id"]);
+  EXPECT_EQ(after["restarts"], 1) << after.dump();
+  for (int rank = 0; rank < 4; ++rank) {
+    const InstanceState old = state_->GetInstance(Acme(), Member(g, rank).id.str())->state;
+    EXPECT_TRUE(old == InstanceState::kStopping || old == InstanceState::kPreempted)
+        << StateName(old);
+  }
+  EXPECT_EQ(after["placed"], 0) << "the new attempt waits whole";
+}
+
 // Autoscaling with the fake clock: HPA's rule on a reported backlog and on measured GPU
 // utilization, the tolerance, min and max, the scale-down window and the cron floor.
 class AutoscaleTest : public GroupsTest {

@@ -51,8 +51,13 @@ class Preemptor {
   std::optional<Plan> Find(const sched::Request& req);
 
   // Starts a round: its searches are counted from zero.
-  void NewRound() { searches_ = 0; }
-  bool budget_spent() const { return searches_ >= limits_.searches_per_round; }
+  void NewRound() {
+    searches_ = 0;
+    extra_ = 0;
+  }
+  // More searches for this round: a gang's members each need one (State::PlaceGang bounds it).
+  void AddSearches(size_t n) { extra_ += n; }
+  bool budget_spent() const { return searches_ >= limits_.searches_per_round + extra_; }
   // Spot instances on nodes whose GPUs `req` could use: what a pending reason reports.
   size_t CountFor(const sched::Request& req) const;
   size_t size() const { return tracked_; }
@@ -78,6 +83,7 @@ class Preemptor {
   Limits limits_;
   std::unordered_map<uint32_t, std::vector<Instance*>> by_node_;
   size_t tracked_ = 0;
+  size_t extra_ = 0;
   size_t searches_ = 0;
   int64_t searches_total_ = 0;
 };

@@ -194,8 +194,10 @@ void State::EndRound(store::Batch& batch) {
     const bool reported = ApplyAgentReports(batch);
     const bool settled = SettleGroups(batch);
     if (i > 0 && !reported && !settled) break;
+    const bool groups = std::exchange(groups_retry_, false);
+    if (groups) PlaceGroups(batch, /*spot=*/false);
     if (queue_.HasUntried()) PlaceQueued(batch);
-    PlaceGroups(batch);
+    if (groups) PlaceGroups(batch, /*spot=*/true);
   }
   counters_.evicted +=
       static_cast<int64_t>(instances_.EvictEndedBefore(clock_->Now() - options_.retention));

@@ -365,7 +365,9 @@ class State {
   // Groups (groups.cc): members that ended decide their group's fate (a failure restarts it
   // whole); waiting members are placed as gangs. SettleGroups is true when it changed anything.
   bool SettleGroups(store::Batch& batch);
-  void PlaceGroups(store::Batch& batch);
+  // Waiting groups of spot work, or of higher priority: those go before the queue's single
+  // instances (a gang takes capacity only whole), spot gangs after them.
+  void PlaceGroups(store::Batch& batch, bool spot);
   bool PlaceGang(Group& g, store::Batch& batch);
   // Pending members for ranks [from, to) of `g`, as one more attempt's or a scale-out's.
   Status AddMembers(Group& g, int from, int to, store::Batch& batch);
