@@ -169,5 +169,37 @@ TEST_F(ServerGroupsTest, TheAutoscalerFollowsTheBacklogAndSaysSoInTheAuditAndMet
   EXPECT_EQ(Call("PUT", "/v1/groups/" + id + "/backlog", beta, &backlog).status, 404);
 }
 
+TEST_F(ServerGroupsTest, KillNineMidScaleOutLeavesEachGroupWholeOrWaiting) {
+  const std::string acme = NewTenant("acme", 8);
+  // The fleet's H100 node has two GPUs: a gang of one member of one GPU, scaled out to two while
+  // a gang of two waits for both GPUs, and the server killed the moment the change is answered.
+  auto small = Post("/v1/groups", acme, Gang(1, 1, "sleep 60"));
+  ASSERT_EQ(small.status, 201) << small.raw;
+  auto pair = Post("/v1/groups", acme, Gang(1, 2, "sleep 60"));
+  ASSERT_EQ(pair.status, 201) << pair.raw;
+  ASSERT_EQ(pair.body["state"], "waiting");
+  const std::string small_id = small.body["id"], pair_id = pair.body["id"];
+  json scale = {{"size", 2}};
+  ASSERT_EQ(Call("PATCH", "/v1/groups/" + small_id, acme, &scale).status, 200);
+  server_->Stop(SIGKILL);
+  StartServer();
+  const json a = Get("/v1/groups/" + small_id, acme).body;
+  const json b = Get("/v1/groups/" + pair_id, acme).body;
+  EXPECT_EQ(a["size"], 2) << a.dump();
+  EXPECT_EQ(a["placed"], 2) << "the scale-out was answered, so it is durable: " << a.dump();
+  EXPECT_EQ(b["state"], "waiting") << b.dump();
+  EXPECT_EQ(b["placed"], 0) << "never half placed: " << b.dump();
+  // The freed GPUs go to the waiting gang whole once the first group is gone.
+  ASSERT_EQ(Call("DELETE", "/v1/groups/" + small_id, acme).status, 200);
+  json after;
+  for (int i = 0; i < 200; ++i) {
+    after = Get("/v1/groups/" + pair_id, acme).body;
+    if (after["placed"] == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(after["state"], "running") << after.dump();
+  EXPECT_EQ(after["placed"], 1);
+}
+
 }  // namespace
 }  // namespace tessera

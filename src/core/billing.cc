@@ -311,7 +311,7 @@ int64_t State::FleetMilliOf(const std::string& model) const {
   return index && index->value < fleet_milli_.size() ? fleet_milli_[index->value] : 0;
 }
 
-std::string State::HeldForReservations(const Instance& inst) const {
+std::string State::HeldForReservations(const Instance& inst, int64_t count) const {
   const int64_t now = billing::UnixSeconds(clock_->Now());
   const std::string& model = inst.shape.gpu_model;
   int64_t reserved = 0;
@@ -322,7 +322,7 @@ std::string State::HeldForReservations(const Instance& inst) const {
   auto it = on_demand_milli_.find(model);
   const int64_t on_demand = it == on_demand_milli_.end() ? 0 : it->second;
   const int64_t capacity = FleetMilliOf(model);
-  if (on_demand + GpuMilliOf(inst) + reserved <= capacity) return "";
+  if (on_demand + GpuMilliOf(inst) * count + reserved <= capacity) return "";
   return fmt::format(
       "of the fleet's {:.3f} {} GPUs, {:.3f} are held for reservations and {:.3f} run on-demand "
       "work",

@@ -92,6 +92,14 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     waiting_groups_.erase(g.id);
     return true;
   }
+  const int64_t needed = used.empty() ? std::max(1, g.spec.min_available) : 1;
+  if (pending.front()->billing == Billing::kOnDemand) {
+    // On-demand work leaves the capacity that reservations guarantee alone, gangs too.
+    if (std::string why = HeldForReservations(*pending.front(), needed); !why.empty()) {
+      g.reason = "waiting: " + why;
+      return false;
+    }
+  }
   const bool first = used.empty();
   const Shape& shape = pending.front()->shape;
   sched::Request req = admission_.RequestFor(shape, pending.front()->billing);

@@ -373,6 +373,20 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
   EXPECT_EQ(after["placed"], 0) << "the new attempt waits whole";
 }
 
+TEST_F(GroupsTest, AnOnDemandGangLeavesReservedCapacityAlone) {
+  Join("n1", 8, OneIsland(8));
+  billing::ReservationRequest r;
+  r.instance_type = "gpu.1xh100";
+  r.count = 6;
+  r.term = "1y";
+  ASSERT_TRUE(state_->CreateReservation(Acme(), r, batch_).ok());
+  const json waits = Create(Gang(2, 2, Topology::kNode));  // 4 GPUs; 6 of 8 are reserved.
+  EXPECT_EQ(waits["state"], "waiting");
+  EXPECT_NE(waits["reason"].get<std::string>().find("held for reservations"), std::string::npos)
+      << waits.dump();
+  EXPECT_EQ(Create(Gang(1, 2, Topology::kNode))["state"], "running") << "2 of 8 are not held";
+}
+
 // Autoscaling with the fake clock: HPA's rule on a reported backlog and on measured GPU
 // utilization, the tolerance, min and max, the scale-down window and the cron floor.
 class AutoscaleTest : public GroupsTest {

@@ -390,9 +390,9 @@ class State {
   void SaveReservation(const billing::Reservation& r, store::Batch& batch);
   // Fills the reservation's GPU model and unit size from the catalog.
   Status SizeReservation(billing::Reservation& r);
-  // Why on-demand `inst` may not take capacity now: what is free of its GPU model is held for
-  // active reservations' unclaimed units; "" when it may.
-  std::string HeldForReservations(const Instance& inst) const;
+  // Why on-demand `inst` (or `count` like it, a gang's) may not take capacity now: what is free
+  // of its GPU model is held for active reservations' unclaimed units; "" when it may.
+  std::string HeldForReservations(const Instance& inst, int64_t count = 1) const;
   int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
 
   // Tries to place `inst` now, preempting if its priority allows.
