@@ -68,13 +68,10 @@ class BillingTest : public ::testing::Test {
   }
 
   std::unique_ptr<State> NewState() {
-    auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());
-    auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
-    EXPECT_TRUE(sched.ok());
     StateOptions o;
     o.node_timeout = 10s;
     o.spot_notice = 5s;
-    return std::make_unique<State>(&TestCatalog(), &clock_, std::move(fleet), std::move(*sched), o);
+    return NewTestState(&clock_, o);
   }
 
   void Join(const std::string& name, int gpus, const std::string& model,

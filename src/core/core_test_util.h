@@ -1,6 +1,8 @@
 // Shared by the core's tests: the embedded catalog, loaded once.
 #pragma once
 
+#include <cstdlib>
+#include <memory>
 #include <utility>
 
 #include "catalog/catalog.h"
@@ -11,6 +13,15 @@ namespace tessera::core {
 inline const catalog::Catalog& TestCatalog() {
   static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
   return c;
+}
+
+// A state on an empty fleet (nodes join through agents) with the guarded-fgd policy.
+inline std::unique_ptr<State> NewTestState(const Clock* clock, const StateOptions& options) {
+  auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());
+  auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
+  if (!sched.ok()) std::abort();
+  return std::make_unique<State>(&TestCatalog(), clock, std::move(fleet), std::move(*sched),
+                                 options);
 }
 
 // One round in which `node`'s agent run `agent_id` reports `reports` as its report number `seq`:

@@ -131,13 +131,10 @@ class MonitoringTest : public ::testing::Test {
   }
 
   std::unique_ptr<State> NewState() {
-    auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());
-    auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
-    EXPECT_TRUE(sched.ok());
     StateOptions o;
     o.node_timeout = kNodeTimeout;
     o.alert_interval = 1s;
-    return std::make_unique<State>(&TestCatalog(), &clock_, std::move(fleet), std::move(*sched), o);
+    return NewTestState(&clock_, o);
   }
 
   // Adds a node with `gpus` GPUs and registers its agent run.
