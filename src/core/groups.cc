@@ -347,7 +347,8 @@ bool State::SettleGroups(store::Batch& batch) {
         fmt::format("rank {} ({}) {}: {}", inst->rank, id, StateName(inst->state), inst->reason);
     for (const std::string& m : g.members) {
       if (Instance* other = instances_.Find(m); other && other != inst) {
-        Stop(*other, "its group's attempt ended: " + why, batch);
+        // The platform ends their runs, not their owner: billed to the second.
+        Stop(*other, "its group's attempt ended: " + why, batch, billing::Ending::kPlatform);
       }
     }
     g.updated_at = clock_->Now();

@@ -368,6 +368,19 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
         << StateName(old);
   }
   EXPECT_EQ(after["placed"], 0) << "the new attempt waits whole";
+  // The other members, which the platform stopped, ran 6 s and are billed 6 s: no minimum.
+  ASSERT_TRUE(store_->Commit(batch_).ok());
+  batch_ = {};
+  int lines = 0;
+  ASSERT_TRUE(store_
+                  ->ScanLedger("", 0, INT64_MAX,
+                               [&](const store::LedgerRecord& l) {
+                                 if (l.billing != "spot" || l.instance == victim.id.str()) return;
+                                 ++lines;
+                                 EXPECT_EQ(l.seconds, 6) << l.instance;
+                               })
+                  .ok());
+  EXPECT_EQ(lines, 3);
 }
 
 TEST_F(GroupsTest, AnOnDemandGangLeavesReservedCapacityAlone) {

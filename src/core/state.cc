@@ -148,7 +148,8 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
   return Shown(inst);
 }
 
-void State::Stop(Instance& inst, const std::string& why, store::Batch& batch) {
+void State::Stop(Instance& inst, const std::string& why, store::Batch& batch,
+                 billing::Ending ending) {
   if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return;
   if (inst.state == InstanceState::kPending) {
     queue_.Remove(inst);
@@ -158,12 +159,12 @@ void State::Stop(Instance& inst, const std::string& why, store::Batch& batch) {
     // Being stopped: never a preemption victim from now on, so never restarted either. The
     // capacity frees when the agent reports the stop.
     preemptor_.Untrack(&inst);
-    Transition(inst, InstanceState::kStopping, why, batch);
+    Transition(inst, InstanceState::kStopping, why, batch, ending);
     agents_.Notify(inst, inst.node);
   } else {
     // No agent serves the node, so nothing runs there to wait for.
     Unbook(inst);
-    Transition(inst, InstanceState::kTerminated, why, batch);
+    Transition(inst, InstanceState::kTerminated, why, batch, ending);
     CapacityFreed();
   }
   Save(inst, batch);

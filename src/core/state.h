@@ -356,8 +356,9 @@ class State {
   Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                 Admitted admitted);
   // Stops `inst` (DeleteInstance's path, and a group's): pending work ends at once, running
-  // work through its agent.
-  void Stop(Instance& inst, const std::string& why, store::Batch& batch);
+  // work through its agent. `ending` says who ended its run, for its bill.
+  void Stop(Instance& inst, const std::string& why, store::Batch& batch,
+            billing::Ending ending = billing::Ending::kCustomer);
   void CapacityFreed() {
     queue_.CapacityFreed();
     groups_retry_ = true;
