@@ -2,7 +2,11 @@
 // processes with their rank environment, a gang that does not fit waits holding nothing, errors
 // name the template's field, and another tenant sees none of it. The CLI drives the same API.
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <csignal>
 
 #include "server_test_util.h"
@@ -33,7 +37,29 @@ class ServerGroupsTest : public ServerTest {
   }
 };
 
+// The port in a member's log line "... master=ADDR:PORT"; 0 when absent.
+int MasterPort(const std::string& log) {
+  const size_t master = log.find("master=");
+  const size_t colon = master == std::string::npos ? master : log.find(':', master);
+  if (colon == std::string::npos) return 0;
+  int port = 0;
+  for (size_t i = colon + 1; i < log.size() && std::isdigit(static_cast<unsigned char>(log[i]));
+       ++i) {
+    port = port * 10 + (log[i] - '0');
+  }
+  return port;
+}
+
 TEST_F(ServerGroupsTest, AGangRunsWithItsRanksAndOnlyItsTenantSeesIt) {
+  // Something on the node already listens on torchrun's default port: rank 0's agent must
+  // reserve another. (Held when this process can bind it; a parallel test may hold it instead.)
+  const int held = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(29500);
+  const bool holds_29500 =
+      bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(held, 1) == 0;
   const std::string acme = NewTenant("acme", 8);
   auto created = Post("/v1/groups", acme,
                       Gang(2, 1,
@@ -44,16 +70,27 @@ TEST_F(ServerGroupsTest, AGangRunsWithItsRanksAndOnlyItsTenantSeesIt) {
   EXPECT_EQ(g["state"], "running");
   EXPECT_EQ(g["placed"], 2);
   const std::string id = g["id"];
+  std::vector<int> ports;
   for (int rank = 0; rank < 2; ++rank) {
     const std::string member = g["members"][rank]["instance"];
     EXPECT_EQ(AwaitState(acme, member, "running"), "running");
     const std::string want = fmt::format("rank={} of 2 local={} master={}:", rank, rank,
                                          g["members"][0]["node"].get<std::string>());
-    EXPECT_NE(AwaitLog(acme, member, want).find(want), std::string::npos);
+    const std::string log = AwaitLog(acme, member, want);
+    EXPECT_NE(log.find(want), std::string::npos) << log;
+    ports.push_back(MasterPort(log));
     auto shown = Get("/v1/instances/" + member, acme);
     EXPECT_EQ(shown.body["group"], id);
     EXPECT_EQ(shown.body["rank"], rank);
   }
+  // Both ranks meet at the port rank 0's agent reserved in its rendezvous range.
+  EXPECT_EQ(ports[0], ports[1]);
+  EXPECT_GE(ports[0], 29500);
+  EXPECT_LE(ports[0], 29999);
+  if (holds_29500) {
+    EXPECT_NE(ports[0], 29500) << "the agent handed out a port in use";
+  }
+  close(held);
   // The fleet's H100 node has two GPUs: a gang needing two more waits and holds nothing.
   auto waits = Post("/v1/groups", acme, Gang(1, 2, "sleep 60"));
   ASSERT_EQ(waits.status, 201) << waits.raw;
@@ -88,6 +125,28 @@ TEST_F(ServerGroupsTest, AGangRunsWithItsRanksAndOnlyItsTenantSeesIt) {
   EXPECT_EQ(AwaitState(acme, next, "running"), "running");
   EXPECT_EQ(Get("/v1/groups/" + waits.body["id"].get<std::string>(), acme).body["state"],
             "running");
+}
+
+TEST_F(ServerGroupsTest, AReservedGangClaimsOneUnitAMemberOrIsRefusedWhole) {
+  const std::string acme = NewTenant("acme", 8);
+  auto resv = Post("/v1/reservations", acme,
+                   {{"instance_type", "gpu.1xh100"}, {"count", 2}, {"term", "1y"}});
+  ASSERT_EQ(resv.status, 201) << resv.raw;
+  json body = Gang(3, 1, "sleep 60");
+  body["template"]["billing"] = "reserved";
+  auto refused = Post("/v1/groups", acme, body);
+  EXPECT_EQ(refused.status, 409) << refused.raw;
+  EXPECT_EQ(refused.body["error"]["code"], "no_reservation") << refused.raw;
+  EXPECT_EQ(Get("/v1/instances", acme).body["instances"].size(), 0u) << "a refused gang made some";
+  body["size"] = 2;
+  auto created = Post("/v1/groups", acme, body);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  EXPECT_EQ(created.body["state"], "running");
+  EXPECT_EQ(Get("/v1/reservations", acme).body["reservations"][0]["used"], 2);
+  json grow = {{"size", 3}};
+  auto grown = Call("PATCH", "/v1/groups/" + created.body["id"].get<std::string>(), acme, &grow);
+  EXPECT_EQ(grown.status, 409) << grown.raw;
+  EXPECT_EQ(Get("/v1/groups/" + created.body["id"].get<std::string>(), acme).body["size"], 2);
 }
 
 TEST_F(ServerGroupsTest, TheCliCreatesListsScalesAndDeletesGroups) {

@@ -217,6 +217,7 @@ json Agent::Report(milliseconds wait) {
       if (w.started_at_unix_ms > 0) {
         r["started_at"] = FormatRfc3339(Time(std::chrono::milliseconds(w.started_at_unix_ms)));
       }
+      if (w.port > 0) r["port"] = w.port;
     } else {
       r["state"] = "exited";
       r["exit_code"] = w.exit_code;
@@ -351,6 +352,7 @@ void Agent::Apply(const json& desired) {
         }
         spec.cpu_milli = w.value("cpu_milli", int64_t{0});
         spec.memory_mib = w.value("memory_mib", int64_t{0});
+        spec.reserve_port = w.value("reserve_port", "");
         if (Status s = workloads_->Start(spec); !s.ok()) {
           // Started by an earlier run whose record is gone, or refused: never run twice.
           spdlog::error("starting {}: {}", key, s.message());

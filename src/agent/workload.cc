@@ -7,10 +7,12 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,6 +68,19 @@ std::string ReadBootId() {
   std::string id = *text;
   while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
   return id;
+}
+
+// Whether a TCP listener could bind `port` on every IPv4 address now.
+bool PortFree(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return free;
 }
 
 bool Exists(const std::string& path) {
@@ -174,6 +189,12 @@ Result<std::unique_ptr<WorkloadSupervisor>> WorkloadSupervisor::Open(Options opt
   if (options.lease_kill_grace.count() < 0) {
     return Status::InvalidArgument("workload supervisor: lease_kill_grace: must not be negative");
   }
+  if (options.first_port < 1 || options.last_port > 65535 ||
+      options.first_port > options.last_port) {
+    return Status::InvalidArgument(
+        fmt::format("workload supervisor: rendezvous ports: {}-{} is not a range within 1-65535",
+                    options.first_port, options.last_port));
+  }
   std::error_code ec;
   fs::create_directories(options.work_dir, ec);
   if (ec) {
@@ -254,6 +275,7 @@ void WorkloadSupervisor::Adopt(const std::string& id) {
     e->status.started_at_unix_ms = f.Int("started_at_unix_ms", 0, INT64_MAX, false);
     e->boot_id = f.String("boot_id", false);
     e->cgroup_dir = f.String("cgroup", false);
+    e->status.port = static_cast<int>(f.Int("port", 0, 65535, false));
   } else {
     spdlog::warn("workload {}: {}", id, state.status().ToString());
   }
@@ -277,7 +299,16 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
     return Status::AlreadyExists(fmt::format(
         "workload '{}' was started before ({} holds its state); Forget it first", spec.id, dir));
   }
-  TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> env, BuildEnv(spec, dir));
+  int port = 0;
+  WorkloadSpec with_port;
+  const WorkloadSpec* run = &spec;
+  if (!spec.reserve_port.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(port, ReservePort(spec.id));
+    with_port = spec;
+    with_port.env.emplace_back(spec.reserve_port, std::to_string(port));
+    run = &with_port;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> env, BuildEnv(*run, dir));
   std::error_code ec;
   fs::remove_all(dir, ec);  // What a Start that died before writing `state` left.
   if (!fs::create_directory(dir, ec) || ec || !fs::create_directory(control, ec) || ec) {
@@ -307,7 +338,8 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
                           {"boot_id", boot_id_},
                           {"cgroup", plan.cgroup_dir},
                           {"cpu_milli", spec.cpu_milli},
-                          {"memory_mib", spec.memory_mib}};
+                          {"memory_mib", spec.memory_mib},
+                          {"port", port}};
   Status s = WriteFileAtomic(plan.control_dir + "/" + shim::kStateFile, DumpJson(state) + "\n");
   if (!s.ok()) return cleanup(s);
 
@@ -329,6 +361,7 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   e->cgroup_dir = plan.cgroup_dir;
   e->status.id = spec.id;
   e->status.started_at_unix_ms = started;
+  e->status.port = port;
   auto pids = shim::LaunchShim(plan);
   if (!pids.ok()) {
     // Unavailable: the shim may be running; keep the entry, and Poll will find out.
@@ -349,6 +382,21 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   }
   entries_[spec.id] = std::move(e);
   return Status::Ok();
+}
+
+// The lowest port of the range that no running workload holds and nothing on the node listens on.
+Result<int> WorkloadSupervisor::ReservePort(const std::string& id) {
+  std::set<int> held;
+  for (const auto& [other, e] : entries_) {
+    if (e->status.port > 0 && e->status.phase == WorkloadPhase::kRunning)
+      held.insert(e->status.port);
+  }
+  for (int port = options_.first_port; port <= options_.last_port; ++port) {
+    if (!held.count(port) && PortFree(port)) return port;
+  }
+  return Status::ResourceExhausted(
+      fmt::format("workload '{}': reserve_port: every port of {}-{} is in use on this node", id,
+                  options_.first_port, options_.last_port));
 }
 
 Result<WorkloadSupervisor::Entry*> WorkloadSupervisor::Find(const std::string& id) {

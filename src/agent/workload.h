@@ -34,6 +34,9 @@ struct WorkloadSpec {
   std::vector<std::pair<std::string, std::string>> env;
   int64_t cpu_milli = 0;   // 0 = no limit.
   int64_t memory_mib = 0;  // 0 = no limit.
+  // When set, a free TCP port of the node's rendezvous range is reserved for the workload while it
+  // runs and given to it in this variable (rank 0 of a group gets MASTER_PORT).
+  std::string reserve_port;
 };
 
 enum class WorkloadPhase { kRunning, kExited };
@@ -51,6 +54,7 @@ struct WorkloadStatus {
   int64_t started_at_unix_ms = 0;
   bool stopping = false;          // A stop or a preemption was asked.
   int64_t log_dropped_bytes = 0;  // Output lost because the log could not be written (disk full).
+  int port = 0;                   // The port reserved for it (WorkloadSpec::reserve_port); 0: none.
 };
 
 class WorkloadSupervisor {
@@ -62,6 +66,10 @@ class WorkloadSupervisor {
     // "" = detect (a child of our own cgroup v2); "none" = do not try; else a cgroup v2 directory
     // whose children may have the cpu and memory controllers.
     std::string cgroup_root;
+    // The ports reserve_port picks from (inclusive): torchrun's default MASTER_PORT and above,
+    // below Linux's ephemeral range, so the kernel does not hand them out on its own.
+    int first_port = 29500;
+    int last_port = 29999;
   };
 
   // Opens the work dir and adopts what earlier runs started: running ones are watched again,
@@ -113,6 +121,7 @@ class WorkloadSupervisor {
   void MarkLost(Entry& e, const char* reason);
   Status RequestStop(Entry& e, int64_t term_at_ms, int64_t kill_at_ms, const char* kind);
   Result<Entry*> Find(const std::string& id);
+  Result<int> ReservePort(const std::string& id);
 
   Options options_;
   std::string boot_id_;

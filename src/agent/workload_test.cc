@@ -5,9 +5,12 @@
 // Thread-safety: each test uses its own supervisor and work dir from the test's thread.
 #include "agent/workload.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -428,6 +431,74 @@ TEST_F(WorkloadTest, AWorkloadWhoseShimDiedIsKilledAndReportedLost) {
   EXPECT_EQ(st.reason, "agent restarted");
   EXPECT_EQ(st.exit_code, -1);
   EXPECT_FALSE(Alive(pid));
+}
+
+// A TCP listener on a port the kernel picks; closed with the object.
+struct Listener {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = 0;
+  Listener() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof addr;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd, 1) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port = ntohs(addr.sin_port);
+    }
+  }
+  ~Listener() { close(fd); }
+};
+
+TEST_F(WorkloadTest, ReservesAFreeRendezvousPortForEachRunningWorkload) {
+  const Listener taken;  // Something else on the node listens on the range's first port.
+  ASSERT_GT(taken.port, 0);
+  ASSERT_LT(taken.port, 65530);
+  WorkloadSupervisor::Options o = Opts();
+  o.first_port = taken.port;
+  o.last_port = taken.port + 3;
+  auto sup = OpenSup(o);
+  auto start = [&](const std::string& id) {
+    WorkloadSpec spec =
+        Spec(id, "echo $MASTER_PORT > port; while [ ! -f go ]; do sleep 0.02; done");
+    spec.reserve_port = "MASTER_PORT";
+    return sup->Start(spec);
+  };
+  ASSERT_TRUE(start("a").ok());
+  ASSERT_TRUE(start("b").ok());
+  const int a = Find(*sup, "a").value().port, b = Find(*sup, "b").value().port;
+  EXPECT_NE(a, taken.port) << "a port something listens on was handed out";
+  EXPECT_GT(a, taken.port);
+  EXPECT_LE(b, taken.port + 3);
+  EXPECT_NE(a, b) << "two running workloads share a reserved port";
+  EXPECT_TRUE(WaitFor([&] { return ReadOr(Dir("a") + "/port") == std::to_string(a) + "\n"; }))
+      << "the workload does not see its port in MASTER_PORT";
+  // A restarted agent still knows which ports its workloads hold.
+  sup.reset();
+  sup = OpenSup(o);
+  EXPECT_EQ(Find(*sup, "b").value().port, b);
+  // Once a's workload ended, its port may serve another; b's may not.
+  std::ofstream(Dir("a") + "/go").put('\n');
+  WaitExited(*sup, "a");
+  ASSERT_TRUE(start("c").ok());
+  EXPECT_NE(Find(*sup, "c").value().port, b);
+  std::ofstream(Dir("b") + "/go").put('\n');
+  std::ofstream(Dir("c") + "/go").put('\n');
+  // A range with no free port refuses the start, naming the range; nothing is left behind.
+  o.work_dir = tmp_.path() + "/work-full";
+  o.last_port = taken.port;
+  auto full = OpenSup(o);
+  WorkloadSpec spec = Spec("d", "true");
+  spec.reserve_port = "MASTER_PORT";
+  const Status refused = full->Start(spec);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find(fmt::format("{}-{}", taken.port, taken.port)), std::string::npos)
+      << refused.message();
+  EXPECT_FALSE(Find(*full, "d"));
+  // A range that is not one is refused at open.
+  o.first_port = 30000;
+  o.last_port = 29999;
+  EXPECT_EQ(WorkloadSupervisor::Open(o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(WorkloadTest, StartTwiceAndForget) {

@@ -50,7 +50,7 @@ namespace {
 
 Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
   JsonFields f(j, where);
-  f.RejectUnknown({"id", "attempt", "state", "exit_code", "reason", "lost", "started_at"});
+  f.RejectUnknown({"id", "attempt", "state", "exit_code", "reason", "lost", "started_at", "port"});
   core::AgentReport r;
   r.instance = f.String("id");
   r.attempt = static_cast<int>(f.Int("attempt", 0, INT32_MAX));
@@ -58,6 +58,7 @@ Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
   if (f.Get("exit_code", false)) r.exit_code = static_cast<int>(f.Int("exit_code", -1, 1024));
   r.reason = f.String("reason", false);
   r.lost = f.Bool("lost", false);
+  if (f.Get("port", false)) r.port = static_cast<int>(f.Int("port", 1, 65535));
   const std::string started = f.String("started_at", false);
   if (state == "running") {
     r.state = core::InstanceState::kRunning;

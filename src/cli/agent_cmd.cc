@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -35,6 +36,7 @@ struct AgentFlags {
   std::vector<std::string> sim_faults;
   std::string cgroup_root;
   std::string metrics_listen;
+  std::string rendezvous_ports = "29500-29999";
 };
 
 int Fail(const std::string& message) {
@@ -78,6 +80,23 @@ int RunAgent(const AgentFlags& flags) {
   agent::WorkloadSupervisor::Options wopts;
   wopts.work_dir = flags.work_dir;
   wopts.cgroup_root = flags.cgroup_root;
+  {
+    const std::string& r = flags.rendezvous_ports;
+    const size_t dash = r.find('-');
+    int first = 0, last = 0;
+    const char* end = r.data() + r.size();
+    const bool ok = dash != std::string::npos &&
+                    std::from_chars(r.data(), r.data() + dash, first).ptr == r.data() + dash &&
+                    std::from_chars(r.data() + dash + 1, end, last).ptr == end && first >= 1 &&
+                    last <= 65535 && first <= last;
+    if (!ok) {
+      std::cerr << "tessera agent: --rendezvous-ports: '" << EscapeForTerminal(r)
+                << "' is not FIRST-LAST within 1-65535\n";
+      return kExitUsage;
+    }
+    wopts.first_port = first;
+    wopts.last_port = last;
+  }
   auto workloads = agent::WorkloadSupervisor::Open(wopts);
   if (!workloads.ok()) return Fail(workloads.status().message());
   if (!(*workloads)->limits_enforced()) {
@@ -164,6 +183,10 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--cgroup-root", flags->cgroup_root,
                   "cgroup v2 directory for workloads' limits (default: beside the agent's own; "
                   "'none' to not try)");
+  cmd->add_option("--rendezvous-ports", flags->rendezvous_ports,
+                  "TCP ports the agent reserves for groups' rank 0 (MASTER_PORT), FIRST-LAST; "
+                  "keep them outside the kernel's ephemeral range")
+      ->capture_default_str();
   cmd->callback([flags, &ctx] { ctx.exit_code = RunAgent(*flags); });
 }
 

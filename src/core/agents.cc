@@ -19,7 +19,8 @@ void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
   if (!simulated_ || inst.node != node) return;
   // A simulated agent does at once what it is told.
   if (inst.state == InstanceState::kScheduled) {
-    reports_.push_back({inst.id.str(), inst.restarts, InstanceState::kRunning, {}, "", false, {}});
+    reports_.push_back(
+        {inst.id.str(), inst.restarts, InstanceState::kRunning, {}, "", false, {}, {}});
   } else if (inst.state == InstanceState::kStopping || inst.state == InstanceState::kPreempting) {
     reports_.push_back({inst.id.str(),
                         inst.restarts,
@@ -27,6 +28,7 @@ void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
                         {},
                         "stopped by its agent",
                         false,
+                        {},
                         {}});
   }
 }

@@ -42,6 +42,8 @@ struct AgentReport {
   std::string reason;                             // "exited", "stopped", "lease expired", ...
   bool lost = false;                              // It could not be adopted by a restarted agent.
   std::optional<Time> started_at;
+  // kRunning: the TCP port its agent reserved for it (the desired state's reserve_port).
+  std::optional<int> port;
 };
 
 // POST /v1/agent/register: an agent run and its node's inventory (docs/agent.md).

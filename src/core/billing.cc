@@ -149,14 +149,20 @@ Status State::ScanBilling(
   return Status::Ok();
 }
 
-Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& shape) {
+Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& shape, int units) {
   const int64_t now = billing::UnixSeconds(clock_->Now());
   std::vector<std::string> held;
+  std::string first;
+  int free = 0;
   for (const auto& [id, r] : reservations_) {
     if (r.tenant != caller.id.str()) continue;
     const int used = ReservationUnitsUsed(id);
     const catalog::InstanceType* type = catalog_->FindInstanceType(r.instance_type);
-    if (type && Covers(*type, shape) && r.active(now) && used < r.count) return id;
+    if (type && Covers(*type, shape) && r.active(now) && used < r.count) {
+      if (first.empty()) first = id;
+      free += r.count - used;
+      if (free >= units) return first;
+    }
     held.push_back(fmt::format("{} ({} x {}, {} in use, {})", id, r.count, r.instance_type, used,
                                r.active(now) ? "active"
                                : now < r.start
@@ -167,7 +173,13 @@ Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& s
                                ? "this shape (a unit of an instance type it fits in)"
                                : shape.instance_type;
   std::string msg =
-      fmt::format("billing 'reserved' needs a free unit of an active reservation for {}; ", type);
+      units == 1
+          ? fmt::format("billing 'reserved' needs a free unit of an active reservation for {}; ",
+                        type)
+          : fmt::format(
+                "billing 'reserved' needs {} free units of active reservations for {} (one a "
+                "member); {} free; ",
+                units, type, free);
   if (held.empty()) {
     msg += "this tenant has no reservation (POST /v1/reservations)";
   } else {

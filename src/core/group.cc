@@ -201,6 +201,7 @@ nlohmann::json ToJson(const Group& g) {
                       {"created_at", FormatRfc3339(g.created_at)},
                       {"updated_at", FormatRfc3339(g.updated_at)}};
   if (!g.reason.empty()) j["reason"] = g.reason;
+  if (!g.draining.empty()) j["draining"] = g.draining;
   if (g.spec.autoscale) j["autoscale"] = AutoscaleJson(*g.spec.autoscale);
   return j;
 }
@@ -221,6 +222,7 @@ Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where) {
   const auto state = ParseGroupState(f.String("state"));
   g.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
   g.members = f.Strings("members");
+  g.draining = f.Strings("draining", false);
   g.seq = f.Int("seq", 0, INT64_MAX);
   g.reason = f.String("reason", false);
   auto created = ParseRfc3339(f.String("created_at"));

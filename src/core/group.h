@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "core/admission.h"
 #include "core/cron.h"
+#include "core/instance.h"
 
 namespace tessera::core {
 
@@ -87,7 +88,10 @@ struct Group {
   GroupState state = GroupState::kWaiting;
   int restarts = 0;
   std::vector<std::string> members;  // The current attempt's instances, by rank.
-  std::string reason;                // Why it waits, or why it ended.
+  // Reserved groups between attempts: the last attempt's members still stopping, whose
+  // reservation units the next attempt claims once they have.
+  std::vector<std::string> draining;
+  std::string reason;  // Why it waits, or why it ended.
   Time created_at;
   Time updated_at;
   int64_t seq = 0;  // Creation order: FIFO among waiting groups of one priority.
@@ -110,5 +114,9 @@ struct Group {
 nlohmann::json ToJson(const Group& g);
 // DataLoss naming the record and the field when it is malformed.
 Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where);
+
+// A member placed in its group's current attempt whose MASTER_PORT rank 0's agent has yet to
+// reserve.
+bool AwaitsRendezvous(const Instance& inst);
 
 }  // namespace tessera::core

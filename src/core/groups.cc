@@ -37,11 +37,6 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
         s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
     return shape ? s.WithPrefix("template") : s;
   }
-  if (req.member.billing == Billing::kReserved) {
-    return Status::InvalidArgument(
-        "field 'template.billing': a group's members are on_demand or spot (reserved groups are "
-        "not supported yet)");
-  }
   Group g;
   g.id = fmt::format("grp-{:06}", next_group_++);
   g.tenant = caller.id;
@@ -49,7 +44,10 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
   g.seq = next_group_ - 1;
   g.created_at = g.updated_at = clock_->Now();
   Group& stored = groups_.emplace(g.id, std::move(g)).first->second;
-  TESSERA_RETURN_IF_ERROR(AddMembers(stored, 0, stored.spec.size, batch));
+  if (Status s = AddMembers(stored, 0, stored.spec.size, batch); !s.ok()) {
+    groups_.erase(stored.id);  // AddMembers made nothing.
+    return s;
+  }
   batch.settings.emplace_back(std::string(kNextGroup), std::to_string(next_group_));
   PlaceGang(stored, batch);
   SaveGroup(stored, batch);
@@ -60,6 +58,10 @@ Status State::AddMembers(Group& g, int from, int to, store::Batch& batch) {
   const Tenant* owner = tenants_.Find(g.tenant.str());
   if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(g.spec.member));
+  if (g.spec.member.billing == Billing::kReserved) {
+    // Every new member claims a unit: all of them, or none is made.
+    TESSERA_RETURN_IF_ERROR(ClaimReservation(*owner, admitted.shape, to - from).status());
+  }
   g.members.resize(static_cast<size_t>(to));
   for (int rank = from; rank < to; ++rank) {
     CreateInstanceRequest req = g.spec.member;
@@ -254,14 +256,28 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
         TopologyName(g.spec.topology), PlacementName(g.spec.placement), placed.size());
     return false;
   }
-  // Rank 0's node is the rendezvous: MASTER_ADDR, and a port of the group's own.
+  // Rank 0's node is the rendezvous: MASTER_ADDR, and MASTER_PORT, a port rank 0's agent reserves
+  // on that node as it starts rank 0. The other members start once it reported the port
+  // (DesiredState holds them back; RendezvousReserved hands it out). Without an agent process
+  // (a fleet node with no agent, or rank 0 with nothing to run), nothing listens: the group gets a
+  // port of its own at once.
   const Instance* rank0 = instances_.Find(g.members.front());
-  std::string master;
+  std::string master, port;
+  bool rank0_placed = false;
   for (const auto& [inst, a] : placed) {
-    if (inst == rank0) master = fleet_->node(a.node).name;
+    if (inst != rank0) continue;
+    rank0_placed = true;
+    master = fleet_->node(a.node).name;
+    const AgentNode* agent = agents_.Find(master);
+    if (!agent || !agent->registered() || rank0->command.empty()) {
+      port = std::to_string(kMasterPortBase + static_cast<int>(g.seq % kMasterPorts));
+    }
   }
-  if (master.empty() && rank0) master = rank0->node;
-  const int port = kMasterPortBase + static_cast<int>(g.seq % kMasterPorts);
+  if (!rank0_placed && rank0) {
+    master = rank0->node;
+    auto known = rank0->group_env.find("MASTER_PORT");
+    if (known != rank0->group_env.end()) port = known->second;
+  }
   for (const auto& [inst, a] : placed) {
     Book(*inst, a);
     int local_rank = 0, local_size = 0;
@@ -276,9 +292,9 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
                        {"LOCAL_RANK", std::to_string(local_rank)},
                        {"LOCAL_WORLD_SIZE", std::to_string(local_size)},
                        {"MASTER_ADDR", master},
-                       {"MASTER_PORT", std::to_string(port)},
                        {"TESSERA_GROUP", g.id},
                        {"TESSERA_GROUP_RESTARTS", std::to_string(g.restarts)}};
+    if (!port.empty()) inst->group_env["MASTER_PORT"] = port;
     Transition(*inst, InstanceState::kScheduled, "", batch);
     agents_.Notify(*inst, inst->node);
     Save(*inst, batch);
@@ -288,6 +304,28 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   g.updated_at = clock_->Now();
   if (placed.size() == pending.size()) waiting_groups_.erase(g.id);
   return true;
+}
+
+bool AwaitsRendezvous(const Instance& inst) {
+  return !inst.group.empty() && !inst.group_env.empty() && !inst.group_env.count("MASTER_PORT");
+}
+
+void State::RendezvousReserved(Instance& rank0, int port, store::Batch& batch) {
+  if (rank0.rank != 0 || !AwaitsRendezvous(rank0)) return;
+  auto g = groups_.find(rank0.group);
+  if (g == groups_.end()) return;
+  const std::string text = std::to_string(port);
+  for (const std::string& id : g->second.members) {
+    Instance* m = instances_.Find(id);
+    if (!m || !m->assignment || !AwaitsRendezvous(*m)) continue;
+    m->group_env["MASTER_PORT"] = text;
+    if (m != &rank0) {
+      agents_.Notify(*m, m->node);
+      Save(*m, batch);
+    }
+  }
+  spdlog::info("group {}: rank 0 ({}) reserved MASTER_PORT {} on {}", g->first, rank0.id.str(),
+               port, rank0.node);
 }
 
 void State::PlaceGroups(store::Batch& batch, bool spot) {
@@ -328,6 +366,10 @@ bool State::SettleGroups(store::Batch& batch) {
     if (it == groups_.end()) continue;
     Group& g = it->second;
     if (Ended(g.state)) continue;
+    if (std::erase(g.draining, id) > 0) {
+      if (g.draining.empty()) StartAttempt(g, batch);
+      continue;
+    }
     if (std::find(g.members.begin(), g.members.end(), id) == g.members.end()) continue;
     if (inst->state == InstanceState::kSucceeded) {
       const bool all = std::all_of(g.members.begin(), g.members.end(), [&](const std::string& m) {
@@ -356,10 +398,22 @@ bool State::SettleGroups(store::Batch& batch) {
       ++g.restarts;
       g.state = GroupState::kWaiting;
       g.reason = "restarting whole after " + why;
+      // Reserved members' units come back as the last attempt's members stop: the new attempt
+      // is made once they all have, and claims them again.
+      if (g.spec.member.billing == Billing::kReserved) {
+        for (const std::string& m : g.members) {
+          const Instance* other = instances_.Find(m);
+          if (other && IsActive(other->state)) g.draining.push_back(m);
+        }
+      }
       g.members.clear();
-      if (Status s = AddMembers(g, 0, g.spec.size, batch); !s.ok()) {
-        g.state = GroupState::kFailed;
-        g.reason = "cannot restart: " + s.message();
+      if (g.draining.empty()) {
+        StartAttempt(g, batch);
+      } else {
+        g.reason += fmt::format(
+            "; waiting for {} member(s) of the last attempt to stop and give back their "
+            "reservation units",
+            g.draining.size());
       }
     } else {
       g.state = GroupState::kFailed;
@@ -368,6 +422,14 @@ bool State::SettleGroups(store::Batch& batch) {
     SaveGroup(g, batch);
   }
   return true;
+}
+
+void State::StartAttempt(Group& g, store::Batch& batch) {
+  if (Status s = AddMembers(g, 0, g.spec.size, batch); !s.ok()) {
+    g.state = GroupState::kFailed;
+    g.reason = "cannot restart: " + s.message();
+  }
+  SaveGroup(g, batch);
 }
 
 nlohmann::json State::GroupView(const Group& g) const {
@@ -466,7 +528,16 @@ Result<nlohmann::json> State::ScaleGroup(const Tenant& caller, std::string_view 
 
 Status State::Resize(Group& g, int size, const std::string& why, store::Batch& batch) {
   const int current = static_cast<int>(g.members.size());
-  if (size > current) {
+  if (!g.draining.empty()) {
+    // Between attempts: the next one is made at the new size.
+    if (size > g.spec.size) {
+      const Tenant* owner = tenants_.Find(g.tenant.str());
+      if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
+      TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(g.spec.member));
+      TESSERA_RETURN_IF_ERROR(
+          ClaimReservation(*owner, admitted.shape, size - g.spec.size).status());
+    }
+  } else if (size > current) {
     TESSERA_RETURN_IF_ERROR(AddMembers(g, current, size, batch));
   } else {
     // The newest members first.
@@ -613,6 +684,11 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
           clock_->Now() + std::chrono::seconds(g.spec.autoscale->scale_down_stabilization_seconds);
     }
     if (!Ended(g.state)) waiting_groups_.insert(g.id);  // PlaceGang drops those with none.
+    for (const std::string& id : g.draining) {
+      // Instances are restored first: one that ended lets the next attempt start.
+      const Instance* inst = instances_.Find(id);
+      if (!inst || !IsActive(inst->state)) ended_members_.push_back(id);
+    }
     groups_[g.id] = std::move(g);
   }
   groups_retry_ = true;

@@ -121,6 +121,15 @@ class GroupsTest : public ::testing::Test {
     return r;
   }
 
+  // What the instance's agent is told of it: null when it is not listed.
+  json Workload(const Instance& inst) {
+    const json desired = state_->DesiredState(inst.node);
+    for (const json& w : desired["workloads"]) {
+      if (w["id"] == inst.id.str()) return w;
+    }
+    return nullptr;
+  }
+
   // Free whole GPUs on `node`.
   int FreeGpus(const std::string& node) {
     int free = 0;
@@ -142,6 +151,20 @@ class GroupsTest : public ::testing::Test {
   void Commit() {
     ASSERT_TRUE(store_->Commit(batch_).ok());
     batch_ = {};
+  }
+
+  // The server restarts from its store, and every node's agent registers again.
+  void Restart() {
+    Commit();
+    state_ = NewState();
+    seq_.clear();
+    agent_ += "'";
+    ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
+    for (const auto& [name, node] : nodes_) {
+      ASSERT_TRUE(
+          state_->RegisterAgent(name, {agent_, Inventory(name, node.first, node.second)}, batch_)
+              .ok());
+    }
   }
 
   FakeClock clock_;
@@ -211,18 +234,31 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   const json g = Create(Gang(3, 4, Topology::kNode));
   ASSERT_EQ(g["state"], "running");
   const Instance r0 = Member(g, 0), r1 = Member(g, 1), r2 = Member(g, 2);
-  json desired = state_->DesiredState(r1.node);
-  json env;
-  for (const json& w : desired["workloads"]) {
-    if (w["id"] == r1.id.str()) env = w["env"];
-  }
-  ASSERT_TRUE(env.is_object()) << desired.dump();
+  // Rank 0's agent is asked to reserve MASTER_PORT as it starts rank 0; the others wait for it.
+  json w0 = Workload(r0), w1 = Workload(r1);
+  ASSERT_TRUE(w0.is_object());
+  EXPECT_EQ(w0.value("reserve_port", ""), "MASTER_PORT");
+  EXPECT_FALSE(w0["env"].contains("MASTER_PORT"));
+  EXPECT_TRUE(w1.is_null()) << "rank 1 starts before its rendezvous port exists: " << w1.dump();
+  AgentReport started = Report(r0, InstanceState::kRunning);
+  started.port = 29517;
+  Sync(r0.node, {started});
+  w1 = Workload(r1);
+  ASSERT_TRUE(w1.is_object()) << "rank 1 still held back once rank 0 reserved its port";
+  const json& env = w1["env"];
+  EXPECT_FALSE(w1.contains("reserve_port"));
   EXPECT_EQ(env["WORLD_SIZE"], "3");
   EXPECT_EQ(env["RANK"], "1");
   EXPECT_EQ(env["MASTER_ADDR"], r0.node);
+  EXPECT_EQ(env["MASTER_PORT"], "29517");
   EXPECT_EQ(env["TESSERA_GROUP"], g["id"]);
   EXPECT_EQ(env["LOCAL_RANK"], r0.node == r1.node ? "1" : "0");
-  for (const Instance& m : {r0, r1, r2}) Sync(m.node, {Report(m, InstanceState::kRunning)});
+  EXPECT_EQ(Workload(r2)["env"]["MASTER_PORT"], "29517");
+  // The port survives a restart of the server: rank 0's record keeps it too.
+  Restart();
+  EXPECT_EQ(Workload(r2)["env"]["MASTER_PORT"], "29517");
+  EXPECT_EQ(Workload(r0)["env"]["MASTER_PORT"], "29517");
+  for (const Instance& m : {r1, r2}) Sync(m.node, {Report(m, InstanceState::kRunning)});
   // Rank 2 fails: the others are stopped, and the group starts a new attempt, whole.
   Sync(r2.node, {Report(r2, InstanceState::kFailed, 1)});
   json after = Get(g["id"]);
@@ -237,6 +273,9 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   EXPECT_EQ(after["state"], "running") << after.dump();
   EXPECT_EQ(after["placed"], 3);
   EXPECT_EQ(Member(after, 0).group_env.at("TESSERA_GROUP_RESTARTS"), "1");
+  // A new attempt meets at a port rank 0's agent reserves anew.
+  EXPECT_EQ(Workload(Member(after, 0)).value("reserve_port", ""), "MASTER_PORT");
+  EXPECT_TRUE(Workload(Member(after, 1)).is_null());
 }
 
 TEST_F(GroupsTest, WithoutRestartAFailedMemberFailsTheGroup) {
@@ -282,12 +321,7 @@ TEST_F(GroupsTest, AfterARestartAGroupIsWholeOrStillWaitingNeverHalfPlaced) {
   const json placed = Create(Gang(2, 4, Topology::kNode));
   const json waiting = Create(Gang(2, 4, Topology::kNode));
   ASSERT_EQ(waiting["state"], "waiting");
-  Commit();
-  state_ = NewState();
-  seq_.clear();
-  agent_ = "a2";
-  ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
-  ASSERT_TRUE(state_->RegisterAgent("n1", {agent_, Inventory("n1", 8, OneIsland(8))}, batch_).ok());
+  Restart();
   Sync("n1");
   EXPECT_EQ(Get(placed["id"])["placed"], 2);
   EXPECT_EQ(Get(waiting["id"])["placed"], 0);
@@ -395,6 +429,65 @@ TEST_F(GroupsTest, AnOnDemandGangLeavesReservedCapacityAlone) {
   EXPECT_NE(waits["reason"].get<std::string>().find("held for reservations"), std::string::npos)
       << waits.dump();
   EXPECT_EQ(Create(Gang(1, 2, Topology::kNode))["state"], "running") << "2 of 8 are not held";
+}
+
+TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
+  Join("n1", 8, OneIsland(8));
+  billing::ReservationRequest r;
+  r.instance_type = "gpu.1xh100";
+  r.count = 3;
+  r.term = "1y";
+  ASSERT_TRUE(state_->CreateReservation(Acme(), r, batch_).ok());
+  GroupRequest req = Gang(4, 1, Topology::kNode);
+  req.member.billing = Billing::kReserved;
+  // Four members and three units: refused whole, nothing made.
+  state_->BeginRound();
+  auto refused = state_->CreateGroup(Acme(), req, batch_);
+  state_->EndRound(batch_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().reason(), "no_reservation");
+  EXPECT_NE(refused.status().message().find("needs 4 free units"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(state_->instances().size(), 0u);
+  EXPECT_TRUE(state_->ListGroups(Acme())["groups"].empty());
+  req.size = req.min_available = 3;
+  const json g = Create(req);
+  ASSERT_EQ(g["state"], "running") << g.dump();
+  const std::string id = g["id"];
+  for (int rank = 0; rank < 3; ++rank) EXPECT_FALSE(Member(g, rank).reservation.empty());
+  EXPECT_EQ(state_->ReservationUnitsUsed(Member(g, 0).reservation), 3);
+  // No unit for a fourth: the scale-out is refused, and the group keeps its three.
+  state_->BeginRound();
+  auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
+  state_->EndRound(batch_);
+  EXPECT_EQ(grown.status().reason(), "no_reservation");
+  EXPECT_EQ(Get(id)["members"].size(), 3u);
+  const Instance r0 = Member(g, 0), r1 = Member(g, 1), r2 = Member(g, 2);
+  AgentReport started = Report(r0, InstanceState::kRunning);
+  started.port = 29500;
+  Sync("n1", {started, Report(r1, InstanceState::kRunning), Report(r2, InstanceState::kRunning)});
+  // Rank 2 fails: the next attempt waits for the others to give their units back.
+  Sync("n1", {Report(r2, InstanceState::kFailed, 1)});
+  json after = Get(id);
+  EXPECT_EQ(after["state"], "waiting");
+  EXPECT_EQ(after["restarts"], 1);
+  EXPECT_TRUE(after["members"].empty()) << after.dump();
+  EXPECT_EQ(after["draining"].size(), 2u) << after.dump();
+  EXPECT_NE(after["reason"].get<std::string>().find("reservation units"), std::string::npos);
+  Sync("n1", {Report(r0, InstanceState::kTerminated, 0)});
+  EXPECT_TRUE(Get(id)["members"].empty());
+  // A restart of the server in between loses nothing.
+  Restart();
+  Sync("n1", {Report(r1, InstanceState::kTerminated, 0)});
+  after = Get(id);
+  EXPECT_EQ(after["state"], "running") << after.dump();
+  EXPECT_EQ(after["placed"], 3);
+  EXPECT_FALSE(after.contains("draining"));
+  EXPECT_EQ(state_->ReservationUnitsUsed(r0.reservation), 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(Member(after, rank).reservation, r0.reservation);
+    EXPECT_NE(Member(after, rank).id, Member(g, rank).id) << "the new attempt is new instances";
+  }
 }
 
 // Autoscaling with the fake clock: HPA's rule on a reported backlog and on measured GPU

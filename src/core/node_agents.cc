@@ -401,6 +401,11 @@ nlohmann::json State::DesiredState(const std::string& name) const {
           break;
         default:
           w["action"] = "run";
+          if (AwaitsRendezvous(*inst)) {
+            // Rank 0 reserves the group's port as it starts; the others start once it has.
+            if (inst->rank != 0) continue;
+            w["reserve_port"] = "MASTER_PORT";
+          }
       }
       nlohmann::json load = nlohmann::json::array();
       for (const GpuRef& g : inst->gpus) {
@@ -531,6 +536,7 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
   if (report.attempt != inst.restarts) return false;  // An earlier attempt's copy.
   const Time now = clock_->Now();
   if (report.state == InstanceState::kRunning) {
+    if (report.port) RendezvousReserved(inst, *report.port, batch);
     if (inst.state != InstanceState::kScheduled) return false;
     inst.started_at = report.started_at.value_or(now);
     Transition(inst, InstanceState::kRunning, "", batch);

@@ -136,18 +136,19 @@ TEST_F(NodeAgentsTest, ReportsMoveAnInstanceThroughItsStatesAndOnlyItsNodeMayRep
   ASSERT_EQ(inst.state, InstanceState::kScheduled);
   const std::string other = inst.node == "gpu-1" ? "gpu-2" : "gpu-1";
   ASSERT_TRUE(
-      Report(other, 1, {{inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}}}).ok());
+      Report(other, 1, {{inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}, {}}}).ok());
   EXPECT_EQ(Get(inst.id.str()).state, InstanceState::kScheduled)
       << "another node's report about it is ignored";
   clock_.Advance(150ms);
   ASSERT_TRUE(
-      Report(inst.node, 1, {{inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}}}).ok());
+      Report(inst.node, 1, {{inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}, {}}})
+          .ok());
   EXPECT_EQ(Get(inst.id.str()).state, InstanceState::kRunning);
   EXPECT_EQ(state_->counters().start_latency.count, 1);
   EXPECT_NEAR(state_->counters().start_latency.sum, 0.150, 1e-6);
-  ASSERT_TRUE(
-      Report(inst.node, 2, {{inst.id.str(), 0, InstanceState::kTerminated, 3, "exited", false, {}}})
-          .ok());
+  ASSERT_TRUE(Report(inst.node, 2,
+                     {{inst.id.str(), 0, InstanceState::kTerminated, 3, "exited", false, {}, {}}})
+                  .ok());
   EXPECT_EQ(Get(inst.id.str()).state, InstanceState::kFailed);
   EXPECT_EQ(Get(inst.id.str()).exit_code, 3);
   EXPECT_EQ(state_->fleet().used_gpu_milli(), 0) << "its GPU is free once the process is gone";
@@ -181,7 +182,8 @@ TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsFor
   Join("gpu-1", 2);
   const Instance spot = Create(H100(2, Billing::kSpot));
   ASSERT_TRUE(
-      Report("gpu-1", 1, {{spot.id.str(), 0, InstanceState::kRunning, {}, "", false, {}}}).ok());
+      Report("gpu-1", 1, {{spot.id.str(), 0, InstanceState::kRunning, {}, "", false, {}, {}}})
+          .ok());
   const Instance od = Create(H100(2, Billing::kOnDemand));
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPreempting);
   EXPECT_EQ(Get(spot.id.str()).preempt_at, clock_.Now() + 30s);
@@ -189,9 +191,10 @@ TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsFor
   const std::string desired = state_->DesiredState("gpu-1").dump();
   EXPECT_NE(desired.find("\"action\":\"preempt\""), std::string::npos) << desired;
   clock_.Advance(30s);
-  ASSERT_TRUE(Report("gpu-1", 2,
-                     {{spot.id.str(), 0, InstanceState::kTerminated, 143, "preempted", false, {}}})
-                  .ok());
+  ASSERT_TRUE(
+      Report("gpu-1", 2,
+             {{spot.id.str(), 0, InstanceState::kTerminated, 143, "preempted", false, {}, {}}})
+          .ok());
   EXPECT_EQ(Get(od.id.str()).state, InstanceState::kScheduled)
       << "the preemptor takes the capacity once the victim stopped";
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPending);

@@ -370,6 +370,8 @@ class State {
   // instances (a gang takes capacity only whole), spot gangs after them.
   void PlaceGroups(store::Batch& batch, bool spot);
   bool PlaceGang(Group& g, store::Batch& batch);
+  // The group's next attempt: all its members, pending (or the group fails, saying why).
+  void StartAttempt(Group& g, store::Batch& batch);
   // Pending members for ranks [from, to) of `g`, as one more attempt's or a scale-out's.
   Status AddMembers(Group& g, int from, int to, store::Batch& batch);
   nlohmann::json GroupView(const Group& g) const;
@@ -386,8 +388,9 @@ class State {
                     std::vector<store::LedgerRecord>& lines) const;
   Money MonthSpend(const std::string& tenant) const;
   // For `billing: reserved`: a free unit of the caller's matching active reservation, or 409
-  // no_reservation naming what exists. Holding it is counted until the instance ends.
-  Result<std::string> ClaimReservation(const Tenant& caller, const Shape& shape);
+  // no_reservation naming what exists. Holding it is counted until the instance ends. With
+  // `units` > 1, only when that many are free (a gang's members claim one each).
+  Result<std::string> ClaimReservation(const Tenant& caller, const Shape& shape, int units = 1);
   void SaveReservation(const billing::Reservation& r, store::Batch& batch);
   // Fills the reservation's GPU model and unit size from the catalog.
   Status SizeReservation(billing::Reservation& r);
@@ -413,6 +416,9 @@ class State {
   bool ApplyAgentReports(store::Batch& batch);
   // Applies one report about `inst`; true when it changed something.
   bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
+  // Rank 0's agent reserved its group's MASTER_PORT: every member placed in this attempt gets it,
+  // and those held back start.
+  void RendezvousReserved(Instance& rank0, int port, store::Batch& batch);
   // Ends an instance whose workload is gone: frees its capacity and tells its agent.
   void Release(Instance& inst);
   // Joined nodes that stopped reporting lose their lease: not_ready, and their work moves.
