@@ -100,18 +100,10 @@ void State::MeterUtilization(const AgentNode& node) {
     double sum = 0;
     int readings = 0;
     for (const GpuRef& g : inst->gpus) {
-      for (const telemetry::GpuSample& s : node.telemetry->gpus) {
-        if (s.index != g.index || s.lost) continue;
-        double util = s.gpu_util;
-        // A MIG slice's own engine activity, when the GPU reports it.
-        for (const telemetry::MigSample& m : s.mig) {
-          if (!g.mig_profile.empty() && m.start == g.mig_start && m.gr_engine_active) {
-            util = *m.gr_engine_active * 100;
-          }
-        }
-        sum += util;
-        ++readings;
-      }
+      const auto r = telemetry::ReadHolder(*node.telemetry, g.index, g.mig_profile, g.mig_start);
+      if (!r || r->lost) continue;
+      sum += r->gpu_util;
+      ++readings;
     }
     if (readings > 0) billing::Observe(*inst->meter, sum / readings, now, max_gap);
   }

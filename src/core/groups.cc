@@ -583,18 +583,18 @@ std::optional<double> State::GroupMetric(const Group& g) const {
       continue;
     }
     for (const GpuRef& ref : inst->gpus) {
-      bool read = false;
-      for (const telemetry::GpuSample& s : node->second.telemetry->gpus) {
-        if (s.index != ref.index || s.lost) continue;
-        if (a.metric == AutoscaleMetric::kGpuUtil) {
-          sum += s.gpu_util;
-        } else if (s.memory_total_mib > 0) {
-          sum += 100.0 * static_cast<double>(s.memory_used_mib) /
-                 static_cast<double>(s.memory_total_mib);
-        }
-        read = true;
+      const auto r =
+          telemetry::ReadHolder(*node->second.telemetry, ref.index, ref.mig_profile, ref.mig_start);
+      if (!r || r->lost) {
+        ++missing;
+        continue;
       }
-      read ? ++n : ++missing;
+      ++n;
+      if (a.metric == AutoscaleMetric::kGpuUtil) {
+        sum += r->gpu_util;
+      } else if (r->fb_total_mib > 0) {
+        sum += 100.0 * static_cast<double>(r->fb_used_mib) / static_cast<double>(r->fb_total_mib);
+      }
     }
   }
   if (n == 0) return std::nullopt;

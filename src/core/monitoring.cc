@@ -27,26 +27,14 @@ json PointsJson(const std::vector<telemetry::Point>& points) {
 
 // The latest readings of one GPU (or MIG instance) of a report.
 json LatestJson(const telemetry::Telemetry& t, const GpuRef& g) {
-  for (const telemetry::GpuSample& s : t.gpus) {
-    if (s.index != g.index) continue;
-    if (s.lost) return {{"lost", true}};
-    if (g.mig_profile.empty()) {
-      return {{"gpu_util", s.gpu_util},
-              {"fb_used_mib", s.memory_used_mib},
-              {"fb_total_mib", s.memory_total_mib},
-              {"power_w", s.power_w},
-              {"temperature_c", s.temperature_c}};
-    }
-    for (const telemetry::MigSample& m : s.mig) {
-      if (m.start != g.mig_start || m.profile != g.mig_profile) continue;
-      return {{"gpu_util", 100 * m.gr_engine_active.value_or(0)},
-              {"fb_used_mib", m.fb_used_mib},
-              {"fb_total_mib", m.fb_total_mib},
-              {"power_w", s.power_w},
-              {"temperature_c", s.temperature_c}};
-    }
-  }
-  return nullptr;
+  const auto r = telemetry::ReadHolder(t, g.index, g.mig_profile, g.mig_start);
+  if (!r) return nullptr;
+  if (r->lost) return {{"lost", true}};
+  return {{"gpu_util", r->gpu_util},
+          {"fb_used_mib", r->fb_used_mib},
+          {"fb_total_mib", r->fb_total_mib},
+          {"power_w", r->power_w},
+          {"temperature_c", r->temperature_c}};
 }
 
 }  // namespace

@@ -24,26 +24,26 @@ CREATE TABLE IF NOT EXISTS audit (
   action TEXT NOT NULL, target TEXT NOT NULL, status INTEGER NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audit_by_time ON audit(at);
-CREATE TABLE IF NOT EXISTS ledger (
-  seq INTEGER NOT NULL, tenant TEXT NOT NULL, instance TEXT NOT NULL,
-  instance_type TEXT NOT NULL, billing TEXT NOT NULL, reservation TEXT NOT NULL,
-  start INTEGER NOT NULL, end INTEGER NOT NULL, seconds INTEGER NOT NULL,
-  rate_micros INTEGER NOT NULL, amount_micros INTEGER NOT NULL, note TEXT NOT NULL,
-  gpu_milli INTEGER NOT NULL, util_pct_seconds INTEGER NOT NULL,
-  util_observed_seconds INTEGER NOT NULL, PRIMARY KEY (tenant, start, seq)) WITHOUT ROWID;
 )sql";
 
-// The ledger is stored in (tenant, start) order, so a tenant's month is one sequential read
-// rather than an index walk with a table lookup per line. Stores written before kept it by seq
-// with an index: move the lines over, seqs unchanged.
-constexpr const char* kClusterLedger = R"sql(
-CREATE TABLE ledger_by_start (
+// The ledger, in (tenant, start) order, so a tenant's month is one sequential read rather than
+// an index walk with a table lookup per line. `name` may start with IF NOT EXISTS.
+std::string LedgerTable(std::string_view name) {
+  return fmt::format(R"sql(
+CREATE TABLE {} (
   seq INTEGER NOT NULL, tenant TEXT NOT NULL, instance TEXT NOT NULL,
   instance_type TEXT NOT NULL, billing TEXT NOT NULL, reservation TEXT NOT NULL,
   start INTEGER NOT NULL, end INTEGER NOT NULL, seconds INTEGER NOT NULL,
   rate_micros INTEGER NOT NULL, amount_micros INTEGER NOT NULL, note TEXT NOT NULL,
   gpu_milli INTEGER NOT NULL, util_pct_seconds INTEGER NOT NULL,
   util_observed_seconds INTEGER NOT NULL, PRIMARY KEY (tenant, start, seq)) WITHOUT ROWID;
+)sql",
+                     name);
+}
+
+// Stores written before kept the ledger by seq with an index: move the lines over, seqs
+// unchanged.
+constexpr const char* kClusterLedger = R"sql(
 INSERT INTO ledger_by_start SELECT seq,tenant,instance,instance_type,billing,reservation,start,
   end,seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds
   FROM ledger;
@@ -110,11 +110,14 @@ class SqliteStore final : public Store {
 
   Status Prepare() {
     TESSERA_RETURN_IF_ERROR(Exec(kSchema));
+    TESSERA_RETURN_IF_ERROR(Exec(LedgerTable("IF NOT EXISTS ledger").c_str()));
     TESSERA_ASSIGN_OR_RETURN(bool has_ended_at, HasColumn("instances", "ended_at"));
     if (!has_ended_at) TESSERA_RETURN_IF_ERROR(Migrate(kAddEndedAt));
     TESSERA_RETURN_IF_ERROR(Exec(kIndexEndedAt));
     TESSERA_ASSIGN_OR_RETURN(bool clustered, LedgerClustered());
-    if (!clustered) TESSERA_RETURN_IF_ERROR(Migrate(kClusterLedger));
+    if (!clustered) {
+      TESSERA_RETURN_IF_ERROR(Migrate(LedgerTable("ledger_by_start") + kClusterLedger));
+    }
     {
       Stmt q;
       TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT COALESCE(MAX(seq), 0) FROM ledger", q));
@@ -367,9 +370,9 @@ class SqliteStore final : public Store {
   }
 
   // Runs a migration's statements in one transaction: all of them, or none.
-  Status Migrate(const char* sql) {
+  Status Migrate(const std::string& sql) {
     TESSERA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    Status s = Exec(sql);
+    Status s = Exec(sql.c_str());
     if (s.ok()) s = Exec("COMMIT");
     if (!s.ok()) (void)Exec("ROLLBACK");
     return s;

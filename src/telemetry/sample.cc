@@ -28,6 +28,33 @@ std::optional<double> ReadRatio(JsonFields& f, std::string_view key) {
 
 }  // namespace
 
+std::optional<HolderReading> ReadHolder(const Telemetry& t, int index, std::string_view mig_profile,
+                                        int mig_start) {
+  for (const GpuSample& s : t.gpus) {
+    if (s.index != index) continue;
+    HolderReading r;
+    if (s.lost) {
+      r.lost = true;
+      return r;
+    }
+    r.gpu_util = s.gpu_util;
+    r.fb_used_mib = s.memory_used_mib;
+    r.fb_total_mib = s.memory_total_mib;
+    r.power_w = s.power_w;
+    r.temperature_c = s.temperature_c;
+    if (mig_profile.empty()) return r;
+    for (const MigSample& m : s.mig) {
+      if (m.start != mig_start || m.profile != mig_profile) continue;
+      if (m.gr_engine_active) r.gpu_util = *m.gr_engine_active * 100;
+      r.fb_used_mib = m.fb_used_mib;
+      r.fb_total_mib = m.fb_total_mib;
+      return r;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 json ToJson(const Telemetry& t) {
   json gpus = json::array();
   for (const GpuSample& s : t.gpus) {

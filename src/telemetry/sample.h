@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -58,6 +59,21 @@ struct Telemetry {
   std::vector<GpuSample> gpus;
   std::vector<XidEvent> xids;  // Events since the previous sample.
 };
+
+// What the holder of GPU `index`, or of its MIG slice `mig_profile` starting at `mig_start`, reads
+// in a report: the GPU's readings, or the slice's own memory and engine activity (the GPU's
+// utilization where the slice's is not measured) beside the GPU's power and temperature.
+struct HolderReading {
+  bool lost = false;    // The GPU stopped answering: nothing else is read.
+  double gpu_util = 0;  // Percent.
+  int64_t fb_used_mib = 0;
+  int64_t fb_total_mib = 0;
+  double power_w = 0;
+  double temperature_c = 0;
+};
+// nullopt when the report has no such GPU, or no such slice of it.
+std::optional<HolderReading> ReadHolder(const Telemetry& t, int index, std::string_view mig_profile,
+                                        int mig_start);
 
 // The wire form (docs/agent.md): {"gpus": [...], "xids": [...]}.
 nlohmann::json ToJson(const Telemetry& t);
