@@ -121,6 +121,15 @@ class GroupsTest : public ::testing::Test {
     return r;
   }
 
+  // A one-year reservation of `count` gpu.1xh100 for acme, starting now.
+  void ReserveH100s(int count) {
+    billing::ReservationRequest r;
+    r.instance_type = "gpu.1xh100";
+    r.count = count;
+    r.term = "1y";
+    ASSERT_TRUE(state_->CreateReservation(Acme(), r, batch_).ok());
+  }
+
   // What the instance's agent is told of it: null when it is not listed.
   json Workload(const Instance& inst) {
     const json desired = state_->DesiredState(inst.node);
@@ -419,11 +428,7 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
 
 TEST_F(GroupsTest, AnOnDemandGangLeavesReservedCapacityAlone) {
   Join("n1", 8, OneIsland(8));
-  billing::ReservationRequest r;
-  r.instance_type = "gpu.1xh100";
-  r.count = 6;
-  r.term = "1y";
-  ASSERT_TRUE(state_->CreateReservation(Acme(), r, batch_).ok());
+  ReserveH100s(6);
   const json waits = Create(Gang(2, 2, Topology::kNode));  // 4 GPUs; 6 of 8 are reserved.
   EXPECT_EQ(waits["state"], "waiting");
   EXPECT_NE(waits["reason"].get<std::string>().find("held for reservations"), std::string::npos)
@@ -433,11 +438,7 @@ TEST_F(GroupsTest, AnOnDemandGangLeavesReservedCapacityAlone) {
 
 TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   Join("n1", 8, OneIsland(8));
-  billing::ReservationRequest r;
-  r.instance_type = "gpu.1xh100";
-  r.count = 3;
-  r.term = "1y";
-  ASSERT_TRUE(state_->CreateReservation(Acme(), r, batch_).ok());
+  ReserveH100s(3);
   GroupRequest req = Gang(4, 1, Topology::kNode);
   req.member.billing = Billing::kReserved;
   // Four members and three units: refused whole, nothing made.
