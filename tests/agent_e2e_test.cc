@@ -1,7 +1,9 @@
 // End-to-end tests of node agents: a real `tessera server` on an empty fleet, real
 // `tessera agent --backend sim` processes joined to it, and real workload processes.
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -241,6 +243,51 @@ TEST_F(AgentTest, AnAgentServesItsNodesSeriesAsDcgmExporterWould) {
   if (problems) {
     EXPECT_EQ(*problems, "");
   }
+}
+
+TEST_F(AgentTest, AGangMeetsAtThePortRankZerosAgentReservedAndNoRankStartsBeforeIt) {
+  // Something on the host listens on the first port of the agents' rendezvous range.
+  const int held = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(held, 1), 0);
+  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int first = ntohs(addr.sin_port);
+  ASSERT_LT(first, 65530);
+  const std::vector<std::string> range = {"--rendezvous-ports",
+                                          fmt::format("{}-{}", first, first + 3)};
+  Join("n1", "H100-80GB:1", "exclusive", range);
+  Join("n2", "H100-80GB:1", "exclusive", range);
+  json member = H100(1, "on_demand");
+  member["command"] = "echo $MASTER_PORT > port; sleep 30";
+  auto g = Post("/v1/groups", tenant_,
+                {{"name", "ddp"},
+                 {"size", 2},
+                 {"placement", "spread"},
+                 {"topology", "any"},
+                 {"template", member}});
+  ASSERT_EQ(g.status, 201) << g.raw;
+  std::vector<std::string> ports;
+  std::vector<json> shown;
+  for (const json& m : g.body["members"]) {
+    const std::string id = m["instance"];
+    ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+    shown.push_back(Instance(id));
+    const std::string file = RunDir(shown.back()["node"], id) + "/port";
+    EXPECT_TRUE(WaitFor([&] { return !ReadFile(file).empty(); }, 10s));
+    ports.push_back(ReadFile(file));
+  }
+  EXPECT_NE(shown[0]["node"], shown[1]["node"]) << "spread put both ranks on one node";
+  EXPECT_EQ(ports[0], ports[1]) << "the ranks do not meet at one port";
+  const int port = std::atoi(ports[0].c_str());
+  EXPECT_GT(port, first) << "the agent reserved a port in use";
+  EXPECT_LE(port, first + 3);
+  EXPECT_GE(shown[1]["started_at"].get<std::string>(), shown[0]["started_at"].get<std::string>())
+      << "rank 1 started before rank 0 reserved the port";
+  close(held);
 }
 
 TEST_F(AgentTest, ExitCodesEndInstancesAndTheirLogsComeBack) {
