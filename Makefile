@@ -3,7 +3,7 @@ PRESET ?= release
 BUILD_DIR := build/$(PRESET)
 JOBS ?= $(shell nproc)
 
-.PHONY: run test build bench bootstrap configure format clean fuzz
+.PHONY: run test build bench bootstrap configure format clean fuzz console-deps
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -24,7 +24,7 @@ run: build
 # The tests, then every fuzzer briefly (TEST_FUZZ_SECONDS each; 0 skips them), so CI runs the
 # fuzz targets under clang's sanitizers too. ctest already replays their corpora.
 TEST_FUZZ_SECONDS ?= 5
-test: build
+test: build console-deps
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	@if [ "$(TEST_FUZZ_SECONDS)" != 0 ]; then FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) FUZZ_JOBS=$(JOBS) scripts/fuzz.sh; fi
 
@@ -33,6 +33,10 @@ test: build
 FUZZ_SECONDS ?= 60
 fuzz: bootstrap
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(JOBS) scripts/fuzz.sh
+
+# The console's browser tests run on Node.js with playwright-core, from the npm registry.
+console-deps: bootstrap
+	@scripts/console-deps.sh
 
 bench: build
 	@scripts/bench.sh $(BUILD_DIR)

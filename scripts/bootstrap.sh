@@ -11,7 +11,13 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
   prometheus prometheus-alertmanager
+  libjs-chart.js chromium
 )
+# The console's browser tests run on Node.js with npm (tests/console); a machine that has them
+# from elsewhere keeps them.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -20,6 +20,7 @@ struct ApiServer::Impl {
     AddAgentRoutes(api);
     AddBillingRoutes(api);
     AddGroupRoutes(api);
+    AddConsoleRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
   }
 };

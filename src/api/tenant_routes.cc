@@ -74,6 +74,17 @@ void AddTenantRoutes(Api& table) {
                              },
                              200, Passthrough, nullptr});
             });
+  // Who the token acts for: the console's sign-in, `tessera whoami`.
+  table.Add("GET", "/v1/whoami", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Run<json>(
+                  call, Status::Ok(),
+                  {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+                     if (caller.admin) return json{{"admin", true}};
+                     return json{{"admin", false}, {"tenant", TenantJson(s, caller)}};
+                   },
+                   200, Passthrough, nullptr});
+            });
   table.Add("GET", "/v1/tenants/{id}", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               const std::string id = call->params[0];

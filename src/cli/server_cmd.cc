@@ -530,6 +530,8 @@ int RunServer(const ServerFlags& flags) {
     std::error_code ec;
     const std::string bin = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     const std::string tessera = ec ? "tessera" : bin;
+    std::cout << "\nThe web console: open " << url << "/ in a browser and sign in with the admin "
+              << "token (or a tenant's)\n";
     std::cout << "\nIn another terminal, try:\n"
               << "  export TESSERA_URL=" << url << " TESSERA_TOKEN=" << t << "\n"
               << "  " << tessera << " tenants create acme --quota-gpus 16   # prints acme's token\n"

@@ -253,6 +253,13 @@ nlohmann::json ToJson(const Instance& inst) {
     j["rank"] = inst.rank;
     if (!inst.group_env.empty()) j["group_env"] = inst.group_env;
   }
+  nlohmann::json history = nlohmann::json::array();
+  for (const StateChange& c : inst.history) {
+    nlohmann::json e = {{"at", FormatRfc3339(c.at)}, {"state", StateName(c.state)}};
+    if (!c.reason.empty()) e["reason"] = c.reason;
+    history.push_back(std::move(e));
+  }
+  j["history"] = std::move(history);
   return j;
 }
 
@@ -355,6 +362,29 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   inst.group = f.String("group", false);
   inst.rank = static_cast<int>(f.Int("rank", 0, INT32_MAX, false));
   inst.group_env = f.StringMap("group_env", false);
+  if (j.contains("history")) {
+    // Records written before it was kept have none.
+    const nlohmann::json& list = j["history"];
+    if (!list.is_array() || list.size() > kHistoryKept) {
+      return Status::DataLoss(where + ": field 'history': expected at most " +
+                              std::to_string(kHistoryKept) + " transitions");
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      JsonFields e(list[i], where + ": history[" + std::to_string(i) + "]");
+      StateChange c;
+      auto at = ParseRfc3339(e.String("at"));
+      auto to = ParseState(e.String("state"));
+      c.reason = e.String("reason", false);
+      if (!e.ok()) return Status::DataLoss(e.status().message());
+      if (!at.ok() || !to) {
+        return Status::DataLoss(where + ": history[" + std::to_string(i) +
+                                "]: not an RFC 3339 time and a state");
+      }
+      c.at = *at;
+      c.state = *to;
+      inst.history.push_back(std::move(c));
+    }
+  }
   if (j.contains("meter")) {
     JsonFields m = f.Object("meter");
     billing::Meter meter;

@@ -72,6 +72,15 @@ struct GpuRef {
   int milli_gpu = 0;  // Shares only.
 };
 
+// One transition of an instance, for its history (`GET /v1/instances/{id}`).
+struct StateChange {
+  Time at;
+  InstanceState state = InstanceState::kPending;
+  std::string reason;
+};
+// The newest transitions an instance keeps.
+inline constexpr size_t kHistoryKept = 16;
+
 struct Instance {
   InstanceId id;
   TenantId tenant;
@@ -107,6 +116,7 @@ struct Instance {
   std::map<std::string, std::string> group_env;
   std::string node;
   std::vector<GpuRef> gpus;
+  std::vector<StateChange> history;  // Oldest first, at most kHistoryKept.
 };
 
 // The API form of an instance.

@@ -89,6 +89,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.annotations = req.annotations;
   inst.price_per_hour = admitted.price_per_hour;
   inst.created_at = inst.updated_at = inst.enqueued_at = clock_->Now();
+  inst.history.push_back({inst.created_at, InstanceState::kPending, ""});
   Instance& stored = instances_.Add(std::move(inst));
   usage_.Add(stored.tenant.str(), stored.shape);
   return &stored;
@@ -243,6 +244,8 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   inst.state = to;
   inst.reason = std::move(reason);
   inst.updated_at = clock_->Now();
+  if (inst.history.size() == kHistoryKept) inst.history.erase(inst.history.begin());
+  inst.history.push_back({inst.updated_at, to, inst.reason});
   if (!IsActive(to)) instances_.Ended(inst);
   if (was_active && !IsActive(to) && !inst.group.empty()) ended_members_.push_back(inst.id.str());
 }

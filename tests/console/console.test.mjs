@@ -1,0 +1,298 @@
+// The web console in a real browser: Debian's Chromium, headless, driven by playwright-core,
+// against a real `tessera server` with simulated agents running real processes. It signs in as a
+// tenant and launches, watches and deletes an instance through the page; as another tenant it
+// finds none of it; as the admin it checks the fleet heatmap's counts against the API and drains
+// a node. It saves a screenshot of every page at laptop and phone widths.
+// Run by ctest (tests/CMakeLists.txt); `make test` installs its npm packages first.
+import assert from 'node:assert/strict';
+import {spawn} from 'node:child_process';
+import {randomBytes} from 'node:crypto';
+import {existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync} from 'node:fs';
+import {tmpdir} from 'node:os';
+import path from 'node:path';
+import {after, before, test} from 'node:test';
+import {fileURLToPath} from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const BIN = process.env.TESSERA_BIN ?? path.resolve(here, '../../build/release/tessera');
+const SHOTS = process.env.TESSERA_SCREENSHOTS ?? path.resolve(path.dirname(BIN), 'console-screenshots');
+const CHROMIUM = process.env.TESSERA_CHROMIUM ?? '/usr/bin/chromium';
+const ADMIN = `tsr_${randomBytes(32).toString('hex')}`;
+const LAPTOP = {width: 1280, height: 800};
+const PHONE = {width: 390, height: 844};
+
+const FLEET = {
+  name: 'console',
+  shapes: [
+    {name: 'h100', count: 2, gpu_model: 'H100-80GB', gpus: 4, vcpus: 128, memory_gib: 1024, nvlink: 'all', gpu_mode: 'exclusive'},
+    {name: 'a100', count: 1, gpu_model: 'A100-80GB', gpus: 2, vcpus: 64, memory_gib: 512, gpu_mode: 'mig'},
+    {name: 'l40s', count: 1, gpu_model: 'L40S-48GB', gpus: 2, vcpus: 64, memory_gib: 512, gpu_mode: 'shared'},
+  ],
+};
+
+let chromium;
+let server;
+let url;
+let browser;
+let dir;
+const tokens = {};
+const pageErrors = [];
+
+async function call(method, route, token, body) {
+  const res = await fetch(url + route, {
+    method, headers: {Authorization: `Bearer ${token}`, ...(body ? {'Content-Type': 'application/json'} : {})},
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  return {status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null, text};
+}
+
+function startServer() {
+  return new Promise((resolve, reject) => {
+    const fleet = path.join(dir, 'fleet.json');
+    writeFileSync(fleet, JSON.stringify(FLEET));
+    server = spawn(BIN, ['server', '--listen', '127.0.0.1:0', '--data', path.join(dir, 'data'), '--fleet', fleet,
+                         '--sim-agents'], {env: {...process.env, TESSERA_ADMIN_TOKEN: ADMIN}});
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`the server did not start: ${out}`)), 30000);
+    const onData = (chunk) => {
+      out += chunk;
+      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    };
+    server.stdout.on('data', onData);
+    server.stderr.on('data', onData);
+    server.on('exit', (code) => reject(new Error(`the server exited (${code}): ${out}`)));
+  });
+}
+
+async function newPage(viewport = LAPTOP) {
+  const context = await browser.newContext({viewport});
+  const page = await context.newPage();
+  page.on('pageerror', (e) => pageErrors.push(`${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') pageErrors.push(m.text());
+  });
+  page.on('dialog', (d) => d.accept());
+  return page;
+}
+
+async function signIn(page, token) {
+  await page.goto(`${url}/`);
+  await page.fill('#token', token);
+  await page.click('form.signin button[type=submit]');
+  await page.waitForSelector('#nav a');
+}
+
+async function shoot(page, name) {
+  mkdirSync(SHOTS, {recursive: true});
+  for (const [label, viewport] of [['laptop', LAPTOP], ['phone', PHONE]]) {
+    await page.setViewportSize(viewport);
+    await page.waitForTimeout(150);  // Charts resize on the next frame.
+    await page.screenshot({path: path.join(SHOTS, `${name}-${label}.png`), fullPage: label === 'laptop'});
+    if (label === 'phone') {
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 1, `${name} is ${overflow}px wider than a phone's screen`);
+    }
+  }
+  await page.setViewportSize(LAPTOP);
+}
+
+async function open(page, id) {
+  await page.click(`#nav a[href="#/${id}"]`);
+  await page.waitForFunction((p) => document.title.startsWith(p), (await page.textContent(`#nav a[href="#/${id}"]`)).trim());
+}
+
+before(async () => {
+  try {
+    ({chromium} = await import('playwright-core'));
+  } catch {
+    throw new Error('playwright-core is not installed: run `make test`, or `npm ci` in tests/console');
+  }
+  assert.ok(existsSync(BIN), `no tessera binary at ${BIN} (set TESSERA_BIN)`);
+  assert.ok(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}: run scripts/bootstrap.sh`);
+  dir = mkdtempSync(path.join(tmpdir(), 'tessera-console-'));
+  url = await startServer();
+  for (const name of ['acme', 'beta']) {
+    const r = await call('POST', '/v1/tenants', ADMIN, {name, quota: {gpus: 8}});
+    assert.equal(r.status, 201, r.text);
+    tokens[name] = r.body.token;
+  }
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill('SIGTERM');
+  if (dir) rmSync(dir, {recursive: true, force: true});
+});
+
+test('the console is served with a strict policy and no inline script', async () => {
+  const r = await fetch(`${url}/`);
+  assert.equal(r.status, 200);
+  const csp = r.headers.get('content-security-policy');
+  assert.match(csp, /script-src 'self'/);
+  assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+  assert.match(csp, /frame-ancestors 'none'/);
+  const html = await r.text();
+  assert.doesNotMatch(html, /<script>|<script [^>]*>[^<]+<\/script>|\son\w+=/, 'inline script in index.html');
+  const again = await fetch(`${url}/console/app.js`, {headers: {'If-None-Match': r.headers.get('etag') ?? ''}});
+  assert.equal(again.status, 200, 'another file answered 304 to index.html’s validator');
+  const etag = again.headers.get('etag');
+  assert.equal((await fetch(`${url}/console/app.js`, {headers: {'If-None-Match': etag}})).status, 304);
+  assert.equal((await fetch(`${url}/console/nothing.js`)).status, 404);
+});
+
+test('a bad token gets a clear message and no page', async () => {
+  const page = await newPage();
+  await page.goto(`${url}/`);
+  await page.fill('#token', 'tsr_not_a_token');
+  await page.click('form.signin button[type=submit]');
+  await page.waitForFunction(() => document.querySelector('#signin-error').textContent.length > 0);
+  const message = await page.textContent('#signin-error');
+  assert.match(message, /refused/i);
+  assert.equal(await page.locator('#nav a').count(), 0);
+  await page.fill('#token', '');
+  await page.click('form.signin button[type=submit]');
+  assert.match(await page.textContent('#signin-error'), /Enter a token/);
+  await shoot(page, 'signin');
+  await page.context().close();
+});
+
+test('a tenant launches an instance through the form, sees it run, reads its log and deletes it', async () => {
+  const page = await newPage();
+  await signIn(page, tokens.acme);
+  assert.doesNotMatch(page.url(), /tsr_/, 'the token is in the URL');
+  await page.waitForSelector('#launch');
+  await page.selectOption('#launch-kind', 'exclusive');
+  await page.selectOption('#launch-type', 'gpu.1xh100');
+  await page.selectOption('#launch-billing', 'on_demand');
+  assert.match(await page.textContent('#launch-price'), /On-demand \$\d+\.\d\d\/h/);
+  await page.fill('#launch-name', 'web-1');
+  // Output the page must show as text, never as markup.
+  await page.fill('#launch-command', 'echo "hello from the console <img src=x id=injected>"; sleep 600');
+  await page.click('#launch button[type=submit]');
+  await page.waitForSelector('#toast .toast', {timeout: 10000});
+  assert.match(await page.textContent('#toast'), /Launched web-1/);
+  const row = page.locator('#instances-list tr[data-state=running]', {hasText: 'web-1'});
+  await row.waitFor({timeout: 20000});
+  const id = await row.getAttribute('data-id');
+  assert.match(id, /^inst-/);
+  await shoot(page, 'instances');
+
+  await row.locator('a.open').click();
+  await page.waitForFunction(() => document.querySelector('#instance-log')?.textContent.includes('hello from the console'),
+                             null, {timeout: 20000});
+  assert.match(await page.textContent('#instance-history'), /running/);
+  assert.match(await page.textContent('#instance-history'), /pending/);
+  assert.match(await page.textContent('#instance-details'), /<img src=x id=injected>/);
+  assert.equal(await page.locator('#injected').count(), 0, 'user input became markup');
+  assert.equal(await page.locator('canvas#chart-util').count(), 1);
+  assert.doesNotMatch(page.url(), /inst-/, 'the instance id is in the URL');
+  await shoot(page, 'instance');
+
+  await page.click('button.danger:has-text("Delete")');
+  await page.waitForFunction(() => document.querySelector('main').dataset.instanceState === 'terminated', null,
+                             {timeout: 20000});
+  assert.match(await page.textContent('#instance-history'), /stopping/);
+  const api = await call('GET', `/v1/instances/${id}`, tokens.acme);
+  assert.equal(api.body.state, 'terminated');
+
+  await open(page, 'costs');
+  await page.waitForSelector('#cost-total');
+  await page.waitForFunction(() => document.querySelector('#cost-invoice tbody tr td')?.textContent.startsWith('inst-'));
+  assert.match(await page.textContent('#cost-invoice'), new RegExp(id));
+  await shoot(page, 'costs');
+  for (const p of ['groups', 'alerts', 'catalog']) {
+    await open(page, p);
+    await page.waitForTimeout(300);
+    await shoot(page, `${p}`);
+  }
+  await page.fill('#rec-params', '7');
+  await page.click('#recommend button[type=submit]');
+  await page.waitForSelector('#rec-out table');
+  assert.match(await page.textContent('#rec-out'), /fits on/);
+  await page.context().close();
+});
+
+test('another tenant sees none of it, even when it asks the page for it', async () => {
+  const theirs = await call('POST', '/v1/instances', tokens.acme, {instance_type: 'gpu.1xh100', billing: 'on_demand', name: 'secret-job'});
+  assert.equal(theirs.status, 201, theirs.text);
+  const page = await newPage();
+  await signIn(page, tokens.beta);
+  await page.waitForSelector('#instances-list table');
+  assert.match(await page.textContent('#instances-list'), /No instances yet/);
+  assert.doesNotMatch(await page.textContent('main'), /secret-job/);
+  // Open acme's instance through the page's own navigation.
+  await page.evaluate((id) => {
+    history.pushState({id}, '', '#/instance');
+    dispatchEvent(new PopStateEvent('popstate', {state: {id}}));
+  }, theirs.body.id);
+  await page.waitForFunction(() => document.querySelector('.status.error')?.textContent.length > 0);
+  assert.match(await page.textContent('.status.error'), /not found/);
+  assert.doesNotMatch(await page.textContent('main'), /secret-job/);
+  await open(page, 'costs');
+  await page.waitForSelector('#cost-total');
+  assert.equal(await page.textContent('#cost-total'), '$0.00');
+  // Admin pages are not there for a tenant.
+  assert.equal(await page.locator('#nav a[href="#/fleet"]').count(), 0);
+  await page.evaluate(() => { location.hash = '#/fleet'; });
+  await page.waitForFunction(() => document.querySelector('main h1')?.textContent === 'Not found');
+  await call('DELETE', `/v1/instances/${theirs.body.id}`, tokens.acme);
+  await page.context().close();
+});
+
+test('the admin sees every GPU in the fleet heatmap with the right counts, and drains a node', async () => {
+  const held = await call('POST', '/v1/instances', tokens.acme, {instance_type: 'gpu.2xh100', billing: 'on_demand', name: 'pair'})
+      .then((r) => (r.status === 201 ? r : call('POST', '/v1/instances', tokens.acme,
+                                                {gpu_model: 'H100-80GB', gpus: 2, vcpus: 8, memory_mib: 8192, billing: 'on_demand', name: 'pair'})));
+  assert.equal(held.status, 201, held.text);
+  const nodes = (await call('GET', '/v1/nodes?limit=1000', ADMIN)).body.nodes;
+  const gpus = nodes.reduce((n, x) => n + x.gpus.length, 0);
+  const allocated = nodes.reduce((n, x) => n + x.gpus.reduce((m, g) => m + (1000 - g.free_milli), 0), 0) / 1000;
+  assert.ok(allocated >= 2);
+
+  const page = await newPage();
+  await signIn(page, ADMIN);
+  await page.waitForSelector('#heatmap[data-nodes]');
+  assert.equal(await page.getAttribute('#heatmap', 'data-nodes'), String(nodes.length));
+  assert.equal(await page.locator('#heatmap .node').count(), nodes.length);
+  assert.equal(await page.locator('#heatmap .gpu').count(), gpus);
+  assert.equal(await page.locator('#heatmap .gpu.a4').count(), nodes.reduce((n, x) => n + x.gpus.filter((g) => g.free_milli === 0).length, 0));
+  assert.equal((await page.textContent('#fig-nodes .value')).trim(), String(nodes.length));
+  assert.equal((await page.textContent('#fig-gpus .value')).trim(), String(gpus));
+  assert.equal(Number(await page.textContent('#fig-allocated .value')), allocated);
+  assert.match(await page.textContent('#fig-unallocated .value'), /^\d+\.\d%$/);
+  await shoot(page, 'fleet');
+
+  const node = nodes[0].id;
+  await page.click(`#heatmap .node[data-node="${node}"]`);
+  await page.click('#node-action');
+  await page.waitForFunction(() => document.querySelector('#node-action')?.textContent === 'Undrain');
+  assert.equal((await call('GET', '/v1/nodes?limit=1000', ADMIN)).body.nodes.find((n) => n.id === node).state, 'draining');
+  await page.click('#node-action');
+  await page.waitForFunction(() => document.querySelector('#node-action')?.textContent === 'Drain');
+  assert.equal((await call('GET', '/v1/nodes?limit=1000', ADMIN)).body.nodes.find((n) => n.id === node).state, 'ready');
+
+  await page.fill('#fleet-filter', 'a100');
+  await page.waitForFunction(() => document.querySelector('#heatmap').dataset.nodes === '1');
+  await page.fill('#fleet-filter', '');
+  for (const p of ['instances', 'audit']) {
+    await open(page, p);
+    await page.waitForTimeout(300);
+    await shoot(page, `admin-${p}`);
+  }
+  assert.match(await page.textContent('#audit-list'), /POST/);
+  await page.context().close();
+});
+
+test('no page raised a script error or broke its content security policy', () => {
+  assert.deepEqual(pageErrors.filter((e) => !/Failed to load resource: the server responded with a status of 40[134]/.test(e)), []);
+});
