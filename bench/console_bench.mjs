@@ -2,6 +2,7 @@
 // from navigation to the first full render of the fleet page on a fleet of 1,000 nodes of 8 GPUs,
 // about two thirds allocated, in Debian's Chromium (headless). Usage:
 //   node bench/console_bench.mjs [--nodes 1000] [--runs 5]
+// With TESSERA_SCREENSHOTS=DIR it also saves the fleet page it measured there.
 // (TESSERA_BIN names the binary; playwright-core comes from tests/console: scripts/console-deps.sh.)
 import {spawn} from 'node:child_process';
 import {randomBytes} from 'node:crypto';
@@ -79,6 +80,7 @@ try {
                                          args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
                                                 '--disable-background-networking', '--disable-component-update', '--disable-sync']});
   const times = [];
+  const parts = [];
   for (let run = 0; run < RUNS; ++run) {
     const context = await browser.newContext({viewport: {width: 1280, height: 800}});
     await context.addInitScript((token) => {
@@ -89,9 +91,19 @@ try {
     await page.goto(`${url}/#/fleet`);
     await page.waitForSelector('main[data-first-render-ms]', {timeout: 60000});
     const ms = Number(await page.getAttribute('main', 'data-first-render-ms'));
+    const draw = Number(await page.getAttribute('#heatmap', 'data-draw-ms'));
+    const fetched = await page.evaluate(() => performance.getEntriesByType('resource')
+        .filter((e) => e.name.includes('/v1/nodes')).reduce((n, e) => n + e.duration, 0));
+    const marks = await page.evaluate(() => Object.fromEntries(performance.getEntriesByType('mark').map((m) => [m.name, Math.round(m.startTime)])));
+    const nav = await page.evaluate(() => { const n = performance.getEntriesByType('navigation')[0]; return {response: Math.round(n.responseEnd), dom: Math.round(n.domContentLoadedEventEnd)}; });
+    if (process.env.TESSERA_BENCH_DEBUG) console.log({ms, draw, fetched, ...marks, ...nav});
+    parts.push({draw, fetched});
     const cells = await page.locator('#heatmap .gpu').count();
     if (cells !== NODES * 8) throw new Error(`the heatmap shows ${cells} GPUs, not ${NODES * 8}`);
     times.push(ms);
+    if (run === 0 && process.env.TESSERA_SCREENSHOTS) {
+      await page.screenshot({path: path.join(process.env.TESSERA_SCREENSHOTS, `fleet-${NODES}-nodes-laptop.png`)});
+    }
     await context.close();
   }
   await browser.close();
@@ -102,6 +114,7 @@ try {
   const chart = statSync('/usr/share/javascript/chart.js/chart.min.js').size;
   console.log(`fleet page, first render of ${NODES} nodes x 8 GPUs (${placed} GPUs allocated), ${RUNS} runs:`);
   console.log(`  median ${median(times)} ms, min ${Math.min(...times)} ms, max ${Math.max(...times)} ms (from navigation start)`);
+  console.log(`  of which the median run's GET /v1/nodes took ${Math.round(median(parts.map((p) => p.fetched)))} ms and drawing the heatmap ${median(parts.map((p) => p.draw))} ms`);
   console.log(`  GET /v1/nodes?limit=1000 answer: ${(nodesJson.length / 1024).toFixed(0)} KiB`);
   console.log(`embedded assets: ${(own / 1024).toFixed(1)} KiB of the console's own files + ${(chart / 1024).toFixed(1)} KiB Chart.js = ${((own + chart) / 1024).toFixed(1)} KiB`);
 } finally {

@@ -166,10 +166,10 @@ async function start() {
   signout.addEventListener('click', () => signOut('Signed out.'));
   window.addEventListener('popstate', route);
   const manifest = await (await fetch('/console/manifest.json', {cache: 'no-cache'})).json();
-  for (const path of manifest.pages) {
-    const mod = await import(`/console/${path}`);
-    pages.set(mod.default.id, mod.default);
-  }
+  performance.mark('tessera-start');
+  const modules = await Promise.all(manifest.pages.map((path) => import(`/console/${path}`)));
+  for (const mod of modules) pages.set(mod.default.id, mod.default);
+  performance.mark('tessera-pages');
   const saved = sessionStorage.getItem('tessera.me');
   if (token() && saved) {
     me = JSON.parse(saved);

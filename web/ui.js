@@ -183,7 +183,20 @@ export function select(options, props = {}) {
   return h('select', props, options.map(([value, text]) => h('option', {value}, text)));
 }
 
-// A line chart of points [{x: ms, y}] per series, with times on the x axis.
+// Chart.js (Debian's, embedded), loaded once by the first page that draws a chart, so the
+// pages without one do not wait for it.
+let chartLoaded = null;
+export function loadChart() {
+  chartLoaded ??= new Promise((resolve, reject) => {
+    const script = h('script', {src: '/console/chart.min.js'});
+    script.addEventListener('load', () => resolve(window.Chart));
+    script.addEventListener('error', () => reject(new Error('Chart.js could not be loaded')));
+    document.head.append(script);
+  });
+  return chartLoaded;
+}
+
+// A line chart of points [{x: ms, y}] per series, with times on the x axis (after loadChart).
 export function lineChart(canvas, series, opts = {}) {
   if (typeof Chart === 'undefined') return null;
   const palette = ['#2f6fed', '#76b900', '#e8710a', '#a142f4', '#d93025', '#12b5cb'];
@@ -196,7 +209,12 @@ export function lineChart(canvas, series, opts = {}) {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
       interaction: {mode: 'nearest', intersect: false},
       scales: {
-        x: {type: 'linear', ticks: {maxTicksLimit: 6, callback: (v) => new Date(v).toLocaleTimeString('en-GB', {hour12: false, hour: '2-digit', minute: '2-digit'})}},
+        x: {type: 'linear', ticks: {maxTicksLimit: 6, callback(v) {
+          // Seconds too when the span is short, so ticks are not all the same minute.
+          const short = this.max - this.min < 10 * 60 * 1000;
+          return new Date(v).toLocaleTimeString('en-GB', {hour12: false, hour: '2-digit', minute: '2-digit',
+                                                           second: short ? '2-digit' : undefined});
+        }}},
         y: {beginAtZero: true, suggestedMax: opts.max, title: {display: Boolean(opts.unit), text: opts.unit}},
       },
       plugins: {legend: {display: series.length > 1}},

@@ -152,6 +152,24 @@ TEST_F(NodeAgentsTest, ReportsMoveAnInstanceThroughItsStatesAndOnlyItsNodeMayRep
   EXPECT_EQ(Get(inst.id.str()).state, InstanceState::kFailed);
   EXPECT_EQ(Get(inst.id.str()).exit_code, 3);
   EXPECT_EQ(state_->fleet().used_gpu_milli(), 0) << "its GPU is free once the process is gone";
+  // Its history keeps every transition, with when and why, and survives the store.
+  const Instance ended = Get(inst.id.str());
+  std::vector<InstanceState> states;
+  for (const StateChange& c : ended.history) states.push_back(c.state);
+  EXPECT_EQ(states, (std::vector<InstanceState>{InstanceState::kPending, InstanceState::kScheduled,
+                                                InstanceState::kRunning, InstanceState::kFailed}));
+  EXPECT_EQ(ended.history[2].at - ended.history[1].at, 150ms);
+  EXPECT_EQ(ended.history[3].reason, ended.reason);
+  nlohmann::json stored = ToStoredJson(ended, state_->fleet());
+  auto back = FromStoredJson(stored, state_->fleet());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->instance.history.size(), 4u);
+  EXPECT_EQ(back->instance.history[3].reason, ended.reason);
+  EXPECT_EQ(back->instance.history[2].at, ended.history[2].at);
+  stored["history"].push_back({{"at", "yesterday"}, {"state", "running"}});
+  auto bad = FromStoredJson(stored, state_->fleet());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("history[4]"), std::string::npos) << bad.status().message();
 }
 
 TEST_F(NodeAgentsTest, ANodeThatStopsReportingIsLostAndItsWorkMovesOrIsPreempted) {

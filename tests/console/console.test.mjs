@@ -159,10 +159,10 @@ test('a bad token gets a clear message and no page', async () => {
   const message = await page.textContent('#signin-error');
   assert.match(message, /refused/i);
   assert.equal(await page.locator('#nav a').count(), 0);
+  await shoot(page, 'signin');
   await page.fill('#token', '');
   await page.click('form.signin button[type=submit]');
   assert.match(await page.textContent('#signin-error'), /Enter a token/);
-  await shoot(page, 'signin');
   await page.context().close();
 });
 
@@ -196,6 +196,8 @@ test('a tenant launches an instance through the form, sees it run, reads its log
   assert.equal(await page.locator('#injected').count(), 0, 'user input became markup');
   assert.equal(await page.locator('canvas#chart-util').count(), 1);
   assert.doesNotMatch(page.url(), /inst-/, 'the instance id is in the URL');
+  // Its GPU's readings arrive with the agent's telemetry (every 10 s) and fill the charts.
+  await page.waitForFunction(() => Number(document.querySelector('main').dataset.points) >= 2, null, {timeout: 30000});
   await shoot(page, 'instance');
 
   await page.click('button.danger:has-text("Delete")');
@@ -210,7 +212,16 @@ test('a tenant launches an instance through the form, sees it run, reads its log
   await page.waitForFunction(() => document.querySelector('#cost-invoice tbody tr td')?.textContent.startsWith('inst-'));
   assert.match(await page.textContent('#cost-invoice'), new RegExp(id));
   await shoot(page, 'costs');
-  for (const p of ['groups', 'alerts', 'catalog']) {
+  const gang = await call('POST', '/v1/groups', tokens.acme, {
+    name: 'ddp', size: 2, topology: 'nvlink',
+    template: {billing: 'on_demand', gpu_model: 'H100-80GB', gpus: 1, vcpus: 4, memory_mib: 16384, command: 'sleep 600'}});
+  assert.equal(gang.status, 201, gang.text);
+  await open(page, 'groups');
+  await page.waitForFunction(() => document.querySelectorAll('#groups-list .member.s-running').length === 2, null,
+                             {timeout: 20000});
+  assert.match(await page.textContent('#groups-list'), /ddp/);
+  await shoot(page, 'groups');
+  for (const p of ['alerts', 'catalog']) {
     await open(page, p);
     await page.waitForTimeout(300);
     await shoot(page, `${p}`);
@@ -219,6 +230,28 @@ test('a tenant launches an instance through the form, sees it run, reads its log
   await page.click('#recommend button[type=submit]');
   await page.waitForSelector('#rec-out table');
   assert.match(await page.textContent('#rec-out'), /fits on/);
+  await page.context().close();
+});
+
+test('the console works from the keyboard alone', async () => {
+  const page = await newPage();
+  await page.goto(`${url}/`);
+  await page.waitForSelector('#token');
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'token', 'the token field does not have focus');
+  await page.keyboard.type(tokens.acme);
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#nav a');
+  let reached = false;
+  for (let i = 0; i < 30 && !reached; ++i) {
+    await page.keyboard.press('Tab');
+    reached = await page.evaluate(() => document.activeElement.textContent === 'Costs');
+  }
+  assert.ok(reached, 'Tab never reaches the Costs link');
+  const outline = await page.evaluate(() => document.activeElement.matches(':focus-visible') &&
+                                              getComputedStyle(document.activeElement).outlineStyle);
+  assert.equal(outline, 'solid', 'the focused link shows no outline');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.title.startsWith('Costs'));
   await page.context().close();
 });
 
@@ -250,9 +283,9 @@ test('another tenant sees none of it, even when it asks the page for it', async 
 });
 
 test('the admin sees every GPU in the fleet heatmap with the right counts, and drains a node', async () => {
-  const held = await call('POST', '/v1/instances', tokens.acme, {instance_type: 'gpu.2xh100', billing: 'on_demand', name: 'pair'})
-      .then((r) => (r.status === 201 ? r : call('POST', '/v1/instances', tokens.acme,
-                                                {gpu_model: 'H100-80GB', gpus: 2, vcpus: 8, memory_mib: 8192, billing: 'on_demand', name: 'pair'})));
+  const held = await call('POST', '/v1/instances', tokens.acme,
+                          {gpu_model: 'H100-80GB', gpus: 2, vcpus: 8, memory_mib: 8192, billing: 'on_demand', name: 'pair',
+                           command: 'sleep 600'});
   assert.equal(held.status, 201, held.text);
   const nodes = (await call('GET', '/v1/nodes?limit=1000', ADMIN)).body.nodes;
   const gpus = nodes.reduce((n, x) => n + x.gpus.length, 0);

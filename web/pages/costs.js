@@ -1,6 +1,6 @@
 // Costs: this month's spend by day and by instance type, the month's invoice, and the budget,
 // from the billing API (a tenant sees its own; the admin every tenant's).
-import {h, table, thisMonth, usd} from '../ui.js';
+import {h, loadChart, table, thisMonth, usd} from '../ui.js';
 
 function barChart(canvas, labels, values) {
   if (typeof Chart === 'undefined') return null;
@@ -45,7 +45,10 @@ export default {
             h('div', {class: 'label'}, `invoice, ${bill.lines ?? bill.items.length} lines`)));
       const labels = days.items.map((d) => d.day.slice(5));
       const values = days.items.map((d) => Number(d.amount_usd));
-      if (!chart) chart = barChart(canvas, labels, values);
+      if (!chart) {
+        await loadChart();
+        chart = barChart(canvas, labels, values);
+      }
       else {
         chart.data.labels = labels;
         chart.data.datasets[0].data = values;

@@ -80,7 +80,7 @@ export default {
           ['free', '≤ 1/3 allocated', '≤ 2/3', 'more', 'all'][i])),
         h('span', {}, h('span', {class: 'gpu a0 m-mig'}), 'MIG mode'),
         h('span', {}, h('span', {class: 'gpu a0 m-shared'}), 'shared (time-sliced)'),
-        h('span', {}, h('span', {class: 'gpu a0'}, h('span', {class: 'util', style: {'--u': '60%'}})), 'bar: utilization'));
+        h('span', {}, h('span', {class: 'gpu a0'}, h('span', {class: 'util', style: {'--u': '60%'}})), 'yellow bar: utilization'));
     ctx.main.append(h('h1', {}, 'Fleet'), figures,
                     h('div', {class: 'toolbar'}, field('Filter', filter), legend), panel, heat);
     let selected = null;
@@ -113,6 +113,7 @@ export default {
 
     const draw = () => {
       if (!last) return;
+      const began = performance.now();
       const q = filter.value.trim().toLowerCase();
       const frag = document.createDocumentFragment();
       let shown = 0, gpus = 0;
@@ -126,16 +127,26 @@ export default {
         const allocated = n.gpus.filter((g) => g.free_milli < 1000).length;
         frag.append(h('button', {type: 'button', class: `node st-${st}${selected === n.id ? ' selected' : ''}`, role: 'listitem',
                                  dataset: {node: n.id},
-                                 'aria-label': `${n.id}, ${st}, ${allocated} of ${n.gpus.length} GPUs in use`,
-                                 onclick: () => { selected = n.id; showPanel(n); draw(); }},
+                                 'aria-label': `${n.id}, ${st}, ${allocated} of ${n.gpus.length} GPUs in use`},
                        h('span', {class: 'name'}, n.id), h('span', {class: 'meta'}, `${n.gpu_model || '—'} · ${st}`),
                        h('span', {class: 'gpus'}, cells)));
       }
       heat.replaceChildren(frag);
       heat.dataset.nodes = String(shown);
       heat.dataset.gpus = String(gpus);
+      heat.dataset.drawMs = String(Math.round(performance.now() - began));
     };
     filter.addEventListener('input', draw);
+    // One listener for every tile.
+    heat.addEventListener('click', (ev) => {
+      const tile = ev.target.closest('.node');
+      if (!tile) return;
+      selected = tile.dataset.node;
+      showPanel(last.nodes.find((n) => n.id === selected));
+      heat.querySelector('.node.selected')?.classList.remove('selected');
+      tile.classList.add('selected');
+    });
+    let drawn = '';
 
     const refresh = async () => {
       last = await allNodes(ctx.api);
@@ -149,7 +160,12 @@ export default {
           figure('allocated', (s.allocatedMilli / 1000).toFixed(s.allocatedMilli % 1000 ? 2 : 0), `${s.gpus - s.freeWhole - s.fragments} whole GPUs busy`, 'fig-allocated'),
           figure('unallocated GPU capacity', `${pct.toFixed(1)}%`,
                  `${unallocated.toFixed(2)} GPUs: ${s.freeWhole} wholly free, ${(s.fragmentMilli / 1000).toFixed(2)} in fragments of ${s.fragments} partly used GPUs`, 'fig-unallocated'));
-      draw();
+      // Redrawn only when something changed: a quiet fleet costs a fetch every 5 s, not a layout.
+      const seen = JSON.stringify(last.nodes);
+      if (seen !== drawn) {
+        drawn = seen;
+        draw();
+      }
       if (selected) showPanel(last.nodes.find((n) => n.id === selected));
       if (first) {
         first = false;

@@ -1,7 +1,7 @@
 // One instance: what it is and where it runs, its state history, its GPUs' utilization and
 // memory over the last 15 minutes, and its log as it grows. Which instance is in the history
 // state, not the URL.
-import {apiText, badge, duration, gib, h, lineChart, shapeText, table, usd, when} from '../ui.js';
+import {apiText, badge, duration, gib, h, lineChart, loadChart, shapeText, table, usd, when} from '../ui.js';
 
 const LOG_KEEP = 256 * 1024;  // Characters shown; the server keeps the newest 256 KiB too.
 
@@ -38,7 +38,7 @@ export default {
     const history = h('div', {id: 'instance-history'});
     const utilCanvas = h('canvas', {id: 'chart-util', 'aria-label': 'GPU utilization over 15 minutes', role: 'img'});
     const memCanvas = h('canvas', {id: 'chart-memory', 'aria-label': 'GPU memory used over 15 minutes', role: 'img'});
-    const noMetrics = h('p', {class: 'muted'});
+    const noMetrics = h('p', {id: 'instance-metrics-note', class: 'muted'});
     const log = h('pre', {id: 'instance-log', class: 'log', tabindex: 0, 'aria-label': 'Log'});
     const del = h('button', {type: 'button', class: 'danger', hidden: true}, 'Delete');
     ctx.main.append(
@@ -92,8 +92,10 @@ export default {
       const util = metrics.gpus.map((g) => ({label: `GPU ${g.index}`, points: g.points.map((p) => ({x: Date.parse(p.t), y: p.gpu_util}))}));
       const mem = metrics.gpus.map((g) => ({label: `GPU ${g.index}`, points: g.points.map((p) => ({x: Date.parse(p.t), y: p.fb_used_mib / 1024}))}));
       const points = util.reduce((n, s) => n + s.points.length, 0);
+      ctx.main.dataset.points = String(points);
       noMetrics.textContent = points ? '' : 'No GPU readings yet: they come with the node agent’s telemetry, every 10 s while it runs.';
       if (!charts) {
+        await loadChart();
         charts = [lineChart(utilCanvas, util, {max: 100}), lineChart(memCanvas, mem)];
       } else {
         [util, mem].forEach((series, i) => {
