@@ -287,7 +287,12 @@ test('the admin sees every GPU in the fleet heatmap with the right counts, and d
                           {gpu_model: 'H100-80GB', gpus: 2, vcpus: 8, memory_mib: 8192, billing: 'on_demand', name: 'pair',
                            command: 'sleep 600'});
   assert.equal(held.status, 201, held.text);
+  const slice = await call('POST', '/v1/instances', tokens.acme,
+                           {instance_type: 'mig.a100-80gb.3g.40gb', billing: 'on_demand', name: 'slice'});
+  assert.equal(slice.status, 201, slice.text);
   const nodes = (await call('GET', '/v1/nodes?limit=1000', ADMIN)).body.nodes;
+  const migNode = nodes.find((n) => n.gpus.some((g) => (g.mig_instances ?? []).length > 0));
+  assert.ok(migNode, 'the MIG instance is on no node');
   const gpus = nodes.reduce((n, x) => n + x.gpus.length, 0);
   const allocated = nodes.reduce((n, x) => n + x.gpus.reduce((m, g) => m + (1000 - g.free_milli), 0), 0) / 1000;
   assert.ok(allocated >= 2);
@@ -298,10 +303,14 @@ test('the admin sees every GPU in the fleet heatmap with the right counts, and d
   assert.equal(await page.getAttribute('#heatmap', 'data-nodes'), String(nodes.length));
   assert.equal(await page.locator('#heatmap .node').count(), nodes.length);
   assert.equal(await page.locator('#heatmap .gpu').count(), gpus);
-  assert.equal(await page.locator('#heatmap .gpu.a4').count(), nodes.reduce((n, x) => n + x.gpus.filter((g) => g.free_milli === 0).length, 0));
+  assert.equal(await page.locator('#heatmap .gpu.a4').count(),
+               nodes.reduce((n, x) => n + x.gpus.filter((g) => g.mode !== 'mig' && g.free_milli === 0).length, 0));
+  // A MIG GPU shows its layout: one band for the 3g.40gb instance.
+  assert.equal(await page.locator(`#heatmap .node[data-node="${migNode.id}"] .slice`).count(), 1);
   assert.equal((await page.textContent('#fig-nodes .value')).trim(), String(nodes.length));
   assert.equal((await page.textContent('#fig-gpus .value')).trim(), String(gpus));
-  assert.equal(Number(await page.textContent('#fig-allocated .value')), allocated);
+  const shown = Number(await page.textContent('#fig-allocated .value'));
+  assert.ok(Math.abs(shown - allocated) < 0.006, `the page says ${shown} GPUs allocated, the API ${allocated}`);
   assert.match(await page.textContent('#fig-unallocated .value'), /^\d+\.\d%$/);
   await shoot(page, 'fleet');
 

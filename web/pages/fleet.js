@@ -51,14 +51,27 @@ function figure(label, value, detail, id) {
            detail ? h('div', {class: 'detail muted'}, detail) : null);
 }
 
+// The memory slices (of 8) a MIG profile spans, from its name ("3g.40gb" -> 4): NVIDIA's A100
+// and H100 layouts (1g: 1, 2g: 2, 3g and 4g: 4, 7g: 8).
+const MIG_SLICES = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8};
+
+// "3g.40gb@4" -> a segment of the GPU's cell at its place in the MIG layout.
+function migSegment(text) {
+  const m = /^(\d+)g\.[^@]*@(\d+)$/.exec(text);
+  if (!m) return null;
+  const size = MIG_SLICES[Number(m[1])] ?? 1;
+  return h('span', {class: 'slice', style: {left: `${(Number(m[2]) / 8) * 100}%`, width: `${(size / 8) * 100}%`}});
+}
+
 function gpuCell(g, util) {
   const used = 1000 - g.free_milli;
   const level = used === 0 ? 0 : used === 1000 ? 4 : Math.min(3, 1 + Math.floor((used / 1000) * 3));
   const utilText = util === undefined ? 'no reading' : `${Math.round(util)}% busy`;
-  let layout = '';
-  if (g.mode === 'mig' && g.mig_instances) layout = `, MIG ${g.mig_instances.map((m) => m.profile ?? m).join(' + ') || 'none'}`;
-  const cell = h('span', {class: `gpu a${level} m-${g.mode}`,
-                          title: `GPU ${g.index} (${g.mode}${layout}): ${Math.round(used / 10)}% allocated, ${utilText}`});
+  const mig = g.mode === 'mig' ? (g.mig_instances ?? []) : [];
+  const layout = g.mode === 'mig' ? `, MIG layout: ${mig.join(' + ') || 'no instance'}` : '';
+  const cell = h('span', {class: `gpu a${g.mode === 'mig' ? 0 : level} m-${g.mode}`,
+                          title: `GPU ${g.index} (${g.mode}${layout}): ${Math.round(used / 10)}% allocated, ${utilText}`},
+                 mig.map(migSegment));
   if (util !== undefined) {
     cell.append(h('span', {class: 'util', style: {'--u': `${Math.min(100, Math.max(0, util))}%`}}));
   }
@@ -78,7 +91,8 @@ export default {
     const legend = h('div', {class: 'legend', 'aria-hidden': 'true'},
         ['free', 'a1', 'a2', 'a3', 'full'].map((k, i) => h('span', {}, h('span', {class: `gpu a${i}`}),
           ['free', '≤ 1/3 allocated', '≤ 2/3', 'more', 'all'][i])),
-        h('span', {}, h('span', {class: 'gpu a0 m-mig'}), 'MIG mode'),
+        h('span', {}, h('span', {class: 'gpu a0 m-mig'}, migSegment('3g.40gb@0'), migSegment('1g.10gb@6')),
+          'MIG: its instances'),
         h('span', {}, h('span', {class: 'gpu a0 m-shared'}), 'shared (time-sliced)'),
         h('span', {}, h('span', {class: 'gpu a0'}, h('span', {class: 'util', style: {'--u': '60%'}})), 'yellow bar: utilization'));
     ctx.main.append(h('h1', {}, 'Fleet'), figures,
