@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -24,6 +25,8 @@
 #include "sim/repro.h"
 #include "sim/run.h"
 #include "sim/trace.h"
+#include "whatif/dynamic.h"
+#include "whatif/jobs.h"
 
 namespace tessera::cli {
 
@@ -31,6 +34,7 @@ namespace {
 
 struct SimArgs {
   std::string nodes, pods, policy, seed, seeds, out = "sim-out";
+  std::string mode = "static", mix = "on_demand";
   double inflate = 1.3;
   int jobs = 0;
 };
@@ -109,7 +113,57 @@ Result<std::unique_ptr<LoadedTrace>> LoadTrace(const catalog::Catalog& catalog,
   return t;
 }
 
+// --mode dynamic: the trace through time, through the control plane's own state
+// (docs/cost-simulation.md).
+int RunDynamicSim(const SimArgs& a) {
+  if (a.nodes.empty()) return Usage("--nodes is required (a fleet JSON or an openb node list)");
+  if (a.pods.empty()) return Usage("--pods is required (a Philly job summary CSV)");
+  auto mix = whatif::ParseMix(a.mix);
+  if (!mix.ok()) return Usage(mix.status().message());
+  whatif::DynamicOptions options;
+  options.mix = *mix;
+  if (!a.policy.empty()) options.policy = a.policy;
+  if (!a.seed.empty()) {
+    auto seeds = sim::ParseSeeds(a.seed);
+    if (!seeds.ok() || seeds->size() != 1) return Usage("--seed: one seed, e.g. 42");
+    options.seed = seeds->front();
+  }
+  auto catalog = catalog::Catalog::LoadEmbedded();
+  if (!catalog.ok()) return Failure(catalog.status());
+  auto fleet = fleet::LoadFleetFile(*catalog, a.nodes);
+  if (!fleet.ok()) return Failure(fleet.status());
+  auto jobs = whatif::LoadPhillyJobs(a.pods);
+  if (!jobs.ok()) return Failure(jobs.status());
+  const auto began = std::chrono::steady_clock::now();
+  auto outcome = whatif::RunDynamic(*catalog, *fleet, *jobs, options);
+  if (!outcome.ok()) return Failure(outcome.status());
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  nlohmann::json summary = whatif::ToJson(*outcome);
+  summary["trace"] = a.pods;
+  summary["nodes"] = a.nodes;
+  summary["policy"] = options.policy;
+  summary["wall_seconds"] = wall;
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  if (Status s = WriteFile(a.out + "/summary.json", summary.dump(2) + "\n"); !s.ok())
+    return Failure(s);
+  const whatif::Outcome& o = *outcome;
+  std::cout << fmt::format(
+      "{} jobs on {} GPUs ({}, mix {}): {} finished, {} still running, {} never started, {} "
+      "refused\n"
+      "wait p50 {:.0f} s, p95 {:.0f} s, p99 {:.0f} s; {} preemptions ({:.1f} GPU-hours lost)\n"
+      "bill {} USD; {:.2f} s\nwrote {}/summary.json\n",
+      o.jobs, o.fleet_gpus, options.policy, o.mix, o.finished, o.running, o.waiting, o.refused,
+      o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.preemptions, o.wasted_gpu_hours,
+      summary["total_usd"].get<std::string>(), wall, a.out);
+  return kExitOk;
+}
+
 int RunSim(const SimArgs& a) {
+  if (a.mode == "dynamic") return RunDynamicSim(a);
+  if (a.mode != "static")
+    return Usage(fmt::format("--mode: '{}' is not static or dynamic", a.mode));
   if (a.nodes.empty()) return Usage("--nodes is required (an openb node list or a fleet JSON)");
   if (a.pods.empty()) return Usage("--pods is required (an openb pod list)");
   if (a.policy.empty()) return Usage("--policy is required (a policy name, a comma list or all)");
@@ -167,6 +221,12 @@ void AddSimOptions(CLI::App* sim, SimArgs& a) {
   sim->add_option("--seeds", a.seeds, "Several seeds, run in parallel: 42-51 or 1,2,3");
   sim->add_option("--out", a.out, "Output directory (default sim-out)");
   sim->add_option("--jobs", a.jobs, "Runs in parallel (default: one per core)");
+  sim->add_option("--mode", a.mode,
+                  "static: the FGD protocol (default); dynamic: jobs arrive, run and leave through "
+                  "the control plane's own state, with billing (docs/cost-simulation.md)");
+  sim->add_option("--mix", a.mix,
+                  "--mode dynamic: billing by job class and reserved capacity, e.g. "
+                  "reserved=40%,spot=BE (default on_demand)");
 }
 
 // The traces to reproduce: the paper's 17, or the --traces comma list (names or paths).

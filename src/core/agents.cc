@@ -33,6 +33,18 @@ void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
   }
 }
 
+void AgentSupervisor::Exited(const Instance& inst, int exit_code) {
+  if (!simulated_ || Find(inst.node)) return;
+  reports_.push_back({inst.id.str(),
+                      inst.restarts,
+                      InstanceState::kTerminated,
+                      exit_code,
+                      "exited",
+                      false,
+                      {},
+                      {}});
+}
+
 std::vector<AgentReport> AgentSupervisor::Collect() {
   std::vector<AgentReport> out;
   out.swap(reports_);

@@ -126,6 +126,9 @@ class AgentSupervisor {
   // `inst` changed in a way its agent must hear: scheduled (start it), stopping (stop it),
   // preempting (give notice), or it left the node (forget it).
   void Notify(const Instance& inst, const std::string& node);
+  // A simulated agent's workload ended on its own with `exit_code` (the what-if simulator's jobs
+  // finishing); reported like any exit.
+  void Exited(const Instance& inst, int exit_code);
   // Simulated agents' reports since the last call, oldest first.
   std::vector<AgentReport> Collect();
 

@@ -16,31 +16,6 @@ constexpr auto kDeferredRoundDelay = std::chrono::milliseconds(50);
 // How often the core wakes on its own while agents hold leases or wait in long polls.
 constexpr auto kTickDelay = std::chrono::milliseconds(100);
 
-// The target workload for fragmentation-aware policies before any traffic is seen: one class
-// per GPU instance type of the catalog, weighted equally.
-sched::Workload CatalogWorkload(const catalog::Catalog& catalog) {
-  sched::Workload w;
-  for (const auto& it : catalog.instance_types()) {
-    auto idx = catalog.FindGpuIndex(it.gpu_model);
-    if (!idx) continue;
-    sched::WorkloadClass c;
-    c.cpu_milli = it.vcpus * 1000;
-    c.allowed_models = uint64_t{1} << idx->value;
-    if (it.sharing == catalog::SharingMode::kShared) {
-      c.gpu_count = 1;
-      c.gpu_milli = it.milli_gpu;
-    } else if (it.sharing == catalog::SharingMode::kExclusive) {
-      c.gpu_count = it.gpus;
-      c.gpu_milli = 1000;
-    } else {
-      continue;  // MIG slices do not fragment shared capacity.
-    }
-    w.push_back(c);
-  }
-  for (auto& c : w) c.weight = 1.0 / static_cast<double>(w.size());
-  return w;
-}
-
 // Loads the fleet, creates the scheduler and restores the state from the store
 // (RestoreFromStore); what recovery reconciled goes to `batch`.
 Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Store& store,
@@ -71,6 +46,29 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
 }
 
 }  // namespace
+
+sched::Workload CatalogWorkload(const catalog::Catalog& catalog) {
+  sched::Workload w;
+  for (const auto& it : catalog.instance_types()) {
+    auto idx = catalog.FindGpuIndex(it.gpu_model);
+    if (!idx) continue;
+    sched::WorkloadClass c;
+    c.cpu_milli = it.vcpus * 1000;
+    c.allowed_models = uint64_t{1} << idx->value;
+    if (it.sharing == catalog::SharingMode::kShared) {
+      c.gpu_count = 1;
+      c.gpu_milli = it.milli_gpu;
+    } else if (it.sharing == catalog::SharingMode::kExclusive) {
+      c.gpu_count = it.gpus;
+      c.gpu_milli = 1000;
+    } else {
+      continue;  // MIG slices do not fragment shared capacity.
+    }
+    w.push_back(c);
+  }
+  for (auto& c : w) c.weight = 1.0 / static_cast<double>(w.size());
+  return w;
+}
 
 Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store::Batch& batch) {
   std::map<std::string, fleet::NodeState> node_states;

@@ -39,6 +39,11 @@ inline constexpr int kExitStoreLost = 75;
 // does at start-up, and what tests use to restart.
 Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store::Batch& batch);
 
+// The target workload for fragmentation-aware policies before any traffic is seen: one class
+// per GPU instance type of the catalog, weighted equally. The server's, and the what-if
+// simulator's, so both place alike.
+sched::Workload CatalogWorkload(const catalog::Catalog& catalog);
+
 struct CoreOptions {
   const catalog::Catalog* catalog = nullptr;  // Must outlive the core.
   std::string fleet_file;                     // Fleet description or openb node CSV; "" = demo.

@@ -251,9 +251,15 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
 }
 
 void State::Save(const Instance& inst, store::Batch& batch) {
-  batch.instances.push_back({inst.id.str(), inst.tenant.str(), std::string(StateName(inst.state)),
-                             DumpJson(ToStoredJson(inst, *fleet_)),
-                             IsActive(inst.state) ? "" : FormatRfc3339(inst.updated_at)});
+  batch.instances.push_back(
+      {inst.id.str(), inst.tenant.str(), std::string(StateName(inst.state)),
+       options_.instance_documents ? DumpJson(ToStoredJson(inst, *fleet_)) : std::string(),
+       IsActive(inst.state) ? "" : FormatRfc3339(inst.updated_at)});
+}
+
+void State::WorkloadExited(const std::string& id, int exit_code) {
+  const Instance* inst = instances_.Find(id);
+  if (inst && inst->state == InstanceState::kRunning) agents_.Exited(*inst, exit_code);
 }
 
 Instance State::Shown(const Instance& inst) const {

@@ -95,6 +95,9 @@ struct StateOptions {
   Duration autoscale_interval = std::chrono::seconds(15);
   // Groups of queued work that may fail to place per queue pass.
   size_t queue_failures_per_pass = 32;
+  // false: a batch's instance records carry the id and state only, not the stored document (the
+  // what-if simulator, which has no store).
+  bool instance_documents = true;
 };
 
 // A page of instances, and where the next one starts.
@@ -317,6 +320,9 @@ class State {
 
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
+  // The workload of running instance `id` ended on its own (the what-if simulator's jobs, on
+  // nodes its simulated agents serve): applied as its agent's exit report within this round.
+  void WorkloadExited(const std::string& id, int exit_code);
   // Ends a core round, after its commands: agents' reports are applied, queued work is placed
   // (one budgeted pass per change in capacity), and ended instances past the retention period
   // leave memory.

@@ -1,0 +1,414 @@
+#include "whatif/dynamic.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "core/core.h"
+#include "core/state.h"
+#include "sched/scheduler.h"
+#include "store/store.h"
+
+namespace tessera::whatif {
+
+namespace {
+
+using core::InstanceState;
+
+// The simulated clock's zero: the first submission happens at 2026-01-01T00:00:00Z.
+constexpr int64_t kEpochS = 1'767'225'600;
+
+double Percentile(std::vector<double>& xs, double p) {
+  if (xs.empty()) return 0;
+  const size_t k = std::min(xs.size() - 1,
+                            static_cast<size_t>(std::ceil(p * static_cast<double>(xs.size()))) - 1);
+  std::nth_element(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(k), xs.end());
+  return xs[k];
+}
+
+// A job's progress through the run.
+struct Track {
+  int64_t first_start = -1;
+  int64_t start = -1;  // Of the current run; -1 while not running.
+  int64_t finished = -1;
+  int attempt = 0;     // Bumped when a run is lost, so its pending completion is stale.
+  int64_t done_s = 0;  // Work kept from lost runs (checkpointing jobs only).
+  std::vector<std::string> members;  // A gang's running members; a single job's instance.
+  int size = 1;                      // Members that must run at once.
+  int succeeded = 0;
+};
+
+struct Completion {
+  int64_t at;
+  size_t job;
+  int attempt;
+  bool operator>(const Completion& o) const { return at > o.at; }
+};
+
+// The fleet's most common GPU model, and the node size and 1-GPU instance type jobs are cut to.
+struct Cut {
+  std::string model;
+  int node_gpus = 8;
+  int64_t vcpus_per_gpu = 4;
+  int64_t memory_mib_per_gpu = 16384;
+  const catalog::InstanceType* unit = nullptr;  // The 1-GPU type reservations are made of.
+};
+
+Result<Cut> CutFor(const catalog::Catalog& catalog, const fleet::Fleet& fleet) {
+  std::map<std::string, int64_t> gpus;
+  for (const fleet::Node& n : fleet.nodes()) {
+    if (n.model.valid() && !n.gpus.empty())
+      gpus[catalog.gpu(n.model).id] += static_cast<int64_t>(n.gpus.size());
+  }
+  if (gpus.empty()) return Status::InvalidArgument("the fleet has no GPU node");
+  Cut cut;
+  cut.model = std::max_element(gpus.begin(), gpus.end(), [](auto& a, auto& b) {
+                return a.second < b.second;
+              })->first;
+  int64_t cpu = INT64_MAX, mem = INT64_MAX;
+  cut.node_gpus = 0;
+  for (const fleet::Node& n : fleet.nodes()) {
+    if (!n.model.valid() || catalog.gpu(n.model).id != cut.model || n.gpus.empty()) continue;
+    const auto g = static_cast<int64_t>(n.gpus.size());
+    cut.node_gpus = std::max(cut.node_gpus, static_cast<int>(g));
+    cpu = std::min(cpu, n.cpu_milli / 1000 / g);
+    mem = std::min(mem, n.memory_mib / g);
+  }
+  for (const catalog::InstanceType& t : catalog.instance_types()) {
+    if (t.gpu_model == cut.model && t.sharing == catalog::SharingMode::kExclusive && t.gpus == 1)
+      cut.unit = &t;
+  }
+  // A job's share of a node: what its 1-GPU type gives, when the nodes hold that much.
+  cut.vcpus_per_gpu = std::max<int64_t>(1, std::min(cut.unit ? cut.unit->vcpus : 4, cpu));
+  cut.memory_mib_per_gpu =
+      std::max<int64_t>(1024, std::min(cut.unit ? cut.unit->memory_mib : 16384, mem));
+  return cut;
+}
+
+// The largest member size, at most a node's GPUs, that divides `gpus`.
+int MemberGpus(int gpus, int node_gpus) {
+  for (int m = std::min(gpus, node_gpus); m > 1; --m) {
+    if (gpus % m == 0) return m;
+  }
+  return 1;
+}
+
+std::vector<std::string_view> SplitCommas(std::string_view text) {
+  std::vector<std::string_view> parts;
+  for (size_t at = 0;;) {
+    const size_t comma = text.find(',', at);
+    parts.push_back(text.substr(at, comma - at));
+    if (comma == std::string_view::npos) return parts;
+    at = comma + 1;
+  }
+}
+
+}  // namespace
+
+Result<Mix> ParseMix(std::string_view text) {
+  Mix mix;
+  mix.label = std::string(text);
+  if (text.empty() || text == "on_demand") return mix;
+  for (std::string_view part : SplitCommas(text)) {
+    const size_t eq = part.find('=');
+    const std::string_view key = part.substr(0, eq),
+                           value = eq == std::string_view::npos ? "" : part.substr(eq + 1);
+    if (key == "reserved") {
+      std::string v(value);
+      if (!v.empty() && v.back() == '%') v.pop_back();
+      char* end = nullptr;
+      const double pct = std::strtod(v.c_str(), &end);
+      if (v.empty() || end != v.c_str() + v.size() || !(pct >= 0 && pct <= 100)) {
+        return Status::InvalidArgument(
+            fmt::format("--mix: '{}': reserved takes a percent, 0 to 100", part));
+      }
+      mix.reserved = pct / 100;
+    } else if (key == "spot") {
+      if (value == "BE" || value == "be") {
+        mix.spot = Mix::Spot::kBestEffort;
+      } else if (value == "all") {
+        mix.spot = Mix::Spot::kAll;
+      } else if (value == "none") {
+        mix.spot = Mix::Spot::kNone;
+      } else {
+        return Status::InvalidArgument(fmt::format("--mix: '{}': spot is BE, all or none", part));
+      }
+    } else {
+      return Status::InvalidArgument(fmt::format(
+          "--mix: '{}' is not reserved=P% or spot=BE|all|none (e.g. reserved=40%,spot=BE)", part));
+    }
+  }
+  return mix;
+}
+
+int64_t Outcome::total_micros() const {
+  int64_t sum = 0;
+  for (const auto& [billing, micros] : bill_micros) sum += micros;
+  return sum;
+}
+
+Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& fleet_in,
+                           const std::vector<Job>& jobs, const DynamicOptions& options) {
+  TESSERA_ASSIGN_OR_RETURN(Cut cut, CutFor(catalog, fleet_in));
+  FakeClock clock{Time(std::chrono::seconds(kEpochS))};
+  auto fleet = std::make_unique<fleet::Fleet>(fleet_in);
+  sched::Options sched_options{options.policy, options.seed, core::CatalogWorkload(catalog)};
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<sched::Scheduler> scheduler,
+                           sched::Scheduler::Create(fleet.get(), sched_options));
+  core::StateOptions state_options;
+  state_options.sim_agents = true;
+  state_options.instance_documents = false;
+  state_options.retention = std::chrono::seconds(1);
+  core::State state(&catalog, &clock, std::move(fleet), std::move(scheduler), state_options);
+  store::Batch batch;
+  TESSERA_ASSIGN_OR_RETURN(core::Tenant tenant,
+                           state.tenants().Create("whatif", INT64_MAX / 4, "whatif", batch));
+
+  Outcome out;
+  out.mix = options.mix.label;
+  out.jobs = static_cast<int64_t>(jobs.size());
+  out.fleet_gpus = state.fleet().total_gpus();
+  std::string reservation;
+  int64_t reserved_rate = 0;
+  if (options.mix.reserved > 0) {
+    if (!cut.unit) {
+      return Status::InvalidArgument(
+          fmt::format("--mix: no 1-GPU instance type of {} to reserve", cut.model));
+    }
+    int64_t model_gpus = 0;
+    for (const fleet::Node& n : state.fleet().nodes()) {
+      if (n.model.valid() && catalog.gpu(n.model).id == cut.model)
+        model_gpus += static_cast<int64_t>(n.gpus.size());
+    }
+    out.reserved_units =
+        static_cast<int64_t>(std::floor(options.mix.reserved * static_cast<double>(model_gpus)));
+    if (out.reserved_units > 0) {
+      billing::ReservationRequest r;
+      r.instance_type = cut.unit->id;
+      r.count = static_cast<int>(out.reserved_units);
+      r.term = "1y";
+      TESSERA_ASSIGN_OR_RETURN(billing::Reservation made,
+                               state.CreateReservation(tenant, r, batch));
+      reservation = made.id;
+      const catalog::Price* price = catalog.FindPrice(cut.unit->id);
+      reserved_rate = price ? price->reserved_1y_per_hour.micros() : 0;
+    }
+  }
+  const core::Tenant* caller = state.tenants().Find(tenant.id.str());
+
+  std::vector<Track> track(jobs.size());
+  std::unordered_map<std::string, size_t> job_of;  // Instance or group id -> job.
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions;
+  std::vector<double> waits, jcts;
+  size_t next = 0;
+  int64_t now = 0, last = 0, started = 0;
+  double allocated = 0;  // GPUs allocated since `last`.
+  const int64_t horizon = jobs.empty() ? 1 : std::max<int64_t>(1, jobs.back().submit_s);
+  const int64_t step = std::max<int64_t>(1, horizon / std::max(1, options.samples));
+  int64_t next_sample = 0;
+
+  auto submit = [&](size_t j) {
+    const Job& job = jobs[j];
+    core::CreateInstanceRequest req;
+    req.name = job.name;
+    req.restart = true;
+    req.shape.gpu_model = cut.model;
+    const bool spot = options.mix.spot == Mix::Spot::kAll ||
+                      (options.mix.spot == Mix::Spot::kBestEffort && job.best_effort);
+    const int member = job.gpus > cut.node_gpus ? MemberGpus(job.gpus, cut.node_gpus) : job.gpus;
+    req.shape.gpus = member;
+    req.shape.vcpus = cut.vcpus_per_gpu * member;
+    req.shape.memory_mib = cut.memory_mib_per_gpu * member;
+    req.billing = spot ? core::Billing::kSpot : core::Billing::kOnDemand;
+    if (!spot && job.gpus == 1 && !reservation.empty() &&
+        state.ReservationUnitsUsed(reservation) < out.reserved_units) {
+      req.billing = core::Billing::kReserved;
+    }
+    Status refused;
+    if (member == job.gpus) {
+      auto made = state.CreateInstance(*caller, req, batch);
+      if (made.ok()) {
+        job_of[made->id.str()] = j;
+        return;
+      }
+      refused = made.status();
+    } else {
+      core::GroupRequest g;
+      g.name = job.name;
+      g.member = req;
+      g.size = job.gpus / member;
+      g.min_available = g.size;
+      g.topology = core::Topology::kNode;
+      g.placement = core::Placement::kPack;
+      g.restart = true;
+      auto made = state.CreateGroup(*caller, g, batch);
+      if (made.ok()) {
+        job_of[(*made)["id"].get<std::string>()] = j;
+        track[j].size = g.size;
+        return;
+      }
+      refused = made.status();
+    }
+    ++out.refused;
+    track[j].finished = -2;
+    if (out.first_refusal.empty())
+      out.first_refusal = fmt::format("{}: {}", job.name, refused.message());
+  };
+
+  // What the round did to the jobs, from the instances it changed.
+  auto observe = [&]() {
+    for (const store::InstanceRecord& rec : batch.instances) {
+      auto it = job_of.find(rec.id);
+      if (it == job_of.end()) {
+        const core::Instance* inst = state.instances().Find(rec.id);
+        if (!inst || inst->group.empty()) continue;
+        auto g = job_of.find(inst->group);
+        if (g == job_of.end()) continue;
+        it = job_of.emplace(rec.id, g->second).first;
+      }
+      const size_t j = it->second;
+      Track& t = track[j];
+      auto held = std::find(t.members.begin(), t.members.end(), rec.id);
+      if (rec.state == "running") {
+        if (held == t.members.end() && t.start < 0) t.members.push_back(rec.id);
+        if (t.start < 0 && static_cast<int>(t.members.size()) == t.size) {
+          t.start = now;
+          if (t.first_start < 0) {
+            t.first_start = now;
+            ++started;
+            waits.push_back(static_cast<double>(now - jobs[j].submit_s));
+          }
+          completions.push({now + jobs[j].duration_s - t.done_s, j, t.attempt});
+        }
+        continue;
+      }
+      if (rec.state == "succeeded") {
+        if (++t.succeeded == t.size && t.finished < 0) {
+          t.finished = now;
+          jcts.push_back(static_cast<double>(now - jobs[j].submit_s));
+          out.job_gpu_s += static_cast<double>(jobs[j].gpus) * static_cast<double>(now - t.start);
+          ++out.finished;
+        }
+        continue;
+      }
+      if (held == t.members.end()) continue;  // A member that never ran in this attempt.
+      t.members.erase(held);
+      if (t.start >= 0) {
+        // A run lost before its end: preempted (or its gang broken); its work starts over.
+        ++out.preemptions;
+        const double ran = static_cast<double>(jobs[j].gpus) * static_cast<double>(now - t.start);
+        out.job_gpu_s += ran;
+        if (jobs[j].checkpoints) {
+          t.done_s += now - t.start;
+        } else {
+          out.wasted_gpu_hours += ran / 3600;
+        }
+        t.start = -1;
+        ++t.attempt;
+        t.members.clear();
+      }
+    }
+    batch.instances.clear();
+    for (const store::LedgerRecord& l : batch.ledger) out.bill_micros[l.billing] += l.amount_micros;
+    batch.ledger.clear();
+    batch.settings.clear();
+    batch.audit.clear();
+    batch.tenants.clear();
+  };
+
+  while (next < jobs.size() || !completions.empty()) {
+    const int64_t arrival = next < jobs.size() ? jobs[next].submit_s : INT64_MAX;
+    const int64_t done = completions.empty() ? INT64_MAX : completions.top().at;
+    const int64_t t = std::min(arrival, done);
+    allocated = static_cast<double>(state.fleet().used_gpu_milli()) / 1000;
+    out.allocated_gpu_s += allocated * static_cast<double>(t - last);
+    while (next_sample <= t) {
+      out.series.push_back(
+          {next_sample, allocated, static_cast<int64_t>(next) - started - out.refused});
+      next_sample += step;
+    }
+    last = now = t;
+    clock.Set(Time(std::chrono::seconds(kEpochS + t)));
+    state.BeginRound();
+    while (next < jobs.size() && jobs[next].submit_s == t) submit(next++);
+    while (!completions.empty() && completions.top().at == t) {
+      const Completion c = completions.top();
+      completions.pop();
+      const Track& tr = track[c.job];
+      if (c.attempt != tr.attempt || tr.start < 0) continue;  // A run already lost.
+      for (const std::string& id : tr.members) state.WorkloadExited(id, 0);
+    }
+    state.EndRound(batch);
+    observe();
+  }
+  out.span_s = now;
+  for (const Track& t : track) {
+    if (t.finished == -2) continue;
+    if (t.first_start < 0) {
+      ++out.waiting;
+    } else if (t.finished < 0) {
+      ++out.running;
+    }
+  }
+  if (reserved_rate > 0) {
+    // A reservation is paid for every hour of its term, used or not: over the span here.
+    out.bill_micros["reserved"] += reserved_rate * out.reserved_units * out.span_s / 3600;
+  }
+  out.wait_mean_s = waits.empty() ? 0
+                                  : std::accumulate(waits.begin(), waits.end(), 0.0) /
+                                        static_cast<double>(waits.size());
+  out.wait_p50_s = Percentile(waits, 0.50);
+  out.wait_p95_s = Percentile(waits, 0.95);
+  out.wait_p99_s = Percentile(waits, 0.99);
+  out.jct_p50_s = Percentile(jcts, 0.50);
+  out.jct_p95_s = Percentile(jcts, 0.95);
+  out.jct_p99_s = Percentile(jcts, 0.99);
+  return out;
+}
+
+namespace {
+
+// Micro-USD to the cent, as a decimal string.
+std::string Usd(int64_t micros) {
+  return Money::FromCents((micros + (micros >= 0 ? 5000 : -5000)) / 10000).ToString(2);
+}
+
+}  // namespace
+
+nlohmann::json ToJson(const Outcome& o) {
+  nlohmann::json bill = nlohmann::json::object();
+  for (const auto& [billing, micros] : o.bill_micros) bill[billing] = Usd(micros);
+  nlohmann::json series = nlohmann::json::array();
+  for (const SeriesPoint& p : o.series)
+    series.push_back({p.t_s, std::round(p.allocated_gpus * 1000) / 1000, p.waiting});
+  return {{"mix", o.mix},
+          {"jobs", o.jobs},
+          {"finished", o.finished},
+          {"running_at_end", o.running},
+          {"never_started", o.waiting},
+          {"refused", o.refused},
+          {"first_refusal", o.first_refusal},
+          {"wait_seconds",
+           {{"p50", o.wait_p50_s},
+            {"p95", o.wait_p95_s},
+            {"p99", o.wait_p99_s},
+            {"mean", o.wait_mean_s}}},
+          {"jct_seconds", {{"p50", o.jct_p50_s}, {"p95", o.jct_p95_s}, {"p99", o.jct_p99_s}}},
+          {"preemptions", o.preemptions},
+          {"wasted_gpu_hours", o.wasted_gpu_hours},
+          {"fleet_gpus", o.fleet_gpus},
+          {"reserved_units", o.reserved_units},
+          {"allocated_gpu_hours", o.allocated_gpu_s / 3600},
+          {"job_gpu_hours", o.job_gpu_s / 3600},
+          {"span_hours", static_cast<double>(o.span_s) / 3600},
+          {"bill_usd", bill},
+          {"total_usd", Usd(o.total_micros())},
+          {"series", {{"columns", {"t_s", "allocated_gpus", "waiting"}}, {"points", series}}}};
+}
+
+}  // namespace tessera::whatif

@@ -1,0 +1,84 @@
+// The what-if simulator over time (docs/cost-simulation.md): jobs arrive at their submit time,
+// wait in the control plane's own queue, run for their duration once placed, and leave; spot jobs
+// are preempted by higher-priority work and start over (their work lost unless they checkpoint);
+// jobs of more GPUs than a node holds run as gangs. It drives core::State itself (admission, the
+// queue, priorities, preemption, reservations, groups and billing) with a simulated clock, the
+// core's simulated agents and no store, so what the server would do is what it shows.
+// Thread-safety: RunDynamic builds its own state; runs on separate threads share nothing but the
+// catalog, the fleet and the jobs, read-only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "common/result.h"
+#include "fleet/fleet.h"
+#include "whatif/jobs.h"
+
+namespace tessera::whatif {
+
+// Which billing each job class uses, and how much of the fleet is reserved.
+struct Mix {
+  std::string label = "on_demand";
+  // The share of the fleet's GPUs under 1-year reservations of its 1-GPU instance type, [0, 1].
+  // Single-GPU jobs that are not spot claim a free unit; the rest run on-demand.
+  double reserved = 0;
+  enum class Spot { kNone, kBestEffort, kAll };
+  Spot spot = Spot::kNone;  // spot=BE: best-effort jobs run as spot; spot=all: every job.
+};
+
+// "on_demand", or a comma list of "reserved=P%" (0..100) and "spot=BE|all|none".
+// InvalidArgument naming the part that is wrong.
+Result<Mix> ParseMix(std::string_view text);
+
+struct DynamicOptions {
+  std::string policy = "guarded-fgd";
+  uint64_t seed = 42;
+  Mix mix;
+  int samples = 400;  // Points of the allocation series.
+};
+
+struct SeriesPoint {
+  int64_t t_s = 0;
+  double allocated_gpus = 0;
+  int64_t waiting = 0;  // Jobs submitted and not yet started.
+};
+
+struct Outcome {
+  std::string mix;
+  int64_t jobs = 0;
+  int64_t finished = 0;
+  int64_t running = 0;  // Started and not finished when the trace ran out of events.
+  int64_t waiting = 0;  // Never started.
+  int64_t refused = 0;  // Refused at admission (a shape the fleet can never hold, say).
+  std::string first_refusal;
+  // Seconds from submission to the first start, over the jobs that started.
+  double wait_p50_s = 0, wait_p95_s = 0, wait_p99_s = 0, wait_mean_s = 0;
+  // Seconds from submission to finishing, over the finished jobs.
+  double jct_p50_s = 0, jct_p95_s = 0, jct_p99_s = 0;
+  int64_t preemptions = 0;      // Runs lost to preemption.
+  double wasted_gpu_hours = 0;  // Their GPU-hours.
+  double allocated_gpu_s = 0;   // The fleet's allocated GPUs integrated over the run.
+  double job_gpu_s = 0;         // Jobs' GPUs times their runs' lengths, lost runs included.
+  int64_t span_s = 0;           // First submission to the last event.
+  int64_t fleet_gpus = 0;
+  int64_t reserved_units = 0;
+  // What was billed, in micro-USD, by billing ("on_demand", "spot", "reserved"): the ledger's
+  // lines, and for "reserved" the reservations' cost over the span (used or not).
+  std::map<std::string, int64_t> bill_micros;
+  int64_t total_micros() const;
+  std::vector<SeriesPoint> series;
+};
+
+// Runs `jobs` (in submission order) on a copy of `fleet`.
+Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
+                           const std::vector<Job>& jobs, const DynamicOptions& options);
+
+nlohmann::json ToJson(const Outcome& o);
+
+}  // namespace tessera::whatif

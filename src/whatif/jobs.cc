@@ -1,0 +1,75 @@
+#include "whatif/jobs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "common/clock.h"
+#include "common/csv.h"
+
+namespace tessera::whatif {
+
+namespace {
+
+constexpr int kMaxJobGpus = 1024;
+constexpr double kMaxDurationS = 10.0 * 365 * 24 * 3600;  // Ten years: rejects nonsense.
+
+}  // namespace
+
+Result<std::vector<Job>> ParsePhillyJobs(std::string name, std::string text) {
+  CsvReader csv(std::move(name), std::move(text));
+  TESSERA_RETURN_IF_ERROR(
+      csv.ReadHeader({"timestamp", "duration", "num_gpus"}, {"gpu_time", "cluster"}));
+  struct Row {
+    int64_t submit;
+    Job job;
+  };
+  std::vector<Row> rows;
+  while (csv.Next()) {
+    std::string stamp(csv.Field("timestamp"));
+    if (stamp.size() != 19 || stamp[10] != ' ') {
+      return csv.Error(fmt::format("timestamp '{}' is not YYYY-MM-DD HH:MM:SS", stamp));
+    }
+    stamp[10] = 'T';
+    auto at = ParseRfc3339(stamp + "Z");
+    if (!at.ok())
+      return csv.Error(
+          fmt::format("timestamp '{}': {}", csv.Field("timestamp"), at.status().message()));
+    const std::string_view d = csv.Field("duration");
+    double seconds = 0;
+    const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), seconds);
+    if (ec != std::errc() || end != d.data() + d.size() || !std::isfinite(seconds) || seconds < 0 ||
+        seconds > kMaxDurationS) {
+      return csv.Error(
+          fmt::format("duration '{}' is not a number of seconds in [0, {:.0f}]", d, kMaxDurationS));
+    }
+    TESSERA_ASSIGN_OR_RETURN(int64_t gpus, csv.Int("num_gpus", 1, kMaxJobGpus));
+    Job job;
+    job.name = fmt::format("philly-{:06}", rows.size() + 1);
+    job.duration_s = std::max<int64_t>(1, std::llround(seconds));
+    job.gpus = static_cast<int>(gpus);
+    rows.push_back(
+        {std::chrono::duration_cast<std::chrono::seconds>(at->time_since_epoch()).count(),
+         std::move(job)});
+  }
+  TESSERA_RETURN_IF_ERROR(csv.status());
+  if (rows.empty()) return Status::InvalidArgument(fmt::format("{}: no jobs", csv.name()));
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.submit < b.submit; });
+  std::vector<Job> jobs;
+  jobs.reserve(rows.size());
+  for (Row& r : rows) {
+    r.job.submit_s = r.submit - rows.front().submit;
+    jobs.push_back(std::move(r.job));
+  }
+  return jobs;
+}
+
+Result<std::vector<Job>> LoadPhillyJobs(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParsePhillyJobs(path, std::move(text));
+}
+
+}  // namespace tessera::whatif

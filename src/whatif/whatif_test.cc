@@ -1,0 +1,164 @@
+// The what-if simulator: the Philly loader's errors, the mix's syntax, a tiny trace checked by
+// hand, conservation (every job placed, finished or still waiting; the GPU-seconds the fleet
+// allocated equal the jobs' run time), spot preemption with its lost work, reservations on the
+// bill, and gangs for jobs wider than a node.
+#include <gtest/gtest.h>
+
+#include "catalog/catalog.h"
+#include "fleet/fleet_file.h"
+#include "whatif/dynamic.h"
+#include "whatif/jobs.h"
+
+namespace tessera::whatif {
+namespace {
+
+const catalog::Catalog& Catalog() {
+  static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
+  return c;
+}
+
+fleet::Fleet Nodes(int nodes, int gpus) {
+  const std::string json = fmt::format(
+      R"({{"name": "t", "shapes": [{{"name": "v100", "count": {}, "gpu_model": "V100-16GB",
+          "gpus": {}, "vcpus": 96, "memory_gib": 768, "gpu_mode": "exclusive"}}]}})",
+      nodes, gpus);
+  return std::move(fleet::ParseFleetJson(Catalog(), json, "test fleet")).value();
+}
+
+std::vector<Job> Jobs(const std::string& csv) {
+  auto jobs = ParsePhillyJobs("trace.csv", "timestamp,duration,num_gpus,gpu_time,cluster\n" + csv);
+  EXPECT_TRUE(jobs.ok()) << jobs.status().message();
+  return jobs.ok() ? *jobs : std::vector<Job>{};
+}
+
+Outcome Simulate(const fleet::Fleet& fleet, const std::vector<Job>& jobs,
+                 const std::string& mix = "on_demand") {
+  DynamicOptions o;
+  o.mix = std::move(ParseMix(mix)).value();
+  auto out = RunDynamic(Catalog(), fleet, jobs, o);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return out.ok() ? *out : Outcome{};
+}
+
+TEST(PhillyJobsTest, ReadsJobsInSubmissionOrderAndNamesTheLineOfEveryDefect) {
+  const auto jobs = Jobs(
+      "2017-10-09 07:01:55,66.0,1,66.0,a\n"
+      "2017-10-09 06:13:03,2951.4,4,11805.6,b\n");
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].name, "philly-000002");
+  EXPECT_EQ(jobs[0].submit_s, 0);
+  EXPECT_EQ(jobs[0].duration_s, 2951);
+  EXPECT_EQ(jobs[0].gpus, 4);
+  EXPECT_EQ(jobs[1].submit_s, 48 * 60 + 52);
+  const std::string header = "timestamp,duration,num_gpus,gpu_time,cluster\n";
+  for (const auto& [row, want] : std::vector<std::pair<std::string, std::string>>{
+           {"2017-10-09T07:01:55,66,1,66,a", "trace.csv:2: timestamp"},
+           {"2017-10-09 07:01:55,-3,1,66,a", "trace.csv:2: duration"},
+           {"2017-10-09 07:01:55,66,0,66,a", "trace.csv:2"},
+           {"2017-10-09 07:01:55,66,1,66", "trace.csv:2"}}) {
+    auto bad = ParsePhillyJobs("trace.csv", header + row + "\n");
+    ASSERT_FALSE(bad.ok()) << row;
+    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+  }
+  EXPECT_FALSE(ParsePhillyJobs("trace.csv", header).ok()) << "a trace without jobs";
+  EXPECT_EQ(LoadPhillyJobs("/nonexistent/philly.csv").status().code(), StatusCode::kNotFound);
+}
+
+TEST(MixTest, ParsesReservedShareAndSpotClassOrNamesThePart) {
+  auto m = ParseMix("reserved=40%,spot=BE");
+  ASSERT_TRUE(m.ok());
+  EXPECT_DOUBLE_EQ(m->reserved, 0.4);
+  EXPECT_EQ(m->spot, Mix::Spot::kBestEffort);
+  EXPECT_EQ(ParseMix("on_demand")->reserved, 0);
+  for (const char* bad : {"reserved=140%", "spot=some", "cheap", "reserved=x"}) {
+    auto r = ParseMix(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--mix"), std::string::npos);
+  }
+}
+
+TEST(DynamicTest, ATinyTraceRunsAsWorkedOutByHand) {
+  // One node of 2 GPUs. A (1 GPU, 100 s) at 0; B (2 GPUs, 50 s) at 10 waits for A;
+  // C (1 GPU, 30 s) at 20 fits beside A at once. A ends at 100, C at 50; B starts at 100 (when
+  // both GPUs are free) and ends at 150.
+  const auto jobs = Jobs(
+      "2017-10-09 00:00:00,100,1,100,x\n"
+      "2017-10-09 00:00:10,50,2,100,x\n"
+      "2017-10-09 00:00:20,30,1,30,x\n");
+  const Outcome o = Simulate(Nodes(1, 2), jobs);
+  EXPECT_EQ(o.finished, 3);
+  EXPECT_EQ(o.waiting, 0);
+  EXPECT_EQ(o.span_s, 150);
+  // Waits: A 0, C 0, B 90; completion times: A 100, C 30, B 140.
+  EXPECT_DOUBLE_EQ(o.wait_p50_s, 0);
+  EXPECT_DOUBLE_EQ(o.wait_p99_s, 90);
+  EXPECT_DOUBLE_EQ(o.jct_p50_s, 100);
+  EXPECT_DOUBLE_EQ(o.jct_p99_s, 140);
+  EXPECT_DOUBLE_EQ(o.allocated_gpu_s, 100 + 100 + 30);
+  // On-demand V100 to the second, with the one-minute minimum for C: 230 GPU-seconds... in
+  // micro-USD, as the ledger wrote them; nothing else is billed.
+  ASSERT_EQ(o.bill_micros.size(), 1u);
+  EXPECT_GT(o.bill_micros.at("on_demand"), 0);
+}
+
+TEST(DynamicTest, EveryJobIsAccountedForAndTheFleetsGpuSecondsAreTheJobsRunTime) {
+  std::string csv;
+  for (int i = 0; i < 300; ++i) {
+    csv += fmt::format("2017-10-09 00:{:02}:{:02},{},{},0,x\n", (i * 7) / 60 % 60, (i * 7) % 60,
+                       60 + (i * 37) % 900, (i % 11 == 0) ? 4 : (i % 29 == 0 ? 16 : 1));
+  }
+  const auto jobs = Jobs(csv);
+  const Outcome o = Simulate(Nodes(3, 8), jobs);
+  EXPECT_EQ(o.finished + o.running + o.waiting + o.refused, o.jobs);
+  EXPECT_EQ(o.finished, o.jobs) << "every job fits the fleet, so every one ends";
+  EXPECT_DOUBLE_EQ(o.allocated_gpu_s, o.job_gpu_s);
+  double demand = 0;
+  for (const Job& j : jobs) demand += static_cast<double>(j.gpus * j.duration_s);
+  EXPECT_DOUBLE_EQ(o.job_gpu_s, demand) << "nothing was preempted, so nothing ran twice";
+}
+
+TEST(DynamicTest, SpotJobsArePreemptedByOnDemandWorkAndStartOver) {
+  // Spot fills the node; on-demand work arriving later preempts it.
+  std::string csv =
+      "2017-10-09 00:00:00,1000,2,0,x\n"  // Spot (all), 2 GPUs, would end at 1000.
+      "2017-10-09 00:01:40,100,2,0,x\n";  // At 100: 2 GPUs more; the node has 2.
+  auto jobs = Jobs(csv);
+  jobs[0].best_effort = true;
+  const Outcome o = Simulate(Nodes(1, 2), jobs, "spot=BE");
+  EXPECT_EQ(o.finished, 2);
+  EXPECT_EQ(o.preemptions, 1);
+  EXPECT_DOUBLE_EQ(o.wasted_gpu_hours, 2.0 * 100 / 3600) << "the spot job's first 100 s are lost";
+  EXPECT_EQ(o.span_s, 100 + 100 + 1000) << "it starts over once the on-demand job has ended";
+  EXPECT_GT(o.bill_micros.at("spot"), 0);
+  EXPECT_GT(o.bill_micros.at("on_demand"), 0);
+  EXPECT_DOUBLE_EQ(o.allocated_gpu_s, o.job_gpu_s);
+}
+
+TEST(DynamicTest, AReservationIsPaidForOverTheSpanAndTakesTheSingleGpuJobs) {
+  const auto jobs = Jobs(
+      "2017-10-09 00:00:00,3600,1,0,x\n"
+      "2017-10-09 00:00:00,3600,1,0,x\n"
+      "2017-10-09 00:00:00,3600,2,0,x\n");
+  const Outcome o = Simulate(Nodes(1, 8), jobs, "reserved=25%");
+  EXPECT_EQ(o.reserved_units, 2);
+  EXPECT_EQ(o.finished, 3);
+  ASSERT_TRUE(o.bill_micros.count("reserved"));
+  const Outcome od = Simulate(Nodes(1, 8), jobs);
+  EXPECT_LT(o.bill_micros.at("on_demand"), od.bill_micros.at("on_demand"))
+      << "the single-GPU jobs ran on the reservation";
+  EXPECT_LT(o.total_micros(), od.total_micros()) << "a fully used reservation costs less";
+}
+
+TEST(DynamicTest, AJobWiderThanANodeRunsAsAGangOnSeveralNodes) {
+  const auto jobs = Jobs("2017-10-09 00:00:00,600,16,0,x\n");
+  const Outcome o = Simulate(Nodes(2, 8), jobs);
+  EXPECT_EQ(o.finished, 1);
+  EXPECT_DOUBLE_EQ(o.jct_p50_s, 600);
+  EXPECT_DOUBLE_EQ(o.allocated_gpu_s, 16 * 600);
+  const Outcome too_big = Simulate(Nodes(1, 8), jobs);
+  EXPECT_EQ(too_big.finished, 0);
+  EXPECT_EQ(too_big.waiting + too_big.refused, 1);
+}
+
+}  // namespace
+}  // namespace tessera::whatif
