@@ -34,7 +34,7 @@ namespace {
 
 struct SimArgs {
   std::string nodes, pods, policy, seed, seeds, out = "sim-out";
-  std::string mode = "static", mix = "on_demand";
+  std::string mode = "static", mix = "on_demand", wait_target = "10m";
   double inflate = 1.3;
   int jobs = 0;
 };
@@ -118,8 +118,25 @@ Result<std::unique_ptr<LoadedTrace>> LoadTrace(const catalog::Catalog& catalog,
 int RunDynamicSim(const SimArgs& a) {
   if (a.nodes.empty()) return Usage("--nodes is required (a fleet JSON or an openb node list)");
   if (a.pods.empty()) return Usage("--pods is required (a Philly job summary CSV)");
-  auto mix = whatif::ParseMix(a.mix);
+  const bool sweep = a.mix == "sweep";
+  auto mix = whatif::ParseMix(sweep ? "on_demand" : a.mix);
   if (!mix.ok()) return Usage(mix.status().message());
+  // --wait-target: "10m", "90s", "2h" or seconds.
+  double target_s = 0;
+  {
+    const std::string& w = a.wait_target;
+    char* end = nullptr;
+    const double v = std::strtod(w.c_str(), &end);
+    const std::string unit(end ? end : "");
+    const double scale = unit.empty() || unit == "s" ? 1
+                         : unit == "m"               ? 60
+                         : unit == "h"               ? 3600
+                                                     : -1;
+    if (w.empty() || end == w.c_str() || scale < 0 || !(v >= 0)) {
+      return Usage(fmt::format("--wait-target: '{}' is not a duration (e.g. 10m, 90s, 2h)", w));
+    }
+    target_s = v * scale;
+  }
   whatif::DynamicOptions options;
   options.mix = *mix;
   if (!a.policy.empty()) options.policy = a.policy;
@@ -135,6 +152,39 @@ int RunDynamicSim(const SimArgs& a) {
   auto jobs = whatif::LoadPhillyJobs(a.pods);
   if (!jobs.ok()) return Failure(jobs.status());
   const auto began = std::chrono::steady_clock::now();
+  if (sweep) {
+    auto swept = whatif::RunSweep(*catalog, *fleet, *jobs, options, target_s, DefaultJobs(a.jobs));
+    if (!swept.ok()) return Failure(swept.status());
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    nlohmann::json summary = whatif::ToJson(*swept);
+    summary["trace"] = a.pods;
+    summary["nodes"] = a.nodes;
+    summary["policy"] = options.policy;
+    summary["wall_seconds"] = wall;
+    std::error_code ec;
+    std::filesystem::create_directories(a.out, ec);
+    if (Status s = WriteFile(a.out + "/summary.json", summary.dump(2) + "\n"); !s.ok()) {
+      return Failure(s);
+    }
+    std::cout << fmt::format("{:<28} {:>14} {:>10} {:>10} {:>12}\n", "mix", "bill USD", "wait p95",
+                             "wait p99", "preemptions");
+    for (const whatif::Outcome& o : swept->runs) {
+      std::cout << fmt::format("{:<28} {:>14.2f} {:>9.0f}s {:>9.0f}s {:>12}\n", o.mix,
+                               static_cast<double>(o.total_micros()) / 1e6, o.wait_p95_s,
+                               o.wait_p99_s, o.preemptions);
+    }
+    if (swept->best < 0) {
+      std::cout << fmt::format("no mix holds a p95 wait of {:.0f} s\n", target_s);
+    } else {
+      std::cout << fmt::format(
+          "cheapest mix with a p95 wait within {:.0f} s: {}, {:.1f}% below all on-demand\n",
+          target_s, swept->runs[static_cast<size_t>(swept->best)].mix, swept->saving_pct());
+    }
+    std::cout << fmt::format("{} runs in {:.2f} s; wrote {}/summary.json\n", swept->runs.size(),
+                             wall, a.out);
+    return kExitOk;
+  }
   auto outcome = whatif::RunDynamic(*catalog, *fleet, *jobs, options);
   if (!outcome.ok()) return Failure(outcome.status());
   const double wall =
@@ -226,7 +276,9 @@ void AddSimOptions(CLI::App* sim, SimArgs& a) {
                   "the control plane's own state, with billing (docs/cost-simulation.md)");
   sim->add_option("--mix", a.mix,
                   "--mode dynamic: billing by job class and reserved capacity, e.g. "
-                  "reserved=40%,spot=BE (default on_demand)");
+                  "reserved=40%,spot=BE (default on_demand), or sweep: a grid, in parallel");
+  sim->add_option("--wait-target", a.wait_target,
+                  "--mix sweep: the p95 queueing delay the cheapest mix must hold (default 10m)");
 }
 
 // The traces to reproduce: the paper's 17, or the --traces comma list (names or paths).

@@ -599,6 +599,13 @@ void State::Displace(Instance& inst, const std::string& why, store::Batch& batch
   Save(inst, batch);
 }
 
+void State::ReclaimSpot(const std::string& id, store::Batch& batch) {
+  Instance* inst = instances_.Find(id);
+  if (!inst || inst->billing != Billing::kSpot || inst->state != InstanceState::kRunning) return;
+  Displace(*inst, "spot capacity reclaimed by the provider", batch);
+  CapacityFreed();
+}
+
 void State::ExpireLeases(store::Batch& batch) {
   const Time now = clock_->Now();
   if (now - last_lease_check_ < kLeaseCheckEvery) return;

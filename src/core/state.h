@@ -323,6 +323,9 @@ class State {
   // The workload of running instance `id` ended on its own (the what-if simulator's jobs, on
   // nodes its simulated agents serve): applied as its agent's exit report within this round.
   void WorkloadExited(const std::string& id, int exit_code);
+  // The provider reclaims running spot instance `id` (the what-if simulator's interruptions):
+  // preempted as when its node is lost, and re-queued when it restarts.
+  void ReclaimSpot(const std::string& id, store::Batch& batch);
   // Ends a core round, after its commands: agents' reports are applied, queued work is placed
   // (one budgeted pass per change in capacity), and ended instances past the retention period
   // leave memory.

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <queue>
+#include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -33,6 +36,7 @@ double Percentile(std::vector<double>& xs, double p) {
 
 // A job's progress through the run.
 struct Track {
+  bool spot = false;
   int64_t first_start = -1;
   int64_t start = -1;  // Of the current run; -1 while not running.
   int64_t finished = -1;
@@ -47,6 +51,7 @@ struct Completion {
   int64_t at;
   size_t job;
   int attempt;
+  bool reclaim = false;  // The provider takes the spot run back, rather than it ending.
   bool operator>(const Completion& o) const { return at > o.at; }
 };
 
@@ -202,6 +207,14 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   const core::Tenant* caller = state.tenants().Find(tenant.id.str());
 
   std::vector<Track> track(jobs.size());
+  // Spot reclaims: exponential times at the rate that cuts the given share of a month's runs.
+  const double month_s = 30.0 * 24 * 3600;
+  const double reclaim_rate =
+      options.spot_reclaims_per_month > 0 && options.spot_reclaims_per_month < 1
+          ? -std::log1p(-options.spot_reclaims_per_month) / month_s
+          : 0;
+  std::mt19937_64 rng(options.seed);
+  std::exponential_distribution<double> interruption(reclaim_rate > 0 ? reclaim_rate : 1);
   std::unordered_map<std::string, size_t> job_of;  // Instance or group id -> job.
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions;
   std::vector<double> waits, jcts;
@@ -225,6 +238,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     req.shape.vcpus = cut.vcpus_per_gpu * member;
     req.shape.memory_mib = cut.memory_mib_per_gpu * member;
     req.billing = spot ? core::Billing::kSpot : core::Billing::kOnDemand;
+    track[j].spot = spot;
     if (!spot && job.gpus == 1 && !reservation.empty() &&
         state.ReservationUnitsUsed(reservation) < out.reserved_units) {
       req.billing = core::Billing::kReserved;
@@ -283,7 +297,12 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
             ++started;
             waits.push_back(static_cast<double>(now - jobs[j].submit_s));
           }
-          completions.push({now + jobs[j].duration_s - t.done_s, j, t.attempt});
+          const int64_t end = now + jobs[j].duration_s - t.done_s;
+          completions.push({end, j, t.attempt});
+          if (t.spot && reclaim_rate > 0) {
+            const auto lasts = static_cast<int64_t>(std::ceil(interruption(rng)));
+            if (now + lasts < end) completions.push({now + lasts, j, t.attempt, true});
+          }
         }
         continue;
       }
@@ -341,7 +360,12 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       completions.pop();
       const Track& tr = track[c.job];
       if (c.attempt != tr.attempt || tr.start < 0) continue;  // A run already lost.
-      for (const std::string& id : tr.members) state.WorkloadExited(id, 0);
+      if (c.reclaim) {
+        ++out.reclaims;
+        for (const std::string& id : tr.members) state.ReclaimSpot(id, batch);
+      } else {
+        for (const std::string& id : tr.members) state.WorkloadExited(id, 0);
+      }
     }
     state.EndRound(batch);
     observe();
@@ -400,6 +424,7 @@ nlohmann::json ToJson(const Outcome& o) {
             {"mean", o.wait_mean_s}}},
           {"jct_seconds", {{"p50", o.jct_p50_s}, {"p95", o.jct_p95_s}, {"p99", o.jct_p99_s}}},
           {"preemptions", o.preemptions},
+          {"spot_reclaims", o.reclaims},
           {"wasted_gpu_hours", o.wasted_gpu_hours},
           {"fleet_gpus", o.fleet_gpus},
           {"reserved_units", o.reserved_units},
@@ -409,6 +434,88 @@ nlohmann::json ToJson(const Outcome& o) {
           {"bill_usd", bill},
           {"total_usd", Usd(o.total_micros())},
           {"series", {{"columns", {"t_s", "allocated_gpus", "waiting"}}, {"points", series}}}};
+}
+
+std::vector<Mix> SweepGrid(bool has_best_effort) {
+  std::vector<Mix> grid;
+  for (const Mix::Spot spot :
+       {Mix::Spot::kNone, has_best_effort ? Mix::Spot::kBestEffort : Mix::Spot::kAll}) {
+    for (int pct = 0; pct <= 50; pct += 10) {
+      Mix m;
+      m.reserved = pct / 100.0;
+      m.spot = spot;
+      m.label = pct == 0 && spot == Mix::Spot::kNone
+                    ? "on_demand"
+                    : fmt::format("reserved={}%,spot={}", pct,
+                                  spot == Mix::Spot::kNone  ? "none"
+                                  : spot == Mix::Spot::kAll ? "all"
+                                                            : "BE");
+      grid.push_back(std::move(m));
+    }
+  }
+  return grid;
+}
+
+double Sweep::saving_pct() const {
+  if (best < 0 || runs.empty() || runs[0].total_micros() == 0) return 0;
+  return 100.0 * (1.0 - static_cast<double>(runs[static_cast<size_t>(best)].total_micros()) /
+                            static_cast<double>(runs[0].total_micros()));
+}
+
+Result<Sweep> RunSweep(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
+                       const std::vector<Job>& jobs, const DynamicOptions& options,
+                       double target_p95_wait_s, int threads) {
+  const bool best_effort =
+      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.best_effort; });
+  const std::vector<Mix> grid = SweepGrid(best_effort);
+  std::vector<Result<Outcome>> results(grid.size(), Status::Internal("not run"));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < grid.size();) {
+      DynamicOptions o = options;
+      o.mix = grid[i];
+      results[i] = RunDynamic(catalog, fleet, jobs, o);
+    }
+  };
+  std::vector<std::thread> pool;
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(grid.size())));
+  for (int t = 0; t < n; ++t) pool.emplace_back(work);
+  for (std::thread& t : pool) t.join();
+  Sweep sweep;
+  sweep.target_p95_wait_s = target_p95_wait_s;
+  for (Result<Outcome>& r : results) {
+    if (!r.ok()) return r.status();
+    sweep.runs.push_back(std::move(*r));
+  }
+  for (size_t i = 0; i < sweep.runs.size(); ++i) {
+    const Outcome& o = sweep.runs[i];
+    if (o.wait_p95_s > target_p95_wait_s || o.waiting > 0) continue;
+    if (sweep.best < 0 ||
+        o.total_micros() < sweep.runs[static_cast<size_t>(sweep.best)].total_micros()) {
+      sweep.best = static_cast<int>(i);
+    }
+  }
+  return sweep;
+}
+
+nlohmann::json ToJson(const Sweep& s) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const Outcome& o : s.runs) {
+    nlohmann::json j = ToJson(o);
+    j.erase("series");
+    runs.push_back(std::move(j));
+  }
+  nlohmann::json out = {{"target_p95_wait_seconds", s.target_p95_wait_s},
+                        {"runs", std::move(runs)}};
+  if (s.best >= 0) {
+    out["best"] = {{"mix", s.runs[static_cast<size_t>(s.best)].mix},
+                   {"total_usd", Usd(s.runs[static_cast<size_t>(s.best)].total_micros())},
+                   {"on_demand_usd", Usd(s.runs[0].total_micros())},
+                   {"saving_pct", std::round(s.saving_pct() * 10) / 10}};
+  } else {
+    out["best"] = nullptr;
+  }
+  return out;
 }
 
 }  // namespace tessera::whatif

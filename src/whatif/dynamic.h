@@ -41,6 +41,10 @@ struct DynamicOptions {
   uint64_t seed = 42;
   Mix mix;
   int samples = 400;  // Points of the allocation series.
+  // The share of spot instances the provider reclaims in a month of running (AWS's Spot
+  // Instance Advisor puts A100 at 5-10%, H100 at 15-20%): each spot run is cut at a random
+  // time (exponential, seeded) and starts over.
+  double spot_reclaims_per_month = 0.10;
 };
 
 struct SeriesPoint {
@@ -61,7 +65,8 @@ struct Outcome {
   double wait_p50_s = 0, wait_p95_s = 0, wait_p99_s = 0, wait_mean_s = 0;
   // Seconds from submission to finishing, over the finished jobs.
   double jct_p50_s = 0, jct_p95_s = 0, jct_p99_s = 0;
-  int64_t preemptions = 0;      // Runs lost to preemption.
+  int64_t preemptions = 0;      // Runs lost to preemption or a spot reclaim.
+  int64_t reclaims = 0;         // Of them, spot runs the provider reclaimed.
   double wasted_gpu_hours = 0;  // Their GPU-hours.
   double allocated_gpu_s = 0;   // The fleet's allocated GPUs integrated over the run.
   double job_gpu_s = 0;         // Jobs' GPUs times their runs' lengths, lost runs included.
@@ -80,5 +85,21 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
                            const std::vector<Job>& jobs, const DynamicOptions& options);
 
 nlohmann::json ToJson(const Outcome& o);
+
+// --mix sweep: every mix of the grid (reserved 0..50% of the fleet by tenths, with and without
+// spot for the best-effort jobs, or for all jobs when the trace has none), run in parallel on
+// `threads` threads, and the cheapest that holds the queueing target.
+struct Sweep {
+  std::vector<Outcome> runs;  // runs[0] is all on-demand.
+  double target_p95_wait_s = 0;
+  int best = -1;  // The cheapest run whose p95 wait is within the target; -1 when none is.
+  // The best run's saving against all on-demand, in percent of the on-demand bill.
+  double saving_pct() const;
+};
+std::vector<Mix> SweepGrid(bool has_best_effort);
+Result<Sweep> RunSweep(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
+                       const std::vector<Job>& jobs, const DynamicOptions& options,
+                       double target_p95_wait_s, int threads);
+nlohmann::json ToJson(const Sweep& s);
 
 }  // namespace tessera::whatif

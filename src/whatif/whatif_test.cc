@@ -134,6 +134,29 @@ TEST(DynamicTest, SpotJobsArePreemptedByOnDemandWorkAndStartOver) {
   EXPECT_DOUBLE_EQ(o.allocated_gpu_s, o.job_gpu_s);
 }
 
+TEST(DynamicTest, TheProviderReclaimsSpotRunsAtTheGivenRateAndTheyStartOver) {
+  std::string csv;
+  for (int i = 0; i < 50; ++i) csv += "2017-10-09 00:00:00,86400,1,0,x\n";  // A day each.
+  const auto jobs = Jobs(csv);
+  DynamicOptions o;
+  o.mix = std::move(ParseMix("spot=all")).value();
+  o.spot_reclaims_per_month = 0.5;  // Half a month's runs: about 2% of one-day runs.
+  auto out = RunDynamic(Catalog(), Nodes(8, 8), jobs, o);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->finished, 50);
+  EXPECT_EQ(out->reclaims, out->preemptions) << "nothing else preempts them";
+  if (out->reclaims > 0) {
+    EXPECT_GT(out->wasted_gpu_hours, 0);
+  }
+  o.spot_reclaims_per_month = 0.999;  // Nearly every run of a month is cut: most days too.
+  auto often = RunDynamic(Catalog(), Nodes(8, 8), jobs, o);
+  ASSERT_TRUE(often.ok());
+  EXPECT_EQ(often->finished, 50);
+  EXPECT_GT(often->reclaims, out->reclaims);
+  EXPECT_GT(often->span_s, 86400) << "reclaimed runs start over";
+  EXPECT_DOUBLE_EQ(often->allocated_gpu_s, often->job_gpu_s);
+}
+
 TEST(DynamicTest, AReservationIsPaidForOverTheSpanAndTakesTheSingleGpuJobs) {
   const auto jobs = Jobs(
       "2017-10-09 00:00:00,3600,1,0,x\n"
@@ -158,6 +181,36 @@ TEST(DynamicTest, AJobWiderThanANodeRunsAsAGangOnSeveralNodes) {
   const Outcome too_big = Simulate(Nodes(1, 8), jobs);
   EXPECT_EQ(too_big.finished, 0);
   EXPECT_EQ(too_big.waiting + too_big.refused, 1);
+}
+
+TEST(SweepTest, TheCheapestMixThatHoldsTheWaitTargetIsFoundAgainstAllOnDemand) {
+  // A steady base of 4 single-GPU jobs for 10 hours on a node of 8: a reservation of 4 of
+  // them (50%) is fully used, so reserving is cheaper than paying on-demand for the hours.
+  std::string csv;
+  for (int i = 0; i < 4; ++i) csv += "2017-10-09 00:00:00,36000,1,0,x\n";
+  const auto jobs = Jobs(csv);
+  DynamicOptions o;
+  auto sweep = RunSweep(Catalog(), Nodes(1, 8), jobs, o, 600, 2);
+  ASSERT_TRUE(sweep.ok()) << sweep.status().message();
+  ASSERT_EQ(sweep->runs.size(), SweepGrid(false).size());
+  EXPECT_EQ(sweep->runs[0].mix, "on_demand");
+  ASSERT_GE(sweep->best, 0);
+  const Outcome& best = sweep->runs[static_cast<size_t>(sweep->best)];
+  EXPECT_GT(sweep->saving_pct(), 0);
+  for (const Outcome& r : sweep->runs) EXPECT_GE(r.total_micros(), best.total_micros()) << r.mix;
+  // Without spot, the fully used reservation (4 of 8 GPUs) is the cheapest.
+  const Outcome* cheapest = nullptr;
+  for (const Outcome& r : sweep->runs) {
+    if (r.mix.find("spot=all") != std::string::npos) continue;
+    if (!cheapest || r.total_micros() < cheapest->total_micros()) cheapest = &r;
+  }
+  EXPECT_EQ(cheapest->mix, "reserved=50%,spot=none");
+  // A target no mix can hold: none is chosen.
+  const auto crowded = Jobs("2017-10-09 00:00:00,600,8,0,x\n2017-10-09 00:00:00,600,8,0,x\n");
+  auto none = RunSweep(Catalog(), Nodes(1, 8), crowded, o, 60, 2);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->best, -1);
+  EXPECT_EQ(ToJson(*none)["best"], nullptr);
 }
 
 }  // namespace
