@@ -181,8 +181,14 @@ int RunDynamicSim(const SimArgs& a) {
           "cheapest mix with a p95 wait within {:.0f} s: {}, {:.1f}% below all on-demand\n",
           target_s, swept->runs[static_cast<size_t>(swept->best)].mix, swept->saving_pct());
     }
-    std::cout << fmt::format("{} runs in {:.2f} s; wrote {}/summary.json\n", swept->runs.size(),
-                             wall, a.out);
+    if (Status s =
+            WriteFile(a.out + "/report.html",
+                      whatif::ReportHtml("What-if: " + a.pods, swept->runs, swept->best, target_s));
+        !s.ok()) {
+      return Failure(s);
+    }
+    std::cout << fmt::format("{} runs in {:.2f} s; wrote {}/summary.json and {}/report.html\n",
+                             swept->runs.size(), wall, a.out, a.out);
     return kExitOk;
   }
   auto outcome = whatif::RunDynamic(*catalog, *fleet, *jobs, options);
@@ -198,12 +204,17 @@ int RunDynamicSim(const SimArgs& a) {
   std::filesystem::create_directories(a.out, ec);
   if (Status s = WriteFile(a.out + "/summary.json", summary.dump(2) + "\n"); !s.ok())
     return Failure(s);
+  if (Status s = WriteFile(a.out + "/report.html",
+                           whatif::ReportHtml("What-if: " + a.pods, {*outcome}, -1, target_s));
+      !s.ok()) {
+    return Failure(s);
+  }
   const whatif::Outcome& o = *outcome;
   std::cout << fmt::format(
       "{} jobs on {} GPUs ({}, mix {}): {} finished, {} still running, {} never started, {} "
       "refused\n"
       "wait p50 {:.0f} s, p95 {:.0f} s, p99 {:.0f} s; {} preemptions ({:.1f} GPU-hours lost)\n"
-      "bill {} USD; {:.2f} s\nwrote {}/summary.json\n",
+      "bill {} USD; {:.2f} s\nwrote {}/summary.json and report.html\n",
       o.jobs, o.fleet_gpus, options.policy, o.mix, o.finished, o.running, o.waiting, o.refused,
       o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.preemptions, o.wasted_gpu_hours,
       summary["total_usd"].get<std::string>(), wall, a.out);

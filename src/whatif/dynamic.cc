@@ -15,6 +15,7 @@
 #include "core/core.h"
 #include "core/state.h"
 #include "sched/scheduler.h"
+#include "sim/svg_chart.h"
 #include "store/store.h"
 
 namespace tessera::whatif {
@@ -516,6 +517,66 @@ nlohmann::json ToJson(const Sweep& s) {
     out["best"] = nullptr;
   }
   return out;
+}
+
+std::string ReportHtml(const std::string& title, const std::vector<Outcome>& runs, int best,
+                       double target_p95_wait_s) {
+  sim::ChartSpec alloc, waiting;
+  alloc.id = "allocated";
+  alloc.title = "GPUs allocated";
+  alloc.x_label = waiting.x_label = "hours since the first submission";
+  alloc.y_label = "GPUs";
+  waiting.id = "waiting";
+  waiting.title = "Jobs waiting to start";
+  waiting.y_label = "jobs";
+  double x_max = 1;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    sim::ChartSeries a{runs[i].mix, sim::SeriesColor(i), {}},
+        w{runs[i].mix, sim::SeriesColor(i), {}};
+    for (const SeriesPoint& p : runs[i].series) {
+      const double h = static_cast<double>(p.t_s) / 3600;
+      a.points.emplace_back(h, p.allocated_gpus);
+      w.points.emplace_back(h, static_cast<double>(p.waiting));
+      x_max = std::max(x_max, h);
+    }
+    alloc.series.push_back(std::move(a));
+    waiting.series.push_back(std::move(w));
+  }
+  alloc.x_max = waiting.x_max = x_max;
+  alloc.y_min = waiting.y_min = 0;
+  std::string rows;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Outcome& o = runs[i];
+    rows += fmt::format(
+        "<tr{}><td>{}</td><td>{}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td>"
+        "<td>{}</td><td>{:.1f}</td><td>{}</td></tr>\n",
+        static_cast<int>(i) == best ? " class=\"best\"" : "", sim::HtmlEscape(o.mix), o.finished,
+        o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.jct_p95_s, o.preemptions, o.wasted_gpu_hours,
+        Usd(o.total_micros()));
+  }
+  const std::string verdict =
+      best < 0
+          ? fmt::format("No mix holds a p95 wait of {:.0f} s.", target_p95_wait_s)
+          : fmt::format(
+                "The cheapest mix with a p95 wait within {:.0f} s is <b>{}</b>: {} USD against {} "
+                "USD all on-demand.",
+                target_p95_wait_s, sim::HtmlEscape(runs[static_cast<size_t>(best)].mix),
+                Usd(runs[static_cast<size_t>(best)].total_micros()), Usd(runs[0].total_micros()));
+  return fmt::format(R"(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{0}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2rem;color:#1c2330}}table{{border-collapse:collapse}}
+td,th{{padding:.3rem .7rem;border-bottom:1px solid #dde1e8;text-align:right}}td:first-child,th:first-child{{text-align:left}}
+tr.best{{background:#e6f4ea;font-weight:600}}</style></head><body>
+<h1>{0}</h1><p>{1}</p>
+<table><tr><th>mix</th><th>finished</th><th>wait p50 s</th><th>wait p95 s</th><th>wait p99 s</th><th>JCT p95 s</th>
+<th>preemptions</th><th>GPU-hours lost</th><th>bill USD</th></tr>
+{2}</table>
+{3}
+{4}
+</body></html>
+)",
+                     sim::HtmlEscape(title), verdict, rows, sim::LineChartSvg(alloc),
+                     sim::LineChartSvg(waiting));
 }
 
 }  // namespace tessera::whatif

@@ -102,4 +102,9 @@ Result<Sweep> RunSweep(const catalog::Catalog& catalog, const fleet::Fleet& flee
                        double target_p95_wait_s, int threads);
 nlohmann::json ToJson(const Sweep& s);
 
+// report.html: the runs' GPU allocation and waiting jobs over time (SVG, self-contained), and a
+// table of each mix's waits, preemptions and bill, the cheapest within the target marked.
+std::string ReportHtml(const std::string& title, const std::vector<Outcome>& runs, int best,
+                       double target_p95_wait_s);
+
 }  // namespace tessera::whatif
