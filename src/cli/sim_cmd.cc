@@ -113,6 +113,22 @@ Result<std::unique_ptr<LoadedTrace>> LoadTrace(const catalog::Catalog& catalog,
   return t;
 }
 
+// Writes OUT/summary.json (`summary`, with the run's inputs and wall time added) and
+// OUT/report.html for the dynamic mode's runs.
+Status WriteDynamicOutputs(const SimArgs& a, nlohmann::json summary, const std::string& policy,
+                           double wall, const std::vector<whatif::Outcome>& runs, int best,
+                           double target_s) {
+  summary["trace"] = a.pods;
+  summary["nodes"] = a.nodes;
+  summary["policy"] = policy;
+  summary["wall_seconds"] = wall;
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  TESSERA_RETURN_IF_ERROR(WriteFile(a.out + "/summary.json", summary.dump(2) + "\n"));
+  return WriteFile(a.out + "/report.html",
+                   whatif::ReportHtml("What-if: " + a.pods, runs, best, target_s));
+}
+
 // --mode dynamic: the trace through time, through the control plane's own state
 // (docs/cost-simulation.md).
 int RunDynamicSim(const SimArgs& a) {
@@ -157,14 +173,9 @@ int RunDynamicSim(const SimArgs& a) {
     if (!swept.ok()) return Failure(swept.status());
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    nlohmann::json summary = whatif::ToJson(*swept);
-    summary["trace"] = a.pods;
-    summary["nodes"] = a.nodes;
-    summary["policy"] = options.policy;
-    summary["wall_seconds"] = wall;
-    std::error_code ec;
-    std::filesystem::create_directories(a.out, ec);
-    if (Status s = WriteFile(a.out + "/summary.json", summary.dump(2) + "\n"); !s.ok()) {
+    if (Status s = WriteDynamicOutputs(a, whatif::ToJson(*swept), options.policy, wall, swept->runs,
+                                       swept->best, target_s);
+        !s.ok()) {
       return Failure(s);
     }
     std::cout << fmt::format("{:<28} {:>14} {:>10} {:>10} {:>12}\n", "mix", "bill USD", "wait p95",
@@ -181,12 +192,6 @@ int RunDynamicSim(const SimArgs& a) {
           "cheapest mix with a p95 wait within {:.0f} s: {}, {:.1f}% below all on-demand\n",
           target_s, swept->runs[static_cast<size_t>(swept->best)].mix, swept->saving_pct());
     }
-    if (Status s =
-            WriteFile(a.out + "/report.html",
-                      whatif::ReportHtml("What-if: " + a.pods, swept->runs, swept->best, target_s));
-        !s.ok()) {
-      return Failure(s);
-    }
     std::cout << fmt::format("{} runs in {:.2f} s; wrote {}/summary.json and {}/report.html\n",
                              swept->runs.size(), wall, a.out, a.out);
     return kExitOk;
@@ -196,16 +201,7 @@ int RunDynamicSim(const SimArgs& a) {
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   nlohmann::json summary = whatif::ToJson(*outcome);
-  summary["trace"] = a.pods;
-  summary["nodes"] = a.nodes;
-  summary["policy"] = options.policy;
-  summary["wall_seconds"] = wall;
-  std::error_code ec;
-  std::filesystem::create_directories(a.out, ec);
-  if (Status s = WriteFile(a.out + "/summary.json", summary.dump(2) + "\n"); !s.ok())
-    return Failure(s);
-  if (Status s = WriteFile(a.out + "/report.html",
-                           whatif::ReportHtml("What-if: " + a.pods, {*outcome}, -1, target_s));
+  if (Status s = WriteDynamicOutputs(a, summary, options.policy, wall, {*outcome}, -1, target_s);
       !s.ok()) {
     return Failure(s);
   }
