@@ -15,7 +15,7 @@ void AddMonitoringRoutes(Api& api);
 void AddAgentRoutes(Api& api);  // /v1/agent/... (node tokens)
 // /v1/reservations..., /v1/usage, /v1/invoices/{month}
 void AddBillingRoutes(Api& api);
-void AddGroupRoutes(Api& api);  // /v1/groups...
+void AddGroupRoutes(Api& api);    // /v1/groups...
 void AddConsoleRoutes(Api& api);  // /, /console/... (console.cc)
 
 }  // namespace tessera::api
