@@ -372,6 +372,8 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     observe();
   }
   out.span_s = now;
+  out.first_start_s.reserve(track.size());
+  for (const Track& t : track) out.first_start_s.push_back(t.first_start);
   for (const Track& t : track) {
     if (t.finished == -2) continue;
     if (t.first_start < 0) {
@@ -434,7 +436,8 @@ nlohmann::json ToJson(const Outcome& o) {
           {"span_hours", static_cast<double>(o.span_s) / 3600},
           {"bill_usd", bill},
           {"total_usd", Usd(o.total_micros())},
-          {"series", {{"columns", {"t_s", "allocated_gpus", "waiting"}}, {"points", series}}}};
+          {"series", {{"columns", {"t_s", "allocated_gpus", "waiting"}}, {"points", series}}},
+          {"first_start_seconds", o.first_start_s}};
 }
 
 std::vector<Mix> SweepGrid(bool has_best_effort) {
@@ -504,6 +507,7 @@ nlohmann::json ToJson(const Sweep& s) {
   for (const Outcome& o : s.runs) {
     nlohmann::json j = ToJson(o);
     j.erase("series");
+    j.erase("first_start_seconds");
     runs.push_back(std::move(j));
   }
   nlohmann::json out = {{"target_p95_wait_seconds", s.target_p95_wait_s},

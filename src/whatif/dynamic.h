@@ -78,6 +78,9 @@ struct Outcome {
   std::map<std::string, int64_t> bill_micros;
   int64_t total_micros() const;
   std::vector<SeriesPoint> series;
+  // Each job's first start, in submission order: seconds after the first submission, -1 when it
+  // never started.
+  std::vector<int64_t> first_start_s;
 };
 
 // Runs `jobs` (in submission order) on a copy of `fleet`.

@@ -19,6 +19,13 @@ constexpr double kMaxDurationS = 10.0 * 365 * 24 * 3600;  // Ten years: rejects 
 }  // namespace
 
 Result<std::vector<Job>> ParsePhillyJobs(std::string name, std::string text) {
+  if (text.starts_with("name,cpu_milli")) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: an openb pod list; --mode dynamic reads the Philly job summary for now (openb's "
+        "GPUs take whole-GPU pods and shares alike, which the fleet's per-GPU modes do not yet "
+        "model: docs/cost-simulation.md)",
+        name));
+  }
   CsvReader csv(std::move(name), std::move(text));
   TESSERA_RETURN_IF_ERROR(
       csv.ReadHeader({"timestamp", "duration", "num_gpus"}, {"gpu_time", "cluster"}));

@@ -61,6 +61,10 @@ TEST(PhillyJobsTest, ReadsJobsInSubmissionOrderAndNamesTheLineOfEveryDefect) {
     EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
   }
   EXPECT_FALSE(ParsePhillyJobs("trace.csv", header).ok()) << "a trace without jobs";
+  auto openb =
+      ParsePhillyJobs("pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,1000\n");
+  ASSERT_FALSE(openb.ok());
+  EXPECT_NE(openb.status().message().find("openb pod list"), std::string::npos);
   EXPECT_EQ(LoadPhillyJobs("/nonexistent/philly.csv").status().code(), StatusCode::kNotFound);
 }
 
