@@ -1,9 +1,7 @@
 // End-to-end tests of node agents: a real `tessera server` on an empty fleet, real
 // `tessera agent --backend sim` processes joined to it, and real workload processes.
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,15 +245,9 @@ TEST_F(AgentTest, AnAgentServesItsNodesSeriesAsDcgmExporterWould) {
 
 TEST_F(AgentTest, AGangMeetsAtThePortRankZerosAgentReservedAndNoRankStartsBeforeIt) {
   // Something on the host listens on the first port of the agents' rendezvous range.
-  const int held = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(held, 1), 0);
-  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int first = ntohs(addr.sin_port);
+  const testing::TcpListener held;
+  const int first = held.port();
+  ASSERT_GT(first, 0);
   ASSERT_LT(first, 65530);
   const std::vector<std::string> range = {"--rendezvous-ports",
                                           fmt::format("{}-{}", first, first + 3)};
@@ -287,7 +279,6 @@ TEST_F(AgentTest, AGangMeetsAtThePortRankZerosAgentReservedAndNoRankStartsBefore
   EXPECT_LE(port, first + 3);
   EXPECT_GE(shown[1]["started_at"].get<std::string>(), shown[0]["started_at"].get<std::string>())
       << "rank 1 started before rank 0 reserved the port";
-  close(held);
 }
 
 TEST_F(AgentTest, ExitCodesEndInstancesAndTheirLogsComeBack) {

@@ -2,9 +2,6 @@
 // processes with their rank environment, a gang that does not fit waits holding nothing, errors
 // name the template's field, and another tenant sees none of it. The CLI drives the same API.
 #include <fmt/format.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <csignal>
@@ -53,13 +50,8 @@ int MasterPort(const std::string& log) {
 TEST_F(ServerGroupsTest, AGangRunsWithItsRanksAndOnlyItsTenantSeesIt) {
   // Something on the node already listens on torchrun's default port: rank 0's agent must
   // reserve another. (Held when this process can bind it; a parallel test may hold it instead.)
-  const int held = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(29500);
-  const bool holds_29500 =
-      bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(held, 1) == 0;
+  auto held = std::make_unique<testing::TcpListener>(29500);
+  const bool holds_29500 = held->port() == 29500;
   const std::string acme = NewTenant("acme", 8);
   auto created = Post("/v1/groups", acme,
                       Gang(2, 1,
@@ -90,7 +82,7 @@ TEST_F(ServerGroupsTest, AGangRunsWithItsRanksAndOnlyItsTenantSeesIt) {
   if (holds_29500) {
     EXPECT_NE(ports[0], 29500) << "the agent handed out a port in use";
   }
-  close(held);
+  held.reset();
   // The fleet's H100 node has two GPUs: a gang needing two more waits and holds nothing.
   auto waits = Post("/v1/groups", acme, Gang(1, 2, "sleep 60"));
   ASSERT_EQ(waits.status, 201) << waits.raw;

@@ -7,10 +7,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -433,30 +431,15 @@ TEST_F(WorkloadTest, AWorkloadWhoseShimDiedIsKilledAndReportedLost) {
   EXPECT_FALSE(Alive(pid));
 }
 
-// A TCP listener on a port the kernel picks; closed with the object.
-struct Listener {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int port = 0;
-  Listener() {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t len = sizeof addr;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd, 1) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port = ntohs(addr.sin_port);
-    }
-  }
-  ~Listener() { close(fd); }
-};
-
 TEST_F(WorkloadTest, ReservesAFreeRendezvousPortForEachRunningWorkload) {
-  const Listener taken;  // Something else on the node listens on the range's first port.
-  ASSERT_GT(taken.port, 0);
-  ASSERT_LT(taken.port, 65530);
+  // Something else on the node listens on the range's first port.
+  const ::tessera::testing::TcpListener listener;
+  const int taken = listener.port();
+  ASSERT_GT(taken, 0);
+  ASSERT_LT(taken, 65530);
   WorkloadSupervisor::Options o = Opts();
-  o.first_port = taken.port;
-  o.last_port = taken.port + 3;
+  o.first_port = taken;
+  o.last_port = taken + 3;
   auto sup = OpenSup(o);
   auto start = [&](const std::string& id) {
     WorkloadSpec spec =
@@ -467,9 +450,9 @@ TEST_F(WorkloadTest, ReservesAFreeRendezvousPortForEachRunningWorkload) {
   ASSERT_TRUE(start("a").ok());
   ASSERT_TRUE(start("b").ok());
   const int a = Find(*sup, "a").value().port, b = Find(*sup, "b").value().port;
-  EXPECT_NE(a, taken.port) << "a port something listens on was handed out";
-  EXPECT_GT(a, taken.port);
-  EXPECT_LE(b, taken.port + 3);
+  EXPECT_NE(a, taken) << "a port something listens on was handed out";
+  EXPECT_GT(a, taken);
+  EXPECT_LE(b, taken + 3);
   EXPECT_NE(a, b) << "two running workloads share a reserved port";
   EXPECT_TRUE(WaitFor([&] { return ReadOr(Dir("a") + "/port") == std::to_string(a) + "\n"; }))
       << "the workload does not see its port in MASTER_PORT";
@@ -486,13 +469,13 @@ TEST_F(WorkloadTest, ReservesAFreeRendezvousPortForEachRunningWorkload) {
   std::ofstream(Dir("c") + "/go").put('\n');
   // A range with no free port refuses the start, naming the range; nothing is left behind.
   o.work_dir = tmp_.path() + "/work-full";
-  o.last_port = taken.port;
+  o.last_port = taken;
   auto full = OpenSup(o);
   WorkloadSpec spec = Spec("d", "true");
   spec.reserve_port = "MASTER_PORT";
   const Status refused = full->Start(spec);
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.message().find(fmt::format("{}-{}", taken.port, taken.port)), std::string::npos)
+  EXPECT_NE(refused.message().find(fmt::format("{}-{}", taken, taken)), std::string::npos)
       << refused.message();
   EXPECT_FALSE(Find(*full, "d"));
   // A range that is not one is refused at open.

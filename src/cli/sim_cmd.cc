@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/csv.h"
+#include "common/text.h"
 #include "fleet/fleet_file.h"
 #include "sched/scheduler.h"
 #include "sim/bound.h"
@@ -292,12 +293,7 @@ void AddSimOptions(CLI::App* sim, SimArgs& a) {
 std::vector<std::string> ReproTraces(const std::string& list) {
   if (list.empty()) return sim::PaperTraces();
   std::vector<std::string> traces;
-  std::string_view rest = list;
-  for (size_t comma; (comma = rest.find(',')) != std::string_view::npos;) {
-    traces.emplace_back(rest.substr(0, comma));
-    rest.remove_prefix(comma + 1);
-  }
-  traces.emplace_back(rest);
+  for (std::string_view t : Split(list, ',')) traces.emplace_back(t);
   return traces;
 }
 

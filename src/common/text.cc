@@ -162,4 +162,14 @@ std::string ToValidUtf8(std::string_view s) {
   return out;
 }
 
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (size_t at = 0;;) {
+    const size_t next = s.find(sep, at);
+    out.push_back(s.substr(at, next - at));
+    if (next == std::string_view::npos) return out;
+    at = next + 1;
+  }
+}
+
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -42,5 +43,9 @@ inline bool TakeLine(std::string& buffer, std::string& line) {
   if (!line.empty() && line.back() == '\r') line.pop_back();
   return true;
 }
+
+// The fields of `s` between the separators, empty ones included ("a,,b" -> "a", "", "b"; "" ->
+// one empty field). Views into `s`.
+std::vector<std::string_view> Split(std::string_view s, char sep);
 
 }  // namespace tessera

@@ -27,6 +27,13 @@ TEST(TextTest, FindsTheFirstByteThatBreaksUtf8) {
   for (const Case& c : cases) EXPECT_EQ(FindInvalidUtf8(c.text), c.bad) << c.text;
 }
 
+TEST(TextTest, SplitKeepsEmptyFields) {
+  EXPECT_EQ(Split("a,,b", ','), (std::vector<std::string_view>{"a", "", "b"}));
+  EXPECT_EQ(Split("", ','), (std::vector<std::string_view>{""}));
+  EXPECT_EQ(Split("0 14 * * 1-5", ' ').size(), 5u);
+  EXPECT_EQ(Split("x,", ','), (std::vector<std::string_view>{"x", ""}));
+}
+
 TEST(TextTest, EscapesWhatATerminalWouldActOn) {
   EXPECT_EQ(EscapeForTerminal("train-01"), "train-01");
   EXPECT_EQ(EscapeForTerminal("caf\xc3\xa9"), "caf\xc3\xa9");

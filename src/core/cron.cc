@@ -12,18 +12,6 @@ namespace tessera::core {
 
 namespace {
 
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i) {
-    if (i == s.size() || s[i] == sep) {
-      out.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  return out;
-}
-
 std::optional<int> Number(std::string_view s) {
   int v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);

@@ -45,6 +45,22 @@ std::string TempDir::Write(const std::string& name, const std::string& content) 
   return p;
 }
 
+TcpListener::TcpListener(int port) : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  socklen_t len = sizeof addr;
+  if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      listen(fd_, 1) == 0 && getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port_ = ntohs(addr.sin_port);
+  }
+}
+
+TcpListener::~TcpListener() {
+  if (fd_ >= 0) close(fd_);
+}
+
 std::string SourceDir() {
   if (const char* env = std::getenv("TESSERA_SOURCE_DIR"); env && *env) return env;
   return TESSERA_SOURCE_DIR;

@@ -29,6 +29,21 @@ class TempDir {
   std::string path_;
 };
 
+// A TCP listener on every IPv4 address, on `port` or, with 0, one the kernel picks; closed with
+// the object. port() is 0 when the port could not be bound (something else holds it).
+class TcpListener {
+ public:
+  explicit TcpListener(int port = 0);
+  ~TcpListener();
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 // The repository root ($TESSERA_SOURCE_DIR, else the directory the build was configured from).
 std::string SourceDir();
 

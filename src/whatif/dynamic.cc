@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/text.h"
 #include "core/core.h"
 #include "core/state.h"
 #include "sched/scheduler.h"
@@ -104,23 +105,13 @@ int MemberGpus(int gpus, int node_gpus) {
   return 1;
 }
 
-std::vector<std::string_view> SplitCommas(std::string_view text) {
-  std::vector<std::string_view> parts;
-  for (size_t at = 0;;) {
-    const size_t comma = text.find(',', at);
-    parts.push_back(text.substr(at, comma - at));
-    if (comma == std::string_view::npos) return parts;
-    at = comma + 1;
-  }
-}
-
 }  // namespace
 
 Result<Mix> ParseMix(std::string_view text) {
   Mix mix;
   mix.label = std::string(text);
   if (text.empty() || text == "on_demand") return mix;
-  for (std::string_view part : SplitCommas(text)) {
+  for (std::string_view part : Split(text, ',')) {
     const size_t eq = part.find('=');
     const std::string_view key = part.substr(0, eq),
                            value = eq == std::string_view::npos ? "" : part.substr(eq + 1);
