@@ -1,6 +1,7 @@
 // The what-if simulator's speed (docs/cost-simulation.md): the whole Philly job summary (82,247
 // jobs) through the control plane's state on a 2,000-GPU fleet, one mix and the whole mix sweep
-// (12 runs in parallel across the cores). Needs the public traces ($TESSERA_DATASETS or
+// (12 runs in parallel across the cores); openb's default pod list with departures on openb's
+// fleet. Needs the public traces ($TESSERA_DATASETS or
 // ../shared/datasets); without them it says so and measures nothing.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include "fleet/fleet_file.h"
 #include "whatif/dynamic.h"
 #include "whatif/jobs.h"
+#include "whatif/openb.h"
 
 namespace tessera::whatif {
 namespace {
@@ -28,6 +30,9 @@ struct Setup {
           .value();
   std::vector<Job> jobs;
   bool ok = false;
+  // openb's default pod list with its times, on the stand-in of openb's whole GPU fleet.
+  std::vector<Job> openb_jobs;
+  std::unique_ptr<StandIn> openb;
 };
 
 Setup& Get() {
@@ -36,6 +41,15 @@ Setup& Get() {
     const char* env = std::getenv("TESSERA_DATASETS");
     const std::string dir =
         env && *env ? env : std::string(TESSERA_SOURCE_DIR) + "/../shared/datasets";
+    auto pods = LoadJobs(setup->catalog, dir + "/openb/openb_pod_list_default.csv");
+    auto nodes = fleet::LoadFleetFile(setup->catalog, dir + "/openb/openb_node_list_gpu_node.csv");
+    if (pods.ok() && nodes.ok()) {
+      auto standin = OpenbStandIn(*nodes, *pods);
+      if (standin.ok()) {
+        setup->openb_jobs = std::move(*pods);
+        setup->openb = std::move(*standin);
+      }
+    }
     auto jobs = LoadPhillyJobs(dir + "/philly_sia/philly.csv");
     if (jobs.ok()) {
       setup->jobs = std::move(*jobs);
@@ -65,6 +79,23 @@ BENCHMARK(BM_Philly)
     ->Name("BM_Philly/82247_jobs_on_2000_gpus")
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
+
+void BM_Openb(benchmark::State& state) {
+  Setup& s = Get();
+  if (!s.openb) return state.SkipWithError("the openb traces are missing");
+  DynamicOptions o;
+  o.mix = std::move(ParseMix("spot=BE")).value();
+  for (auto _ : state) {
+    auto out = RunDynamic(s.openb->catalog, *s.openb->fleet, s.openb_jobs, o);
+    if (!out.ok()) return state.SkipWithError(out.status().message().c_str());
+    state.counters["finished"] = static_cast<double>(out->finished);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(s.openb_jobs.size()));
+}
+BENCHMARK(BM_Openb)
+    ->Name("BM_Openb/default_8152_pods_with_departures_on_6212_gpus")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 
 void BM_Sweep(benchmark::State& state) {
   Setup& s = Get();

@@ -243,6 +243,48 @@ TEST_F(SimCliTest, TheDynamicModeSweepsMixesAndWritesTheCheapestWithinTheTarget)
   EXPECT_NE(loader.err.find("broken.csv:2"), std::string::npos) << loader.err;
 }
 
+TEST_F(SimCliTest, TheDynamicModeReplaysAnOpenbPodListWithItsTimesOnTheStandInFleet) {
+  // 60 pods over an hour on the fixture's 72 GPUs: shares, whole GPUs, 2-GPU and CPU-only pods,
+  // every third best-effort, each living 10 to 40 minutes.
+  std::string csv =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+      "deletion_time,scheduled_time\n";
+  for (int i = 0; i < 60; ++i) {
+    const int num_gpu = i % 11 == 0 ? 0 : i % 13 == 0 ? 2 : 1;
+    const int milli = num_gpu == 0 ? 0 : num_gpu == 2 || i % 2 == 0 ? 1000 : 250 + 50 * (i % 10);
+    csv += fmt::format("pod-{:03d},{},{},{},{},,{},Running,{},{},{}\n", i, 2500 + 1000 * (i % 4),
+                       8192, num_gpu, milli, i % 3 == 0 ? "BE" : "LS", 60 * i,
+                       60 * i + 600 * (1 + i % 4), 60 * i);
+  }
+  const std::string pods = dir_.Write("timed.csv", csv);
+  const std::string out = dir_.File("openb-dyn");
+  auto r = RunTessera({"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods, "--mix",
+                       "sweep", "--wait-target", "10m", "--jobs", "2", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("openb: 72 GPUs of 12 nodes run as one stand-in model priced per GPU as "
+                       "gpu.1xt4"),
+            std::string::npos)
+      << r.out;
+  const auto j = nlohmann::json::parse(Slurp(out + "/summary.json"));
+  ASSERT_EQ(j["runs"].size(), 18u) << "reserved 0-50% without spot, spot for BE, spot for all";
+  for (const auto& run : j["runs"]) {
+    EXPECT_EQ(run["finished"].get<int>(), 60) << run.dump();
+    EXPECT_EQ(run["refused"].get<int>(), 0) << run.dump();
+    EXPECT_NEAR(run["allocated_gpu_hours"].get<double>(), run["job_gpu_hours"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(j["runs"][6]["mix"], "reserved=0%,spot=BE");
+  EXPECT_LT(std::stod(j["runs"][6]["total_usd"].get<std::string>()),
+            std::stod(j["runs"][0]["total_usd"].get<std::string>()))
+      << "the best-effort pods ran as spot, for less";
+  EXPECT_TRUE(j["runs"][6]["bill_usd"].contains("spot"));
+  ASSERT_TRUE(j["best"].is_object()) << j.dump();
+  // The static mode's fixture has gpu_spec constraints and no real times: refused, naming the
+  // first pod with a gpu_spec.
+  auto spec = RunTessera({"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods_});
+  EXPECT_EQ(spec.exit_code, 1);
+  EXPECT_NE(spec.err.find(pods_ + ":3: gpu_spec 'T4|G2|G2'"), std::string::npos) << spec.err;
+}
+
 TEST_F(SimCliTest, ReproWritesTheComparisonDocument) {
   // A datasets folder in the layout of shared/datasets, with one tiny trace.
   const std::string root = dir_.File("datasets");

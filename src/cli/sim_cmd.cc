@@ -28,6 +28,7 @@
 #include "sim/trace.h"
 #include "whatif/dynamic.h"
 #include "whatif/jobs.h"
+#include "whatif/openb.h"
 
 namespace tessera::cli {
 
@@ -114,13 +115,18 @@ Result<std::unique_ptr<LoadedTrace>> LoadTrace(const catalog::Catalog& catalog,
   return t;
 }
 
+// The instance type whose rates openb's stand-in GPUs are priced at.
+constexpr const char* kOpenbPricedAs = "gpu.1xt4";
+
 // Writes OUT/summary.json (`summary`, with the run's inputs and wall time added) and
 // OUT/report.html for the dynamic mode's runs.
 Status WriteDynamicOutputs(const SimArgs& a, nlohmann::json summary, const std::string& policy,
                            double wall, const std::vector<whatif::Outcome>& runs, int best,
-                           double target_s) {
+                           double target_s, bool openb) {
   summary["trace"] = a.pods;
   summary["nodes"] = a.nodes;
+  // openb's GPUs ran as the stand-in model, priced per GPU as its instance type (whatif/openb.h).
+  if (openb) summary["gpus_priced_as"] = kOpenbPricedAs;
   summary["policy"] = policy;
   summary["wall_seconds"] = wall;
   std::error_code ec;
@@ -134,7 +140,8 @@ Status WriteDynamicOutputs(const SimArgs& a, nlohmann::json summary, const std::
 // (docs/cost-simulation.md).
 int RunDynamicSim(const SimArgs& a) {
   if (a.nodes.empty()) return Usage("--nodes is required (a fleet JSON or an openb node list)");
-  if (a.pods.empty()) return Usage("--pods is required (a Philly job summary CSV)");
+  if (a.pods.empty())
+    return Usage("--pods is required (a Philly job summary or an openb pod list with its times)");
   const bool sweep = a.mix == "sweep";
   auto mix = whatif::ParseMix(sweep ? "on_demand" : a.mix);
   if (!mix.ok()) return Usage(mix.status().message());
@@ -162,12 +169,27 @@ int RunDynamicSim(const SimArgs& a) {
     if (!seeds.ok() || seeds->size() != 1) return Usage("--seed: one seed, e.g. 42");
     options.seed = seeds->front();
   }
-  auto catalog = catalog::Catalog::LoadEmbedded();
-  if (!catalog.ok()) return Failure(catalog.status());
-  auto fleet = fleet::LoadFleetFile(*catalog, a.nodes);
-  if (!fleet.ok()) return Failure(fleet.status());
-  auto jobs = whatif::LoadPhillyJobs(a.pods);
+  auto embedded = catalog::Catalog::LoadEmbedded();
+  if (!embedded.ok()) return Failure(embedded.status());
+  auto loaded = fleet::LoadFleetFile(*embedded, a.nodes);
+  if (!loaded.ok()) return Failure(loaded.status());
+  auto jobs = whatif::LoadJobs(*embedded, a.pods);
   if (!jobs.ok()) return Failure(jobs.status());
+  // An openb pod list runs on openb's stand-in fleet and prices (whatif/openb.h).
+  const catalog::Catalog* catalog = &*embedded;
+  const fleet::Fleet* fleet = &*loaded;
+  std::unique_ptr<whatif::StandIn> standin;
+  if (whatif::AreOpenbJobs(*jobs)) {
+    auto made = whatif::OpenbStandIn(*loaded, *jobs, kOpenbPricedAs);
+    if (!made.ok()) return Failure(made.status());
+    standin = std::move(*made);
+    catalog = &standin->catalog;
+    fleet = standin->fleet.get();
+    std::cout << fmt::format(
+        "openb: {} GPUs of {} nodes run as one stand-in model priced per GPU as {} "
+        "(docs/cost-simulation.md)\n",
+        fleet->total_gpus(), fleet->nodes().size(), kOpenbPricedAs);
+  }
   const auto began = std::chrono::steady_clock::now();
   if (sweep) {
     auto swept = whatif::RunSweep(*catalog, *fleet, *jobs, options, target_s, DefaultJobs(a.jobs));
@@ -175,7 +197,7 @@ int RunDynamicSim(const SimArgs& a) {
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (Status s = WriteDynamicOutputs(a, whatif::ToJson(*swept), options.policy, wall, swept->runs,
-                                       swept->best, target_s);
+                                       swept->best, target_s, standin != nullptr);
         !s.ok()) {
       return Failure(s);
     }
@@ -202,7 +224,8 @@ int RunDynamicSim(const SimArgs& a) {
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   nlohmann::json summary = whatif::ToJson(*outcome);
-  if (Status s = WriteDynamicOutputs(a, summary, options.policy, wall, {*outcome}, -1, target_s);
+  if (Status s = WriteDynamicOutputs(a, summary, options.policy, wall, {*outcome}, -1, target_s,
+                                     standin != nullptr);
       !s.ok()) {
     return Failure(s);
   }
@@ -270,7 +293,9 @@ int RunSim(const SimArgs& a) {
 
 void AddSimOptions(CLI::App* sim, SimArgs& a) {
   sim->add_option("--nodes", a.nodes, "Node list: an openb node CSV or a fleet JSON");
-  sim->add_option("--pods", a.pods, "Pod list: an openb pod CSV (any variant)");
+  sim->add_option("--pods", a.pods,
+                  "Pod list: an openb pod CSV (any variant; --mode dynamic: with its times, or a "
+                  "Philly job summary)");
   sim->add_option("--policy", a.policy,
                   "Scheduling policy, a comma list, or 'all' (" +
                       fmt::format("{}", fmt::join(sched::PolicyNames(), ", ")) + ")");

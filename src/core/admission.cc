@@ -17,11 +17,12 @@ using catalog::SharingMode;
 
 std::string Mode(SharingMode m) { return std::string(catalog::SharingModeName(m)); }
 
-// The most GPUs of `mode` on one NVLink island of `n` (any mode when `any`).
-int LargestIsland(const fleet::Node& n, SharingMode mode, bool any) {
+// The most GPUs on one NVLink island of `n` that may be whole GPUs of a shape (sched::WholeGpuMode;
+// any GPU when `any`).
+int LargestIsland(const fleet::Node& n, bool exclusive_mode, bool any) {
   std::map<int, int> islands;
   for (const fleet::Gpu& g : n.gpus) {
-    if (g.island >= 0 && (any || g.mode == mode)) ++islands[g.island];
+    if (g.island >= 0 && (any || sched::WholeGpuMode(g.mode, exclusive_mode))) ++islands[g.island];
   }
   int best = 0;
   for (const auto& [island, count] : islands) best = std::max(best, count);
@@ -34,13 +35,16 @@ int GpusInMode(const fleet::Node& n, SharingMode mode) {
 }
 
 // Whether `n` could host `s` by its GPUs alone: with its GPUs in their modes now (`now`), or in
-// any mode an operator could set.
-bool GpusCouldHost(const fleet::Node& n, const Shape& s, bool now) {
+// any mode an operator could set. `exclusive_mode` as sched::Request's.
+bool GpusCouldHost(const fleet::Node& n, const Shape& s, bool now, bool exclusive_mode) {
   switch (s.mode) {
-    case SharingMode::kExclusive:
-      if (s.nvlink && s.gpus > 1) return LargestIsland(n, SharingMode::kExclusive, !now) >= s.gpus;
-      return (now ? GpusInMode(n, SharingMode::kExclusive) : static_cast<int>(n.gpus.size())) >=
-             s.gpus;
+    case SharingMode::kExclusive: {
+      if (s.nvlink && s.gpus > 1) return LargestIsland(n, exclusive_mode, !now) >= s.gpus;
+      const auto whole = std::count_if(n.gpus.begin(), n.gpus.end(), [&](const fleet::Gpu& g) {
+        return !now || sched::WholeGpuMode(g.mode, exclusive_mode);
+      });
+      return whole >= s.gpus;
+    }
     case SharingMode::kShared:
       return now ? GpusInMode(n, SharingMode::kShared) > 0 : !n.gpus.empty();
     case SharingMode::kMig:
@@ -61,7 +65,7 @@ sched::Request Admission::RequestFor(const Shape& s, Billing billing) const {
       r.gpu_count = s.gpus;
       r.gpu_milli = s.gpus > 0 ? fleet::kMilliPerGpu : 0;
       r.nvlink = s.nvlink;
-      r.exclusive_mode = true;  // As CheckShape counts them: GPUs in exclusive mode.
+      r.exclusive_mode = !whole_on_shared_;  // As CheckShape counts them.
       break;
     case SharingMode::kShared:
       r.gpu_count = 1;
@@ -162,12 +166,12 @@ Status Admission::Check(const Shape& s) const {
     if (gpu && (!model || n.model != *model)) continue;
     ++nodes_with_model;
     most_gpus = std::max(most_gpus, static_cast<int>(n.gpus.size()));
-    largest_island = std::max(largest_island, LargestIsland(n, SharingMode::kExclusive, true));
-    if (gpu && !GpusCouldHost(n, s, /*now=*/false)) continue;
+    largest_island = std::max(largest_island, LargestIsland(n, true, /*any=*/true));
+    if (gpu && !GpusCouldHost(n, s, /*now=*/false, !whole_on_shared_)) continue;
     most_cpu = std::max(most_cpu, n.cpu_milli);
     most_memory = std::max(most_memory, n.memory_mib);
     if (n.cpu_milli < cpu || n.memory_mib < s.memory_mib) continue;
-    if (!gpu || GpusCouldHost(n, s, /*now=*/true)) return Status::Ok();
+    if (!gpu || GpusCouldHost(n, s, /*now=*/true, !whole_on_shared_)) return Status::Ok();
     fits_any_mode = true;
   }
   if (fits_any_mode) {
@@ -248,7 +252,11 @@ std::string Admission::PendingReason(const Instance& inst, size_t preemptible) c
     roomy = true;
     int free = 0;
     for (const fleet::Gpu& g : n.gpus) {
-      if (g.mode != (gpu ? s.mode : SharingMode::kExclusive)) continue;
+      const bool whole = gpu && s.mode == SharingMode::kExclusive;
+      if (whole ? !sched::WholeGpuMode(g.mode, !whole_on_shared_)
+                : g.mode != (gpu ? s.mode : SharingMode::kExclusive)) {
+        continue;
+      }
       switch (s.mode) {
         case SharingMode::kExclusive:
           free += g.free_milli == fleet::kMilliPerGpu ? 1 : 0;

@@ -51,8 +51,12 @@ struct Admitted {
 class Admission {
  public:
   // `catalog` and `fleet` must outlive this.
-  Admission(const catalog::Catalog* catalog, const fleet::Fleet* fleet)
-      : catalog_(catalog), fleet_(fleet) {}
+  // `whole_on_shared`: a whole-GPU shape may also take a shared-mode GPU that holds no share, as
+  // HAMi and openb's cluster allow (StateOptions::whole_gpus_on_shared); otherwise whole GPUs come
+  // from exclusive-mode GPUs only.
+  Admission(const catalog::Catalog* catalog, const fleet::Fleet* fleet,
+            bool whole_on_shared = false)
+      : catalog_(catalog), fleet_(fleet), whole_on_shared_(whole_on_shared) {}
 
   // The request's shape and price, or why it can never be placed on this fleet. Errors name the
   // field (instance_type, gpu_model, mig_profile, gpus, vcpus, memory_mib, ...).
@@ -83,6 +87,7 @@ class Admission {
 
   const catalog::Catalog* catalog_;
   const fleet::Fleet* fleet_;
+  bool whole_on_shared_;
   std::map<std::string, Status> verdicts_;  // By a shape's text form.
 };
 

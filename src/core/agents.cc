@@ -21,7 +21,8 @@ void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
   if (inst.state == InstanceState::kScheduled) {
     reports_.push_back(
         {inst.id.str(), inst.restarts, InstanceState::kRunning, {}, "", false, {}, {}});
-  } else if (inst.state == InstanceState::kStopping || inst.state == InstanceState::kPreempting) {
+  } else if (inst.state == InstanceState::kStopping ||
+             (inst.state == InstanceState::kPreempting && !notice_)) {
     reports_.push_back({inst.id.str(),
                         inst.restarts,
                         InstanceState::kTerminated,

@@ -115,7 +115,10 @@ struct SyncWaiter {
 
 class AgentSupervisor {
  public:
-  explicit AgentSupervisor(bool simulated) : simulated_(simulated) {}
+  // `notice`: a simulated agent leaves a preempting instance running until Exited says it
+  // stopped (StateOptions::simulated_notice), rather than stopping it at once.
+  explicit AgentSupervisor(bool simulated, bool notice = false)
+      : simulated_(simulated), notice_(notice) {}
 
   // Whether an agent serves `node` (a simulated one, or a joined one): a deleted instance then
   // stops through its agent, and a spot victim gets its notice.
@@ -154,6 +157,7 @@ class AgentSupervisor {
 
  private:
   bool simulated_;
+  bool notice_;
   std::vector<AgentReport> reports_;
   std::map<std::string, AgentNode> joined_;
   std::map<std::string, std::vector<SyncWaiter>> waiters_;

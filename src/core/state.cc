@@ -30,10 +30,10 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       scheduler_(std::move(scheduler)),
       options_(options),
       tenants_(clock),
-      admission_(catalog, fleet_.get()),
+      admission_(catalog, fleet_.get(), options.whole_gpus_on_shared),
       usage_(catalog),
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
-      agents_(options.sim_agents),
+      agents_(options.sim_agents, options.simulated_notice),
       evaluator_(options.alerts),
       started_at_(clock->Now()) {}
 
@@ -259,7 +259,8 @@ void State::Save(const Instance& inst, store::Batch& batch) {
 
 void State::WorkloadExited(const std::string& id, int exit_code) {
   const Instance* inst = instances_.Find(id);
-  if (inst && inst->state == InstanceState::kRunning) agents_.Exited(*inst, exit_code);
+  if (inst && (inst->state == InstanceState::kRunning || inst->state == InstanceState::kPreempting))
+    agents_.Exited(*inst, exit_code);
 }
 
 Instance State::Shown(const Instance& inst) const {
@@ -334,7 +335,7 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
     deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
     if (auto plan = preemptor_.Find(req)) {
       const AgentNode* joined = agents_.Find(fleet_->node(plan->node).name);
-      if (joined && !joined->simulated) {
+      if (joined ? !joined->simulated : options_.simulated_notice) {
         GiveNotice(plan->victims, inst, batch);
         return Attempt::kNoRoom;
       }

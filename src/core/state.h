@@ -98,6 +98,13 @@ struct StateOptions {
   // false: a batch's instance records carry the id and state only, not the stored document (the
   // what-if simulator, which has no store).
   bool instance_documents = true;
+  // A whole-GPU instance may take a shared-mode GPU that holds no share (HAMi's rule, and openb's
+  // cluster's), not only an exclusive-mode one. The what-if simulator sets it for openb's fleet.
+  bool whole_gpus_on_shared = false;
+  // false: a simulated agent stops a preempted spot instance at once. true: it is given its
+  // `spot_notice` as on a joined agent's node, and the caller ends it at its preempt_at with
+  // WorkloadExited (the what-if simulator, which drives the clock).
+  bool simulated_notice = false;
 };
 
 // A page of instances, and where the next one starts.
@@ -320,8 +327,9 @@ class State {
 
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
-  // The workload of running instance `id` ended on its own (the what-if simulator's jobs, on
-  // nodes its simulated agents serve): applied as its agent's exit report within this round.
+  // The workload of running instance `id` ended on its own, or that of preempting instance `id`
+  // stopped at its notice's end (the what-if simulator's jobs, on nodes its simulated agents
+  // serve): applied as its agent's exit report within this round.
   void WorkloadExited(const std::string& id, int exit_code);
   // The provider reclaims running spot instance `id` (the what-if simulator's interruptions):
   // preempted as when its node is lost, and re-queued when it restarts.

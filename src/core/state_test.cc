@@ -192,6 +192,63 @@ TEST_F(StateTest, ExclusiveRequestsTakeOnlyExclusiveModeGpus) {
       << "the waiting instance takes the exclusive GPU once it frees";
 }
 
+// Two L40S GPUs, both set up for sharing.
+constexpr const char* kSharedL40s = R"({"name": "t", "shapes": [
+  {"name": "l40s", "count": 1, "gpu_model": "L40S-48GB", "gpus": 2, "vcpus": 32,
+   "memory_gib": 256, "gpu_mode": "shared"}]})";
+
+TEST_F(StateTest, WithWholeGpusOnSharedAWholeGpuTakesASharedGpuThatHoldsNoShare) {
+  Build(Options(), kSharedL40s);
+  auto refused = Create(acme_, Type("gpu.1xl40s"));
+  ASSERT_FALSE(refused.ok()) << "by default whole GPUs come from exclusive-mode GPUs only";
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+
+  Build(Options([](StateOptions& o) { o.whole_gpus_on_shared = true; }), kSharedL40s);
+  auto share = Create(acme_, Type("shared.l40s.half"));
+  ASSERT_TRUE(share.ok()) << share.status().message();
+  auto whole = Create(acme_, Type("gpu.1xl40s"));
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(whole->state, InstanceState::kScheduled);
+  ASSERT_EQ(GpuIndices(*whole).size(), 1u);
+  EXPECT_NE(GpuIndices(*whole), GpuIndices(*share)) << "not the GPU that holds the share";
+  auto second = Create(beta_, Type("gpu.1xl40s"));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->state, InstanceState::kPending) << "the other GPU holds a share";
+  const std::string why = Get(second->id.str()).reason;
+  EXPECT_NE(why.find("the best node has 0 free"), std::string::npos) << why;
+  auto other_share = Create(beta_, Type("shared.l40s.half"));
+  ASSERT_TRUE(other_share.ok());
+  EXPECT_EQ(GpuIndices(*other_share), GpuIndices(*share))
+      << "a share never lands on a GPU held whole";
+  ASSERT_TRUE(Delete(acme_, share->id.str()).ok());
+  ASSERT_TRUE(Delete(beta_, other_share->id.str()).ok());
+  EXPECT_EQ(Get(second->id.str()).state, InstanceState::kRunning)
+      << "the GPU with no share left is whole again";
+}
+
+TEST_F(StateTest, WithSimulatedNoticeASpotVictimRunsOnUntilItsWorkloadStops) {
+  Build(Options([](StateOptions& o) {
+    o.simulated_notice = true;
+    o.spot_notice = 120s;
+  }));
+  auto spot = Create(acme_, H100(2, Billing::kSpot));
+  ASSERT_TRUE(spot.ok());
+  ASSERT_EQ(Get(spot->id.str()).state, InstanceState::kRunning);
+  auto od = Create(beta_, H100(2, Billing::kOnDemand));
+  ASSERT_TRUE(od.ok());
+  const Instance victim = Get(spot->id.str());
+  EXPECT_EQ(victim.state, InstanceState::kPreempting);
+  ASSERT_TRUE(victim.preempt_at.has_value());
+  EXPECT_EQ(*victim.preempt_at, clock_.Now() + 120s);
+  EXPECT_EQ(Get(od->id.str()).state, InstanceState::kPending) << "it waits out the notice";
+  clock_.Advance(120s);
+  state_->BeginRound();
+  state_->WorkloadExited(spot->id.str(), 143);
+  state_->EndRound(batch_);
+  EXPECT_EQ(Get(spot->id.str()).state, InstanceState::kPending) << "preempted and re-queued";
+  EXPECT_EQ(Get(od->id.str()).state, InstanceState::kRunning);
+}
+
 TEST_F(StateTest, ADeletedSpotInstanceIsNeverAVictimNorRestarted) {
   auto spot = Create(acme_, H100(2, Billing::kSpot));
   ASSERT_TRUE(spot.ok());

@@ -58,6 +58,19 @@ Result<Pod> ReadPod(const catalog::Catalog& catalog, const CsvReader& csv) {
         "num_gpu {} with gpu_milli {}: a GPU share (gpu_milli < 1000) must ask for one GPU",
         pod.num_gpu, pod.gpu_milli));
   }
+  pod.line = csv.line();
+  pod.qos = std::string(csv.Field("qos"));
+  // An absent or empty time is -1; one that is there must be a count of seconds.
+  for (auto [column, field] :
+       {std::pair{"creation_time", &pod.creation_s}, std::pair{"deletion_time", &pod.deletion_s},
+        std::pair{"scheduled_time", &pod.scheduled_s}}) {
+    if (csv.Field(column).empty()) continue;
+    TESSERA_ASSIGN_OR_RETURN(*field, csv.Int(column, 0, INT64_MAX / 4));
+  }
+  if (pod.creation_s >= 0 && pod.deletion_s >= 0 && pod.deletion_s < pod.creation_s) {
+    return csv.Error(
+        fmt::format("deletion_time {} is before creation_time {}", pod.deletion_s, pod.creation_s));
+  }
   pod.gpu_spec = std::string(csv.Field("gpu_spec"));
   auto mask = sched::ParseGpuSpec(catalog, pod.gpu_spec);
   if (!mask.ok()) return csv.Error(mask.status().message());

@@ -28,6 +28,13 @@ struct Pod {
   // string, duplicates and all, so it is kept as read.
   std::string gpu_spec;
   sched::ModelMask allowed_models = 0;  // gpu_spec resolved; 0 = any model.
+  // The optional columns the what-if simulator replays (seconds in the trace's own time); -1 or
+  // empty where the file lacks them.
+  std::string qos{};         // "LS", "BE", "Burstable", "Guaranteed".
+  int64_t creation_s = -1;   // When it was submitted.
+  int64_t deletion_s = -1;   // When it left.
+  int64_t scheduled_s = -1;  // When it was placed; -1 also for a pod never placed.
+  int line = 0;              // Its line in the file.
 
   // Total GPU demand in milli-GPU: num_gpu * gpu_milli.
   int64_t demand_milli() const { return static_cast<int64_t>(num_gpu) * gpu_milli; }

@@ -49,11 +49,14 @@ struct Track {
   int succeeded = 0;
 };
 
+// What happens to a job's run at a time.
 struct Completion {
+  enum Kind { kEnd, kReclaim, kNoticeOver };
   int64_t at;
   size_t job;
   int attempt;
-  bool reclaim = false;  // The provider takes the spot run back, rather than it ending.
+  Kind kind = kEnd;  // It ends; the provider takes the spot run back; a victim's notice is over.
+  std::string instance{};  // kNoticeOver: the member that stops.
   bool operator>(const Completion& o) const { return at > o.at; }
 };
 
@@ -95,6 +98,11 @@ Result<Cut> CutFor(const catalog::Catalog& catalog, const fleet::Fleet& fleet) {
   cut.memory_mib_per_gpu =
       std::max<int64_t>(1024, std::min(cut.unit ? cut.unit->memory_mib : 16384, mem));
   return cut;
+}
+
+// The GPUs a job holds: a share counts its thousandths.
+double GpusOf(const Job& job) {
+  return static_cast<double>(job.gpus) * job.gpu_milli / fleet::kMilliPerGpu;
 }
 
 // The largest member size, at most a node's GPUs, that divides `gpus`.
@@ -161,6 +169,11 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   state_options.sim_agents = true;
   state_options.instance_documents = false;
   state_options.retention = std::chrono::seconds(1);
+  // openb's GPUs take whole-GPU work and shares alike (whatif/openb.h); a fleet in exclusive mode
+  // is unchanged by it.
+  state_options.whole_gpus_on_shared = true;
+  state_options.spot_notice = std::chrono::seconds(options.spot_notice_s);
+  state_options.simulated_notice = options.spot_notice_s > 0;
   core::State state(&catalog, &clock, std::move(fleet), std::move(scheduler), state_options);
   store::Batch batch;
   TESSERA_ASSIGN_OR_RETURN(core::Tenant tenant,
@@ -226,13 +239,20 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     const bool spot = options.mix.spot == Mix::Spot::kAll ||
                       (options.mix.spot == Mix::Spot::kBestEffort && job.best_effort);
     const int member = job.gpus > cut.node_gpus ? MemberGpus(job.gpus, cut.node_gpus) : job.gpus;
-    req.shape.gpus = member;
-    req.shape.vcpus = cut.vcpus_per_gpu * member;
-    req.shape.memory_mib = cut.memory_mib_per_gpu * member;
+    if (job.gpu_milli > 0 && job.gpu_milli < fleet::kMilliPerGpu) {
+      req.shape.mode = catalog::SharingMode::kShared;
+      req.shape.milli_gpu = job.gpu_milli;
+    } else {
+      req.shape.gpus = member;
+    }
+    // An openb pod asks for its own; a Philly job gets the fleet's cut per GPU.
+    req.shape.vcpus = job.vcpus > 0 ? job.vcpus : cut.vcpus_per_gpu * member;
+    req.shape.memory_mib = job.vcpus > 0 ? job.memory_mib : cut.memory_mib_per_gpu * member;
     req.billing = spot ? core::Billing::kSpot : core::Billing::kOnDemand;
     track[j].spot = spot;
-    if (!spot && job.gpus == 1 && !reservation.empty() &&
-        state.ReservationUnitsUsed(reservation) < out.reserved_units) {
+    // A whole 1-GPU job claims a unit while one is free (an openb unit is sized to hold any).
+    if (!spot && job.gpus == 1 && req.shape.mode == catalog::SharingMode::kExclusive &&
+        !reservation.empty() && state.ReservationUnitsUsed(reservation) < out.reserved_units) {
       req.billing = core::Billing::kReserved;
     }
     Status refused;
@@ -293,8 +313,18 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
           completions.push({end, j, t.attempt});
           if (t.spot && reclaim_rate > 0) {
             const auto lasts = static_cast<int64_t>(std::ceil(interruption(rng)));
-            if (now + lasts < end) completions.push({now + lasts, j, t.attempt, true});
+            if (now + lasts < end) {
+              completions.push({now + lasts, j, t.attempt, Completion::kReclaim});
+            }
           }
+        }
+        continue;
+      }
+      if (rec.state == "preempting") {
+        // Given notice: it runs on until the notice is over, then its agent stops it.
+        if (held != t.members.end()) {
+          completions.push(
+              {now + options.spot_notice_s, j, t.attempt, Completion::kNoticeOver, rec.id});
         }
         continue;
       }
@@ -302,7 +332,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
         if (++t.succeeded == t.size && t.finished < 0) {
           t.finished = now;
           jcts.push_back(static_cast<double>(now - jobs[j].submit_s));
-          out.job_gpu_s += static_cast<double>(jobs[j].gpus) * static_cast<double>(now - t.start);
+          out.job_gpu_s += GpusOf(jobs[j]) * static_cast<double>(now - t.start);
           ++out.finished;
         }
         continue;
@@ -312,7 +342,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       if (t.start >= 0) {
         // A run lost before its end: preempted (or its gang broken); its work starts over.
         ++out.preemptions;
-        const double ran = static_cast<double>(jobs[j].gpus) * static_cast<double>(now - t.start);
+        const double ran = GpusOf(jobs[j]) * static_cast<double>(now - t.start);
         out.job_gpu_s += ran;
         if (jobs[j].checkpoints) {
           t.done_s += now - t.start;
@@ -351,8 +381,16 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       const Completion c = completions.top();
       completions.pop();
       const Track& tr = track[c.job];
+      if (c.kind == Completion::kNoticeOver) {
+        // Its agent stops it (SIGTERM's exit code), unless it already ended in the notice.
+        const core::Instance* inst = state.instances().Find(c.instance);
+        if (inst && inst->state == InstanceState::kPreempting) {
+          state.WorkloadExited(c.instance, 143);
+        }
+        continue;
+      }
       if (c.attempt != tr.attempt || tr.start < 0) continue;  // A run already lost.
-      if (c.reclaim) {
+      if (c.kind == Completion::kReclaim) {
         ++out.reclaims;
         for (const std::string& id : tr.members) state.ReclaimSpot(id, batch);
       } else {
@@ -433,8 +471,9 @@ nlohmann::json ToJson(const Outcome& o) {
 
 std::vector<Mix> SweepGrid(bool has_best_effort) {
   std::vector<Mix> grid;
-  for (const Mix::Spot spot :
-       {Mix::Spot::kNone, has_best_effort ? Mix::Spot::kBestEffort : Mix::Spot::kAll}) {
+  std::vector<Mix::Spot> spots = {Mix::Spot::kNone, Mix::Spot::kAll};
+  if (has_best_effort) spots.insert(spots.begin() + 1, Mix::Spot::kBestEffort);
+  for (const Mix::Spot spot : spots) {
     for (int pct = 0; pct <= 50; pct += 10) {
       Mix m;
       m.reserved = pct / 100.0;

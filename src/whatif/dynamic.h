@@ -45,6 +45,9 @@ struct DynamicOptions {
   // Instance Advisor puts A100 at 5-10%, H100 at 15-20%): each spot run is cut at a random
   // time (exponential, seeded) and starts over.
   double spot_reclaims_per_month = 0.10;
+  // How long a spot run preempted by higher-priority work runs on after its notice, as the
+  // server gives it (AWS's 2 minutes, reference/spot-and-coldstart.md); 0 stops it at once.
+  int64_t spot_notice_s = 120;
 };
 
 struct SeriesPoint {
@@ -89,8 +92,8 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
 
 nlohmann::json ToJson(const Outcome& o);
 
-// --mix sweep: every mix of the grid (reserved 0..50% of the fleet by tenths, with and without
-// spot for the best-effort jobs, or for all jobs when the trace has none), run in parallel on
+// --mix sweep: every mix of the grid (reserved 0..50% of the fleet by tenths, without spot, with
+// spot for the best-effort jobs when the trace has some, and with spot for all), run in parallel on
 // `threads` threads, and the cheapest that holds the queueing target.
 struct Sweep {
   std::vector<Outcome> runs;  // runs[0] is all on-demand.

@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/csv.h"
+#include "sim/trace.h"
 
 namespace tessera::whatif {
 
@@ -19,13 +20,6 @@ constexpr double kMaxDurationS = 10.0 * 365 * 24 * 3600;  // Ten years: rejects 
 }  // namespace
 
 Result<std::vector<Job>> ParsePhillyJobs(std::string name, std::string text) {
-  if (text.starts_with("name,cpu_milli")) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: an openb pod list; --mode dynamic reads the Philly job summary for now (openb's "
-        "GPUs take whole-GPU pods and shares alike, which the fleet's per-GPU modes do not yet "
-        "model: docs/cost-simulation.md)",
-        name));
-  }
   CsvReader csv(std::move(name), std::move(text));
   TESSERA_RETURN_IF_ERROR(
       csv.ReadHeader({"timestamp", "duration", "num_gpus"}, {"gpu_time", "cluster"}));
@@ -78,5 +72,52 @@ Result<std::vector<Job>> LoadPhillyJobs(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParsePhillyJobs(path, std::move(text));
 }
+
+Result<std::vector<Job>> ParseOpenbJobs(const catalog::Catalog& catalog, std::string name,
+                                        std::string text) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<sim::Pod> pods,
+                           sim::ParseOpenbPods(catalog, name, std::move(text)));
+  std::vector<Job> jobs;
+  jobs.reserve(pods.size());
+  int64_t first = INT64_MAX;
+  for (const sim::Pod& p : pods) {
+    if (p.creation_s < 0 || p.deletion_s < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: no creation_time or deletion_time; --mode dynamic replays a pod list with its "
+          "times (openb_pod_list_default.csv, gpushare*, gpuspec* or cpu*, not multigpu*)",
+          name, p.line));
+    }
+    if (!p.gpu_spec.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: gpu_spec '{}': --mode dynamic prices openb's GPUs as one stand-in model, so it "
+          "cannot honour a pod's model constraint (docs/cost-simulation.md)",
+          name, p.line, p.gpu_spec));
+    }
+    Job job;
+    job.name = p.name;
+    job.submit_s = p.creation_s;
+    const int64_t placed = p.scheduled_s >= p.creation_s ? p.scheduled_s : p.creation_s;
+    job.duration_s = std::max<int64_t>(1, p.deletion_s - placed);
+    job.gpus = p.num_gpu;
+    job.gpu_milli = p.num_gpu == 0 ? 0 : p.gpu_milli;
+    job.vcpus = std::max<int64_t>(1, (p.cpu_milli + 999) / 1000);
+    job.memory_mib = p.memory_mib;
+    job.best_effort = p.qos == "BE";
+    first = std::min(first, job.submit_s);
+    jobs.push_back(std::move(job));
+  }
+  std::stable_sort(jobs.begin(), jobs.end(),
+                   [](const Job& a, const Job& b) { return a.submit_s < b.submit_s; });
+  for (Job& j : jobs) j.submit_s -= first;
+  return jobs;
+}
+
+Result<std::vector<Job>> LoadJobs(const catalog::Catalog& catalog, const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  if (text.starts_with("name,cpu_milli")) return ParseOpenbJobs(catalog, path, std::move(text));
+  return ParsePhillyJobs(path, std::move(text));
+}
+
+bool AreOpenbJobs(const std::vector<Job>& jobs) { return !jobs.empty() && jobs.front().vcpus > 0; }
 
 }  // namespace tessera::whatif

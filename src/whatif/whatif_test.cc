@@ -1,13 +1,16 @@
-// The what-if simulator: the Philly loader's errors, the mix's syntax, a tiny trace checked by
-// hand, conservation (every job placed, finished or still waiting; the GPU-seconds the fleet
-// allocated equal the jobs' run time), spot preemption with its lost work, reservations on the
-// bill, and gangs for jobs wider than a node.
+// The what-if simulator: the Philly and openb loaders' errors, the mix's syntax, openb's stand-in
+// fleet with shares and whole GPUs side by side, a tiny trace checked by hand, conservation (every
+// job placed, finished or still waiting; the GPU-seconds the fleet allocated equal the jobs' run
+// time), spot preemption with its lost work, reservations on the bill, and gangs for jobs wider
+// than a node.
 #include <gtest/gtest.h>
 
 #include "catalog/catalog.h"
 #include "fleet/fleet_file.h"
+#include "testing/testing.h"
 #include "whatif/dynamic.h"
 #include "whatif/jobs.h"
+#include "whatif/openb.h"
 
 namespace tessera::whatif {
 namespace {
@@ -61,11 +64,139 @@ TEST(PhillyJobsTest, ReadsJobsInSubmissionOrderAndNamesTheLineOfEveryDefect) {
     EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
   }
   EXPECT_FALSE(ParsePhillyJobs("trace.csv", header).ok()) << "a trace without jobs";
-  auto openb =
-      ParsePhillyJobs("pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,1000\n");
-  ASSERT_FALSE(openb.ok());
-  EXPECT_NE(openb.status().message().find("openb pod list"), std::string::npos);
   EXPECT_EQ(LoadPhillyJobs("/nonexistent/philly.csv").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(LoadJobs(Catalog(), "/nonexistent/pods.csv").status().code(), StatusCode::kNotFound);
+}
+
+constexpr char kOpenbHeader[] =
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+    "deletion_time,scheduled_time\n";
+
+std::vector<Job> OpenbJobs(const std::string& rows) {
+  auto jobs = ParseOpenbJobs(Catalog(), "pods.csv", kOpenbHeader + rows);
+  EXPECT_TRUE(jobs.ok()) << jobs.status().message();
+  return jobs.ok() ? *jobs : std::vector<Job>{};
+}
+
+TEST(OpenbJobsTest, ReadsTimesQosSharesAndCpuOnlyPodsAndNamesTheLineOfEveryDefect) {
+  const auto jobs = OpenbJobs(
+      "a,12000,16384,1,1000,,LS,Running,100,1100,105\n"
+      "b,3152,5600,1,460,,BE,Pending,200,500,\n"
+      "c,2000,1024,0,0,,LS,Succeeded,150,160,150\n");
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].name, "a");
+  EXPECT_EQ(jobs[0].submit_s, 0);
+  EXPECT_EQ(jobs[0].duration_s, 995) << "from its placement to its deletion";
+  EXPECT_EQ(jobs[0].vcpus, 12);
+  EXPECT_EQ(jobs[0].memory_mib, 16384);
+  EXPECT_EQ(jobs[0].gpu_milli, 1000);
+  EXPECT_FALSE(jobs[0].best_effort);
+  EXPECT_EQ(jobs[1].name, "c");
+  EXPECT_EQ(jobs[1].submit_s, 50);
+  EXPECT_EQ(jobs[1].gpus, 0) << "a CPU-only pod";
+  EXPECT_EQ(jobs[2].name, "b");
+  EXPECT_EQ(jobs[2].duration_s, 300) << "never placed in the trace: its whole life";
+  EXPECT_EQ(jobs[2].vcpus, 4) << "3152 milli-CPU round up to whole vCPUs";
+  EXPECT_EQ(jobs[2].gpu_milli, 460);
+  EXPECT_TRUE(jobs[2].best_effort);
+  EXPECT_TRUE(AreOpenbJobs(jobs));
+
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {std::string(kOpenbHeader) + "a,1000,1,1,1000,V100M16,LS,Running,0,10,0\n",
+            "pods.csv:2: gpu_spec 'V100M16'"},
+           {"name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,1000\n",
+            "pods.csv:2: no creation_time"},
+           {std::string(kOpenbHeader) + "a,1000,1,1,1000,,LS,Running,50,10,50\n",
+            "pods.csv:2: deletion_time 10 is before creation_time 50"},
+           {std::string(kOpenbHeader) + "a,1000,1,1,1000,,LS,Running,x,10,0\n", "pods.csv:2"}}) {
+    auto bad = ParseOpenbJobs(Catalog(), "pods.csv", text);
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+  }
+}
+
+// openb's node list for `rows` ("name,cpu_milli,memory_mib,gpus,model" lines), as its stand-in.
+std::unique_ptr<StandIn> OpenbFleet(const std::string& rows, const std::vector<Job>& jobs) {
+  auto fleet = fleet::ParseOpenbNodeCsv(Catalog(), "sn,cpu_milli,memory_mib,gpu,model\n" + rows,
+                                        "nodes.csv");
+  EXPECT_TRUE(fleet.ok()) << fleet.status().message();
+  auto standin = OpenbStandIn(*fleet, jobs);
+  EXPECT_TRUE(standin.ok()) << standin.status().message();
+  return standin.ok() ? std::move(*standin) : nullptr;
+}
+
+TEST(OpenbTest, TheStandInKeepsEachNodeAndPricesItsGpusAsTheGivenType) {
+  const auto jobs = OpenbJobs(
+      "a,18000,65536,1,1000,,LS,Running,0,100,0\n"
+      "b,64000,262144,8,1000,,LS,Running,0,100,0\n");
+  const auto standin = OpenbFleet("n0,96000,393216,8,G2\nn1,52000,262144,2,T4\n", jobs);
+  ASSERT_TRUE(standin);
+  const catalog::Catalog& c = standin->catalog;
+  const catalog::InstanceType* unit = c.FindInstanceType(kOpenbUnit);
+  ASSERT_NE(unit, nullptr);
+  EXPECT_EQ(unit->gpu_model, kOpenbModel);
+  EXPECT_EQ(unit->gpus, 1);
+  EXPECT_EQ(unit->vcpus, 18) << "room for the largest whole 1-GPU pod";
+  EXPECT_EQ(unit->memory_mib, 65536);
+  EXPECT_EQ(c.FindPrice(kOpenbUnit)->on_demand_per_hour,
+            c.FindPrice("gpu.1xt4")->on_demand_per_hour);
+  EXPECT_EQ(c.FindPrice(kOpenbUnit)->spot_per_hour, c.FindPrice("gpu.1xt4")->spot_per_hour);
+  const fleet::Fleet& f = *standin->fleet;
+  ASSERT_EQ(f.nodes().size(), 2u);
+  EXPECT_EQ(f.nodes()[1].name, "n1");
+  EXPECT_EQ(f.nodes()[1].cpu_milli, 52000);
+  EXPECT_EQ(f.nodes()[1].gpus.size(), 2u);
+  EXPECT_EQ(c.gpu(f.nodes()[0].model).id, kOpenbModel);
+  for (const fleet::Gpu& g : f.nodes()[0].gpus) EXPECT_EQ(g.mode, catalog::SharingMode::kShared);
+  auto fleet = fleet::ParseOpenbNodeCsv(
+      Catalog(), "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,65536,1,T4\n", "x");
+  ASSERT_TRUE(fleet.ok());
+  auto bad = OpenbStandIn(*fleet, jobs, "gpu.4xt4");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'gpu.4xt4' is not a priced 1-GPU"), std::string::npos);
+}
+
+TEST(OpenbTest, SharesAndWholeGpuPodsTakeTheSameGpusAsInOpenbsCluster) {
+  // One node of one GPU. Shares s1 (500 milli, 0-100 s) and s2 (500, from 10 s for 100 s) run
+  // side by side on it; the whole-GPU pod w (from 20 s for 50 s) waits until both have left
+  // (110 s) and ends at 160. A CPU-only pod c runs at once beside them.
+  const auto jobs = OpenbJobs(
+      "s1,2000,4096,1,500,,LS,Running,0,100,0\n"
+      "s2,2000,4096,1,500,,LS,Running,10,110,10\n"
+      "w,4000,8192,1,1000,,LS,Running,20,70,20\n"
+      "c,4000,8192,0,0,,LS,Running,20,40,20\n");
+  const auto standin = OpenbFleet("n0,16000,65536,1,T4\n", jobs);
+  ASSERT_TRUE(standin);
+  DynamicOptions o;
+  auto out = RunDynamic(standin->catalog, *standin->fleet, jobs, o);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->finished, 4);
+  EXPECT_EQ(out->refused, 0) << out->first_refusal;
+  EXPECT_EQ(out->span_s, 160);
+  EXPECT_EQ(out->first_start_s, (std::vector<int64_t>{0, 10, 110, 20}));
+  EXPECT_DOUBLE_EQ(out->wait_p99_s, 90);
+  EXPECT_DOUBLE_EQ(out->allocated_gpu_s, 0.5 * 100 + 0.5 * 100 + 1.0 * 50);
+  EXPECT_DOUBLE_EQ(out->allocated_gpu_s, out->job_gpu_s);
+  EXPECT_GT(out->bill_micros.at("on_demand"), 0);
+}
+
+TEST(OpenbTest, TheDefaultTraceRunsWithDeparturesAndEveryPodIsAccountedFor) {
+  TESSERA_DATASETS_OR_SKIP(datasets);
+  auto jobs = LoadJobs(Catalog(), datasets + "/openb/openb_pod_list_default.csv");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_EQ(jobs->size(), 8152u);
+  auto fleet = fleet::LoadFleetFile(Catalog(), datasets + "/openb/openb_node_list_gpu_node.csv");
+  ASSERT_TRUE(fleet.ok());
+  auto standin = OpenbStandIn(*fleet, *jobs);
+  ASSERT_TRUE(standin.ok()) << standin.status().message();
+  DynamicOptions o;
+  o.mix = std::move(ParseMix("spot=BE")).value();
+  auto out = RunDynamic((*standin)->catalog, *(*standin)->fleet, *jobs, o);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->refused, 0) << out->first_refusal;
+  EXPECT_EQ(out->finished, 8152) << "every pod fits openb's fleet, so every one ends";
+  EXPECT_NEAR(out->allocated_gpu_s, out->job_gpu_s, 1e-6 * out->job_gpu_s);
+  EXPECT_GT(out->bill_micros.at("spot"), 0) << "the BE pods ran as spot";
 }
 
 TEST(MixTest, ParsesReservedShareAndSpotClassOrNamesThePart) {
@@ -121,21 +252,34 @@ TEST(DynamicTest, EveryJobIsAccountedForAndTheFleetsGpuSecondsAreTheJobsRunTime)
   EXPECT_DOUBLE_EQ(o.job_gpu_s, demand) << "nothing was preempted, so nothing ran twice";
 }
 
-TEST(DynamicTest, SpotJobsArePreemptedByOnDemandWorkAndStartOver) {
+TEST(DynamicTest, SpotJobsArePreemptedWithTheirNoticeByOnDemandWorkAndStartOver) {
   // Spot fills the node; on-demand work arriving later preempts it.
   std::string csv =
       "2017-10-09 00:00:00,1000,2,0,x\n"  // Spot (all), 2 GPUs, would end at 1000.
       "2017-10-09 00:01:40,100,2,0,x\n";  // At 100: 2 GPUs more; the node has 2.
   auto jobs = Jobs(csv);
   jobs[0].best_effort = true;
+  // The default notice, 120 s: the spot job runs on to 220, the on-demand one waits for it and
+  // runs 220-320, and the spot job starts over at 320.
   const Outcome o = Simulate(Nodes(1, 2), jobs, "spot=BE");
   EXPECT_EQ(o.finished, 2);
   EXPECT_EQ(o.preemptions, 1);
-  EXPECT_DOUBLE_EQ(o.wasted_gpu_hours, 2.0 * 100 / 3600) << "the spot job's first 100 s are lost";
-  EXPECT_EQ(o.span_s, 100 + 100 + 1000) << "it starts over once the on-demand job has ended";
+  EXPECT_EQ(o.first_start_s, (std::vector<int64_t>{0, 220}));
+  EXPECT_DOUBLE_EQ(o.wasted_gpu_hours, 2.0 * 220 / 3600)
+      << "the spot job's first 220 s, its notice included, are lost";
+  EXPECT_EQ(o.span_s, 220 + 100 + 1000) << "it starts over once the on-demand job has ended";
   EXPECT_GT(o.bill_micros.at("spot"), 0);
   EXPECT_GT(o.bill_micros.at("on_demand"), 0);
   EXPECT_DOUBLE_EQ(o.allocated_gpu_s, o.job_gpu_s);
+  // Without a notice the victim stops at once.
+  DynamicOptions now;
+  now.mix = std::move(ParseMix("spot=BE")).value();
+  now.spot_notice_s = 0;
+  auto at_once = RunDynamic(Catalog(), Nodes(1, 2), jobs, now);
+  ASSERT_TRUE(at_once.ok());
+  EXPECT_EQ(at_once->first_start_s, (std::vector<int64_t>{0, 100}));
+  EXPECT_DOUBLE_EQ(at_once->wasted_gpu_hours, 2.0 * 100 / 3600);
+  EXPECT_EQ(at_once->span_s, 100 + 100 + 1000);
 }
 
 TEST(DynamicTest, TheProviderReclaimsSpotRunsAtTheGivenRateAndTheyStartOver) {
