@@ -249,12 +249,13 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     req.shape.vcpus = job.vcpus > 0 ? job.vcpus : cut.vcpus_per_gpu * member;
     req.shape.memory_mib = job.vcpus > 0 ? job.memory_mib : cut.memory_mib_per_gpu * member;
     req.billing = spot ? core::Billing::kSpot : core::Billing::kOnDemand;
-    track[j].spot = spot;
-    // A whole 1-GPU job claims a unit while one is free (an openb unit is sized to hold any).
-    if (!spot && job.gpus == 1 && req.shape.mode == catalog::SharingMode::kExclusive &&
+    // A whole 1-GPU job of any class claims a unit while one is free (an openb unit is sized to
+    // hold any): the reservation is paid for whether used or not, so the rest is the overflow.
+    if (job.gpus == 1 && req.shape.mode == catalog::SharingMode::kExclusive &&
         !reservation.empty() && state.ReservationUnitsUsed(reservation) < out.reserved_units) {
       req.billing = core::Billing::kReserved;
     }
+    track[j].spot = req.billing == core::Billing::kSpot;
     Status refused;
     if (member == job.gpus) {
       auto made = state.CreateInstance(*caller, req, batch);

@@ -26,7 +26,7 @@ namespace tessera::whatif {
 struct Mix {
   std::string label = "on_demand";
   // The share of the fleet's GPUs under 1-year reservations of its 1-GPU instance type, [0, 1].
-  // Single-GPU jobs that are not spot claim a free unit; the rest run on-demand.
+  // Whole single-GPU jobs of any class claim a free unit; the rest run as `spot` says.
   double reserved = 0;
   enum class Spot { kNone, kBestEffort, kAll };
   Spot spot = Spot::kNone;  // spot=BE: best-effort jobs run as spot; spot=all: every job.

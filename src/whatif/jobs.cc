@@ -103,6 +103,9 @@ Result<std::vector<Job>> ParseOpenbJobs(const catalog::Catalog& catalog, std::st
     job.vcpus = std::max<int64_t>(1, (p.cpu_milli + 999) / 1000);
     job.memory_mib = p.memory_mib;
     job.best_effort = p.qos == "BE";
+    // LS, Burstable and Guaranteed pods are services: moved elsewhere, a service loses no work and
+    // runs out the rest of its life. BE pods are batch work and start over.
+    job.checkpoints = !job.best_effort;
     first = std::min(first, job.submit_s);
     jobs.push_back(std::move(job));
   }

@@ -37,7 +37,8 @@ Result<std::vector<Job>> ParsePhillyJobs(std::string name, std::string text);
 
 // Reads an openb pod list with its times (sim::ParseOpenbPods checks each row): a pod arrives at
 // its creation_time, runs from its placement for deletion_time minus scheduled_time (minus
-// creation_time for a pod the trace never placed), and is best-effort when its qos is BE. A list
+// creation_time for a pod the trace never placed), and is best-effort when its qos is BE; the
+// other classes are services, which resume rather than start over when preempted. A list
 // without creation_time and deletion_time (the multigpu* variants), or a pod with a gpu_spec
 // (model constraints: the simulator prices openb's GPUs as one stand-in model, see whatif/openb.h),
 // is refused naming the file and line.

@@ -91,6 +91,7 @@ TEST(OpenbJobsTest, ReadsTimesQosSharesAndCpuOnlyPodsAndNamesTheLineOfEveryDefec
   EXPECT_EQ(jobs[0].memory_mib, 16384);
   EXPECT_EQ(jobs[0].gpu_milli, 1000);
   EXPECT_FALSE(jobs[0].best_effort);
+  EXPECT_TRUE(jobs[0].checkpoints) << "an LS pod is a service: preempted, it resumes";
   EXPECT_EQ(jobs[1].name, "c");
   EXPECT_EQ(jobs[1].submit_s, 50);
   EXPECT_EQ(jobs[1].gpus, 0) << "a CPU-only pod";
@@ -99,6 +100,7 @@ TEST(OpenbJobsTest, ReadsTimesQosSharesAndCpuOnlyPodsAndNamesTheLineOfEveryDefec
   EXPECT_EQ(jobs[2].vcpus, 4) << "3152 milli-CPU round up to whole vCPUs";
   EXPECT_EQ(jobs[2].gpu_milli, 460);
   EXPECT_TRUE(jobs[2].best_effort);
+  EXPECT_FALSE(jobs[2].checkpoints) << "a BE pod is batch work: preempted, it starts over";
   EXPECT_TRUE(AreOpenbJobs(jobs));
 
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
