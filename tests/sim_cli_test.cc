@@ -278,6 +278,35 @@ TEST_F(SimCliTest, TheDynamicModeReplaysAnOpenbPodListWithItsTimesOnTheStandInFl
       << "the best-effort pods ran as spot, for less";
   EXPECT_TRUE(j["runs"][6]["bill_usd"].contains("spot"));
   ASSERT_TRUE(j["best"].is_object()) << j.dump();
+  EXPECT_EQ(j["best"]["policy"], "guarded-fgd");
+  EXPECT_EQ(j["gpus_priced_as"], "gpu.1xt4");
+
+  // Several policies: one run each, labelled by policy in summary.json and report.html; swept,
+  // each policy's cheapest mix against its own all on-demand run.
+  const std::string two = dir_.File("two-policies");
+  auto both = RunTessera({"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods, "--policy",
+                          "guarded-fgd,random", "--mix", "spot=BE", "--out", two});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const auto runs = nlohmann::json::parse(Slurp(two + "/summary.json"))["runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["policy"], "guarded-fgd");
+  EXPECT_EQ(runs[1]["policy"], "random");
+  for (const auto& run : runs) EXPECT_EQ(run["finished"].get<int>(), 60) << run.dump();
+  EXPECT_NE(Slurp(two + "/report.html").find("random spot=BE"), std::string::npos);
+  auto swept2 = RunTessera({"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods,
+                            "--policy", "guarded-fgd,random", "--mix", "sweep", "--wait-target",
+                            "10m", "--jobs", "2", "--out", two});
+  ASSERT_EQ(swept2.exit_code, 0) << swept2.err;
+  EXPECT_NE(swept2.out.find("random: cheapest mix"), std::string::npos) << swept2.out;
+  const auto s2 = nlohmann::json::parse(Slurp(two + "/summary.json"));
+  EXPECT_EQ(s2["runs"].size(), 36u);
+  EXPECT_TRUE(s2["best_by_policy"]["random"].is_object()) << s2.dump();
+  EXPECT_TRUE(s2["best_by_policy"]["guarded-fgd"].is_object()) << s2.dump();
+  auto bound = RunTessera(
+      {"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods, "--policy", "offline-bound"});
+  EXPECT_EQ(bound.exit_code, 2);
+  EXPECT_NE(bound.err.find("--policy: 'offline-bound'"), std::string::npos) << bound.err;
+
   // The static mode's fixture has gpu_spec constraints and no real times: refused, naming the
   // first pod with a gpu_spec.
   auto spec = RunTessera({"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods_});

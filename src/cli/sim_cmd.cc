@@ -163,7 +163,19 @@ int RunDynamicSim(const SimArgs& a) {
   }
   whatif::DynamicOptions options;
   options.mix = *mix;
-  if (!a.policy.empty()) options.policy = a.policy;
+  std::vector<std::string> policies = {options.policy};
+  if (!a.policy.empty()) {
+    auto parsed = ParsePolicies(a.policy);
+    if (!parsed.ok()) return Usage(parsed.status().message());
+    if (std::find(parsed->begin(), parsed->end(), sim::kOfflineBoundPolicy) != parsed->end()) {
+      return Usage(fmt::format(
+          "--policy: '{}' is the static mode's offline bound, not a scheduler to replay in time",
+          sim::kOfflineBoundPolicy));
+    }
+    policies = std::move(*parsed);
+    options.policy = policies.front();
+  }
+  const std::string policy_list = fmt::format("{}", fmt::join(policies, ","));
   if (!a.seed.empty()) {
     auto seeds = sim::ParseSeeds(a.seed);
     if (!seeds.ok() || seeds->size() != 1) return Usage("--seed: one seed, e.g. 42");
@@ -191,38 +203,69 @@ int RunDynamicSim(const SimArgs& a) {
         fleet->total_gpus(), fleet->nodes().size(), kOpenbPricedAs);
   }
   const auto began = std::chrono::steady_clock::now();
+  // One line a run, its policy first when there are several.
+  auto print_runs = [&](const std::vector<whatif::Outcome>& runs) {
+    const bool several = policies.size() > 1;
+    std::cout << fmt::format("{}{:<28} {:>14} {:>10} {:>10} {:>12}\n",
+                             several ? fmt::format("{:<16}", "policy") : "", "mix", "bill USD",
+                             "wait p95", "wait p99", "preemptions");
+    for (const whatif::Outcome& o : runs) {
+      std::cout << fmt::format("{}{:<28} {:>14.2f} {:>9.0f}s {:>9.0f}s {:>12}\n",
+                               several ? fmt::format("{:<16}", o.policy) : "", o.mix,
+                               static_cast<double>(o.total_micros()) / 1e6, o.wait_p95_s,
+                               o.wait_p99_s, o.preemptions);
+    }
+  };
+  auto seconds_since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  };
   if (sweep) {
-    auto swept = whatif::RunSweep(*catalog, *fleet, *jobs, options, target_s, DefaultJobs(a.jobs));
+    auto swept =
+        whatif::RunSweep(*catalog, *fleet, *jobs, options, target_s, DefaultJobs(a.jobs), policies);
     if (!swept.ok()) return Failure(swept.status());
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    if (Status s = WriteDynamicOutputs(a, whatif::ToJson(*swept), options.policy, wall, swept->runs,
+    const double wall = seconds_since();
+    if (Status s = WriteDynamicOutputs(a, whatif::ToJson(*swept), policy_list, wall, swept->runs,
                                        swept->best, target_s, standin != nullptr);
         !s.ok()) {
       return Failure(s);
     }
-    std::cout << fmt::format("{:<28} {:>14} {:>10} {:>10} {:>12}\n", "mix", "bill USD", "wait p95",
-                             "wait p99", "preemptions");
-    for (const whatif::Outcome& o : swept->runs) {
-      std::cout << fmt::format("{:<28} {:>14.2f} {:>9.0f}s {:>9.0f}s {:>12}\n", o.mix,
-                               static_cast<double>(o.total_micros()) / 1e6, o.wait_p95_s,
-                               o.wait_p99_s, o.preemptions);
-    }
-    if (swept->best < 0) {
-      std::cout << fmt::format("no mix holds a p95 wait of {:.0f} s\n", target_s);
-    } else {
-      std::cout << fmt::format(
-          "cheapest mix with a p95 wait within {:.0f} s: {}, {:.1f}% below all on-demand\n",
-          target_s, swept->runs[static_cast<size_t>(swept->best)].mix, swept->saving_pct());
+    print_runs(swept->runs);
+    for (const std::string& p : policies) {
+      auto it = swept->best_of.find(p);
+      const std::string who = policies.size() > 1 ? p + ": " : "";
+      if (it == swept->best_of.end()) {
+        std::cout << fmt::format("{}no mix holds a p95 wait of {:.0f} s\n", who, target_s);
+      } else {
+        std::cout << fmt::format(
+            "{}cheapest mix with a p95 wait within {:.0f} s: {}, {:.1f}% below all on-demand\n",
+            who, target_s, swept->runs[static_cast<size_t>(it->second)].mix,
+            swept->saving_pct(it->second));
+      }
     }
     std::cout << fmt::format("{} runs in {:.2f} s; wrote {}/summary.json and {}/report.html\n",
                              swept->runs.size(), wall, a.out, a.out);
     return kExitOk;
   }
+  if (policies.size() > 1) {
+    auto runs = whatif::RunGrid(*catalog, *fleet, *jobs, options, policies, {options.mix},
+                                DefaultJobs(a.jobs));
+    if (!runs.ok()) return Failure(runs.status());
+    const double wall = seconds_since();
+    nlohmann::json summary = {{"runs", nlohmann::json::array()}};
+    for (const whatif::Outcome& o : *runs) summary["runs"].push_back(whatif::ToJson(o));
+    if (Status s = WriteDynamicOutputs(a, std::move(summary), policy_list, wall, *runs, -1,
+                                       target_s, standin != nullptr);
+        !s.ok()) {
+      return Failure(s);
+    }
+    print_runs(*runs);
+    std::cout << fmt::format("{} runs in {:.2f} s; wrote {}/summary.json and {}/report.html\n",
+                             runs->size(), wall, a.out, a.out);
+    return kExitOk;
+  }
   auto outcome = whatif::RunDynamic(*catalog, *fleet, *jobs, options);
   if (!outcome.ok()) return Failure(outcome.status());
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  const double wall = seconds_since();
   nlohmann::json summary = whatif::ToJson(*outcome);
   if (Status s = WriteDynamicOutputs(a, summary, options.policy, wall, {*outcome}, -1, target_s,
                                      standin != nullptr);

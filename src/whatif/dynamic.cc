@@ -180,6 +180,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
                            state.tenants().Create("whatif", INT64_MAX / 4, "whatif", batch));
 
   Outcome out;
+  out.policy = options.policy;
   out.mix = options.mix.label;
   out.jobs = static_cast<int64_t>(jobs.size());
   out.fleet_gpus = state.fleet().total_gpus();
@@ -443,7 +444,8 @@ nlohmann::json ToJson(const Outcome& o) {
   nlohmann::json series = nlohmann::json::array();
   for (const SeriesPoint& p : o.series)
     series.push_back({p.t_s, std::round(p.allocated_gpus * 1000) / 1000, p.waiting});
-  return {{"mix", o.mix},
+  return {{"policy", o.policy},
+          {"mix", o.mix},
           {"jobs", o.jobs},
           {"finished", o.finished},
           {"running_at_end", o.running},
@@ -491,44 +493,72 @@ std::vector<Mix> SweepGrid(bool has_best_effort) {
   return grid;
 }
 
-double Sweep::saving_pct() const {
-  if (best < 0 || runs.empty() || runs[0].total_micros() == 0) return 0;
-  return 100.0 * (1.0 - static_cast<double>(runs[static_cast<size_t>(best)].total_micros()) /
-                            static_cast<double>(runs[0].total_micros()));
+const Outcome* Sweep::on_demand_of(const std::string& policy) const {
+  for (const Outcome& o : runs) {
+    if (o.policy == policy && o.mix == "on_demand") return &o;
+  }
+  return nullptr;
 }
 
-Result<Sweep> RunSweep(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
-                       const std::vector<Job>& jobs, const DynamicOptions& options,
-                       double target_p95_wait_s, int threads) {
-  const bool best_effort =
-      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.best_effort; });
-  const std::vector<Mix> grid = SweepGrid(best_effort);
-  std::vector<Result<Outcome>> results(grid.size(), Status::Internal("not run"));
+double Sweep::saving_pct(int i) const {
+  if (i < 0 || static_cast<size_t>(i) >= runs.size()) return 0;
+  const Outcome& run = runs[static_cast<size_t>(i)];
+  const Outcome* on_demand = on_demand_of(run.policy);
+  if (!on_demand || on_demand->total_micros() == 0) return 0;
+  return 100.0 * (1.0 - static_cast<double>(run.total_micros()) /
+                            static_cast<double>(on_demand->total_micros()));
+}
+
+Result<std::vector<Outcome>> RunGrid(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
+                                     const std::vector<Job>& jobs, const DynamicOptions& options,
+                                     const std::vector<std::string>& policies,
+                                     const std::vector<Mix>& mixes, int threads) {
+  const size_t total = policies.size() * mixes.size();
+  std::vector<Result<Outcome>> results(total, Status::Internal("not run"));
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < grid.size();) {
+    for (size_t i; (i = next.fetch_add(1)) < total;) {
       DynamicOptions o = options;
-      o.mix = grid[i];
+      o.policy = policies[i / mixes.size()];
+      o.mix = mixes[i % mixes.size()];
       results[i] = RunDynamic(catalog, fleet, jobs, o);
     }
   };
   std::vector<std::thread> pool;
-  const int n = std::max(1, std::min<int>(threads, static_cast<int>(grid.size())));
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(total)));
   for (int t = 0; t < n; ++t) pool.emplace_back(work);
   for (std::thread& t : pool) t.join();
-  Sweep sweep;
-  sweep.target_p95_wait_s = target_p95_wait_s;
+  std::vector<Outcome> runs;
+  runs.reserve(total);
   for (Result<Outcome>& r : results) {
     if (!r.ok()) return r.status();
-    sweep.runs.push_back(std::move(*r));
+    runs.push_back(std::move(*r));
   }
+  return runs;
+}
+
+Result<Sweep> RunSweep(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
+                       const std::vector<Job>& jobs, const DynamicOptions& options,
+                       double target_p95_wait_s, int threads,
+                       const std::vector<std::string>& policies) {
+  const bool best_effort =
+      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.best_effort; });
+  Sweep sweep;
+  sweep.target_p95_wait_s = target_p95_wait_s;
+  TESSERA_ASSIGN_OR_RETURN(
+      sweep.runs, RunGrid(catalog, fleet, jobs, options,
+                          policies.empty() ? std::vector<std::string>{options.policy} : policies,
+                          SweepGrid(best_effort), threads));
+  auto cheaper = [&](size_t i, int than) {
+    return than < 0 ||
+           sweep.runs[i].total_micros() < sweep.runs[static_cast<size_t>(than)].total_micros();
+  };
   for (size_t i = 0; i < sweep.runs.size(); ++i) {
     const Outcome& o = sweep.runs[i];
     if (o.wait_p95_s > target_p95_wait_s || o.waiting > 0) continue;
-    if (sweep.best < 0 ||
-        o.total_micros() < sweep.runs[static_cast<size_t>(sweep.best)].total_micros()) {
-      sweep.best = static_cast<int>(i);
-    }
+    auto [it, fresh] = sweep.best_of.try_emplace(o.policy, static_cast<int>(i));
+    if (!fresh && cheaper(i, it->second)) it->second = static_cast<int>(i);
+    if (cheaper(i, sweep.best)) sweep.best = static_cast<int>(i);
   }
   return sweep;
 }
@@ -543,14 +573,19 @@ nlohmann::json ToJson(const Sweep& s) {
   }
   nlohmann::json out = {{"target_p95_wait_seconds", s.target_p95_wait_s},
                         {"runs", std::move(runs)}};
-  if (s.best >= 0) {
-    out["best"] = {{"mix", s.runs[static_cast<size_t>(s.best)].mix},
-                   {"total_usd", Usd(s.runs[static_cast<size_t>(s.best)].total_micros())},
-                   {"on_demand_usd", Usd(s.runs[0].total_micros())},
-                   {"saving_pct", std::round(s.saving_pct() * 10) / 10}};
-  } else {
-    out["best"] = nullptr;
-  }
+  auto best = [&](int i) -> nlohmann::json {
+    if (i < 0) return nullptr;
+    const Outcome& o = s.runs[static_cast<size_t>(i)];
+    const Outcome* on_demand = s.on_demand_of(o.policy);
+    return {{"policy", o.policy},
+            {"mix", o.mix},
+            {"total_usd", Usd(o.total_micros())},
+            {"on_demand_usd", Usd(on_demand ? on_demand->total_micros() : 0)},
+            {"saving_pct", std::round(s.saving_pct(i) * 10) / 10}};
+  };
+  out["best"] = best(s.best);
+  out["best_by_policy"] = nlohmann::json::object();
+  for (const auto& [policy, i] : s.best_of) out["best_by_policy"][policy] = best(i);
   return out;
 }
 
@@ -564,10 +599,13 @@ std::string ReportHtml(const std::string& title, const std::vector<Outcome>& run
   waiting.id = "waiting";
   waiting.title = "Jobs waiting to start";
   waiting.y_label = "jobs";
+  const bool policies = std::any_of(
+      runs.begin(), runs.end(), [&](const Outcome& o) { return o.policy != runs.front().policy; });
+  auto label = [&](const Outcome& o) { return policies ? o.policy + " " + o.mix : o.mix; };
   double x_max = 1;
   for (size_t i = 0; i < runs.size(); ++i) {
-    sim::ChartSeries a{runs[i].mix, sim::SeriesColor(i), {}},
-        w{runs[i].mix, sim::SeriesColor(i), {}};
+    sim::ChartSeries a{label(runs[i]), sim::SeriesColor(i), {}},
+        w{label(runs[i]), sim::SeriesColor(i), {}};
     for (const SeriesPoint& p : runs[i].series) {
       const double h = static_cast<double>(p.t_s) / 3600;
       a.points.emplace_back(h, p.allocated_gpus);
@@ -585,25 +623,32 @@ std::string ReportHtml(const std::string& title, const std::vector<Outcome>& run
     rows += fmt::format(
         "<tr{}><td>{}</td><td>{}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td>"
         "<td>{}</td><td>{:.1f}</td><td>{}</td></tr>\n",
-        static_cast<int>(i) == best ? " class=\"best\"" : "", sim::HtmlEscape(o.mix), o.finished,
+        static_cast<int>(i) == best ? " class=\"best\"" : "", sim::HtmlEscape(label(o)), o.finished,
         o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.jct_p95_s, o.preemptions, o.wasted_gpu_hours,
         Usd(o.total_micros()));
   }
-  const std::string verdict =
-      best < 0
-          ? fmt::format("No mix holds a p95 wait of {:.0f} s.", target_p95_wait_s)
-          : fmt::format(
-                "The cheapest mix with a p95 wait within {:.0f} s is <b>{}</b>: {} USD against {} "
-                "USD all on-demand.",
-                target_p95_wait_s, sim::HtmlEscape(runs[static_cast<size_t>(best)].mix),
-                Usd(runs[static_cast<size_t>(best)].total_micros()), Usd(runs[0].total_micros()));
+  std::string verdict;
+  if (best < 0) {
+    verdict = fmt::format("No run holds a p95 wait of {:.0f} s.", target_p95_wait_s);
+  } else {
+    const Outcome& b = runs[static_cast<size_t>(best)];
+    verdict = fmt::format("The cheapest mix with a p95 wait within {:.0f} s is <b>{}</b>: {} USD",
+                          target_p95_wait_s, sim::HtmlEscape(label(b)), Usd(b.total_micros()));
+    for (const Outcome& o : runs) {
+      if (o.policy == b.policy && o.mix == "on_demand") {
+        verdict += fmt::format(" against {} USD all on-demand", Usd(o.total_micros()));
+        break;
+      }
+    }
+    verdict += ".";
+  }
   return fmt::format(R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{0}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2rem;color:#1c2330}}table{{border-collapse:collapse}}
 td,th{{padding:.3rem .7rem;border-bottom:1px solid #dde1e8;text-align:right}}td:first-child,th:first-child{{text-align:left}}
 tr.best{{background:#e6f4ea;font-weight:600}}</style></head><body>
 <h1>{0}</h1><p>{1}</p>
-<table><tr><th>mix</th><th>finished</th><th>wait p50 s</th><th>wait p95 s</th><th>wait p99 s</th><th>JCT p95 s</th>
+<table><tr><th>{5}</th><th>finished</th><th>wait p50 s</th><th>wait p95 s</th><th>wait p99 s</th><th>JCT p95 s</th>
 <th>preemptions</th><th>GPU-hours lost</th><th>bill USD</th></tr>
 {2}</table>
 {3}
@@ -611,7 +656,7 @@ tr.best{{background:#e6f4ea;font-weight:600}}</style></head><body>
 </body></html>
 )",
                      sim::HtmlEscape(title), verdict, rows, sim::LineChartSvg(alloc),
-                     sim::LineChartSvg(waiting));
+                     sim::LineChartSvg(waiting), policies ? "policy and mix" : "mix");
 }
 
 }  // namespace tessera::whatif

@@ -57,6 +57,7 @@ struct SeriesPoint {
 };
 
 struct Outcome {
+  std::string policy;
   std::string mix;
   int64_t jobs = 0;
   int64_t finished = 0;
@@ -92,24 +93,42 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
 
 nlohmann::json ToJson(const Outcome& o);
 
-// --mix sweep: every mix of the grid (reserved 0..50% of the fleet by tenths, without spot, with
-// spot for the best-effort jobs when the trace has some, and with spot for all), run in parallel on
-// `threads` threads, and the cheapest that holds the queueing target.
+// Every policy with every mix (policy by policy, each policy's mixes in order; `options` gives
+// the rest), run in parallel on `threads` threads. The first error, if any.
+Result<std::vector<Outcome>> RunGrid(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
+                                     const std::vector<Job>& jobs, const DynamicOptions& options,
+                                     const std::vector<std::string>& policies,
+                                     const std::vector<Mix>& mixes, int threads);
+
+// --mix sweep: for each policy, every mix of the grid (reserved 0..50% of the fleet by tenths,
+// without spot, with spot for the best-effort jobs when the trace has some, and with spot for all),
+// and the cheapest that holds the queueing target.
 struct Sweep {
-  std::vector<Outcome> runs;  // runs[0] is all on-demand.
+  // Policy by policy; each policy's first run is all on-demand.
+  std::vector<Outcome> runs;
   double target_p95_wait_s = 0;
-  int best = -1;  // The cheapest run whose p95 wait is within the target; -1 when none is.
-  // The best run's saving against all on-demand, in percent of the on-demand bill.
-  double saving_pct() const;
+  // Per policy, its cheapest run whose p95 wait is within the target (and that left no job
+  // waiting); a policy none of whose runs holds it is absent.
+  std::map<std::string, int> best_of;
+  int best = -1;  // The cheapest of those over all policies; -1 when there is none.
+  // `policy`'s all on-demand run; null when the sweep has none.
+  const Outcome* on_demand_of(const std::string& policy) const;
+  // Run `i`'s saving against its policy's all on-demand run, in percent of that run's bill.
+  double saving_pct(int i) const;
+  double saving_pct() const { return saving_pct(best); }
 };
 std::vector<Mix> SweepGrid(bool has_best_effort);
+// `policies` empty: options.policy alone.
 Result<Sweep> RunSweep(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
                        const std::vector<Job>& jobs, const DynamicOptions& options,
-                       double target_p95_wait_s, int threads);
+                       double target_p95_wait_s, int threads,
+                       const std::vector<std::string>& policies = {});
 nlohmann::json ToJson(const Sweep& s);
 
 // report.html: the runs' GPU allocation and waiting jobs over time (SVG, self-contained), and a
-// table of each mix's waits, preemptions and bill, the cheapest within the target marked.
+// table of each policy and mix's waits, preemptions and bill, the cheapest within the target
+// marked (`best`, -1 for none). Runs are labelled by mix, or by policy and mix when policies
+// differ.
 std::string ReportHtml(const std::string& title, const std::vector<Outcome>& runs, int best,
                        double target_p95_wait_s);
 
