@@ -575,7 +575,9 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
     case InstanceState::kPreempting:
       inst.exit_code = report.exit_code;
       Release(inst);
-      EndPreempted(inst, "preempted by higher-priority work after its notice", batch);
+      // Warn's reason says why: "preempted by higher-priority work; stops at ...".
+      EndPreempted(
+          inst, inst.reason.substr(0, inst.reason.find("; stops at")) + " after its notice", batch);
       return true;
     default:
       return false;
@@ -602,6 +604,10 @@ void State::Displace(Instance& inst, const std::string& why, store::Batch& batch
 void State::ReclaimSpot(const std::string& id, store::Batch& batch) {
   Instance* inst = instances_.Find(id);
   if (!inst || inst->billing != Billing::kSpot || inst->state != InstanceState::kRunning) return;
+  if (options_.simulated_notice) {
+    Warn(*inst, "spot capacity reclaimed by the provider", batch);
+    return;
+  }
   Displace(*inst, "spot capacity reclaimed by the provider", batch);
   CapacityFreed();
 }

@@ -357,15 +357,8 @@ void State::GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom
                        store::Batch& batch) {
   const Time deadline = clock_->Now() + options_.spot_notice;
   for (Instance* v : victims) {
-    preemptor_.Untrack(v);
-    Transition(*v, InstanceState::kPreempting,
-               fmt::format("preempted by higher-priority work; stops at {} after its notice",
-                           FormatRfc3339(deadline)),
-               batch, billing::Ending::kPlatform);
-    v->preempt_at = deadline;
+    Warn(*v, "preempted by higher-priority work", batch);
     ++counters_.preemptions;
-    agents_.Notify(*v, v->node);
-    Save(*v, batch);
   }
   // The victims' stops free the capacity; until then (and a margin for their agent to report),
   // this one waits for them instead of taking more victims. The reason names no instance.
@@ -375,6 +368,17 @@ void State::GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom
       "waiting for {} spot instance(s) to stop after their preemption notice (until "
       "{})",
       victims.size(), FormatRfc3339(deadline));
+}
+
+void State::Warn(Instance& v, const std::string& why, store::Batch& batch) {
+  const Time deadline = clock_->Now() + options_.spot_notice;
+  preemptor_.Untrack(&v);
+  Transition(v, InstanceState::kPreempting,
+             fmt::format("{}; stops at {} after its notice", why, FormatRfc3339(deadline)), batch,
+             billing::Ending::kPlatform);
+  v.preempt_at = deadline;
+  agents_.Notify(v, v.node);
+  Save(v, batch);
 }
 
 void State::Evict(Instance& v, store::Batch& batch) {

@@ -332,7 +332,8 @@ class State {
   // serve): applied as its agent's exit report within this round.
   void WorkloadExited(const std::string& id, int exit_code);
   // The provider reclaims running spot instance `id` (the what-if simulator's interruptions):
-  // preempted as when its node is lost, and re-queued when it restarts.
+  // preempted as when its node is lost, and re-queued when it restarts; with simulated_notice,
+  // after its notice, as a victim of higher-priority work.
   void ReclaimSpot(const std::string& id, store::Batch& batch);
   // Ends a core round, after its commands: agents' reports are applied, queued work is placed
   // (one budgeted pass per change in capacity), and ended instances past the retention period
@@ -425,6 +426,9 @@ class State {
   void Requeue(Instance& inst, const std::string& why, store::Batch& batch);
   // Gives the victims notice (joined nodes): they stop at preempt_at, then free the capacity.
   void GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom, store::Batch& batch);
+  // Spot instance `v` is told it stops at now + spot_notice (`why`): preempting until its agent
+  // reports the stop.
+  void Warn(Instance& v, const std::string& why, store::Batch& batch);
   void Book(Instance& inst, const fleet::Assignment& a);
   void Unbook(Instance& inst);
   // One budgeted pass over the queue.

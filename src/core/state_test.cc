@@ -247,6 +247,33 @@ TEST_F(StateTest, WithSimulatedNoticeASpotVictimRunsOnUntilItsWorkloadStops) {
   state_->EndRound(batch_);
   EXPECT_EQ(Get(spot->id.str()).state, InstanceState::kPending) << "preempted and re-queued";
   EXPECT_EQ(Get(od->id.str()).state, InstanceState::kRunning);
+
+  // The provider's reclaim gives the same notice, and says so.
+  ASSERT_TRUE(Delete(beta_, od->id.str()).ok());
+  ASSERT_EQ(Get(spot->id.str()).state, InstanceState::kRunning);
+  state_->BeginRound();
+  state_->ReclaimSpot(spot->id.str(), batch_);
+  state_->EndRound(batch_);
+  const Instance reclaimed = Get(spot->id.str());
+  EXPECT_EQ(reclaimed.state, InstanceState::kPreempting);
+  EXPECT_EQ(reclaimed.reason.rfind("spot capacity reclaimed by the provider; stops at", 0), 0u)
+      << reclaimed.reason;
+  EXPECT_EQ(*reclaimed.preempt_at, clock_.Now() + 120s);
+  clock_.Advance(120s);
+  state_->BeginRound();
+  state_->WorkloadExited(spot->id.str(), 143);
+  state_->EndRound(batch_);
+  const Instance restarted = Get(spot->id.str());
+  EXPECT_EQ(restarted.restarts, 2);
+  EXPECT_EQ(restarted.state, InstanceState::kRunning) << "the GPUs are free: it runs again";
+  const bool said =
+      std::any_of(restarted.history.begin(), restarted.history.end(), [](const StateChange& c) {
+        return c.state == InstanceState::kPreempted &&
+               c.reason ==
+                   "spot capacity reclaimed by the provider "
+                   "after its notice";
+      });
+  EXPECT_TRUE(said) << "its history says why it stopped";
 }
 
 TEST_F(StateTest, ADeletedSpotInstanceIsNeverAVictimNorRestarted) {
