@@ -253,7 +253,9 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     // A whole 1-GPU job of any class claims a unit while one is free (an openb unit is sized to
     // hold any): the reservation is paid for whether used or not, so the rest is the overflow.
     if (job.gpus == 1 && req.shape.mode == catalog::SharingMode::kExclusive &&
-        !reservation.empty() && state.ReservationUnitsUsed(reservation) < out.reserved_units) {
+        !reservation.empty() && req.shape.vcpus <= cut.unit->vcpus &&
+        req.shape.memory_mib <= cut.unit->memory_mib &&
+        state.ReservationUnitsUsed(reservation) < out.reserved_units) {
       req.billing = core::Billing::kReserved;
     }
     track[j].spot = req.billing == core::Billing::kSpot;

@@ -84,8 +84,17 @@ Result<std::vector<Job>> ParseOpenbJobs(const catalog::Catalog& catalog, std::st
     if (p.creation_s < 0 || p.deletion_s < 0) {
       return Status::InvalidArgument(fmt::format(
           "{}:{}: no creation_time or deletion_time; --mode dynamic replays a pod list with its "
-          "times (openb_pod_list_default.csv, gpushare*, gpuspec* or cpu*, not multigpu*)",
+          "times (openb_pod_list_default.csv, gpushare* or cpu*; not multigpu*)",
           name, p.line));
+    }
+    for (auto [column, value] :
+         {std::pair{"creation_time", p.creation_s}, std::pair{"deletion_time", p.deletion_s},
+          std::pair{"scheduled_time", p.scheduled_s}}) {
+      if (static_cast<double>(value) > kMaxDurationS) {
+        return Status::InvalidArgument(
+            fmt::format("{}:{}: {} {} is more than ten years of seconds into the trace", name,
+                        p.line, column, value));
+      }
     }
     if (!p.gpu_spec.empty()) {
       return Status::InvalidArgument(fmt::format(

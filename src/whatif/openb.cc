@@ -52,13 +52,25 @@ Result<std::unique_ptr<StandIn>> OpenbStandIn(const fleet::Fleet& fleet,
         "'{}' is not a priced 1-GPU exclusive instance type of the catalog", priced_as));
   }
 
-  // The unit: room for the trace's largest whole 1-GPU pod, and at least the priced type's.
+  // The unit: room for the trace's largest whole 1-GPU pod that a node of the fleet can hold (the
+  // others are refused at admission), and at least the priced type's.
   int64_t vcpus = like->value("vcpus", int64_t{1}), memory = like->value("memory_mib", int64_t{1});
+  int64_t node_cpu = 0, node_memory = 0;
+  for (const fleet::Node& n : fleet.nodes()) {
+    if (n.gpus.empty()) continue;
+    node_cpu = std::max(node_cpu, n.cpu_milli / 1000);
+    node_memory = std::max(node_memory, n.memory_mib);
+  }
   for (const Job& j : jobs) {
-    if (j.gpus != 1 || j.gpu_milli < 1000) continue;
+    if (j.gpus != 1 || j.gpu_milli < 1000 || j.vcpus > node_cpu || j.memory_mib > node_memory) {
+      continue;
+    }
     vcpus = std::max(vcpus, j.vcpus);
     memory = std::max(memory, j.memory_mib);
   }
+  // Within what a catalog entry may say (4,096 vCPUs, 16 TiB); a pod beyond runs unreserved.
+  vcpus = std::min<int64_t>(vcpus, 4096);
+  memory = std::min<int64_t>(memory, int64_t{16} << 20);
   const std::string stand_in_of = fmt::format(
       "the what-if simulator's stand-in for openb's GPU models (G2 and G3 undisclosed, P100 no "
       "longer rented), priced per GPU as {}",

@@ -110,7 +110,9 @@ TEST(OpenbJobsTest, ReadsTimesQosSharesAndCpuOnlyPodsAndNamesTheLineOfEveryDefec
             "pods.csv:2: no creation_time"},
            {std::string(kOpenbHeader) + "a,1000,1,1,1000,,LS,Running,50,10,50\n",
             "pods.csv:2: deletion_time 10 is before creation_time 50"},
-           {std::string(kOpenbHeader) + "a,1000,1,1,1000,,LS,Running,x,10,0\n", "pods.csv:2"}}) {
+           {std::string(kOpenbHeader) + "a,1000,1,1,1000,,LS,Running,x,10,0\n", "pods.csv:2"},
+           {std::string(kOpenbHeader) + "a,1000,1,1,1000,,LS,Running,0,315360001,0\n",
+            "pods.csv:2: deletion_time 315360001 is more than ten years"}}) {
     auto bad = ParseOpenbJobs(Catalog(), "pods.csv", text);
     ASSERT_FALSE(bad.ok()) << text;
     EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
@@ -180,6 +182,25 @@ TEST(OpenbTest, SharesAndWholeGpuPodsTakeTheSameGpusAsInOpenbsCluster) {
   EXPECT_DOUBLE_EQ(out->allocated_gpu_s, 0.5 * 100 + 0.5 * 100 + 1.0 * 50);
   EXPECT_DOUBLE_EQ(out->allocated_gpu_s, out->job_gpu_s);
   EXPECT_GT(out->bill_micros.at("on_demand"), 0);
+}
+
+TEST(OpenbTest, APodNoNodeCanHoldIsRefusedAndTheRestRunReserved) {
+  const auto jobs = OpenbJobs(
+      "huge,999999999000,1024,1,1000,,LS,Running,0,100,0\n"
+      "a,4000,8192,1,1000,,LS,Running,0,100,0\n");
+  const auto standin = OpenbFleet("n0,16000,65536,1,T4\n", jobs);
+  ASSERT_TRUE(standin);
+  EXPECT_EQ(standin->catalog.FindInstanceType(kOpenbUnit)->vcpus, 4)
+      << "the unit is sized by the pods a node can hold";
+  DynamicOptions o;
+  o.mix = std::move(ParseMix("reserved=100%")).value();
+  auto out = RunDynamic(standin->catalog, *standin->fleet, jobs, o);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->refused, 1);
+  EXPECT_NE(out->first_refusal.find("huge: field 'vcpus'"), std::string::npos)
+      << out->first_refusal;
+  EXPECT_EQ(out->finished, 1);
+  EXPECT_EQ(out->bill_micros.count("on_demand"), 0u) << "the pod that ran claimed the unit";
 }
 
 TEST(OpenbTest, TheDefaultTraceRunsWithDeparturesAndEveryPodIsAccountedFor) {
