@@ -152,7 +152,12 @@ std::string SeriesSvg(const ChartSeries& s, size_t i, const Frame& f, const std:
 
 std::string LineChartSvg(const ChartSpec& spec) {
   Frame f;
-  f.w = spec.width;
+  // The legend's margin widens (and the chart with it) to hold the longest series name.
+  size_t longest = 0;
+  for (const ChartSeries& s : spec.series) longest = std::max(longest, s.name.size());
+  const double legend = std::max(f.right, 40 + 7.0 * static_cast<double>(longest));
+  f.w = spec.width + (legend - f.right);
+  f.right = legend;
   f.h = spec.height;
   f.pw = f.w - f.left - f.right;
   f.ph = f.h - f.top - f.bottom;
@@ -167,7 +172,8 @@ std::string LineChartSvg(const ChartSpec& spec) {
       "<text x=\"{3}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{2}</text>\n"
       "<clipPath id=\"{4}\"><rect x=\"{3}\" y=\"{5}\" width=\"{6:.1f}\" "
       "height=\"{7:.1f}\"/></clipPath>\n",
-      spec.width, spec.height, HtmlEscape(spec.title), f.left, clip, f.top, f.pw, f.ph);
+      static_cast<int>(std::ceil(f.w)), spec.height, HtmlEscape(spec.title), f.left, clip, f.top,
+      f.pw, f.ph);
   svg += AxesSvg(spec, f);
   for (size_t i = 0; i < spec.series.size(); ++i) svg += SeriesSvg(spec.series[i], i, f, clip);
   svg += "</svg>\n";

@@ -604,8 +604,13 @@ std::string ReportHtml(const std::string& title, const std::vector<Outcome>& run
   const bool policies = std::any_of(
       runs.begin(), runs.end(), [&](const Outcome& o) { return o.policy != runs.front().policy; });
   auto label = [&](const Outcome& o) { return policies ? o.policy + " " + o.mix : o.mix; };
+  // A chart of more than eight lines is no longer read at a glance: then it shows each policy's
+  // all on-demand run and the cheapest within the target, and the table lists every run.
+  constexpr size_t kMaxCharted = 8;
+  const bool all_charted = runs.size() <= kMaxCharted;
   double x_max = 1;
   for (size_t i = 0; i < runs.size(); ++i) {
+    if (!all_charted && runs[i].mix != "on_demand" && static_cast<int>(i) != best) continue;
     sim::ChartSeries a{label(runs[i]), sim::SeriesColor(i), {}},
         w{label(runs[i]), sim::SeriesColor(i), {}};
     for (const SeriesPoint& p : runs[i].series) {
@@ -649,7 +654,7 @@ std::string ReportHtml(const std::string& title, const std::vector<Outcome>& run
 <style>body{{font-family:system-ui,sans-serif;margin:2rem;color:#1c2330}}table{{border-collapse:collapse}}
 td,th{{padding:.3rem .7rem;border-bottom:1px solid #dde1e8;text-align:right}}td:first-child,th:first-child{{text-align:left}}
 tr.best{{background:#e6f4ea;font-weight:600}}</style></head><body>
-<h1>{0}</h1><p>{1}</p>
+<h1>{0}</h1><p>{1}</p>{6}
 <table><tr><th>{5}</th><th>finished</th><th>wait p50 s</th><th>wait p95 s</th><th>wait p99 s</th><th>JCT p95 s</th>
 <th>preemptions</th><th>GPU-hours lost</th><th>bill USD</th></tr>
 {2}</table>
@@ -658,7 +663,11 @@ tr.best{{background:#e6f4ea;font-weight:600}}</style></head><body>
 </body></html>
 )",
                      sim::HtmlEscape(title), verdict, rows, sim::LineChartSvg(alloc),
-                     sim::LineChartSvg(waiting), policies ? "policy and mix" : "mix");
+                     sim::LineChartSvg(waiting), policies ? "policy and mix" : "mix",
+                     all_charted
+                         ? ""
+                         : "<p>The charts show each policy's all on-demand run and the "
+                           "cheapest run within the target; the table lists every run.</p>");
 }
 
 }  // namespace tessera::whatif
