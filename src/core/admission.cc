@@ -55,6 +55,23 @@ bool GpusCouldHost(const fleet::Node& n, const Shape& s, bool now, bool exclusiv
 
 }  // namespace
 
+bool UnitCovers(const catalog::InstanceType& t, const Shape& shape) {
+  if (!shape.instance_type.empty()) return shape.instance_type == t.id;
+  if (shape.gpu_model != t.gpu_model || shape.mode != t.sharing || shape.vcpus > t.vcpus ||
+      shape.memory_mib > t.memory_mib) {
+    return false;
+  }
+  switch (t.sharing) {
+    case SharingMode::kExclusive:
+      return shape.gpus >= 1 && shape.gpus <= t.gpus && (!shape.nvlink || t.nvlink);
+    case SharingMode::kMig:
+      return shape.mig_profile == t.mig_profile;
+    case SharingMode::kShared:
+      return shape.milli_gpu <= t.milli_gpu;
+  }
+  return false;
+}
+
 sched::Request Admission::RequestFor(const Shape& s, Billing billing) const {
   sched::Request r;
   r.cpu_milli = s.vcpus * 1000;

@@ -48,6 +48,11 @@ struct Admitted {
   Money price_per_hour;
 };
 
+// True when a unit of instance type `t` covers `shape`, for `billing: reserved`: the type itself,
+// or a custom shape that fits inside one unit (the same GPU model and mode, no more GPUs, share or
+// vCPUs and memory, and NVLink only from a type that has it).
+bool UnitCovers(const catalog::InstanceType& t, const Shape& shape);
+
 class Admission {
  public:
   // `catalog` and `fleet` must outlive this.

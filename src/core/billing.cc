@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/json.h"
 #include "common/text.h"
@@ -14,25 +15,6 @@ namespace {
 
 std::string InstanceTypeOf(const Shape& shape) {
   return shape.instance_type.empty() ? "custom:" + shape.gpu_model : shape.instance_type;
-}
-
-// True when a unit of instance type `t` covers `shape`: the type itself, or a custom shape that
-// fits inside one unit (the same GPU model and mode, no more GPUs, share or vCPUs and memory).
-bool Covers(const catalog::InstanceType& t, const Shape& shape) {
-  if (!shape.instance_type.empty()) return shape.instance_type == t.id;
-  if (shape.gpu_model != t.gpu_model || shape.mode != t.sharing || shape.vcpus > t.vcpus ||
-      shape.memory_mib > t.memory_mib) {
-    return false;
-  }
-  switch (t.sharing) {
-    case catalog::SharingMode::kExclusive:
-      return shape.gpus >= 1 && shape.gpus <= t.gpus && (!shape.nvlink || t.nvlink);
-    case catalog::SharingMode::kMig:
-      return shape.mig_profile == t.mig_profile;
-    case catalog::SharingMode::kShared:
-      return shape.milli_gpu <= t.milli_gpu;
-  }
-  return false;
 }
 
 }  // namespace
@@ -144,16 +126,23 @@ Status State::ScanBilling(
 Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& shape, int units) {
   const int64_t now = billing::UnixSeconds(clock_->Now());
   std::vector<std::string> held;
-  std::string first;
+  // Of the covering reservations with a free unit, the tightest (fewest GPUs, then vCPUs, then
+  // memory a unit): a 1-GPU instance does not take a 4-GPU unit while a 1-GPU one is free.
+  std::string tightest;
+  const catalog::InstanceType* tightest_type = nullptr;
   int free = 0;
   for (const auto& [id, r] : reservations_) {
     if (r.tenant != caller.id.str()) continue;
     const int used = ReservationUnitsUsed(id);
     const catalog::InstanceType* type = catalog_->FindInstanceType(r.instance_type);
-    if (type && Covers(*type, shape) && r.active(now) && used < r.count) {
-      if (first.empty()) first = id;
+    if (type && UnitCovers(*type, shape) && r.active(now) && used < r.count) {
       free += r.count - used;
-      if (free >= units) return first;
+      if (!tightest_type ||
+          std::tie(type->gpus, type->vcpus, type->memory_mib) <
+              std::tie(tightest_type->gpus, tightest_type->vcpus, tightest_type->memory_mib)) {
+        tightest = id;
+        tightest_type = type;
+      }
     }
     held.push_back(fmt::format("{} ({} x {}, {} in use, {})", id, r.count, r.instance_type, used,
                                r.active(now) ? "active"
@@ -161,6 +150,7 @@ Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& s
                                    ? "starts " + FormatRfc3339(Time(std::chrono::seconds(r.start)))
                                    : "ended"));
   }
+  if (tightest_type && free >= units) return tightest;
   const std::string type = shape.instance_type.empty()
                                ? "this shape (a unit of an instance type it fits in)"
                                : shape.instance_type;

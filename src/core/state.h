@@ -278,6 +278,11 @@ class State {
   int64_t FleetMilliOf(const std::string& model) const;
   // Units of the reservation that active instances hold.
   int ReservationUnitsUsed(const std::string& id) const;
+  // Whether `units` free units of the caller's active reservations cover `shape` now: what a
+  // create with `billing: reserved` would claim (the what-if simulator asks before it bills so).
+  bool HasFreeReservation(const Tenant& caller, const Shape& shape, int units = 1) {
+    return ClaimReservation(caller, shape, units).ok();
+  }
   // Rebuilds reservations from their stored records (kReservationPrefix).
   Status RestoreReservations(const std::vector<std::pair<std::string, std::string>>& records);
   static constexpr std::string_view kReservationPrefix = "reservation/";

@@ -66,7 +66,8 @@ struct Cut {
   int node_gpus = 8;
   int64_t vcpus_per_gpu = 4;
   int64_t memory_mib_per_gpu = 16384;
-  const catalog::InstanceType* unit = nullptr;  // The 1-GPU type reservations are made of.
+  const catalog::InstanceType* unit =
+      nullptr;  // Its 1-GPU type, whose vCPUs and memory a GPU gets.
 };
 
 Result<Cut> CutFor(const catalog::Catalog& catalog, const fleet::Fleet& fleet) {
@@ -111,6 +112,74 @@ int MemberGpus(int gpus, int node_gpus) {
     if (gpus % m == 0) return m;
   }
   return 1;
+}
+
+// A job as the control plane is asked for it: the shape of one member, and how many run at once
+// (more than one for a job wider than a node, a gang of equal members).
+struct Member {
+  core::Shape shape;
+  int count = 1;
+};
+
+Member MemberOf(const Job& job, const Cut& cut) {
+  Member m;
+  const int gpus = job.gpus > cut.node_gpus ? MemberGpus(job.gpus, cut.node_gpus) : job.gpus;
+  m.count = gpus > 0 ? job.gpus / gpus : 1;
+  m.shape.gpu_model = cut.model;
+  if (job.gpu_milli > 0 && job.gpu_milli < fleet::kMilliPerGpu) {
+    m.shape.mode = catalog::SharingMode::kShared;
+    m.shape.milli_gpu = job.gpu_milli;
+  } else {
+    m.shape.gpus = gpus;
+  }
+  // An openb pod asks for its own; a Philly job gets the fleet's cut per GPU.
+  m.shape.vcpus = job.vcpus > 0 ? job.vcpus : cut.vcpus_per_gpu * gpus;
+  m.shape.memory_mib = job.vcpus > 0 ? job.memory_mib : cut.memory_mib_per_gpu * gpus;
+  return m;
+}
+
+// The reservations a mix buys: `gpus` of the model's GPUs in units of its exclusive instance
+// types that the fleet can host (`state` says), split as the trace's GPU-seconds by the tightest
+// type that covers each job's members (as a claim picks it); what a type's share leaves short of a
+// whole unit goes to the next narrower type, and when no job fits any type, all of it to the
+// narrowest.
+std::vector<std::pair<const catalog::InstanceType*, int64_t>> PlanReservations(
+    const catalog::Catalog& catalog, core::State& state, const Cut& cut,
+    const std::vector<Job>& jobs, int64_t gpus) {
+  std::vector<const catalog::InstanceType*> types;
+  for (const catalog::InstanceType& t : catalog.instance_types()) {
+    if (t.gpu_model == cut.model && t.sharing == catalog::SharingMode::kExclusive && t.gpus >= 1 &&
+        state.PlaceableNow(t, 1)) {
+      types.push_back(&t);
+    }
+  }
+  std::sort(types.begin(), types.end(), [](auto* a, auto* b) {
+    return std::tie(a->gpus, a->vcpus, a->memory_mib) < std::tie(b->gpus, b->vcpus, b->memory_mib);
+  });
+  std::vector<double> demand(types.size());
+  double total = 0;
+  for (const Job& job : jobs) {
+    const Member m = MemberOf(job, cut);
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (!core::UnitCovers(*types[i], m.shape)) continue;
+      const double d = GpusOf(job) * static_cast<double>(job.duration_s);
+      demand[i] += d;
+      total += d;
+      break;
+    }
+  }
+  std::vector<std::pair<const catalog::InstanceType*, int64_t>> plan;
+  double carry = 0;
+  for (size_t i = types.size(); i-- > 0;) {
+    const double share = total > 0 ? static_cast<double>(gpus) * demand[i] / total
+                         : i == 0  ? static_cast<double>(gpus)
+                                   : 0;
+    const double have = share + carry;
+    const auto units = static_cast<int64_t>(std::floor(have / types[i]->gpus + 1e-9));
+    carry = have - static_cast<double>(units * types[i]->gpus);
+    if (units > 0) plan.emplace_back(types[i], units);
+  }
+  return plan;
 }
 
 }  // namespace
@@ -184,30 +253,31 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   out.mix = options.mix.label;
   out.jobs = static_cast<int64_t>(jobs.size());
   out.fleet_gpus = state.fleet().total_gpus();
-  std::string reservation;
-  int64_t reserved_rate = 0;
+  int64_t reserved_per_hour = 0;  // Micro-USD, every reservation's units together.
   if (options.mix.reserved > 0) {
-    if (!cut.unit) {
-      return Status::InvalidArgument(
-          fmt::format("--mix: no 1-GPU instance type of {} to reserve", cut.model));
-    }
     int64_t model_gpus = 0;
     for (const fleet::Node& n : state.fleet().nodes()) {
       if (n.model.valid() && catalog.gpu(n.model).id == cut.model)
         model_gpus += static_cast<int64_t>(n.gpus.size());
     }
-    out.reserved_units =
+    const auto budget =
         static_cast<int64_t>(std::floor(options.mix.reserved * static_cast<double>(model_gpus)));
-    if (out.reserved_units > 0) {
+    const auto plan = PlanReservations(catalog, state, cut, jobs, budget);
+    if (budget > 0 && plan.empty()) {
+      return Status::InvalidArgument(
+          fmt::format("--mix: no exclusive instance type of {} to reserve", cut.model));
+    }
+    for (const auto& [type, units] : plan) {
       billing::ReservationRequest r;
-      r.instance_type = cut.unit->id;
-      r.count = static_cast<int>(out.reserved_units);
+      r.instance_type = type->id;
+      r.count = static_cast<int>(units);
       r.term = "1y";
-      TESSERA_ASSIGN_OR_RETURN(billing::Reservation made,
-                               state.CreateReservation(tenant, r, batch));
-      reservation = made.id;
-      const catalog::Price* price = catalog.FindPrice(cut.unit->id);
-      reserved_rate = price ? price->reserved_1y_per_hour.micros() : 0;
+      TESSERA_RETURN_IF_ERROR(state.CreateReservation(tenant, r, batch).status());
+      out.reserved_units += units;
+      out.reserved_gpus += units * type->gpus;
+      out.reservations[type->id] = units;
+      const catalog::Price* price = catalog.FindPrice(type->id);
+      reserved_per_hour += price ? price->reserved_1y_per_hour.micros() * units : 0;
     }
   }
   const core::Tenant* caller = state.tenants().Find(tenant.id.str());
@@ -236,31 +306,19 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     core::CreateInstanceRequest req;
     req.name = job.name;
     req.restart = true;
-    req.shape.gpu_model = cut.model;
+    const Member member = MemberOf(job, cut);
+    req.shape = member.shape;
     const bool spot = options.mix.spot == Mix::Spot::kAll ||
                       (options.mix.spot == Mix::Spot::kBestEffort && job.best_effort);
-    const int member = job.gpus > cut.node_gpus ? MemberGpus(job.gpus, cut.node_gpus) : job.gpus;
-    if (job.gpu_milli > 0 && job.gpu_milli < fleet::kMilliPerGpu) {
-      req.shape.mode = catalog::SharingMode::kShared;
-      req.shape.milli_gpu = job.gpu_milli;
-    } else {
-      req.shape.gpus = member;
-    }
-    // An openb pod asks for its own; a Philly job gets the fleet's cut per GPU.
-    req.shape.vcpus = job.vcpus > 0 ? job.vcpus : cut.vcpus_per_gpu * member;
-    req.shape.memory_mib = job.vcpus > 0 ? job.memory_mib : cut.memory_mib_per_gpu * member;
     req.billing = spot ? core::Billing::kSpot : core::Billing::kOnDemand;
-    // A whole 1-GPU job of any class claims a unit while one is free (an openb unit is sized to
-    // hold any): the reservation is paid for whether used or not, so the rest is the overflow.
-    if (job.gpus == 1 && req.shape.mode == catalog::SharingMode::kExclusive &&
-        !reservation.empty() && req.shape.vcpus <= cut.unit->vcpus &&
-        req.shape.memory_mib <= cut.unit->memory_mib &&
-        state.ReservationUnitsUsed(reservation) < out.reserved_units) {
+    // A job of any class whose members free units cover claims them (the tightest, as the
+    // server picks): the reservations are paid for whether used or not, so the rest is overflow.
+    if (out.reserved_units > 0 && state.HasFreeReservation(*caller, req.shape, member.count)) {
       req.billing = core::Billing::kReserved;
     }
     track[j].spot = req.billing == core::Billing::kSpot;
     Status refused;
-    if (member == job.gpus) {
+    if (member.count == 1) {
       auto made = state.CreateInstance(*caller, req, batch);
       if (made.ok()) {
         job_of[made->id.str()] = j;
@@ -271,7 +329,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       core::GroupRequest g;
       g.name = job.name;
       g.member = req;
-      g.size = job.gpus / member;
+      g.size = member.count;
       g.min_available = g.size;
       g.topology = core::Topology::kNode;
       g.placement = core::Placement::kPack;
@@ -415,9 +473,9 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       ++out.running;
     }
   }
-  if (reserved_rate > 0) {
+  if (reserved_per_hour > 0) {
     // A reservation is paid for every hour of its term, used or not: over the span here.
-    out.bill_micros["reserved"] += reserved_rate * out.reserved_units * out.span_s / 3600;
+    out.bill_micros["reserved"] += reserved_per_hour * out.span_s / 3600;
   }
   out.wait_mean_s = waits.empty() ? 0
                                   : std::accumulate(waits.begin(), waits.end(), 0.0) /
@@ -465,6 +523,8 @@ nlohmann::json ToJson(const Outcome& o) {
           {"wasted_gpu_hours", o.wasted_gpu_hours},
           {"fleet_gpus", o.fleet_gpus},
           {"reserved_units", o.reserved_units},
+          {"reserved_gpus", o.reserved_gpus},
+          {"reservations", o.reservations},
           {"allocated_gpu_hours", o.allocated_gpu_s / 3600},
           {"job_gpu_hours", o.job_gpu_s / 3600},
           {"span_hours", static_cast<double>(o.span_s) / 3600},

@@ -25,8 +25,10 @@ namespace tessera::whatif {
 // Which billing each job class uses, and how much of the fleet is reserved.
 struct Mix {
   std::string label = "on_demand";
-  // The share of the fleet's GPUs under 1-year reservations of its 1-GPU instance type, [0, 1].
-  // Whole single-GPU jobs of any class claim a free unit; the rest run as `spot` says.
+  // The share of the fleet's GPUs under 1-year reservations, [0, 1], in units of the model's
+  // exclusive instance types split as the trace's GPU-hours by the tightest type that holds each
+  // job (whatif::RunDynamic). A job of any class that free units cover claims them; the rest run
+  // as `spot` says.
   double reserved = 0;
   enum class Spot { kNone, kBestEffort, kAll };
   Spot spot = Spot::kNone;  // spot=BE: best-effort jobs run as spot; spot=all: every job.
@@ -76,7 +78,9 @@ struct Outcome {
   double job_gpu_s = 0;         // Jobs' GPUs times their runs' lengths, lost runs included.
   int64_t span_s = 0;           // First submission to the last event.
   int64_t fleet_gpus = 0;
-  int64_t reserved_units = 0;
+  int64_t reserved_units = 0;                   // Units of every reservation together...
+  int64_t reserved_gpus = 0;                    // ...and their GPUs.
+  std::map<std::string, int64_t> reservations;  // Units bought, by instance type.
   // What was billed, in micro-USD, by billing ("on_demand", "spot", "reserved"): the ledger's
   // lines, and for "reserved" the reservations' cost over the span (used or not).
   std::map<std::string, int64_t> bill_micros;

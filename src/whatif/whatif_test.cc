@@ -20,11 +20,12 @@ const catalog::Catalog& Catalog() {
   return c;
 }
 
-fleet::Fleet Nodes(int nodes, int gpus) {
+// `nodes` nodes of `gpus` V100s, all on one NVLink island when `nvlink`.
+fleet::Fleet Nodes(int nodes, int gpus, bool nvlink = false) {
   const std::string json = fmt::format(
       R"({{"name": "t", "shapes": [{{"name": "v100", "count": {}, "gpu_model": "V100-16GB",
-          "gpus": {}, "vcpus": 96, "memory_gib": 768, "gpu_mode": "exclusive"}}]}})",
-      nodes, gpus);
+          "gpus": {}, "vcpus": 96, "memory_gib": 768, "gpu_mode": "exclusive"{}}}]}})",
+      nodes, gpus, nvlink ? R"(, "nvlink": "all")" : "");
   return std::move(fleet::ParseFleetJson(Catalog(), json, "test fleet")).value();
 }
 
@@ -341,6 +342,32 @@ TEST(DynamicTest, AReservationIsPaidForOverTheSpanAndTakesTheSingleGpuJobs) {
   EXPECT_LT(o.bill_micros.at("on_demand"), od.bill_micros.at("on_demand"))
       << "the single-GPU jobs ran on the reservation";
   EXPECT_LT(o.total_micros(), od.total_micros()) << "a fully used reservation costs less";
+}
+
+TEST(DynamicTest, ReservationsComeInTheUnitsTheJobsFitAndEachJobTakesTheTightest) {
+  // Four 1-GPU jobs, then one of 4 GPUs, all for an hour on a node of 8 V100s. Half the
+  // GPU-hours want a 1-GPU unit and half a 4-GPU one (gpu.4xv100): reserving all 8 GPUs buys
+  // 4 x gpu.1xv100 and 1 x gpu.4xv100. The 1-GPU jobs, first, take the 1-GPU units rather than
+  // the 4-GPU one, which the 4-GPU job then claims: nothing runs on-demand.
+  const auto jobs = Jobs(
+      "2017-10-09 00:00:00,3600,1,0,x\n"
+      "2017-10-09 00:00:00,3600,1,0,x\n"
+      "2017-10-09 00:00:00,3600,1,0,x\n"
+      "2017-10-09 00:00:00,3600,1,0,x\n"
+      "2017-10-09 00:00:00,3600,4,0,x\n");
+  const Outcome o = Simulate(Nodes(1, 8, /*nvlink=*/true), jobs, "reserved=100%");
+  EXPECT_EQ(o.reservations, (std::map<std::string, int64_t>{{"gpu.1xv100", 4}, {"gpu.4xv100", 1}}));
+  EXPECT_EQ(o.reserved_units, 5);
+  EXPECT_EQ(o.reserved_gpus, 8);
+  EXPECT_EQ(o.finished, 5);
+  EXPECT_EQ(o.bill_micros.count("on_demand"), 0u) << "every job ran on a unit";
+  // Half the fleet: the 4-GPU type's share (2 GPUs) is short of a unit and goes to 1-GPU units.
+  const Outcome half = Simulate(Nodes(1, 8, /*nvlink=*/true), jobs, "reserved=50%");
+  EXPECT_EQ(half.reservations, (std::map<std::string, int64_t>{{"gpu.1xv100", 4}}));
+  EXPECT_GT(half.bill_micros.at("on_demand"), 0) << "the 4-GPU job";
+  // Without NVLink no node can host a gpu.4xv100, so only 1-GPU units are bought.
+  const Outcome flat = Simulate(Nodes(1, 8), jobs, "reserved=50%");
+  EXPECT_EQ(flat.reservations, (std::map<std::string, int64_t>{{"gpu.1xv100", 4}}));
 }
 
 TEST(DynamicTest, AJobWiderThanANodeRunsAsAGangOnSeveralNodes) {
