@@ -302,6 +302,21 @@ TEST_F(SimCliTest, TheDynamicModeReplaysAnOpenbPodListWithItsTimesOnTheStandInFl
   EXPECT_EQ(s2["runs"].size(), 36u);
   EXPECT_TRUE(s2["best_by_policy"]["random"].is_object()) << s2.dump();
   EXPECT_TRUE(s2["best_by_policy"]["guarded-fgd"].is_object()) << s2.dump();
+  // Priced as a V100 instead: the same runs, a bill about 5.8 times as large.
+  const std::string v100 = dir_.File("v100");
+  auto priced = RunTessera({"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods,
+                            "--price-as", "gpu.1xv100", "--out", v100});
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  const auto pv = nlohmann::json::parse(Slurp(v100 + "/summary.json"));
+  EXPECT_EQ(pv["gpus_priced_as"], "gpu.1xv100");
+  EXPECT_NEAR(std::stod(pv["total_usd"].get<std::string>()) /
+                  std::stod(j["runs"][0]["total_usd"].get<std::string>()),
+              3.06 / 0.526, 0.01);
+  auto wide = RunTessera(
+      {"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods, "--price-as", "gpu.4xt4"});
+  EXPECT_EQ(wide.exit_code, 2);
+  EXPECT_NE(wide.err.find("--price-as: 'gpu.4xt4' is not a priced 1-GPU"), std::string::npos)
+      << wide.err;
   auto bound = RunTessera(
       {"sim", "--mode", "dynamic", "--nodes", nodes_, "--pods", pods, "--policy", "offline-bound"});
   EXPECT_EQ(bound.exit_code, 2);

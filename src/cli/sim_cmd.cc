@@ -36,7 +36,7 @@ namespace {
 
 struct SimArgs {
   std::string nodes, pods, policy, seed, seeds, out = "sim-out";
-  std::string mode = "static", mix = "on_demand", wait_target = "10m";
+  std::string mode = "static", mix = "on_demand", wait_target = "10m", price_as = "gpu.1xt4";
   double inflate = 1.3;
   int jobs = 0;
 };
@@ -115,9 +115,6 @@ Result<std::unique_ptr<LoadedTrace>> LoadTrace(const catalog::Catalog& catalog,
   return t;
 }
 
-// The instance type whose rates openb's stand-in GPUs are priced at.
-constexpr const char* kOpenbPricedAs = "gpu.1xt4";
-
 // Writes OUT/summary.json (`summary`, with the run's inputs and wall time added) and
 // OUT/report.html for the dynamic mode's runs.
 Status WriteDynamicOutputs(const SimArgs& a, nlohmann::json summary, const std::string& policy,
@@ -126,7 +123,7 @@ Status WriteDynamicOutputs(const SimArgs& a, nlohmann::json summary, const std::
   summary["trace"] = a.pods;
   summary["nodes"] = a.nodes;
   // openb's GPUs ran as the stand-in model, priced per GPU as its instance type (whatif/openb.h).
-  if (openb) summary["gpus_priced_as"] = kOpenbPricedAs;
+  if (openb) summary["gpus_priced_as"] = a.price_as;
   summary["policy"] = policy;
   summary["wall_seconds"] = wall;
   std::error_code ec;
@@ -192,15 +189,20 @@ int RunDynamicSim(const SimArgs& a) {
   const fleet::Fleet* fleet = &*loaded;
   std::unique_ptr<whatif::StandIn> standin;
   if (whatif::AreOpenbJobs(*jobs)) {
-    auto made = whatif::OpenbStandIn(*loaded, *jobs, kOpenbPricedAs);
-    if (!made.ok()) return Failure(made.status());
+    auto made = whatif::OpenbStandIn(*loaded, *jobs, a.price_as);
+    if (!made.ok()) {
+      // InvalidArgument: the type to price by (the nodes were checked as the fleet loaded).
+      return made.status().code() == StatusCode::kInvalidArgument
+                 ? Usage("--price-as: " + made.status().message())
+                 : Failure(made.status());
+    }
     standin = std::move(*made);
     catalog = &standin->catalog;
     fleet = standin->fleet.get();
     std::cout << fmt::format(
         "openb: {} GPUs of {} nodes run as one stand-in model priced per GPU as {} "
         "(docs/cost-simulation.md)\n",
-        fleet->total_gpus(), fleet->nodes().size(), kOpenbPricedAs);
+        fleet->total_gpus(), fleet->nodes().size(), a.price_as);
   }
   const auto began = std::chrono::steady_clock::now();
   // One line a run, its policy first when there are several.
@@ -355,6 +357,9 @@ void AddSimOptions(CLI::App* sim, SimArgs& a) {
                   "reserved=40%,spot=BE (default on_demand), or sweep: a grid, in parallel");
   sim->add_option("--wait-target", a.wait_target,
                   "--mix sweep: the p95 queueing delay the cheapest mix must hold (default 10m)");
+  sim->add_option("--price-as", a.price_as,
+                  "--mode dynamic on an openb pod list: the 1-GPU instance type whose rates "
+                  "price openb's stand-in GPUs (default gpu.1xt4)");
 }
 
 // The traces to reproduce: the paper's 17, or the --traces comma list (names or paths).
