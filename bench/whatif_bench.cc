@@ -85,6 +85,7 @@ void BM_Openb(benchmark::State& state) {
   if (!s.openb) return state.SkipWithError("the openb traces are missing");
   DynamicOptions o;
   o.mix = std::move(ParseMix("spot=BE")).value();
+  o.whole_gpus_on_shared = true;
   for (auto _ : state) {
     auto out = RunDynamic(s.openb->catalog, *s.openb->fleet, s.openb_jobs, o);
     if (!out.ok()) return state.SkipWithError(out.status().message().c_str());

@@ -197,6 +197,7 @@ int RunDynamicSim(const SimArgs& a) {
                  : Failure(made.status());
     }
     standin = std::move(*made);
+    options.whole_gpus_on_shared = true;
     catalog = &standin->catalog;
     fleet = standin->fleet.get();
     std::cout << fmt::format(

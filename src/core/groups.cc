@@ -223,19 +223,21 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       preemptor_.Track(*it);
     }
     if (placed.size() >= need) {
-      bool notice = false;
-      for (const Instance* v : victims) {
-        const AgentNode* joined = agents_.Find(v->node);
-        notice = notice || (joined && !joined->simulated);
+      std::vector<Instance*> warned;
+      for (Instance* v : victims) {
+        if (NeedsNotice(*v)) warned.push_back(v);
       }
-      if (notice) {
-        // Their agents stop them after the notice; the gang is placed once they have.
-        GiveNotice(victims, *pending.front(), batch);
+      if (!warned.empty()) {
+        // Their agents stop them after the notice; the gang is placed once they have. The
+        // others (no notice due) go now.
+        for (Instance* v : victims) {
+          if (!NeedsNotice(*v)) Evict(*v, batch);
+        }
+        GiveNotice(warned, *pending.front(), batch);
         g.awaiting_notice_until = now + options_.spot_notice + options_.node_timeout +
                                   std::chrono::seconds(g.spec.member.stop_grace_seconds);
-        g.reason =
-            fmt::format("waiting for {} spot instance(s) to stop after their preemption notice",
-                        victims.size());
+        g.reason = fmt::format(
+            "waiting for {} spot instance(s) to stop after their preemption notice", warned.size());
         return false;
       }
       for (Instance* v : victims) Evict(*v, batch);

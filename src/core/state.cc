@@ -334,12 +334,18 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
     // a later round rather than written off until capacity frees.
     deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
     if (auto plan = preemptor_.Find(req)) {
-      const AgentNode* joined = agents_.Find(fleet_->node(plan->node).name);
-      if (joined ? !joined->simulated : options_.simulated_notice) {
-        GiveNotice(plan->victims, inst, batch);
+      std::vector<Instance*> warned;
+      for (Instance* v : plan->victims) {
+        if (NeedsNotice(*v)) {
+          warned.push_back(v);
+        } else {
+          Evict(*v, batch);
+        }
+      }
+      if (!warned.empty()) {
+        GiveNotice(warned, inst, batch);
         return Attempt::kNoRoom;
       }
-      for (Instance* v : plan->victims) Evict(*v, batch);
       a = scheduler_->ScheduleOn(req, plan->node);
       // The search showed it fits once the victims are gone; anything else is a bug.
       if (!a) std::abort();
@@ -351,6 +357,11 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   Transition(inst, InstanceState::kScheduled, "", batch);
   agents_.Notify(inst, inst.node);
   return Attempt::kPlaced;
+}
+
+bool State::NeedsNotice(const Instance& v) {
+  if (const AgentNode* joined = agents_.Find(v.node)) return !joined->simulated;
+  return options_.simulated_notice && v.state == InstanceState::kRunning;
 }
 
 void State::GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom,

@@ -429,6 +429,9 @@ class State {
   void EndPreempted(Instance& inst, const std::string& why, store::Batch& batch);
   // `inst`, which holds no capacity, waits again as its next attempt (restarts + 1).
   void Requeue(Instance& inst, const std::string& why, store::Batch& batch);
+  // Whether preempting `v` gives it notice: on a joined agent's node; on a simulated agent's under
+  // simulated_notice once its workload runs (a victim still scheduled has nothing to warn).
+  bool NeedsNotice(const Instance& v);
   // Gives the victims notice (joined nodes): they stop at preempt_at, then free the capacity.
   void GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom, store::Batch& batch);
   // Spot instance `v` is told it stops at now + spot_notice (`why`): preempting until its agent

@@ -56,7 +56,8 @@ struct Completion {
   size_t job;
   int attempt;
   Kind kind = kEnd;  // It ends; the provider takes the spot run back; a victim's notice is over.
-  std::string instance{};  // kNoticeOver: the member that stops.
+  std::string instance{};  // kNoticeOver: the member that stops...
+  int restarts = 0;        // ...in its attempt of that number.
   bool operator>(const Completion& o) const { return at > o.at; }
 };
 
@@ -238,9 +239,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   state_options.sim_agents = true;
   state_options.instance_documents = false;
   state_options.retention = std::chrono::seconds(1);
-  // openb's GPUs take whole-GPU work and shares alike (whatif/openb.h); a fleet in exclusive mode
-  // is unchanged by it.
-  state_options.whole_gpus_on_shared = true;
+  state_options.whole_gpus_on_shared = options.whole_gpus_on_shared;
   state_options.spot_notice = std::chrono::seconds(options.spot_notice_s);
   state_options.simulated_notice = options.spot_notice_s > 0;
   core::State state(&catalog, &clock, std::move(fleet), std::move(scheduler), state_options);
@@ -384,10 +383,9 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       }
       if (rec.state == "preempting") {
         // Given notice: it runs on until the notice is over, then its agent stops it.
-        if (held != t.members.end()) {
-          completions.push(
-              {now + options.spot_notice_s, j, t.attempt, Completion::kNoticeOver, rec.id});
-        }
+        const core::Instance* inst = state.instances().Find(rec.id);
+        completions.push({now + options.spot_notice_s, j, t.attempt, Completion::kNoticeOver,
+                          rec.id, inst ? inst->restarts : 0});
         continue;
       }
       if (rec.state == "succeeded") {
@@ -446,15 +444,21 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       if (c.kind == Completion::kNoticeOver) {
         // Its agent stops it (SIGTERM's exit code), unless it already ended in the notice.
         const core::Instance* inst = state.instances().Find(c.instance);
-        if (inst && inst->state == InstanceState::kPreempting) {
+        if (inst && inst->state == InstanceState::kPreempting && inst->restarts == c.restarts) {
           state.WorkloadExited(c.instance, 143);
         }
         continue;
       }
       if (c.attempt != tr.attempt || tr.start < 0) continue;  // A run already lost.
       if (c.kind == Completion::kReclaim) {
-        ++out.reclaims;
-        for (const std::string& id : tr.members) state.ReclaimSpot(id, batch);
+        // Members already given notice by higher-priority work are left to it.
+        bool reclaimed = false;
+        for (const std::string& id : tr.members) {
+          const core::Instance* inst = state.instances().Find(id);
+          reclaimed = reclaimed || (inst && inst->state == InstanceState::kRunning);
+          state.ReclaimSpot(id, batch);
+        }
+        if (reclaimed) ++out.reclaims;
       } else {
         for (const std::string& id : tr.members) state.WorkloadExited(id, 0);
       }

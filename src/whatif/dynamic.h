@@ -50,6 +50,10 @@ struct DynamicOptions {
   // How long a spot run preempted by higher-priority work runs on after its notice, as the
   // server gives it (AWS's 2 minutes, reference/spot-and-coldstart.md); 0 stops it at once.
   int64_t spot_notice_s = 120;
+  // Whole-GPU jobs may take a shared-mode GPU that holds no share (StateOptions::
+  // whole_gpus_on_shared): openb's stand-in fleet sets it (whatif/openb.h); otherwise the
+  // server's rule holds, whole GPUs from exclusive-mode GPUs only.
+  bool whole_gpus_on_shared = false;
 };
 
 struct SeriesPoint {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
 
 #include "catalog/embedded.h"
 
@@ -20,6 +22,37 @@ Result<nlohmann::json*> Entries(std::map<std::string, nlohmann::json>& docs,
     return Status::Internal(fmt::format("the embedded catalog has no {} in {}", key, file));
   }
   return &it->second[key];
+}
+
+// The unit's vCPUs and memory (see OpenbStandIn), within what a catalog entry may say (4,096
+// vCPUs, 16 TiB).
+std::pair<int64_t, int64_t> UnitFor(const fleet::Fleet& fleet, const std::vector<Job>& jobs) {
+  std::set<std::pair<int64_t, int64_t>> shapes;  // Node vCPUs and memory, GPU nodes only.
+  for (const fleet::Node& n : fleet.nodes()) {
+    if (!n.gpus.empty()) shapes.emplace(n.cpu_milli / 1000, n.memory_mib);
+  }
+  std::pair<int64_t, int64_t> best{1, 1};
+  double best_covered = -1;
+  for (const auto& [cpu, mem] : shapes) {
+    int64_t vcpus = 1, memory = 1;
+    for (const Job& j : jobs) {
+      if (j.gpus != 1 || j.gpu_milli < 1000 || j.vcpus > cpu || j.memory_mib > mem) continue;
+      vcpus = std::max(vcpus, j.vcpus);
+      memory = std::max(memory, j.memory_mib);
+    }
+    vcpus = std::min<int64_t>(vcpus, 4096);
+    memory = std::min<int64_t>(memory, int64_t{16} << 20);
+    double covered = 0;
+    for (const Job& j : jobs) {
+      if (j.gpus == 1 && j.gpu_milli >= 1000 && j.vcpus <= vcpus && j.memory_mib <= memory)
+        covered += static_cast<double>(j.duration_s);
+    }
+    if (covered > best_covered) {
+      best_covered = covered;
+      best = {vcpus, memory};
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -52,25 +85,10 @@ Result<std::unique_ptr<StandIn>> OpenbStandIn(const fleet::Fleet& fleet,
         "'{}' is not a priced 1-GPU exclusive instance type of the catalog", priced_as));
   }
 
-  // The unit: room for the trace's largest whole 1-GPU pod that a node of the fleet can hold (the
-  // others are refused at admission), and at least the priced type's.
-  int64_t vcpus = like->value("vcpus", int64_t{1}), memory = like->value("memory_mib", int64_t{1});
-  int64_t node_cpu = 0, node_memory = 0;
-  for (const fleet::Node& n : fleet.nodes()) {
-    if (n.gpus.empty()) continue;
-    node_cpu = std::max(node_cpu, n.cpu_milli / 1000);
-    node_memory = std::max(node_memory, n.memory_mib);
-  }
-  for (const Job& j : jobs) {
-    if (j.gpus != 1 || j.gpu_milli < 1000 || j.vcpus > node_cpu || j.memory_mib > node_memory) {
-      continue;
-    }
-    vcpus = std::max(vcpus, j.vcpus);
-    memory = std::max(memory, j.memory_mib);
-  }
-  // Within what a catalog entry may say (4,096 vCPUs, 16 TiB); a pod beyond runs unreserved.
-  vcpus = std::min<int64_t>(vcpus, 4096);
-  memory = std::min<int64_t>(memory, int64_t{16} << 20);
+  // The unit: for some node shape of the fleet, room for the largest whole 1-GPU pods that node
+  // holds; of those, the one that covers the most of such pods' GPU-hours. A pod no node holds is
+  // refused at admission; one the unit does not cover runs unreserved.
+  auto [vcpus, memory] = UnitFor(fleet, jobs);
   const std::string stand_in_of = fmt::format(
       "the what-if simulator's stand-in for openb's GPU models (G2 and G3 undisclosed, P100 no "
       "longer rented), priced per GPU as {}",

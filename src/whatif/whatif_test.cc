@@ -173,6 +173,7 @@ TEST(OpenbTest, SharesAndWholeGpuPodsTakeTheSameGpusAsInOpenbsCluster) {
   const auto standin = OpenbFleet("n0,16000,65536,1,T4\n", jobs);
   ASSERT_TRUE(standin);
   DynamicOptions o;
+  o.whole_gpus_on_shared = true;  // openb's GPUs take shares and whole GPUs alike.
   auto out = RunDynamic(standin->catalog, *standin->fleet, jobs, o);
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->finished, 4);
@@ -194,6 +195,7 @@ TEST(OpenbTest, APodNoNodeCanHoldIsRefusedAndTheRestRunReserved) {
   EXPECT_EQ(standin->catalog.FindInstanceType(kOpenbUnit)->vcpus, 4)
       << "the unit is sized by the pods a node can hold";
   DynamicOptions o;
+  o.whole_gpus_on_shared = true;  // openb's GPUs take shares and whole GPUs alike.
   o.mix = std::move(ParseMix("reserved=100%")).value();
   auto out = RunDynamic(standin->catalog, *standin->fleet, jobs, o);
   ASSERT_TRUE(out.ok()) << out.status().message();
@@ -214,6 +216,7 @@ TEST(OpenbTest, TheDefaultTraceRunsWithDeparturesAndEveryPodIsAccountedFor) {
   auto standin = OpenbStandIn(*fleet, *jobs);
   ASSERT_TRUE(standin.ok()) << standin.status().message();
   DynamicOptions o;
+  o.whole_gpus_on_shared = true;  // openb's GPUs take shares and whole GPUs alike.
   o.mix = std::move(ParseMix("spot=BE")).value();
   auto out = RunDynamic((*standin)->catalog, *(*standin)->fleet, *jobs, o);
   ASSERT_TRUE(out.ok()) << out.status().message();
@@ -304,6 +307,48 @@ TEST(DynamicTest, SpotJobsArePreemptedWithTheirNoticeByOnDemandWorkAndStartOver)
   EXPECT_EQ(at_once->first_start_s, (std::vector<int64_t>{0, 100}));
   EXPECT_DOUBLE_EQ(at_once->wasted_gpu_hours, 2.0 * 100 / 3600);
   EXPECT_EQ(at_once->span_s, 100 + 100 + 1000);
+}
+
+TEST(DynamicTest, AVictimThatFinishesInItsNoticeSucceedsAndOneNotYetStartedGoesAtOnce) {
+  // The spot job would end at 150, inside its notice (100-220): it succeeds then, and the
+  // on-demand job starts at 150.
+  auto jobs = Jobs(
+      "2017-10-09 00:00:00,150,2,0,x\n"
+      "2017-10-09 00:01:40,100,2,0,x\n");
+  jobs[0].best_effort = true;
+  const Outcome o = Simulate(Nodes(1, 2), jobs, "spot=BE");
+  EXPECT_EQ(o.finished, 2);
+  EXPECT_EQ(o.preemptions, 0);
+  EXPECT_EQ(o.first_start_s, (std::vector<int64_t>{0, 150}));
+  EXPECT_EQ(o.span_s, 250);
+  EXPECT_DOUBLE_EQ(o.wasted_gpu_hours, 0);
+  // Both submitted in the same second, the spot job first: it is placed, then preempted before
+  // its workload started, so it goes at once (no notice) and starts over after the other.
+  auto same = Jobs(
+      "2017-10-09 00:00:00,1000,2,0,x\n"
+      "2017-10-09 00:00:00,100,2,0,x\n");
+  same[0].best_effort = true;
+  const Outcome s = Simulate(Nodes(1, 2), same, "spot=BE");
+  EXPECT_EQ(s.finished, 2);
+  EXPECT_EQ(s.first_start_s, (std::vector<int64_t>{100, 0}));
+  EXPECT_EQ(s.span_s, 1100);
+  EXPECT_DOUBLE_EQ(s.allocated_gpu_s, s.job_gpu_s);
+}
+
+TEST(DynamicTest, AGangGivesItsSpotVictimsTheirNoticeToo) {
+  // Two spot jobs fill two nodes of 8; at 100 an on-demand job of 16 GPUs (a gang of two 8-GPU
+  // members) preempts both, which run on to 220; the gang runs 220-820.
+  auto jobs = Jobs(
+      "2017-10-09 00:00:00,1000,8,0,x\n"
+      "2017-10-09 00:00:00,1000,8,0,x\n"
+      "2017-10-09 00:01:40,600,16,0,x\n");
+  jobs[0].best_effort = jobs[1].best_effort = true;
+  const Outcome o = Simulate(Nodes(2, 8), jobs, "spot=BE");
+  EXPECT_EQ(o.finished, 3);
+  EXPECT_EQ(o.preemptions, 2);
+  EXPECT_EQ(o.first_start_s[2], 220);
+  EXPECT_DOUBLE_EQ(o.wasted_gpu_hours, 2 * 8.0 * 220 / 3600);
+  EXPECT_DOUBLE_EQ(o.allocated_gpu_s, o.job_gpu_s);
 }
 
 TEST(DynamicTest, TheProviderReclaimsSpotRunsAtTheGivenRateAndTheyStartOver) {
