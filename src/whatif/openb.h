@@ -5,7 +5,9 @@
 // islands, and makes its GPUs one model, "openb-gpu", priced at a catalog instance type's rates per
 // GPU (gpu.1xt4 by default: T4s are the one openb model clouds still rent), all in shared mode,
 // with whole-GPU work let onto any GPU that holds no share (StateOptions::whole_gpus_on_shared).
-// Reservations are made of a 1-GPU type, "openb.1gpu", as roomy as the trace's largest 1-GPU pod.
+// Reservations are made of a 1-GPU type, "openb.1gpu", sized for one node shape of the fleet: as
+// roomy as the largest whole 1-GPU pods that shape holds, the shape covering most of their
+// GPU-hours.
 // Thread-safety: a StandIn is a value; it may be shared read-only.
 #pragma once
 
