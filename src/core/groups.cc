@@ -223,16 +223,12 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       preemptor_.Track(*it);
     }
     if (placed.size() >= need) {
-      std::vector<Instance*> warned;
-      for (Instance* v : victims) {
-        if (NeedsNotice(*v)) warned.push_back(v);
-      }
+      std::vector<Instance*> warned, now_gone;
+      for (Instance* v : victims) (NeedsNotice(*v) ? warned : now_gone).push_back(v);
       if (!warned.empty()) {
         // Their agents stop them after the notice; the gang is placed once they have. The
         // others (no notice due) go now.
-        for (Instance* v : victims) {
-          if (!NeedsNotice(*v)) Evict(*v, batch);
-        }
+        for (Instance* v : now_gone) Evict(*v, batch);
         GiveNotice(warned, *pending.front(), batch);
         g.awaiting_notice_until = now + options_.spot_notice + options_.node_timeout +
                                   std::chrono::seconds(g.spec.member.stop_grace_seconds);

@@ -67,8 +67,8 @@ struct Cut {
   int node_gpus = 8;
   int64_t vcpus_per_gpu = 4;
   int64_t memory_mib_per_gpu = 16384;
-  const catalog::InstanceType* unit =
-      nullptr;  // Its 1-GPU type, whose vCPUs and memory a GPU gets.
+  // Its 1-GPU type, whose vCPUs and memory a GPU gets.
+  const catalog::InstanceType* unit = nullptr;
 };
 
 Result<Cut> CutFor(const catalog::Catalog& catalog, const fleet::Fleet& fleet) {
@@ -559,7 +559,7 @@ std::vector<Mix> SweepGrid(bool has_best_effort) {
   return grid;
 }
 
-const Outcome* Sweep::on_demand_of(const std::string& policy) const {
+const Outcome* OnDemandRun(const std::vector<Outcome>& runs, const std::string& policy) {
   for (const Outcome& o : runs) {
     if (o.policy == policy && o.mix == "on_demand") return &o;
   }
@@ -569,7 +569,7 @@ const Outcome* Sweep::on_demand_of(const std::string& policy) const {
 double Sweep::saving_pct(int i) const {
   if (i < 0 || static_cast<size_t>(i) >= runs.size()) return 0;
   const Outcome& run = runs[static_cast<size_t>(i)];
-  const Outcome* on_demand = on_demand_of(run.policy);
+  const Outcome* on_demand = OnDemandRun(runs, run.policy);
   if (!on_demand || on_demand->total_micros() == 0) return 0;
   return 100.0 * (1.0 - static_cast<double>(run.total_micros()) /
                             static_cast<double>(on_demand->total_micros()));
@@ -642,7 +642,7 @@ nlohmann::json ToJson(const Sweep& s) {
   auto best = [&](int i) -> nlohmann::json {
     if (i < 0) return nullptr;
     const Outcome& o = s.runs[static_cast<size_t>(i)];
-    const Outcome* on_demand = s.on_demand_of(o.policy);
+    const Outcome* on_demand = OnDemandRun(s.runs, o.policy);
     return {{"policy", o.policy},
             {"mix", o.mix},
             {"total_usd", Usd(o.total_micros())},
@@ -705,11 +705,8 @@ std::string ReportHtml(const std::string& title, const std::vector<Outcome>& run
     const Outcome& b = runs[static_cast<size_t>(best)];
     verdict = fmt::format("The cheapest mix with a p95 wait within {:.0f} s is <b>{}</b>: {} USD",
                           target_p95_wait_s, sim::HtmlEscape(label(b)), Usd(b.total_micros()));
-    for (const Outcome& o : runs) {
-      if (o.policy == b.policy && o.mix == "on_demand") {
-        verdict += fmt::format(" against {} USD all on-demand", Usd(o.total_micros()));
-        break;
-      }
+    if (const Outcome* on_demand = OnDemandRun(runs, b.policy)) {
+      verdict += fmt::format(" against {} USD all on-demand", Usd(on_demand->total_micros()));
     }
     verdict += ".";
   }

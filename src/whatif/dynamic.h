@@ -101,6 +101,9 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
 
 nlohmann::json ToJson(const Outcome& o);
 
+// `policy`'s all on-demand run among `runs`; null when there is none.
+const Outcome* OnDemandRun(const std::vector<Outcome>& runs, const std::string& policy);
+
 // Every policy with every mix (policy by policy, each policy's mixes in order; `options` gives
 // the rest), run in parallel on `threads` threads. The first error, if any.
 Result<std::vector<Outcome>> RunGrid(const catalog::Catalog& catalog, const fleet::Fleet& fleet,
@@ -119,8 +122,6 @@ struct Sweep {
   // waiting); a policy none of whose runs holds it is absent.
   std::map<std::string, int> best_of;
   int best = -1;  // The cheapest of those over all policies; -1 when there is none.
-  // `policy`'s all on-demand run; null when the sweep has none.
-  const Outcome* on_demand_of(const std::string& policy) const;
   // Run `i`'s saving against its policy's all on-demand run, in percent of that run's bill.
   double saving_pct(int i) const;
   double saving_pct() const { return saving_pct(best); }

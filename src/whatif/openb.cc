@@ -31,21 +31,25 @@ std::pair<int64_t, int64_t> UnitFor(const fleet::Fleet& fleet, const std::vector
   for (const fleet::Node& n : fleet.nodes()) {
     if (!n.gpus.empty()) shapes.emplace(n.cpu_milli / 1000, n.memory_mib);
   }
+  std::vector<const Job*> whole;  // The whole 1-GPU jobs, the ones a unit may hold.
+  for (const Job& j : jobs) {
+    if (j.gpus == 1 && j.gpu_milli >= fleet::kMilliPerGpu) whole.push_back(&j);
+  }
   std::pair<int64_t, int64_t> best{1, 1};
   double best_covered = -1;
   for (const auto& [cpu, mem] : shapes) {
     int64_t vcpus = 1, memory = 1;
-    for (const Job& j : jobs) {
-      if (j.gpus != 1 || j.gpu_milli < 1000 || j.vcpus > cpu || j.memory_mib > mem) continue;
-      vcpus = std::max(vcpus, j.vcpus);
-      memory = std::max(memory, j.memory_mib);
+    for (const Job* j : whole) {
+      if (j->vcpus > cpu || j->memory_mib > mem) continue;
+      vcpus = std::max(vcpus, j->vcpus);
+      memory = std::max(memory, j->memory_mib);
     }
     vcpus = std::min<int64_t>(vcpus, 4096);
     memory = std::min<int64_t>(memory, int64_t{16} << 20);
     double covered = 0;
-    for (const Job& j : jobs) {
-      if (j.gpus == 1 && j.gpu_milli >= 1000 && j.vcpus <= vcpus && j.memory_mib <= memory)
-        covered += static_cast<double>(j.duration_s);
+    for (const Job* j : whole) {
+      if (j->vcpus <= vcpus && j->memory_mib <= memory)
+        covered += static_cast<double>(j->duration_s);
     }
     if (covered > best_covered) {
       best_covered = covered;
