@@ -84,6 +84,7 @@ class Agent {
     bool stop_sent = false;
     int64_t log_next = -1;        // The next log byte to ship; -1 until the server says.
     int64_t stop_at_unix_ms = 0;  // A noop's notice deadline.
+    std::string start_error;      // Why its workload could not start: it ended at once.
   };
 
   Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,

@@ -26,6 +26,7 @@
 #include "agent/workload_cgroup.h"
 #include "agent/workload_files.h"
 #include "agent/workload_shim.h"
+#include "agent/workload_uids.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/text.h"
@@ -36,6 +37,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kNoticeEnv[] = "TESSERA_PREEMPT_NOTICE";
+// <work_dir>/.control/<id>: each workload's supervisor files, owned by the agent and 0700, out of
+// the workload's reach when it runs as a uid of its own. Earlier agents kept them in
+// <work_dir>/<id>/.tessera; what they started is still adopted from there.
+constexpr char kControlRoot[] = ".control";
 constexpr char kBasePath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr int64_t kMaxCpuMilli = 100'000'000;                     // 100,000 cores.
 constexpr int64_t kMaxMemoryMib = int64_t{1} << 30;               // 1 EiB.
@@ -147,6 +152,19 @@ Status ValidateSpec(const WorkloadSpec& spec) {
   return Status::Ok();
 }
 
+// Removes a workload's directory. One a workload uid owns is emptied as that uid: its processes
+// may still run (another of the tenant's workloads) and swap a directory for a symlink to the
+// agent's files while root walks it.
+Status RemoveWorkspace(const std::string& dir) {
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) return Status::Ok();
+  if (S_ISDIR(st.st_mode) && st.st_uid != geteuid()) return RemoveTreeAs(dir, st.st_uid);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return Status::Internal(fmt::format("cannot remove {}: {}", dir, ec.message()));
+  return Status::Ok();
+}
+
 // Reads a small JSON file the shim wrote; NotFound when it is absent.
 Result<nlohmann::json> ReadJsonFile(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
@@ -156,9 +174,12 @@ Result<nlohmann::json> ReadJsonFile(const std::string& path) {
 }  // namespace
 
 struct WorkloadSupervisor::Entry {
-  std::string dir;  // The workload's cwd and HOME; the supervisor's files are in dir/.tessera.
-  std::string ControlDir() const { return dir + "/" + shim::kControlDir; }
+  std::string dir;      // The workload's cwd and HOME.
+  std::string control;  // The supervisor's files: <work_dir>/.control/<id> (or dir/.tessera).
+  const std::string& ControlDir() const { return control; }
   std::string File(const char* name) const { return ControlDir() + "/" + name; }
+  std::string tenant;
+  int64_t uid = -1;  // The uid it runs as; -1: the agent's own.
   WorkloadStatus status;
   std::string boot_id;     // The boot the workload started in (from `state`).
   std::string cgroup_dir;  // "" when it has none.
@@ -208,10 +229,22 @@ Result<std::unique_ptr<WorkloadSupervisor>> WorkloadSupervisor::Open(Options opt
   }
   options.work_dir = abs.lexically_normal().string();
   while (options.work_dir.size() > 1 && options.work_dir.back() == '/') options.work_dir.pop_back();
+  if (options.workspace_dir.empty()) options.workspace_dir = options.work_dir;
+  fs::create_directories(options.workspace_dir, ec);
+  options.workspace_dir = fs::absolute(options.workspace_dir, ec).lexically_normal().string();
+  while (options.workspace_dir.size() > 1 && options.workspace_dir.back() == '/') {
+    options.workspace_dir.pop_back();
+  }
+  if (ec || !fs::is_directory(options.workspace_dir, ec)) {
+    return Status::Internal(fmt::format("workload supervisor: workspace dir {} is not a directory",
+                                        options.workspace_dir));
+  }
 
   // One supervisor per work dir: two would each start what the server asked of them, twice.
   const std::string lock_path = options.work_dir + "/" + shim::kLockFile;
-  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // 0600: a workload that could open the lock, even to read, could flock it and keep the next
+  // agent out.
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0) {
     return Status::Internal(
         fmt::format("workload supervisor: cannot open {}: {}", lock_path, strerror(errno)));
@@ -230,18 +263,26 @@ Result<std::unique_ptr<WorkloadSupervisor>> WorkloadSupervisor::Open(Options opt
   sup->limits_enforced_ = !cg.root.empty();
   sup->cgroup_root_ = std::move(cg.root);
   sup->limits_note_ = std::move(cg.note);
+  TESSERA_RETURN_IF_ERROR(sup->SetUpIsolation());
   if (sup->limits_enforced_ || sup->options_.cgroup_root == "none") {
     spdlog::info("workload limits: {}", sup->limits_note_);
   } else {
     spdlog::warn("workload limits are not enforced: {}", sup->limits_note_);
   }
 
-  for (fs::directory_iterator it(sup->options_.work_dir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    std::error_code type_ec;
-    if (ValidId(name) && it->is_directory(type_ec)) sup->Adopt(name);
+  // What this and earlier agents started: ids with a control directory, and the ids of the
+  // earlier layout (<id>/.tessera).
+  std::set<std::string> ids;
+  for (const std::string& root :
+       {sup->options_.work_dir + "/" + kControlRoot, sup->options_.work_dir}) {
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code type_ec;
+      if (ValidId(name) && it->is_directory(type_ec)) ids.insert(name);
+    }
+    if (ec) break;
   }
+  for (const std::string& id : ids) sup->Adopt(id);
   if (ec) {
     return Status::Internal(fmt::format("workload supervisor: cannot list {}: {}",
                                         sup->options_.work_dir, ec.message()));
@@ -266,7 +307,13 @@ void WorkloadSupervisor::ReadPids(Entry& e) const {
 // Start that died before it wrote it): Start may reuse it.
 void WorkloadSupervisor::Adopt(const std::string& id) {
   auto e = std::make_unique<Entry>();
-  e->dir = options_.work_dir + "/" + id;
+  e->dir = options_.workspace_dir + "/" + id;
+  e->control = options_.work_dir + "/" + kControlRoot + "/" + id;
+  const std::string legacy = options_.work_dir + "/" + id;
+  if (!Exists(e->control) && Exists(legacy + "/" + shim::kControlDir)) {
+    e->dir = legacy;
+    e->control = legacy + "/" + shim::kControlDir;
+  }
   e->status.id = id;
   auto state = ReadJsonFile(e->File(shim::kStateFile));
   if (!state.ok() && state.status().code() == StatusCode::kNotFound) return;
@@ -276,6 +323,8 @@ void WorkloadSupervisor::Adopt(const std::string& id) {
     e->boot_id = f.String("boot_id", false);
     e->cgroup_dir = f.String("cgroup", false);
     e->status.port = static_cast<int>(f.Int("port", 0, 65535, false));
+    e->tenant = f.String("tenant", false);
+    e->uid = f.Int("uid", -1, UINT32_MAX, false, -1);
   } else {
     spdlog::warn("workload {}: {}", id, state.status().ToString());
   }
@@ -291,11 +340,95 @@ void WorkloadSupervisor::Adopt(const std::string& id) {
   }
 }
 
+Status WorkloadSupervisor::SetUpIsolation() {
+  const std::string control_root = options_.work_dir + "/" + kControlRoot;
+  if (mkdir(control_root.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::Internal(
+        fmt::format("workload supervisor: cannot create {}: {}", control_root, strerror(errno)));
+  }
+  chmod(control_root.c_str(), 0700);
+  if (options_.first_uid == 0 && options_.last_uid == 0) {
+    isolation_note_ =
+        "no workload uids were given (--workload-uids): workloads run as the agent's user";
+    return Status::Ok();
+  }
+  const UidRange range{options_.first_uid, options_.last_uid};
+  TESSERA_RETURN_IF_ERROR(CheckUidRange(range));
+  if (geteuid() != 0) {
+    isolation_note_ = fmt::format(
+        "the agent runs as uid {}, not root: it cannot run workloads as uids of their own",
+        geteuid());
+    spdlog::warn("workload isolation: none: {}", isolation_note_);
+    return Status::Ok();
+  }
+  // Workloads reach their own directories below the work dir and nothing else of it: it may be
+  // traversed, not listed; what is in it is the agent's (0600, 0700) or a workload's own.
+  const std::string& spaces = options_.workspace_dir;
+  if (chmod(spaces.c_str(), 0711) != 0) {
+    return Status::Internal(
+        fmt::format("workload supervisor: cannot chmod {}: {}", spaces, strerror(errno)));
+  }
+  const std::string blocked = FirstUntraversable(spaces);
+  if (!blocked.empty()) {
+    return Status::FailedPrecondition(fmt::format(
+        "workload supervisor: {} may not be traversed by others, so a workload uid could not "
+        "reach its directory in {}: choose a work dir below directories with o+x, or "
+        "--workload-uids none",
+        blocked, spaces));
+  }
+  isolation_ = "uid";
+  isolation_note_ = fmt::format(
+      "each tenant's workloads run as a uid of their own from {}-{}, without the agent's files",
+      range.first, range.last);
+  spdlog::info("workload isolation: {}", isolation_note_);
+  return Status::Ok();
+}
+
+Result<int64_t> WorkloadSupervisor::AssignUid(const std::string& id, const std::string& tenant) {
+  std::set<int64_t> held;  // By other tenants, or by ended work whose files are still there.
+  for (const auto& [other, e] : entries_) {
+    if (e->uid < 0) continue;
+    if (e->tenant == tenant && e->status.phase == WorkloadPhase::kRunning) return e->uid;
+    held.insert(e->uid);
+  }
+  for (int64_t uid = options_.first_uid; uid <= options_.last_uid; ++uid) {
+    if (held.count(uid)) continue;
+    if (!ClaimUid(static_cast<uid_t>(uid), options_.work_dir, options_.uid_claims_dir)) continue;
+    // Whatever still runs as a free uid (left behind by a crashed agent) belongs to nobody now.
+    if (!KillUid(static_cast<uid_t>(uid), 500)) {
+      UnclaimUid(static_cast<uid_t>(uid), options_.work_dir, options_.uid_claims_dir);
+      spdlog::warn("workload uid {} keeps processes that SIGKILL does not end; skipped", uid);
+      continue;
+    }
+    return uid;
+  }
+  return Status::ResourceExhausted(fmt::format(
+      "workload '{}': every workload uid of {}-{} is held by other tenants' work on this node", id,
+      options_.first_uid, options_.last_uid));
+}
+
+void WorkloadSupervisor::ReleaseUid(const Entry& e) {
+  if (e.uid < 0) return;
+  for (const auto& [other, o] : entries_) {
+    if (o.get() != &e && o->uid == e.uid && o->status.phase == WorkloadPhase::kRunning) return;
+  }
+  if (UidHasProcesses(static_cast<uid_t>(e.uid)) && !KillUid(static_cast<uid_t>(e.uid), 500)) {
+    spdlog::warn("workload {}: processes of uid {} outlive SIGKILL", e.status.id, e.uid);
+  }
+}
+
 Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   TESSERA_RETURN_IF_ERROR(ValidateSpec(spec));
-  const std::string dir = options_.work_dir + "/" + spec.id;
-  const std::string control = dir + "/" + shim::kControlDir;
-  if (entries_.count(spec.id) > 0 || Exists(control + "/" + shim::kStateFile)) {
+  if (options_.refuse_unisolated && isolation_ != "uid") {
+    return Status::FailedPrecondition(
+        fmt::format("workload '{}': not run, since it could reach this server's files: {}", spec.id,
+                    isolation_note_));
+  }
+  const std::string dir = options_.workspace_dir + "/" + spec.id;
+  const std::string control = options_.work_dir + "/" + kControlRoot + "/" + spec.id;
+  if (entries_.count(spec.id) > 0 || Exists(control + "/" + shim::kStateFile) ||
+      Exists(options_.work_dir + "/" + spec.id + "/" + shim::kControlDir + "/" +
+             shim::kStateFile)) {
     return Status::AlreadyExists(fmt::format(
         "workload '{}' was started before ({} holds its state); Forget it first", spec.id, dir));
   }
@@ -309,20 +442,31 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
     run = &with_port;
   }
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> env, BuildEnv(*run, dir));
+  int64_t uid = -1;
+  if (isolation_ == "uid") {
+    TESSERA_ASSIGN_OR_RETURN(uid, AssignUid(spec.id, spec.tenant));
+  }
+  // What a Start that died before writing `state` left.
+  TESSERA_RETURN_IF_ERROR(RemoveWorkspace(dir).WithPrefix(fmt::format("workload '{}'", spec.id)));
   std::error_code ec;
-  fs::remove_all(dir, ec);  // What a Start that died before writing `state` left.
-  if (!fs::create_directory(dir, ec) || ec || !fs::create_directory(control, ec) || ec) {
-    const std::string what = ec ? ec.message() : "it exists";
-    fs::remove_all(dir, ec);
+  fs::remove_all(control, ec);
+  if (mkdir(dir.c_str(), 0700) != 0 || mkdir(control.c_str(), 0700) != 0 ||
+      (uid >= 0 && chown(dir.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) != 0)) {
+    const std::string what = strerror(errno);
+    (void)RemoveWorkspace(dir);
+    fs::remove_all(control, ec);
     return Status::Internal(
-        fmt::format("workload '{}': cannot create {}: {}", spec.id, control, what));
+        fmt::format("workload '{}': cannot create {} and {}: {}", spec.id, dir, control, what));
   }
   shim::ShimPlan plan;
   plan.dir = dir;
   plan.control_dir = control;
+  plan.uid = uid;
+  if (uid >= 0) plan.nproc_limit = options_.nproc_limit;
   // Undoes the start when nothing runs.
   auto cleanup = [&](Status s) {
-    fs::remove_all(dir, ec);
+    (void)RemoveWorkspace(dir);
+    fs::remove_all(control, ec);
     if (!plan.cgroup_dir.empty()) rmdir(plan.cgroup_dir.c_str());
     return s.WithPrefix(fmt::format("workload '{}'", spec.id));
   };
@@ -339,7 +483,9 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
                           {"cgroup", plan.cgroup_dir},
                           {"cpu_milli", spec.cpu_milli},
                           {"memory_mib", spec.memory_mib},
-                          {"port", port}};
+                          {"port", port},
+                          {"tenant", spec.tenant},
+                          {"uid", uid}};
   Status s = WriteFileAtomic(plan.control_dir + "/" + shim::kStateFile, DumpJson(state) + "\n");
   if (!s.ok()) return cleanup(s);
 
@@ -357,6 +503,9 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
 
   auto e = std::make_unique<Entry>();
   e->dir = dir;
+  e->control = control;
+  e->tenant = spec.tenant;
+  e->uid = uid;
   e->boot_id = boot_id_;
   e->cgroup_dir = plan.cgroup_dir;
   e->status.id = spec.id;
@@ -430,8 +579,15 @@ Status WorkloadSupervisor::Preempt(const std::string& id, int64_t deadline_unix_
   if (e->status.phase == WorkloadPhase::kExited) return Status::Ok();
   const Time deadline{std::chrono::milliseconds(deadline_unix_ms)};
   const nlohmann::json notice = {{"deadline", FormatRfc3339(deadline)}, {"reason", reason}};
-  TESSERA_RETURN_IF_ERROR(
-      WriteFileAtomic(e->dir + "/" + shim::kNoticeFile, DumpJson(notice) + "\n"));
+  // Written where the workload cannot reach, then renamed into its directory: rename replaces
+  // whatever the workload put at that name (a symlink to a file of the agent's, say) and never
+  // follows it.
+  const std::string staged = e->File(shim::kNoticeFile);
+  TESSERA_RETURN_IF_ERROR(WriteFileAtomic(staged, DumpJson(notice) + "\n"));
+  if (rename(staged.c_str(), (e->dir + "/" + shim::kNoticeFile).c_str()) != 0) {
+    spdlog::warn("workload '{}': the preemption notice could not be put in {}: {}", id, e->dir,
+                 strerror(errno));
+  }
   const int64_t term_at = shim::MonotonicMs() + std::max<int64_t>(0, deadline_unix_ms - UnixMs());
   return RequestStop(*e, term_at, term_at + std::min<int64_t>(grace.count(), kMaxGraceMs),
                      "preempt");
@@ -496,6 +652,7 @@ void WorkloadSupervisor::Refresh(Entry& e) {
 void WorkloadSupervisor::Finish(Entry& e, const std::string& exit_text) {
   const std::string where = e.File(shim::kExitFile);
   e.status.phase = WorkloadPhase::kExited;
+  ReleaseUid(e);
   auto j = ParseJson(exit_text, where);
   if (!j.ok()) {
     e.status.exit_code = -1;
@@ -522,6 +679,7 @@ void WorkloadSupervisor::MarkLost(Entry& e, const char* reason) {
   }
   e.killing_orphan = false;
   e.status.phase = WorkloadPhase::kExited;
+  ReleaseUid(e);
   e.status.lost = true;
   e.status.exit_code = -1;
   e.status.reason = e.lost_reason;
@@ -546,13 +704,19 @@ Status WorkloadSupervisor::Forget(const std::string& id) {
         fmt::format("workload '{}' still runs: Stop it and wait until Poll reports it exited", id));
   }
   std::error_code ec;
-  fs::remove_all(e->dir, ec);
+  fs::remove_all(e->control, ec);
   if (ec) {
     return Status::Internal(
-        fmt::format("workload '{}': cannot remove {}: {}", id, e->dir, ec.message()));
+        fmt::format("workload '{}': cannot remove {}: {}", id, e->control, ec.message()));
   }
+  TESSERA_RETURN_IF_ERROR(RemoveWorkspace(e->dir).WithPrefix(fmt::format("workload '{}'", id)));
   if (!e->cgroup_dir.empty()) rmdir(e->cgroup_dir.c_str());
+  const int64_t uid = e->uid;
   entries_.erase(id);
+  if (uid >= 0 && std::none_of(entries_.begin(), entries_.end(),
+                               [uid](const auto& other) { return other.second->uid == uid; })) {
+    UnclaimUid(static_cast<uid_t>(uid), options_.work_dir, options_.uid_claims_dir);
+  }
   return Status::Ok();
 }
 

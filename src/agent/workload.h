@@ -28,7 +28,10 @@
 namespace tessera::agent {
 
 struct WorkloadSpec {
-  std::string id;       // The instance id, e.g. "inst-000042": the directory name; [a-z0-9-]{1,64}.
+  std::string id;  // The instance id, e.g. "inst-000042": the directory name; [a-z0-9-]{1,64}.
+  // Whose work it is. With workload uids, each tenant on the node runs under a uid of its own, so
+  // one tenant's workloads can neither read nor signal another's; "" counts as one more tenant.
+  std::string tenant;
   std::string command;  // Run as /bin/sh -c command.
   // Added to the base environment (PATH, HOME, LANG), e.g. CUDA_VISIBLE_DEVICES.
   std::vector<std::pair<std::string, std::string>> env;
@@ -61,6 +64,9 @@ class WorkloadSupervisor {
  public:
   struct Options {
     std::string work_dir;  // Created when missing.
+    // Where each workload's own directory (its cwd and HOME) is made; "" = work_dir. With
+    // workload uids it and every directory above it must be traversable by others.
+    std::string workspace_dir;
     int64_t log_limit_bytes = 8 << 20;
     std::chrono::milliseconds lease_kill_grace{2000};
     // "" = detect (a child of our own cgroup v2); "none" = do not try; else a cgroup v2 directory
@@ -70,6 +76,19 @@ class WorkloadSupervisor {
     // below Linux's ephemeral range, so the kernel does not hand them out on its own.
     int first_port = 29500;
     int last_port = 29999;
+    // Unprivileged uids for workloads (inclusive), one per tenant on the node; 0 and 0 = none:
+    // workloads then run as the agent's own user and isolation() is "none". Needs root.
+    uint32_t first_uid = 0;
+    uint32_t last_uid = 0;
+    // With workload uids: RLIMIT_NPROC of each workload, which counts every process of its
+    // tenant on the node (a fork bomb stops there); 0 = the agent's own limit.
+    int64_t nproc_limit = 4096;
+    // Where uids are claimed machine-wide (workload_uids.h), so agents sharing a machine and a
+    // range never hand one uid to two tenants.
+    std::string uid_claims_dir = "/run/tessera/workload-uids";
+    // Start refuses a workload (FailedPrecondition, with isolation_note()) unless isolation() is
+    // "uid": for agents inside the server's own process, whose files a workload must not reach.
+    bool refuse_unisolated = false;
   };
 
   // Opens the work dir and adopts what earlier runs started: running ones are watched again,
@@ -109,6 +128,11 @@ class WorkloadSupervisor {
   // Whether cpu_milli and memory_mib are enforced (through cgroup v2), and why not when not.
   bool limits_enforced() const { return limits_enforced_; }
   const std::string& limits_note() const { return limits_note_; }
+  // "uid" when each tenant's workloads run under a uid of their own, with the supervisor's files
+  // out of their reach; "none" when they run as the agent's user (one tenant at a time may use
+  // the node then). isolation_note() says why, e.g. "the agent is not root".
+  const std::string& isolation() const { return isolation_; }
+  const std::string& isolation_note() const { return isolation_note_; }
 
  private:
   struct Entry;
@@ -122,12 +146,21 @@ class WorkloadSupervisor {
   Status RequestStop(Entry& e, int64_t term_at_ms, int64_t kill_at_ms, const char* kind);
   Result<Entry*> Find(const std::string& id);
   Result<int> ReservePort(const std::string& id);
+  // The uid for a workload of `tenant`: the one its running work already has, else the lowest one
+  // no other tenant's workload (running, or ended but not forgotten) holds, emptied of processes.
+  Result<int64_t> AssignUid(const std::string& id, const std::string& tenant);
+  // After `e` ended: when no other running workload has its uid, every process left of that uid
+  // (one that left the process group, say) is killed.
+  void ReleaseUid(const Entry& e);
+  Status SetUpIsolation();
 
   Options options_;
   std::string boot_id_;
   std::string cgroup_root_;  // Where workload cgroups are made; "" when limits are not enforced.
   bool limits_enforced_ = false;
   std::string limits_note_;
+  std::string isolation_ = "none";
+  std::string isolation_note_ = "no workload uids were given";
   std::map<std::string, std::unique_ptr<Entry>> entries_;
   int lock_fd_ = -1;  // flock'ed <work_dir>/agent.lock, held while this object lives.
 };

@@ -7,10 +7,12 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -215,9 +217,28 @@ void ResetSignals(bool shim) {
       _exit(126);
     }
   }
-  execve("/bin/sh", plan.argv.data(), plan.envp.data());
+  if (plan.nproc_limit > 0) {
+    const rlimit lim{static_cast<rlim_t>(plan.nproc_limit), static_cast<rlim_t>(plan.nproc_limit)};
+    setrlimit(RLIMIT_NPROC, &lim);
+  }
+  if (plan.uid >= 0) {
+    // The tenant's own identity: no group of the agent's, and no way back (setuid programs do not
+    // raise it either).
+    const auto id = static_cast<uid_t>(plan.uid);
+    if (setgroups(0, nullptr) != 0 || setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0 ||
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+      Text msg;
+      msg.Add("tessera: cannot switch to uid ").AddInt(plan.uid).Add(" (errno ").AddInt(errno);
+      msg.Add("); the workload does not run with the agent's powers\n");
+      WriteAll(2, msg.c_str(), msg.size());
+      _exit(126);
+    }
+  }
+  umask(022);  // The shim's is the agent's private 077; a workload gets the usual default.
+  execve(plan.exec_path.c_str(), plan.argv.data(), plan.envp.data());
   Text msg;
-  msg.Add("tessera: cannot run /bin/sh (errno ").AddInt(errno).Add(")\n");
+  msg.Add("tessera: cannot run ").Add(plan.exec_path.c_str()).Add(" (errno ").AddInt(errno);
+  msg.Add(")\n");
   WriteAll(2, msg.c_str(), msg.size());
   _exit(127);
 }

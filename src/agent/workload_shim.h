@@ -51,9 +51,16 @@ struct ShimPlan {
   std::string cgroup_dir;               // The workload's cgroup ("" = none); the workload joins it.
   int64_t log_segment_bytes = 4 << 20;  // Half the log limit: two segments are kept.
   int64_t lease_kill_grace_ms = 2000;
-  int max_fd = 1024;              // For closing inherited descriptors where close_range is missing.
-  std::vector<std::string> args;  // /bin/sh's argv.
-  std::vector<std::string> env;   // NAME=value.
+  int max_fd = 1024;  // For closing inherited descriptors where close_range is missing.
+  // The workload runs as this uid and gid (no supplementary groups, no new privileges); -1 = as
+  // the shim's own user.
+  int64_t uid = -1;
+  // RLIMIT_NPROC for the workload (soft = hard, set before it drops to `uid`, which cannot raise
+  // it); 0 = inherited. It counts every process of the uid, that is of the tenant on this node.
+  int64_t nproc_limit = 0;
+  std::string exec_path = "/bin/sh";  // What the workload execs, with `args` as its argv.
+  std::vector<std::string> args;      // /bin/sh's argv.
+  std::vector<std::string> env;       // NAME=value.
 
   // Fills the pointer arrays from args and env; call after the last change to them.
   void Seal();

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -136,7 +137,7 @@ class WorkloadTest : public ::testing::Test {
     })) << "a workload outlived its test";
   }
   std::string Dir(const std::string& id) const { return tmp_.path() + "/work/" + id; }
-  std::string Control(const std::string& id) const { return Dir(id) + "/.tessera"; }
+  std::string Control(const std::string& id) const { return tmp_.path() + "/work/.control/" + id; }
 
   ::tessera::testing::TempDir tmp_;
 };
@@ -636,6 +637,197 @@ TEST_F(WorkloadTest, AConfiguredRootThatCannotLimitIsExplained) {
   spec.memory_mib = 64;
   ASSERT_TRUE(sup->Start(spec).ok());
   EXPECT_EQ(WaitExited(*sup, "free").exit_code, 0);
+}
+
+// Tenants' workloads under uids of their own (needs root, as a real agent does). Each attack is
+// made by the tenant's own command; what it managed is written to its log as "<attack>:<result>".
+class WorkloadUidTest : public WorkloadTest {
+ protected:
+  static constexpr uint32_t kFirst = 1'999'000'000;
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "switching uids needs root, as the agent has";
+  }
+  WorkloadSupervisor::Options UidOpts() const {
+    auto o = Opts();
+    o.first_uid = kFirst;
+    o.last_uid = kFirst + 9;
+    return o;
+  }
+  WorkloadSpec TenantSpec(std::string id, std::string tenant, std::string command) const {
+    WorkloadSpec s = Spec(std::move(id), std::move(command));
+    s.tenant = std::move(tenant);
+    return s;
+  }
+  std::string Log(WorkloadSupervisor& sup, const std::string& id) {
+    int64_t next = 0;
+    auto log = sup.ReadLog(id, 0, 1 << 20, &next);
+    return log.ok() ? *log : log.status().ToString();
+  }
+};
+
+TEST_F(WorkloadUidTest, EachTenantRunsAsAUidOfItsOwnAndCannotReachAnother) {
+  auto sup = OpenSup(UidOpts());
+  EXPECT_EQ(sup->isolation(), "uid") << sup->isolation_note();
+  ASSERT_TRUE(
+      sup->Start(TenantSpec("b-1", "bob", "echo secret > secret; echo $$ > pid; sleep 30")).ok());
+  const pid_t bob = WaitPid(Dir("b-1") + "/pid");
+  ASSERT_GT(bob, 0);
+  ASSERT_TRUE(sup->Start(TenantSpec("a-1", "alice",
+                                    fmt::format("echo uid:$(id -u); "
+                                                "cat ../b-1/secret && echo read:yes; "
+                                                "ls .. && echo list:yes; "
+                                                "kill -0 {0} && echo signal:yes; "
+                                                "cat /proc/{0}/environ && echo environ:yes; "
+                                                "echo x > ../b-1/planted && echo write:yes; "
+                                                "echo done",
+                                                bob)))
+                  .ok());
+  EXPECT_EQ(WaitExited(*sup, "a-1").exit_code, 0);
+  const std::string log = Log(*sup, "a-1");
+  struct stat st {};
+  ASSERT_EQ(stat(Dir("b-1").c_str(), &st), 0);
+  const uid_t bob_uid = st.st_uid;
+  EXPECT_GE(bob_uid, kFirst);
+  EXPECT_LE(bob_uid, kFirst + 9);
+  ASSERT_NE(log.find("uid:"), std::string::npos) << log;
+  const uid_t alice_uid = static_cast<uid_t>(std::stoul(log.substr(log.find("uid:") + 4)));
+  EXPECT_GE(alice_uid, kFirst);
+  EXPECT_LE(alice_uid, kFirst + 9);
+  EXPECT_NE(alice_uid, bob_uid);
+  for (const char* won : {"read:yes", "list:yes", "signal:yes", "environ:yes", "write:yes"}) {
+    EXPECT_EQ(log.find(won), std::string::npos) << won << " in\n" << log;
+  }
+  EXPECT_NE(log.find("done"), std::string::npos) << log;
+  EXPECT_TRUE(Alive(bob));
+  // Bob's directory: no one else may enter it.
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  // A second workload of the same tenant shares its uid.
+  ASSERT_TRUE(sup->Start(TenantSpec("b-2", "bob",
+                                    "id -u; kill -0 $(cat ../b-1/pid 2>/dev/null "
+                                    "|| echo 1) 2>/dev/null; echo sig:$?"))
+                  .ok());
+  EXPECT_EQ(WaitExited(*sup, "b-2").exit_code, 0);
+  EXPECT_EQ(Log(*sup, "b-2").substr(0, 10), std::to_string(bob_uid));
+}
+
+TEST_F(WorkloadUidTest, AWorkloadCannotForgeItsExitNorExtendTheLease) {
+  auto sup = OpenSup(UidOpts());
+  sup->RenewLease(milliseconds(60'000));
+  ASSERT_TRUE(
+      sup->Start(
+             TenantSpec("forger", "mallory",
+                        "echo '{\"exit_code\":0,\"reason\":\"exited\"}' > ../.control/forger/exit "
+                        "&& echo exit:yes; "
+                        "echo 'x 99999999999999' > ../agent.lease && echo lease:yes; "
+                        "mv ../agent.lease ../old 2>/dev/null && echo move:yes; "
+                        "cat ../.control/forger/state && echo state:yes; "
+                        "ls ../.control && echo control:yes; "
+                        "echo '0 0 stop' > ../.control/forger/stop && echo stop:yes; "
+                        "echo tried; sleep 30"))
+          .ok());
+  ASSERT_TRUE(WaitFor([&] { return Log(*sup, "forger").find("tried") != std::string::npos; }));
+  const std::string log = Log(*sup, "forger");
+  for (const char* won :
+       {"exit:yes", "lease:yes", "move:yes", "state:yes", "control:yes", "stop:yes"}) {
+    EXPECT_EQ(log.find(won), std::string::npos) << won << " in\n" << log;
+  }
+  auto st = Find(*sup, "forger");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->phase, WorkloadPhase::kRunning);
+  // The agent goes quiet: the lease it last gave holds, and the fence still works.
+  sup->RenewLease(milliseconds(100));
+  const WorkloadStatus ended = WaitExited(*sup, "forger");
+  EXPECT_EQ(ended.reason, "lease expired");
+  EXPECT_NE(ended.exit_code, 0);
+}
+
+TEST_F(WorkloadUidTest, ProcessesLeftBehindAreKilledWhenTheTenantsLastWorkloadEnds) {
+  auto sup = OpenSup(UidOpts());
+  ASSERT_TRUE(
+      sup->Start(TenantSpec("daemon", "eve", "setsid sleep 1000 & echo $! > pid; sleep 0.2")).ok());
+  const pid_t escaped = WaitPid(Dir("daemon") + "/pid");
+  ASSERT_GT(escaped, 0);
+  const WorkloadStatus st = WaitExited(*sup, "daemon");
+  EXPECT_EQ(st.exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return !Alive(escaped); })) << "a process outlived its tenant's work";
+}
+
+TEST_F(WorkloadUidTest, AForkBombStopsAtTheProcessLimitAndLimitsCannotBeRaised) {
+  auto o = UidOpts();
+  o.nproc_limit = 20;
+  auto sup = OpenSup(o);
+  // The bomb runs in a shell of its own (a shell whose fork fails gives up); what follows uses
+  // builtins only, since no fork succeeds while the bomb's processes live.
+  ASSERT_TRUE(sup->Start(TenantSpec("bomb", "eve",
+                                    "sh -c 'i=0; while [ $i -lt 60 ]; do sleep 5 & i=$((i+1)); "
+                                    "echo $i > count; done' 2>/dev/null; read n < count; "
+                                    "echo started:$n; "
+                                    "ulimit -H -p 100000 2>/dev/null && echo raised:yes; "
+                                    "ulimit -H -p; exit 0"))
+                  .ok());
+  EXPECT_EQ(WaitExited(*sup, "bomb", milliseconds(15'000)).exit_code, 0);
+  const std::string log = Log(*sup, "bomb");
+  const size_t at = log.find("started:");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_LT(std::stoi(log.substr(at + 8)), 20) << log;
+  EXPECT_EQ(log.find("raised:yes"), std::string::npos) << log;
+  EXPECT_NE(log.find("\n20\n"), std::string::npos) << log;
+}
+
+TEST_F(WorkloadUidTest, ForgetRemovesAWorkspaceWithoutFollowingItsLinks) {
+  tmp_.Write("precious", "keep\n");
+  auto sup = OpenSup(UidOpts());
+  ASSERT_TRUE(sup->Start(TenantSpec("linker", "eve",
+                                    fmt::format("ln -s {0} link; ln -s {0}/precious file; "
+                                                "mkdir -p d/e; chmod 000 d; chmod 000 .",
+                                                tmp_.path())))
+                  .ok());
+  EXPECT_EQ(WaitExited(*sup, "linker").exit_code, 0);
+  ASSERT_TRUE(sup->Forget("linker").ok());
+  EXPECT_FALSE(fs::exists(Dir("linker")));
+  EXPECT_EQ(ReadOr(tmp_.path() + "/precious"), "keep\n");
+}
+
+TEST_F(WorkloadUidTest, TheNoticeIsPutInPlaceWithoutFollowingTheWorkloadsLinks) {
+  tmp_.Write("precious", "keep\n");
+  auto sup = OpenSup(UidOpts());
+  ASSERT_TRUE(sup->Start(TenantSpec("trap", "eve",
+                                    fmt::format("ln -s {0}/precious preempt-notice.json; "
+                                                "ln -s {0}/precious preempt-notice.json.tmp; "
+                                                "echo ready; sleep 30",
+                                                tmp_.path())))
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return Log(*sup, "trap").find("ready") != std::string::npos; }));
+  const int64_t now_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  ASSERT_TRUE(sup->Preempt("trap", now_ms + 60'000, "spot", milliseconds(0)).ok());
+  EXPECT_EQ(ReadOr(tmp_.path() + "/precious"), "keep\n");
+  EXPECT_NE(ReadOr(Dir("trap") + "/preempt-notice.json").find("deadline"), std::string::npos);
+  ASSERT_TRUE(sup->Stop("trap", milliseconds(0)).ok());
+  WaitExited(*sup, "trap");
+}
+
+TEST_F(WorkloadUidTest, ARangeThatHoldsAnAccountIsRefusedNamingIt) {
+  auto o = Opts();
+  o.first_uid = 1;
+  o.last_uid = 10;
+  auto sup = WorkloadSupervisor::Open(o);
+  ASSERT_FALSE(sup.ok());
+  EXPECT_NE(sup.status().message().find("/etc/passwd"), std::string::npos)
+      << sup.status().message();
+  o.first_uid = 0;
+  EXPECT_NE(WorkloadSupervisor::Open(o).status().message().find("root"), std::string::npos);
+}
+
+TEST_F(WorkloadTest, AnAgentThatMustIsolateRefusesToRunWithoutUids) {
+  auto o = Opts();
+  o.refuse_unisolated = true;
+  auto sup = OpenSup(o);
+  EXPECT_EQ(sup->isolation(), "none");
+  Status s = sup->Start(Spec("plain", "true"));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("--workload-uids"), std::string::npos) << s.message();
 }
 
 }  // namespace
