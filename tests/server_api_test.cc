@@ -1,4 +1,5 @@
 // End-to-end tests of the REST API: every route, every error case, tenant isolation.
+#include <algorithm>
 #include <regex>
 
 #include "server_test_util.h"
@@ -217,6 +218,36 @@ TEST_F(ServerTest, NodesDrainAndUndrain) {
   ASSERT_EQ(Post("/v1/nodes/node-h100-01/undrain", kAdminToken, json::object()).status, 200);
   EXPECT_EQ(AwaitState(token, queued.body["id"].get<std::string>(), "running"), "running");
   EXPECT_EQ(Post("/v1/nodes/node-nope/drain", kAdminToken, json::object()).status, 404);
+}
+
+// Each --sim-agents node's agent runs real processes and says how it keeps tenants apart; what
+// it says depends on the machine (root or not), so the test asserts the shape, not the mode.
+TEST_F(ServerTest, NodesSayHowTheirAgentIsolatesWorkloads) {
+  const std::string not_yet = "its agent has not reported";
+  json nodes;
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);;) {
+    nodes = Get("/v1/nodes", kAdminToken).body["nodes"];
+    const bool reported = std::all_of(nodes.begin(), nodes.end(), [&](const json& n) {
+      return n.value("isolation_note", not_yet).find(not_yet) == std::string::npos;
+    });
+    if (reported || std::chrono::steady_clock::now() >= end) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(nodes.size(), 3u);
+  for (const json& n : nodes) {
+    const std::string id = n["id"];
+    ASSERT_TRUE(n.contains("isolation")) << n.dump();
+    const std::string mode = n["isolation"];
+    EXPECT_TRUE(mode == "uid" || mode == "none") << n.dump();
+    const std::string note = n.value("isolation_note", "");
+    EXPECT_FALSE(note.empty()) << "the note says why, whichever the mode: " << n.dump();
+    EXPECT_EQ(note.find(not_yet), std::string::npos) << "every agent reported: " << n.dump();
+    EXPECT_FALSE(n["agent"].contains("isolation")) << "shown once, at the node's top level";
+    auto one = Get("/v1/nodes/" + id, kAdminToken);
+    ASSERT_EQ(one.status, 200) << one.raw;
+    EXPECT_EQ(one.body["isolation"], mode) << one.raw;
+    EXPECT_EQ(one.body["isolation_note"], note) << one.raw;
+  }
 }
 
 TEST_F(ServerTest, AuditLogRecordsEveryAuthenticatedMutationWithItsResult) {

@@ -230,10 +230,13 @@ json Agent::Report(milliseconds wait) {
       std::chrono::duration_cast<milliseconds>(SystemClock::Get().Now().time_since_epoch()).count();
   for (const auto& [key, k] : known_) {
     if (!k.noop) continue;
-    // Nothing runs: it ends when told to stop, or at its notice's deadline.
-    const bool ended = k.stop_sent && now_ms >= k.stop_at_unix_ms;
+    // Nothing runs: it ends when told to stop, or at its notice's deadline, or at once when it
+    // could not start.
+    const bool ended = (k.stop_sent && now_ms >= k.stop_at_unix_ms) || !k.start_error.empty();
     json r = {{"id", k.instance}, {"attempt", k.attempt}, {"state", ended ? "exited" : "running"}};
-    if (ended) {
+    if (!k.start_error.empty()) {
+      r["reason"] = ToValidUtf8("not started: " + k.start_error.substr(0, 240));
+    } else if (ended) {
       r["exit_code"] = 0;
       r["reason"] = "stopped";
     }
@@ -248,6 +251,8 @@ json Agent::Report(milliseconds wait) {
                {"logs", logs}};
   body["limits"] = {{"enforced", workloads_->limits_enforced()},
                     {"note", workloads_->limits_note()}};
+  // The server hosts one tenant at a time on a node whose workloads are not apart ("none").
+  body["isolation"] = {{"mode", workloads_->isolation()}, {"note", workloads_->isolation_note()}};
   // Telemetry every kTelemetryEvery reports (10 s at the default heartbeat, finer than
   // dcgm-exporter's default 30 s), and at once when a GPU reports an XID event.
   // An injected fault shows in the next report too.
@@ -344,6 +349,7 @@ void Agent::Apply(const json& desired) {
       } else {
         WorkloadSpec spec;
         spec.id = key;
+        spec.tenant = w.value("tenant", "");
         spec.command = command;
         if (w.contains("env") && w["env"].is_object()) {
           for (const auto& [name, value] : w["env"].items()) {
@@ -354,9 +360,13 @@ void Agent::Apply(const json& desired) {
         spec.memory_mib = w.value("memory_mib", int64_t{0});
         spec.reserve_port = w.value("reserve_port", "");
         if (Status s = workloads_->Start(spec); !s.ok()) {
-          // Started by an earlier run whose record is gone, or refused: never run twice.
+          // Started by an earlier run whose record is gone: never run twice. Refused: the server
+          // hears why, as the instance's end, rather than waiting for it for ever.
           spdlog::error("starting {}: {}", key, s.message());
-          if (s.code() != StatusCode::kAlreadyExists) continue;
+          if (s.code() != StatusCode::kAlreadyExists) {
+            k.noop = true;
+            k.start_error = s.message();
+          }
         }
       }
       it = known_.emplace(key, std::move(k)).first;

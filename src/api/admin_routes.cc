@@ -27,19 +27,15 @@ void AddNodeRoutes(Api& table) {
                // position after which the next page starts.
                const size_t begin = static_cast<size_t>(after);
                json nodes = NodesJson(s.fleet(), begin, limit);
-               for (json& n : nodes) {
-                 json agent = s.AgentJson(n["id"].get<std::string>());
-                 if (!agent.is_null()) {
-                   if (agent["state"] == "not_ready") n["state"] = "not_ready";
-                   n["agent"] = std::move(agent);
-                 }
-               }
+               for (json& n : nodes) AddAgentFields(n, s.AgentJson(n["id"].get<std::string>()));
                json j = {{"nodes", std::move(nodes)}};
                // Joined nodes whose agent has not registered yet are not in the fleet.
                json waiting = json::array();
                for (const auto& [name, node] : s.agents().nodes()) {
                  if (!node.registered()) {
-                   waiting.push_back({{"id", name}, {"agent", s.AgentJson(name)}});
+                   json w = {{"id", name}};
+                   AddAgentFields(w, s.AgentJson(name));
+                   waiting.push_back(std::move(w));
                  }
                }
                if (!waiting.empty()) j["waiting_for_agent"] = std::move(waiting);

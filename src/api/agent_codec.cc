@@ -82,7 +82,7 @@ Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
 Result<core::AgentSync> ParseSync(json& body) {
   JsonFields f(body, "body");
   f.RejectUnknown({"protocol", "agent_id", "seq", "generation", "wait_ms", "workloads", "logs",
-                   "limits", "telemetry"});
+                   "limits", "isolation", "telemetry"});
   TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
   core::AgentSync s;
   s.agent_id = f.String("agent_id");
@@ -96,6 +96,17 @@ Result<core::AgentSync> ParseSync(json& body) {
     s.limits_enforced = limits.Bool("enforced");
     s.limits_note = limits.String("note", false);
     if (s.limits_note.size() > 512) limits.Fail("note", "is longer than 512 bytes");
+  }
+  JsonFields isolation = f.Object("isolation", false);
+  if (!isolation.absent()) {
+    isolation.RejectUnknown({"mode", "note"});
+    const std::string mode = isolation.String("mode");
+    s.isolation_note = isolation.String("note", false);
+    if (isolation.ok()) {
+      s.isolation = core::ParseIsolation(mode);
+      if (!s.isolation) isolation.Fail("mode", fmt::format("'{}' is not uid or none", Quote(mode)));
+    }
+    if (s.isolation_note.size() > 512) isolation.Fail("note", "is longer than 512 bytes");
   }
   if (const json* t = f.Get("telemetry", false)) {
     auto parsed = telemetry::FromJson(*t);

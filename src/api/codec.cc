@@ -177,4 +177,17 @@ json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count) {
   return out;
 }
 
+void AddAgentFields(json& node, json agent) {
+  if (agent.is_null()) return;
+  if (agent["state"] == "not_ready") node["state"] = "not_ready";
+  // Whom the node may host is the node's business, not only its agent's: top level.
+  for (const char* key : {"isolation", "isolation_note"}) {
+    if (agent.contains(key)) {
+      node[key] = std::move(agent[key]);
+      agent.erase(key);
+    }
+  }
+  node["agent"] = std::move(agent);
+}
+
 }  // namespace tessera::api

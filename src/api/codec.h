@@ -63,7 +63,7 @@ inline constexpr auto kMaxAgentWait = std::chrono::seconds(30);
 // POST /v1/agent/register: {protocol: 1, agent_id, inventory}.
 Result<core::AgentRegistration> ParseRegistration(const nlohmann::json& body);
 // POST /v1/agent/sync: {protocol: 1, agent_id, seq, generation, wait_ms?, workloads?, logs?,
-// limits?, telemetry?}. Takes the telemetry out of `body` rather than copy it.
+// limits?, isolation?, telemetry?}. Takes the telemetry out of `body` rather than copy it.
 Result<core::AgentSync> ParseSync(nlohmann::json& body);
 
 // GET /v1/instance-types: every type with its shape and its price in each billing mode.
@@ -71,5 +71,9 @@ nlohmann::json InstanceTypesJson(const catalog::Catalog& catalog);
 
 // GET /v1/nodes: capacity, allocations and state of nodes [begin, begin + count) of the fleet.
 nlohmann::json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count);
+// Adds a node's agent fields (State::AgentJson; null for a node no agent serves) to `node`: its
+// state "not_ready" when the agent lost its lease, "isolation" and "isolation_note" at the top
+// level, and the rest under "agent".
+void AddAgentFields(nlohmann::json& node, nlohmann::json agent);
 
 }  // namespace tessera::api

@@ -76,5 +76,33 @@ TEST(CodecTest, TenantUpdatesAndTokenRotations) {
   EXPECT_FALSE(ParseRotateToken({{"grace_seconds", -1}}).ok());
 }
 
+TEST(CodecTest, AnAgentsIsolationIsUidOrNoneAndErrorsNameTheField) {
+  auto sync = [](json isolation) {
+    json body = {{"protocol", 1},
+                 {"agent_id", "a1"},
+                 {"seq", 1},
+                 {"generation", 0},
+                 {"isolation", std::move(isolation)}};
+    return ParseSync(body);
+  };
+  auto uid = sync({{"mode", "uid"}, {"note", "one uid per tenant"}});
+  ASSERT_TRUE(uid.ok()) << uid.status().message();
+  EXPECT_EQ(uid->isolation, core::Isolation::kUid);
+  EXPECT_EQ(uid->isolation_note, "one uid per tenant");
+  EXPECT_EQ(sync({{"mode", "none"}})->isolation, core::Isolation::kNone);
+  EXPECT_EQ(sync({{"mode", "root"}}).status().message(),
+            "field 'isolation.mode': 'root' is not uid or none");
+  EXPECT_EQ(sync({{"note", "x"}}).status().message(), "field 'isolation.mode': is required");
+  EXPECT_EQ(sync({{"mode", "uid"}, {"uids", 5}}).status().message(),
+            "field 'isolation.uids': is not a known field");
+  EXPECT_EQ(sync("uid").status().message(), "field 'isolation': expected an object, found string");
+  EXPECT_EQ(sync({{"mode", "none"}, {"note", std::string(513, 'n')}}).status().message(),
+            "field 'isolation.note': is longer than 512 bytes");
+  json older = {{"protocol", 1}, {"agent_id", "a1"}, {"seq", 1}, {"generation", 0}};
+  auto quiet = ParseSync(older);
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_FALSE(quiet->isolation) << "an older agent says nothing: the server counts it as none";
+}
+
 }  // namespace
 }  // namespace tessera::api

@@ -158,7 +158,9 @@ void AddMetricsRoutes(Api& table) {
                  if (agent.is_null()) {
                    return Status::NotFound(fmt::format("node '{}' not found", Quote(node)));
                  }
-                 return json{{"id", node}, {"state", "waiting_for_agent"}, {"agent", agent}};
+                 json waiting = {{"id", node}, {"state", "waiting_for_agent"}};
+                 AddAgentFields(waiting, std::move(agent));
+                 return waiting;
                }
                json j = NodesJson(s.fleet(), index->value, 1).at(0);
                TESSERA_ASSIGN_OR_RETURN(json metrics, s.NodeMetrics(node, window));
@@ -171,11 +173,8 @@ void AddMetricsRoutes(Api& table) {
                  }
                }
                json agent = s.AgentJson(node);
-               if (!agent.is_null()) {
-                 if (agent["state"] == "not_ready") j["state"] = "not_ready";
-                 agent.erase("telemetry");  // Shown per GPU above.
-                 j["agent"] = std::move(agent);
-               }
+               if (!agent.is_null()) agent.erase("telemetry");  // Shown per GPU above.
+               AddAgentFields(j, std::move(agent));
                j["window_seconds"] =
                    std::chrono::duration_cast<std::chrono::seconds>(window).count();
                return j;

@@ -6,6 +6,16 @@
 
 namespace tessera::core {
 
+std::string_view IsolationName(Isolation isolation) {
+  return isolation == Isolation::kUid ? "uid" : "none";
+}
+
+std::optional<Isolation> ParseIsolation(std::string_view name) {
+  if (name == "uid") return Isolation::kUid;
+  if (name == "none") return Isolation::kNone;
+  return std::nullopt;
+}
+
 void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
   if (AgentNode* joined = Find(node)) {
     if (inst.node == node && IsActive(inst.state)) {

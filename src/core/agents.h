@@ -33,6 +33,14 @@
 
 namespace tessera::core {
 
+// How a node keeps its tenants' workloads apart, as its agent reports it (docs/agent.md).
+enum class Isolation {
+  kNone,  // Every workload runs as the agent's own user: the node hosts one tenant at a time.
+  kUid,   // Each tenant's workloads run under a uid of their own, out of the agent's reach.
+};
+std::string_view IsolationName(Isolation isolation);  // "none", "uid".
+std::optional<Isolation> ParseIsolation(std::string_view name);
+
 // What an agent says happened to an instance.
 struct AgentReport {
   std::string instance;
@@ -70,6 +78,8 @@ struct AgentSync {
   std::vector<WorkloadLog> logs;
   std::optional<bool> limits_enforced;
   std::string limits_note;
+  std::optional<Isolation> isolation;  // Absent from an older agent.
+  std::string isolation_note;
   std::shared_ptr<const telemetry::Telemetry> telemetry;
 };
 
@@ -93,6 +103,10 @@ struct AgentNode {
   bool lost = false;  // Missed its lease: not_ready, its work moved.
   std::optional<bool> limits_enforced;
   std::string limits_note;
+  // As the current agent run last reported it; none before it did (a run that has not reported
+  // yet, or an older agent that never does), which counts as Isolation::kNone.
+  std::optional<Isolation> isolation;
+  std::string isolation_note;
   std::shared_ptr<const telemetry::Telemetry> telemetry;  // The last report's.
   Time telemetry_at;
   // The inventory as series labels need it; set with the inventory.
@@ -104,6 +118,8 @@ struct AgentNode {
   int64_t next_fault = 1;
 
   bool registered() const { return !inventory.is_null(); }
+  // Whether each tenant's workloads run apart; false until its agent run said so.
+  bool isolated() const { return isolation == Isolation::kUid; }
 };
 
 // A long-polling agent, answered once its node's generation passes `after` or at `deadline`.

@@ -145,6 +145,19 @@ class MonitoringTest : public ::testing::Test {
     ASSERT_TRUE(state_->RegisterAgent(name, {agent_, Inventory(name, gpus)}, batch_).ok());
   }
 
+  // Its agent reports that it runs each tenant's work under a uid of its own, so that two
+  // tenants may share the node (docs/agent.md).
+  void ReportIsolated(const std::string& node) {
+    AgentSync s;
+    s.agent_id = agent_;
+    s.seq = ++seq_[node];
+    s.isolation = Isolation::kUid;
+    state_->BeginRound();
+    auto out = state_->SyncAgent(node, s, batch_);
+    state_->EndRound(batch_);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+  }
+
   // One round in which the node's agent reports `readings`.
   void Report(const std::string& node, std::shared_ptr<const telemetry::Telemetry> readings) {
     AgentSync s;
@@ -336,6 +349,7 @@ TEST_F(MonitoringTest, NodeMetricsListEachGpusPointsAndLatestReadings) {
 
 TEST_F(MonitoringTest, TopInstancesShowsATenantOnlyItsOwnAndTheAdminEveryonesWithTenant) {
   Join("gpu-1", 2);
+  ReportIsolated("gpu-1");
   const Instance a = Create(acme_);
   const Instance b = Create(beta_);
   ASSERT_EQ(a.gpus.size(), 1u);
@@ -443,6 +457,7 @@ TEST_F(MonitoringTest, ATenantHasAtMostMaxRulesPerTenantAndOthersAreNotCounted) 
 TEST_F(MonitoringTest, ARuleFiresOnAHotGpuResolvesWhenItCoolsAndATenantsOnlyOnItsOwn) {
   clock_.Advance(kNodeTimeout + 1s);  // Past the start's settling period.
   Join("gpu-1", 2);
+  ReportIsolated("gpu-1");
   const Instance a = Create(acme_);
   const Instance b = Create(beta_);
   ASSERT_EQ(a.gpus.size(), 1u);

@@ -9,6 +9,7 @@
 #include "common/json.h"
 #include "common/text.h"
 #include "core/state.h"
+#include "sched/plugins/sole_tenant.h"
 
 namespace tessera::core {
 
@@ -247,6 +248,7 @@ Status State::AttachSimulatedAgent(const std::string& name, const std::string& t
   instances_.ForEach([&](Instance& inst) {
     if (inst.node == name && IsActive(inst.state)) attached.assigned.insert(inst.id.str());
   });
+  ApplyNodeState(attached);  // Its agent runs real processes: one tenant until it says more.
   PublishNodeTokens();
   return Status::Ok();
 }
@@ -299,6 +301,10 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   node->info = NodeInfoOf(*node);
   if (node->agent_id != reg.agent_id) {
     spdlog::info("node {}: agent run {} registered", name, Quote(reg.agent_id));
+    // A new run may have lost its powers (restarted as another user): what the last one said
+    // about isolation holds for it only once it says so too.
+    node->isolation.reset();
+    node->isolation_note.clear();
   }
   node->agent_id = reg.agent_id;
   node->report_seq = -1;
@@ -346,6 +352,13 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   if (sync.limits_enforced) {
     node->limits_enforced = sync.limits_enforced;
     node->limits_note = sync.limits_note;
+  }
+  if (sync.isolation) {
+    const bool opened = sync.isolation != node->isolation && *sync.isolation == Isolation::kUid;
+    node->isolation = sync.isolation;
+    node->isolation_note = sync.isolation_note;
+    ApplyNodeState(*node);
+    if (opened) CapacityFreed();  // Other tenants' queued work may now share it.
   }
   if (sync.telemetry) {
     node->telemetry = sync.telemetry;
@@ -498,6 +511,11 @@ nlohmann::json State::AgentJson(const std::string& name) const {
                       {"limits_enforced",
                        n.limits_enforced ? nlohmann::json(*n.limits_enforced) : nlohmann::json()}};
   if (!n.limits_note.empty()) j["limits_note"] = n.limits_note;
+  j["isolation"] = IsolationName(n.isolation.value_or(Isolation::kNone));
+  j["isolation_note"] =
+      n.isolation ? n.isolation_note
+                  : "its agent has not reported how it isolates workloads; until it does, the node "
+                    "hosts one tenant's work at a time";
   if (n.registered()) {
     j["backend"] = n.inventory.value("backend", "");
     j["driver_version"] = n.inventory.value("driver_version", "");
@@ -656,6 +674,13 @@ void State::ApplyNodeState(const AgentNode& node) {
                              : node.drained ? fleet::NodeState::kDraining
                                             : fleet::NodeState::kReady;
   if (fleet_->node(*n).state != s) (void)fleet_->SetNodeState(*n, s);
+  // A joined node's agent runs real processes, and unless it runs each tenant's under a uid of
+  // their own, one tenant's workload could read or signal another's: such a node is shared, and
+  // hosts one tenant at a time. The nodes of the in-core simulated agents (StateOptions::
+  // sim_agents: the what-if simulator) and fleet-file nodes without an agent run nothing, so
+  // they are never shared and the filter never refuses them.
+  sole_tenant_->SetShared(*n, !node.isolated());
+  queue_.KeepTenantsApart(sole_tenant_->shared_nodes() > 0);
 }
 
 void State::UseReportedMigUuids(Instance& inst) const {

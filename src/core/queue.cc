@@ -5,10 +5,19 @@
 
 namespace tessera::core {
 
-PendingQueue::Key PendingQueue::KeyOf(const Instance& inst) {
+PendingQueue::Key PendingQueue::KeyOf(const Instance& inst) const {
   const Shape& s = inst.shape;
-  return {s.gpu_model,      s.mode,  s.gpus,       s.mig_profile, s.milli_gpu,
-          s.gpu_memory_mib, s.vcpus, s.memory_mib, s.nvlink,      inst.billing};
+  return {s.gpu_model,
+          s.mode,
+          s.gpus,
+          s.mig_profile,
+          s.milli_gpu,
+          s.gpu_memory_mib,
+          s.vcpus,
+          s.memory_mib,
+          s.nvlink,
+          inst.billing,
+          tenants_apart_ ? inst.tenant.str() : ""};
 }
 
 void PendingQueue::Push(const Instance& inst, bool tried) {

@@ -3,6 +3,9 @@
 // stands for its whole group and a pass costs one attempt per group, however many wait in it.
 // Within a group the oldest goes first; groups go by priority, then by their oldest member, and a
 // group that does not fit never holds back the ones after it.
+// Where some node hosts one tenant at a time (its agent cannot isolate tenants), the scheduler may
+// place one tenant's request and not another's identical one: the caller then keeps tenants
+// apart, and each tenant's identical requests form a group of their own.
 // The fleet's capacity has generations: the caller starts a new one whenever capacity frees. A
 // group that failed in the current generation is not tried again until the next, so a pass over
 // an unchanged fleet costs nothing. A pass makes at most a given number of failed attempts; the
@@ -32,10 +35,15 @@ enum class Attempt {
 
 class PendingQueue {
  public:
-  // Identical requests: the shape, field by field, and the billing mode.
+  // Identical requests: the shape, field by field, the billing mode, and while tenants are kept
+  // apart the tenant ("" otherwise).
   using Key = std::tuple<std::string, catalog::SharingMode, int, std::string, int, int64_t, int64_t,
-                         int64_t, bool, Billing>;
-  static Key KeyOf(const Instance& inst);
+                         int64_t, bool, Billing, std::string>;
+  Key KeyOf(const Instance& inst) const;
+
+  // Whether requests queued from now on group by tenant too. Requests already queued keep their
+  // group, so a change costs nothing; the cost of true is an attempt per tenant, not per shape.
+  void KeepTenantsApart(bool apart) { tenants_apart_ = apart; }
 
   // Queues `inst`. REQUIRES: it is pending and not queued. `tried` says whether an attempt for
   // it just found no room in the current generation (its group then waits for the next).
@@ -67,6 +75,7 @@ class PendingQueue {
   std::map<Key, Group> groups_;
   std::unordered_map<std::string, Key> by_id_;
   int64_t generation_ = 0;
+  bool tenants_apart_ = false;
   std::optional<Key> resume_;  // Where the next pass starts, after a pass ran out of budget.
 };
 

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "common/json.h"
+#include "sched/plugins/sole_tenant.h"
 
 namespace tessera::core {
 
@@ -17,6 +18,11 @@ constexpr int kMaxPassesPerRound = 4;
 
 std::string Gpus(int64_t milli) {
   return fmt::format("{:g}", static_cast<double>(milli) / fleet::kMilliPerGpu);
+}
+
+// Whose work `inst` is, as the scheduler knows sources (sched::Request::source).
+uint32_t SourceOf(const Instance& inst) {
+  return static_cast<uint32_t>(TenantNumber(inst.tenant.str()));
 }
 
 }  // namespace
@@ -35,7 +41,11 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
       agents_(options.sim_agents, options.simulated_notice),
       evaluator_(options.alerts),
-      started_at_(clock->Now()) {}
+      started_at_(clock->Now()) {
+  auto sole_tenant = std::make_unique<sched::SoleTenantFilter>();
+  sole_tenant_ = sole_tenant.get();
+  scheduler_->AddFilter(std::move(sole_tenant));
+}
 
 Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                                    std::optional<bool> disabled, store::Batch& batch) {
@@ -270,7 +280,13 @@ Instance State::Shown(const Instance& inst) const {
         inst.billing == Billing::kSpot
             ? 0
             : preemptor_.CountFor(admission_.RequestFor(inst.shape, inst.billing));
-    const std::string waiting = admission_.PendingReason(inst, preemptible);
+    std::string waiting = admission_.PendingReason(inst, preemptible);
+    if (const size_t closed = sole_tenant_->ClosedTo(SourceOf(inst)); closed > 0) {
+      // Counts nodes, as the rest of the reason does; it names no other tenant or its work.
+      waiting += fmt::format(
+          "; {} node(s) that cannot isolate tenants from each other host another tenant's work",
+          closed);
+    }
     shown.reason = inst.reason.empty() ? waiting : inst.reason + "; " + waiting;
   }
   return shown;
@@ -281,6 +297,7 @@ void State::Book(Instance& inst, const fleet::Assignment& a) {
   inst.node = fleet_->node(a.node).name;
   inst.gpus = DescribeGpus(a, *fleet_);
   UseReportedMigUuids(inst);
+  sole_tenant_->Hold(a.node, SourceOf(inst));
   if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
   if (inst.billing == Billing::kOnDemand)
     on_demand_milli_[inst.shape.gpu_model] += GpuMilliOf(inst);
@@ -299,6 +316,9 @@ void State::Unbook(Instance& inst) {
     spdlog::critical("releasing {}'s capacity failed: {}", inst.id.str(), s.message());
     std::abort();
   }
+  // Until now, even while stopping or preempting: its workload may run until its agent reported
+  // the stop, so a node that cannot isolate tenants stays closed to the others until then.
+  sole_tenant_->Release(inst.assignment->node, SourceOf(inst));
   inst.assignment.reset();
   const std::string node = std::move(inst.node);
   inst.node.clear();
@@ -317,7 +337,7 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   // The policy learns each request once, weighed by its tenant, so a queue's retries and one
   // tenant's flood do not steer where everyone else's work goes.
   req.observe = first_attempt;
-  req.source = static_cast<uint32_t>(TenantNumber(inst.tenant.str()));
+  req.source = SourceOf(inst);
   const auto start = std::chrono::steady_clock::now();
   std::optional<fleet::Assignment> a = scheduler_->Schedule(req);
   counters_.scheduling_latency.Observe(
@@ -467,6 +487,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     }
     if (inst.assignment) {
       ++report.rebooked;
+      sole_tenant_->Hold(inst.assignment->node, SourceOf(inst));
       if (inst.billing == Billing::kOnDemand) {
         on_demand_milli_[inst.shape.gpu_model] += GpuMilliOf(inst);
       }

@@ -49,6 +49,10 @@
 #include "telemetry/history.h"
 #include "telemetry/series.h"
 
+namespace tessera::sched {
+class SoleTenantFilter;  // sched/plugins/sole_tenant.h
+}  // namespace tessera::sched
+
 namespace tessera::core {
 
 // A fixed-bucket histogram of a latency, as Prometheus exposes it.
@@ -458,7 +462,7 @@ class State {
   void PublishNodeTokens();
   // Evaluates the alert rules when the interval passed; stores what changed.
   void EvaluateAlerts(store::Batch& batch);
-  // The fleet state a joined node's flags give.
+  // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
   void ApplyNodeState(const AgentNode& node);
   void AppendLog(const Instance& inst, const WorkloadLog& log);
   // On a joined node, a MIG slice whose profile and placement match a MIG device the node's
@@ -480,6 +484,9 @@ class State {
   const Clock* clock_;
   std::unique_ptr<fleet::Fleet> fleet_;
   std::unique_ptr<sched::Scheduler> scheduler_;
+  // The scheduler's filter that gives a node that cannot isolate tenants to one tenant at a time
+  // (ApplyNodeState says which nodes, Book and Unbook whose work is where); the scheduler owns it.
+  sched::SoleTenantFilter* sole_tenant_ = nullptr;
   StateOptions options_;
 
   Tenants tenants_;

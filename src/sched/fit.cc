@@ -97,6 +97,7 @@ Need Prepare(const Request& r) {
   Need need;
   need.cpu = r.cpu_milli;
   need.mem = r.memory_mib;
+  need.source = r.source;
   if (!r.mig_profile.empty()) {
     need.kind = Kind::kMig;
     need.count = 1;

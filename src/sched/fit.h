@@ -34,6 +34,7 @@ struct Need {
   bool exclusive_mode = false;  // Whole GPUs from exclusive-mode GPUs only.
   std::string_view mig_profile;
   bool detail = false;  // The NodeFit summary is not enough; FitsDetail decides.
+  uint32_t source = 0;  // Request::source: whose work it is (0 = no one's in particular).
 };
 
 // Digests a request that passed ValidateRequest (scheduler.h).

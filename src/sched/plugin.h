@@ -32,6 +32,10 @@ class FilterPlugin {
   // `out` has room for in.size() entries and may be in.data() itself.
   virtual size_t Filter(const Need& need, const NodeTable& nodes, std::span<const uint32_t> in,
                         uint32_t* out) const = 0;
+  // True when, for `need`, this filter may refuse a node yet keep one that NodeTable holds to be
+  // in the same state (it reads what the table does not mirror): the framework then filters every
+  // candidate node, not only the lead of each group of identical ones.
+  virtual bool NeedsEveryNode(const Need& /*need*/) const { return false; }
 };
 
 class Policy {

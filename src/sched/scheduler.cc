@@ -85,7 +85,25 @@ struct Scheduler::State {
   FragModel frag;
   NodeTable table;
   Rng rng;
+  // Keeps the nodes of `in` (written to `out`, which may be in.data()) that every filter keeps.
+  size_t Filter(const Need& need, std::span<const uint32_t> in, uint32_t* out) const {
+    size_t count = filter->Filter(need, table, in, out);
+    for (const auto& f : extra_filters) {
+      if (count == 0) break;
+      count = f->Filter(need, table, std::span<const uint32_t>(out, count), out);
+    }
+    return count;
+  }
+
+  // Whether the candidates must be every node, not a lead per group of identical nodes.
+  bool NeedsEveryNode(const Need& need) const {
+    if (policy->NeedsEveryNode()) return true;
+    return std::any_of(extra_filters.begin(), extra_filters.end(),
+                       [&](const auto& f) { return f->NeedsEveryNode(need); });
+  }
+
   std::unique_ptr<FilterPlugin> filter;
+  std::vector<std::unique_ptr<FilterPlugin>> extra_filters;  // Scheduler::AddFilter's.
   std::unique_ptr<Policy> policy;
   std::vector<uint32_t> feasible;
   std::vector<int32_t> scores;
@@ -124,16 +142,20 @@ Scheduler::Scheduler(fleet::Fleet* fleet, Options options, std::unique_ptr<State
 
 Scheduler::~Scheduler() = default;
 
+FilterPlugin* Scheduler::AddFilter(std::unique_ptr<FilterPlugin> filter) {
+  state_->extra_filters.push_back(std::move(filter));
+  return state_->extra_filters.back().get();
+}
+
 std::optional<fleet::Assignment> Scheduler::Schedule(const Request& r) {
   if (!ValidateRequest(r).ok()) return std::nullopt;
   State& s = *state_;
   if (s.table.Sync()) s.Resize();
   const Need need = Prepare(r);
   if (r.observe) s.policy->Observe(need, r.source);
-  const size_t candidates =
-      Candidates(need, s.table, s.policy->NeedsEveryNode(), s.feasible.data());
-  const size_t count = s.filter->Filter(
-      need, s.table, std::span<const uint32_t>(s.feasible.data(), candidates), s.feasible.data());
+  const size_t candidates = Candidates(need, s.table, s.NeedsEveryNode(need), s.feasible.data());
+  const size_t count =
+      s.Filter(need, std::span<const uint32_t>(s.feasible.data(), candidates), s.feasible.data());
   if (count == 0) return std::nullopt;
   uint32_t winner = s.feasible[0];
   if (count > 1) {  // A single feasible node is taken without scoring, as in kube-scheduler.
@@ -152,7 +174,7 @@ std::optional<fleet::Assignment> Scheduler::ScheduleOn(const Request& r, fleet::
   if (!n.valid() || n.value >= s.table.size()) return std::nullopt;
   const Need need = Prepare(r);
   uint32_t node = n.value;
-  if (s.filter->Filter(need, s.table, std::span<const uint32_t>(&node, 1), &node) == 0) {
+  if (s.Filter(need, std::span<const uint32_t>(&node, 1), &node) == 0) {
     return std::nullopt;
   }
   return Grant(need, node);

@@ -73,7 +73,8 @@ struct Options {
   Workload target{};           // The target workload for fragmentation (FGD and metrics).
 };
 
-class Policy;  // sched/plugin.h
+class Policy;        // sched/plugin.h
+class FilterPlugin;  // sched/plugin.h
 
 // Every policy name the registry knows, e.g. "random", "dotprod", "gpu-clustering",
 // "gpu-packing", "bestfit", "fgd".
@@ -94,6 +95,11 @@ class Scheduler {
   static Result<std::unique_ptr<Scheduler>> Create(fleet::Fleet* fleet, Options options,
                                                    std::unique_ptr<Policy> policy);
   ~Scheduler();
+
+  // Adds a filter that runs after the fit filter in every placement (Schedule and ScheduleOn, so
+  // also in the preemptor's trials), and returns it; the scheduler owns it, and the caller may
+  // keep the pointer to feed it what it reads (see plugins/sole_tenant.h).
+  FilterPlugin* AddFilter(std::unique_ptr<FilterPlugin> filter);
 
   // Places `r`: shows it to the policy first when r.observe (Policy::Observe), then filters,
   // scores, breaks ties by node rank, reserves. Returns the booked assignment, or nullopt when no
