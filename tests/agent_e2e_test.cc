@@ -2,6 +2,7 @@
 // `tessera agent --backend sim` processes joined to it, and real workload processes.
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +21,8 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-// A `tessera agent` child process, its output in a file.
+// A `tessera agent` child process, its output in a file. Its token is in a 0600 file beside
+// its work dir (never in argv, which the agent refuses).
 class AgentProcess : public testing::ChildProcess {
  public:
   AgentProcess(const std::string& url, const std::string& token, const std::string& work_dir,
@@ -33,12 +35,13 @@ class AgentProcess : public testing::ChildProcess {
   static std::vector<std::string> Args(const std::string& url, const std::string& token,
                                        const std::string& work_dir, const std::string& gpus,
                                        const std::vector<std::string>& extra) {
+    const std::string token_file = testing::WritePrivateFile(work_dir + ".token", token + "\n");
     std::vector<std::string> all = {testing::TesseraBinary(),
                                     "agent",
                                     "--server",
                                     url,
-                                    "--token",
-                                    token,
+                                    "--token-file",
+                                    token_file,
                                     "--backend",
                                     "sim",
                                     "--sim-gpus",
@@ -86,6 +89,14 @@ class AgentTest : public ServerTest {
   }
 
   std::string WorkDir(const std::string& node) { return dir_.File("work-" + node); }
+  // A directory every workload uid may write to (sticky, as /tmp), for evidence that must
+  // outlive a workload's own directory.
+  std::string Evidence(const std::string& name) {
+    const std::string dir = dir_.File("evidence");
+    std::filesystem::create_directories(dir);
+    chmod(dir.c_str(), 01777);
+    return dir + "/" + name;
+  }
 
   std::string NodeState(const std::string& name) {
     auto r = Get("/v1/nodes", kAdminToken);
@@ -373,14 +384,14 @@ TEST_F(AgentTest, ARestartedAgentAdoptsItsWorkAndNeverStartsItTwice) {
 TEST_F(AgentTest, ASpotVictimGetsItsNoticeBeforeItStopsAndThePreemptorStartsAfter) {
   Join("gpu-01");
   // The victim keeps its evidence outside its workload directory, which goes when it ends.
-  const std::string notice_copy = dir_.File("got-notice"), noticed_at = dir_.File("noticed");
+  const std::string notice_copy = Evidence("got-notice"), noticed_at = Evidence("noticed");
   const std::string spot =
       Create(H100(2, "spot"),
              fmt::format("while [ ! -f \"$TESSERA_PREEMPT_NOTICE\" ]; do sleep 0.05; done; "
                          "cat \"$TESSERA_PREEMPT_NOTICE\" > {}; date +%s%N > {}; sleep 60",
                          notice_copy, noticed_at));
   ASSERT_TRUE(WaitState(spot, "running"));
-  const std::string started_at = dir_.File("started");
+  const std::string started_at = Evidence("started");
   const std::string od =
       Create(H100(2, "on_demand"), fmt::format("date +%s%N > {}; sleep 30", started_at));
   ASSERT_TRUE(WaitState(spot, "preempting", 5s)) << Instance(spot).dump();

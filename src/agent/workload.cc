@@ -584,6 +584,7 @@ Status WorkloadSupervisor::Preempt(const std::string& id, int64_t deadline_unix_
   // follows it.
   const std::string staged = e->File(shim::kNoticeFile);
   TESSERA_RETURN_IF_ERROR(WriteFileAtomic(staged, DumpJson(notice) + "\n"));
+  chmod(staged.c_str(), 0644);  // The agent's umask is private; the workload must read it.
   if (rename(staged.c_str(), (e->dir + "/" + shim::kNoticeFile).c_str()) != 0) {
     spdlog::warn("workload '{}': the preemption notice could not be put in {}: {}", id, e->dir,
                  strerror(errno));

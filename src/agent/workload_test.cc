@@ -790,6 +790,7 @@ TEST_F(WorkloadUidTest, ForgetRemovesAWorkspaceWithoutFollowingItsLinks) {
 
 TEST_F(WorkloadUidTest, TheNoticeIsPutInPlaceWithoutFollowingTheWorkloadsLinks) {
   tmp_.Write("precious", "keep\n");
+  const mode_t old_umask = umask(077);  // The agent's own: the workload must still read it.
   auto sup = OpenSup(UidOpts());
   ASSERT_TRUE(sup->Start(TenantSpec("trap", "eve",
                                     fmt::format("ln -s {0}/precious preempt-notice.json; "
@@ -804,6 +805,10 @@ TEST_F(WorkloadUidTest, TheNoticeIsPutInPlaceWithoutFollowingTheWorkloadsLinks) 
   ASSERT_TRUE(sup->Preempt("trap", now_ms + 60'000, "spot", milliseconds(0)).ok());
   EXPECT_EQ(ReadOr(tmp_.path() + "/precious"), "keep\n");
   EXPECT_NE(ReadOr(Dir("trap") + "/preempt-notice.json").find("deadline"), std::string::npos);
+  umask(old_umask);
+  struct stat st {};
+  ASSERT_EQ(stat((Dir("trap") + "/preempt-notice.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0044, 0044u) << "the notice is not readable by the workload's uid";
   ASSERT_TRUE(sup->Stop("trap", milliseconds(0)).ok());
   WaitExited(*sup, "trap");
 }

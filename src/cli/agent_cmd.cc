@@ -3,19 +3,24 @@
 #include <httplib.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <csignal>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "agent/agent.h"
 #include "agent/nvml_backend.h"
 #include "agent/sim_backend.h"
+#include "agent/workload_uids.h"
 #include "catalog/catalog.h"
 #include "cli/cli.h"
 #include "common/auth.h"
+#include "common/secret_env.h"
 #include "common/text.h"
 #include "telemetry/series.h"
 
@@ -25,7 +30,8 @@ namespace {
 
 struct AgentFlags {
   std::string server;
-  std::string token;
+  std::string token_file;
+  std::string refused_token;  // --token, only to refuse it (RefuseTokenFlag).
   std::string ca;
   std::string backend = "nvml";
   std::string sim_gpus = "H100-80GB:8";
@@ -37,6 +43,7 @@ struct AgentFlags {
   std::string cgroup_root;
   std::string metrics_listen;
   std::string rendezvous_ports = "29500-29999";
+  std::string workload_uids = std::string(agent::kDefaultWorkloadUids);
 };
 
 int Fail(const std::string& message) {
@@ -44,12 +51,41 @@ int Fail(const std::string& message) {
   return kExitFailure;
 }
 
+// --token is refused, not ignored: an agent's argv is in /proc/PID/cmdline, and so in every
+// shim forked from it, for every user of the node (tenants' workloads included) to read.
+int RefuseTokenFlag() {
+  std::cerr << "tessera agent: --token is not accepted: the node token would be visible in "
+               "/proc/PID/cmdline (of the agent and of every workload's shim) to every user of "
+               "the node. Give it in a file only its owner can read, --token-file PATH, or in "
+               "the environment, TESSERA_NODE_TOKEN\n";
+  return kExitUsage;
+}
+
+// The node token: --token-file, else TESSERA_NODE_TOKEN. The variable is taken either way, so
+// its bytes leave this process's environment block before any shim is forked from it.
+Result<std::string> NodeToken(const AgentFlags& flags) {
+  const std::optional<std::string> env = TakeSecretEnv("TESSERA_NODE_TOKEN");
+  if (flags.token_file.empty()) return env.value_or("");
+  auto token = ReadSecretFile(flags.token_file);
+  if (!token.ok()) return token.status().WithPrefix("--token-file");
+  return token;
+}
+
 int RunAgent(const AgentFlags& flags) {
+  // The agent holds the node token, and without workload uids tenants' commands run as its
+  // user: not dumpable, no process of that user may ptrace it or read its /proc/PID/environ,
+  // mem or fds. Its shims are forks, and inherit this.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // What the agent writes (workload state, logs, the lock) is private unless it says otherwise.
+  umask(077);
+  auto token_or = NodeToken(flags);
+  if (!token_or.ok()) return Fail(token_or.status().message());
+  const std::string token = std::move(*token_or);
   const std::string server = flags.server.empty() ? EnvOr("TESSERA_URL", "") : flags.server;
-  const std::string token = flags.token.empty() ? EnvOr("TESSERA_NODE_TOKEN", "") : flags.token;
   if (server.empty() || token.empty()) {
-    std::cerr << "tessera agent: give --server URL and --token T (the node token POST /v1/nodes "
-                 "or `tessera nodes add NAME` printed)\n";
+    std::cerr << "tessera agent: give --server URL and the node token (POST /v1/nodes or "
+                 "`tessera nodes add NAME` printed it) in a file only you can read, "
+                 "--token-file PATH, or in TESSERA_NODE_TOKEN\n";
     return kExitUsage;
   }
   auto catalog = flags.catalog_dir.empty() ? catalog::Catalog::LoadEmbedded()
@@ -80,6 +116,15 @@ int RunAgent(const AgentFlags& flags) {
   agent::WorkloadSupervisor::Options wopts;
   wopts.work_dir = flags.work_dir;
   wopts.cgroup_root = flags.cgroup_root;
+  if (flags.workload_uids != "none") {
+    auto uids = agent::ParseUidRange(flags.workload_uids);
+    if (!uids.ok()) {
+      std::cerr << "tessera agent: " << EscapeForTerminal(uids.status().message()) << "\n";
+      return kExitUsage;
+    }
+    wopts.first_uid = uids->first;
+    wopts.last_uid = uids->last;
+  }
   {
     const std::string& r = flags.rendezvous_ports;
     const size_t dash = r.find('-');
@@ -155,8 +200,11 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   CLI::App* cmd = app.add_subcommand(
       "agent", "Run the node agent: join this GPU server to a Tessera server (docs/agent.md)");
   cmd->add_option("--server", flags->server, "The server's URL (or TESSERA_URL)");
-  cmd->add_option("--token", flags->token,
-                  "This node's token, from `tessera nodes add` (or TESSERA_NODE_TOKEN)");
+  cmd->add_option("--token-file", flags->token_file,
+                  "File holding this node's token, from `tessera nodes add`; mode 0600 or "
+                  "stricter (or TESSERA_NODE_TOKEN)");
+  // Hidden, and refused when given: see RefuseTokenFlag.
+  CLI::Option* token_flag = cmd->add_option("--token", flags->refused_token)->group("");
   cmd->add_option("--ca", flags->ca, "CA certificate for an https server (or TESSERA_CA)");
   cmd->add_option("--backend", flags->backend, "GPU backend: nvml (the driver) or sim")
       ->capture_default_str();
@@ -172,6 +220,11 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
                   "Where workloads run and keep their logs and state")
       ->capture_default_str();
   cmd->add_option("--catalog", flags->catalog_dir, "Catalog directory (default: built in)");
+  cmd->add_option("--workload-uids", flags->workload_uids,
+                  "Unprivileged uids FROM-TO for workloads without an image, one per tenant on "
+                  "the node (needs root; no account may use them), or none: workloads then run as "
+                  "the agent's user and the node takes one tenant at a time")
+      ->capture_default_str();
   cmd->add_option("--heartbeat-ms", flags->heartbeat_ms,
                   "The longest between two reports, in milliseconds")
       ->check(CLI::Range(100, 30'000))
@@ -187,7 +240,9 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
                   "TCP ports the agent reserves for groups' rank 0 (MASTER_PORT), FIRST-LAST; "
                   "keep them outside the kernel's ephemeral range")
       ->capture_default_str();
-  cmd->callback([flags, &ctx] { ctx.exit_code = RunAgent(*flags); });
+  cmd->callback([flags, token_flag, &ctx] {
+    ctx.exit_code = token_flag->count() > 0 ? RefuseTokenFlag() : RunAgent(*flags);
+  });
 }
 
 }  // namespace tessera::cli

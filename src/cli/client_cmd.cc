@@ -554,12 +554,16 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
       return;
     }
     const json body = {{"name", *id}, {"labels", *l}, {"sharing", *sharing}};
+    // The token goes in a file, never in the agent's argv: that is in /proc/PID/cmdline for
+    // every user of the node (docs/agent.md).
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/nodes", &body), [](const json& j) {
       std::cout << "node " << EscapeForTerminal(Str(j, "id"))
                 << " added; its token (shown once, stored only as a hash):\n"
                 << EscapeForTerminal(Str(j, "token")) << "\n"
-                << "On the node, run:\n  tessera agent --server $TESSERA_URL --token "
-                << EscapeForTerminal(Str(j, "token")) << "\n";
+                << "On the node, save it in a file only the agent's user can read, and run:\n"
+                << "  (umask 077; mkdir -p /etc/tessera; cat > /etc/tessera/node-token)   "
+                   "# paste the token, then Ctrl-D\n"
+                << "  tessera agent --server $TESSERA_URL --token-file /etc/tessera/node-token\n";
     });
   });
   for (const char* verb : {"drain", "undrain"}) {

@@ -1,21 +1,28 @@
 // `tessera server`: the control plane's main job.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "agent/agent.h"
 #include "agent/sim_backend.h"
+#include "agent/workload_uids.h"
 #include "alerts/notifier.h"
 #include "api/api.h"
 #include "api/server.h"
@@ -23,6 +30,7 @@
 #include "cli/cli.h"
 #include "common/auth.h"
 #include "common/memory.h"
+#include "common/secret_env.h"
 #include "core/core.h"
 
 namespace tessera::cli {
@@ -73,12 +81,12 @@ Result<Duration> ParseDuration(const std::string& text, const std::string& flag)
       std::chrono::milliseconds(n * (u == millis.end() ? 0 : u->second)));
 }
 
-// Decides the operator's token: TESSERA_ADMIN_TOKEN when set (it must be of full strength);
-// otherwise the stored hash, or a new token printed once. In demo mode a new token is made at
-// every start so it can be shown.
-Result<std::string> SetUpAdminToken(core::Core& core, bool demo) {
-  const char* env = std::getenv("TESSERA_ADMIN_TOKEN");
-  std::string token = env && *env ? env : "";
+// Decides the operator's token: `from_env` (TESSERA_ADMIN_TOKEN, taken at start) when set; it
+// must be of full strength; otherwise the stored hash, or a new token printed once. In demo mode
+// a new token is made at every start so it can be shown.
+Result<std::string> SetUpAdminToken(core::Core& core, bool demo,
+                                    const std::optional<std::string>& env) {
+  std::string token = env.value_or("");
   const bool from_env = !token.empty();
   if (from_env && !IsFullStrengthToken(token)) {
     return Status::InvalidArgument(
@@ -109,6 +117,23 @@ void RaiseDescriptorLimit() {
     limit.rlim_cur = limit.rlim_max;
     setrlimit(RLIMIT_NOFILE, &limit);
   }
+}
+
+// The data directory, made when missing, 0711: a workload may traverse it to its own directory
+// below (DATA/sim-agents/...) but no other user may list it. The files in it are the umask's
+// (077) and the store's (0600).
+Status PrepareDataDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return Status::FailedPrecondition(
+        fmt::format("--data {}: cannot create the directory: {}", dir, ec.message()));
+  }
+  if (chmod(dir.c_str(), 0711) != 0) {
+    return Status::FailedPrecondition(
+        fmt::format("--data {}: cannot make it 0711: {}", dir, std::strerror(errno)));
+  }
+  return Status::Ok();
 }
 
 bool IsLoopback(const std::string& host) {
@@ -197,6 +222,43 @@ agent::Transport InProcessTransport(api::ApiServer& server, std::string token) {
   };
 }
 
+// The workload supervisor of an agent inside the server's process, working in DATA/<sub>. The
+// tenants' commands it runs must not reach the server's files (DATA/tessera.db is every tenant's
+// data, and the server's memory holds the admin token): they run as workload uids of their own,
+// which needs root, or not at all (Start refuses them, and the instance fails saying why). When
+// DATA lies below a directory other users may not traverse (/root, say), workload uids could not
+// reach DATA/<sub>/<id>: their directories are made in /var/lib/tessera/workspaces/ instead,
+// under a name fixed by DATA's path so a restarted server adopts them.
+Result<agent::WorkloadSupervisor::Options> InProcessWorkloads(const std::string& data_dir,
+                                                              const std::string& sub) {
+  namespace fs = std::filesystem;
+  agent::WorkloadSupervisor::Options w;
+  w.work_dir = data_dir + "/" + sub;
+  w.refuse_unisolated = true;
+  if (geteuid() != 0) return w;
+  TESSERA_ASSIGN_OR_RETURN(agent::UidRange uids, agent::ParseUidRange(agent::kDefaultWorkloadUids));
+  w.first_uid = uids.first;
+  w.last_uid = uids.last;
+  std::error_code ec;
+  const std::string parent = fs::path(w.work_dir).parent_path().string();
+  fs::create_directories(parent, ec);
+  if (parent != data_dir) chmod(parent.c_str(), 0711);
+  if (!agent::FirstUntraversable(parent).empty()) {
+    const std::string abs = fs::absolute(data_dir, ec).lexically_normal().string();
+    w.workspace_dir =
+        fmt::format("/var/lib/tessera/workspaces/{}/{}", HashToken(abs).substr(0, 16), sub);
+    // Each level traversable, none listable: /var/lib/tessera down to the node's own.
+    std::string dir;
+    for (const auto& part : fs::path(w.workspace_dir).parent_path().relative_path()) {
+      dir += "/" + part.string();
+      if (dir.size() <= std::string("/var/lib").size()) continue;
+      mkdir(dir.c_str(), 0711);
+      chmod(dir.c_str(), 0711);
+    }
+  }
+  return w;
+}
+
 // --sim-agents: every node of the fleet file is served by an agent in this process, the same
 // agent code as `tessera agent --backend sim`, through InProcessTransport. Instances with a
 // command run as real processes under DATA/sim-agents/NODE. Returns once every agent has
@@ -243,8 +305,8 @@ Status StartSimAgents(InProcessAgents& agents, core::Core& core, api::ApiServer&
     } else {
       gpus = std::make_unique<NoGpus>(n.cpu_milli, n.memory_mib);
     }
-    agent::WorkloadSupervisor::Options w;
-    w.work_dir = data_dir + "/sim-agents/" + n.name;
+    TESSERA_ASSIGN_OR_RETURN(agent::WorkloadSupervisor::Options w,
+                             InProcessWorkloads(data_dir, "sim-agents/" + n.name));
     w.cgroup_root = "none";  // One process: limits are a real agent's business.
     TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(w));
     agents.Run(std::make_unique<agent::Agent>(agent::AgentOptions{},
@@ -277,8 +339,8 @@ Status StartDemoAgent(InProcessAgents& agents, core::Core& core, const catalog::
       });
   if (!joined.ok()) return joined.status();
   TESSERA_ASSIGN_OR_RETURN(auto gpus, agent::SimBackend::Create(catalog, "H100-80GB:8", kNode, 42));
-  agent::WorkloadSupervisor::Options wopts;
-  wopts.work_dir = data_dir + "/agent-" + kNode;
+  TESSERA_ASSIGN_OR_RETURN(agent::WorkloadSupervisor::Options wopts,
+                           InProcessWorkloads(data_dir, std::string("agent-") + kNode));
   TESSERA_ASSIGN_OR_RETURN(auto workloads, agent::WorkloadSupervisor::Open(wopts));
   TESSERA_ASSIGN_OR_RETURN(agent::Transport transport, agent::HttpTransport(url, token.first));
   agents.Run(std::make_unique<agent::Agent>(agent::AgentOptions{}, std::move(transport),
@@ -413,6 +475,14 @@ Status NotifierFlags(const ServerFlags& flags, alerts::NotifierOptions& notify) 
 }
 
 int RunServer(const ServerFlags& flags) {
+  // The server holds the admin token and every tenant's data, and under --sim-agents tenants'
+  // commands run as its user: not dumpable, no process of that user may ptrace it or read its
+  // /proc/PID/environ, mem or fds. Shims forked from it inherit this.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // Everything it writes (tessera.db and its -wal and -shm, LOCK, keys) is private to its user.
+  umask(077);
+  // Taken before any thread starts, and gone from /proc/PID/environ from here on.
+  const std::optional<std::string> admin_token_env = TakeSecretEnv("TESSERA_ADMIN_TOKEN");
   auto listen = ParseListen(flags.listen, "--listen");
   if (!listen.ok()) {
     std::cerr << "tessera server: " << listen.status().message() << "\n";
@@ -492,10 +562,11 @@ int RunServer(const ServerFlags& flags) {
   options.alerts.alertmanager = !notify.alertmanager_url.empty();
   notifier = std::make_unique<alerts::Notifier>(notify, &SystemClock::Get());
   options.notifier = notifier.get();
+  if (Status s = PrepareDataDir(flags.data); !s.ok()) return Fail(s);
   auto started = core::Core::Start(options);
   if (!started.ok()) return Fail(started.status());
   core = std::move(*started);
-  auto token = SetUpAdminToken(*core, flags.demo);
+  auto token = SetUpAdminToken(*core, flags.demo, admin_token_env);
   if (!token.ok()) return Fail(token.status());
   const std::string url =
       fmt::format("{}://{}:{}", server.tls() ? "https" : "http", listen->first, server.port());

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -459,6 +460,19 @@ Result<int> LockDirectory(const std::string& dir) {
   return fd;
 }
 
+// Makes the database and its WAL and shared-memory files 0600: they hold every tenant's token
+// hash and ledger, and a file made by an older version, or copied in, may be wider. SQLite makes
+// a new -wal or -shm with the database's own mode, so this holds after a checkpoint too.
+Status MakePrivate(const std::string& path) {
+  for (const std::string& file : {path, path + "-wal", path + "-shm"}) {
+    if (chmod(file.c_str(), 0600) != 0 && errno != ENOENT) {
+      return Status::FailedPrecondition(
+          fmt::format("{}: cannot make it private (chmod 600): {}", file, std::strerror(errno)));
+    }
+  }
+  return Status::Ok();
+}
+
 // Runs `pragma` and returns the first column of its first row ("" when it returns none).
 Result<std::string> PragmaValue(sqlite3* db, const std::string& path, const char* pragma) {
   std::string value;
@@ -518,6 +532,7 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir) {
         fmt::format("{}: synchronous is {}, not FULL (2)", path, sync));
   }
   TESSERA_RETURN_IF_ERROR(store->Prepare());
+  TESSERA_RETURN_IF_ERROR(MakePrivate(path));
   return std::unique_ptr<Store>(std::move(store));
 }
 

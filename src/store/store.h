@@ -117,7 +117,8 @@ class Store {
 // with WAL journaling (checked, not assumed: a file system that cannot do WAL is an error) and
 // synchronous=FULL so a committed batch survives power loss. The store holds an exclusive lock on
 // `dir` (dir/LOCK, flock) until it is destroyed, so a second server on the same directory fails
-// here, naming the directory and the holder's pid. Errors name the path.
+// here, naming the directory and the holder's pid. The database and its -wal and -shm files are
+// made 0600, whatever mode they had. Errors name the path.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir);
 
 }  // namespace tessera::store

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,6 +193,35 @@ TEST(SqliteStoreTest, OneServerPerDataDirectory) {
       << second.status().message();
   first->reset();
   EXPECT_TRUE(OpenSqliteStore(dir.path()).ok()) << "the lock goes with the store";
+}
+
+TEST(SqliteStoreTest, TheDatabaseAndItsWalAreMadePrivateWhateverTheirMode) {
+  testing::TempDir dir;
+  const std::string db = dir.path() + "/tessera.db";
+  // A server killed with its WAL in place, whose files an older version made 0644.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    auto s = OpenSqliteStore(dir.path());
+    if (!s.ok()) _exit(3);
+    Batch b;
+    b.instances.push_back({InstanceId::FromNumber(1).str(), "tenant-000001", "pending", "{}", ""});
+    if (!(*s)->Commit(b).ok()) _exit(4);
+    kill(getpid(), SIGKILL);
+    _exit(5);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  for (const std::string& file : {db, db + "-wal", db + "-shm"}) {
+    ASSERT_EQ(chmod(file.c_str(), 0644), 0) << file;
+  }
+  auto s = OpenSqliteStore(dir.path());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  for (const std::string& file : {db, db + "-wal", db + "-shm"}) {
+    struct stat st {};
+    ASSERT_EQ(stat(file.c_str(), &st), 0) << file;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << file;
+  }
 }
 
 TEST(SqliteStoreTest, StartUpLoadsWhatIsActiveOrEndedRecently) {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,18 @@ std::string TempDir::Write(const std::string& name, const std::string& content) 
   fs::create_directories(fs::path(p).parent_path());
   std::ofstream(p, std::ios::binary) << content;
   return p;
+}
+
+std::string WritePrivateFile(const std::string& path, const std::string& content) {
+  fs::create_directories(fs::path(path).parent_path());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // fchmod too: an existing file keeps its mode through O_CREAT.
+  if (fd < 0 || fchmod(fd, 0600) != 0 ||
+      write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    std::abort();
+  }
+  close(fd);
+  return path;
 }
 
 TcpListener::TcpListener(int port) : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {

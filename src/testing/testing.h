@@ -44,6 +44,10 @@ class TcpListener {
   int port_ = 0;
 };
 
+// Writes `content` to `path`, mode 0600 from the start (a secret, such as a node token for
+// --token-file), and returns `path`. Aborts when it cannot.
+std::string WritePrivateFile(const std::string& path, const std::string& content);
+
 // The repository root ($TESSERA_SOURCE_DIR, else the directory the build was configured from).
 std::string SourceDir();
 
