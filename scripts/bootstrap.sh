@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building, testing and running Tessera need, and only those that
-# are missing. Idempotent: a second run changes nothing. Works where `apt-get update` never ran.
+# are missing, and gives podman's user namespaces their /etc/subuid and /etc/subgid ranges.
+# Idempotent: a second run changes nothing. Works where `apt-get update` never ran.
 set -euo pipefail
 
 packages=(
@@ -12,12 +13,35 @@ packages=(
   python3
   prometheus prometheus-alertmanager
   libjs-chart.js chromium
+  # Workloads as OCI containers (src/agent/container*): podman with runc (crun refuses hybrid
+  # cgroups), conmon, catatonit for --init, uidmap and slirp4netns for user namespaces,
+  # containernetworking-plugins and iptables for the private network; docker-registry,
+  # busybox-static and apache2-utils (htpasswd) for the tests' local registry and images.
+  podman runc conmon catatonit uidmap slirp4netns containernetworking-plugins iptables
+  docker-registry busybox-static apache2-utils
 )
 # The console's browser tests run on Node.js with npm (tests/console); a machine that has them
 # from elsewhere keeps them.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+
+# `podman run --userns=auto` takes each container's uids and gids from the "containers" ranges of
+# /etc/subuid and /etc/subgid: 2^31 ids from 2^31-1 up, above every account, above the subordinate
+# ranges useradd hands out (100000 up) and above the agent's workload uids (1999000000 up). Added
+# only when the file has no "containers" line, so a second run, or an operator's own range, is left
+# as it is.
+for f in /etc/subuid /etc/subgid; do
+  if ! grep -q '^containers:' "$f" 2>/dev/null; then
+    echo "bootstrap: adding a containers range to $f"
+    echo 'containers:2147483647:2147483648' | $sudo tee -a "$f" >/dev/null
+  fi
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -31,10 +55,6 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 echo "bootstrap: installing ${missing[*]}"
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  sudo="sudo"
-fi
 export DEBIAN_FRONTEND=noninteractive
 # A fresh machine may never have fetched the package lists; fetch them when an install fails.
 if ! $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; then
