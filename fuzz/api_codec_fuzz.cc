@@ -38,6 +38,23 @@ void CheckMessage(const Status& s) {
   Check(m.size() < 4096, "an error message grew with the input");
 }
 
+// An accepted image: a valid reference, and credentials only with one, within their bounds.
+void CheckImage(const core::ImageSpec& image) {
+  if (image.empty()) {
+    Check(!image.auth && image.pull_policy == core::PullPolicy::kIfNotPresent,
+          "a pull policy or registry credentials without an image were accepted");
+    return;
+  }
+  Check(core::ValidateImageRef(image.ref).ok(), "an invalid image reference was accepted");
+  if (image.auth) {
+    for (const std::string* s : {&image.auth->username, &image.auth->password}) {
+      Check(!s->empty() && s->size() <= core::kMaxRegistryAuthBytes && IsValidUtf8(*s) &&
+                s->find('\0') == std::string::npos,
+            "a registry credential out of bounds was accepted");
+    }
+  }
+}
+
 void FuzzBody(const std::string& text) {
   auto body = ParseJson(text, "body");
   if (!body.ok()) return CheckMessage(body.status());
@@ -49,6 +66,7 @@ void FuzzBody(const std::string& text) {
     Check(r->labels.size() <= core::kMaxLabels, "too many labels were accepted");
     Check(core::ValidateLabels(r->labels).ok(), "labels that fail validation were accepted");
     Check(core::ValidateAnnotations(r->annotations).ok(), "bad annotations were accepted");
+    CheckImage(r->image);
   } else {
     CheckMessage(r.status());
   }
@@ -75,7 +93,13 @@ void FuzzBody(const std::string& text) {
   nlohmann::json sync = *body;
   if (auto r = api::ParseSync(sync); r.ok()) {
     Check(r->wait <= api::kMaxAgentWait, "a wait over the longest long poll was accepted");
-    Check(r->reports.size() <= 4096 && r->logs.size() <= 4096, "too many entries were accepted");
+    Check(r->reports.size() + r->pulls.size() <= 4096 && r->logs.size() <= 4096,
+          "too many entries were accepted");
+    for (const auto& pull : r->pulls) {
+      Check(pull.progress.bytes >= 0 && pull.progress.total_bytes >= 0 &&
+                pull.progress.percent >= 0 && pull.progress.percent <= 100,
+            "a pull's progress out of range was accepted");
+    }
     for (const auto& log : r->logs) {
       Check(log.data.size() <= (256u << 10), "a log chunk over 256 KiB was accepted");
     }
@@ -100,7 +124,13 @@ void FuzzBody(const std::string& text) {
       g.id = "grp-000001";
       g.tenant = *TenantId::Parse("tenant-000001");
       g.spec = *r;
-      Check(core::GroupFromJson(core::ToJson(g), "stored").ok(), "a stored group reads back");
+      CheckImage(r->member.image);
+      Check(core::GroupFromJson(core::ToJson(g, core::Secrets::kIncluded), "stored").ok(),
+            "a stored group reads back");
+      const nlohmann::json shown = core::ToJson(g, core::Secrets::kHidden);
+      Check(!shown["template"].contains("registry_auth") ||
+                !shown["template"]["registry_auth"].contains("password"),
+            "a group's API form shows its registry password");
     } else {
       CheckMessage(!f.ok() ? f.body_error() : r.status());
     }

@@ -118,8 +118,14 @@ export function table(columns, rows, opts = {}) {
   return h('div', {class: 'table-wrap'}, t);
 }
 
-export function badge(state) {
-  return h('span', {class: `badge s-${state}`}, state);
+export function badge(state, label = state) {
+  return h('span', {class: `badge s-${state}`}, label);
+}
+
+// An instance's state as a badge: "pulling 42%" while its node's agent pulls its image.
+export function instanceBadge(inst) {
+  const pulling = inst.state === 'pulling' && inst.pull && Number.isFinite(inst.pull.percent);
+  return badge(inst.state, pulling ? `pulling ${inst.pull.percent}%` : inst.state);
 }
 
 // "12.3456" (USD) -> "$12.35"; amounts under a cent keep four decimals.

@@ -48,9 +48,23 @@ Result<core::AgentRegistration> ParseRegistration(const json& body) {
 
 namespace {
 
-Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
+// `pull` of a report whose state is "pulling": {bytes, total_bytes (0: unknown), percent}.
+core::PullProgress ParsePull(JsonFields& pull) {
+  pull.RejectUnknown({"bytes", "total_bytes", "percent"});
+  core::PullProgress p;
+  p.bytes = pull.Int("bytes", 0, INT64_MAX);
+  p.total_bytes = pull.Int("total_bytes", 0, INT64_MAX);
+  // Rounded down, so a pull shows 100% only once its agent says so.
+  p.percent = static_cast<int>(pull.Number("percent", 0, 100));
+  return p;
+}
+
+// One entry of `workloads`: what happened to the workload (into s.reports), or how far the pull
+// of its image has come (into s.pulls).
+Status ParseReport(const json& j, const std::string& where, core::AgentSync& s) {
   JsonFields f(j, where);
-  f.RejectUnknown({"id", "attempt", "state", "exit_code", "reason", "lost", "started_at", "port"});
+  f.RejectUnknown(
+      {"id", "attempt", "state", "exit_code", "reason", "lost", "started_at", "port", "pull"});
   core::AgentReport r;
   r.instance = f.String("id");
   r.attempt = static_cast<int>(f.Int("attempt", 0, INT32_MAX));
@@ -60,21 +74,31 @@ Result<core::AgentReport> ParseReport(const json& j, const std::string& where) {
   r.lost = f.Bool("lost", false);
   if (f.Get("port", false)) r.port = static_cast<int>(f.Int("port", 1, 65535));
   const std::string started = f.String("started_at", false);
+  const bool pulling = state == "pulling";
+  JsonFields pull = f.Object("pull", pulling);
+  core::PullProgress progress;
+  if (!pull.absent()) progress = ParsePull(pull);
   if (state == "running") {
     r.state = core::InstanceState::kRunning;
   } else if (state == "exited") {
     r.state = core::InstanceState::kTerminated;
-  } else if (f.ok()) {
-    f.Fail("state", fmt::format("'{}' is not running or exited", Quote(state)));
+  } else if (!pulling && f.ok()) {
+    f.Fail("state", fmt::format("'{}' is not running, pulling or exited", Quote(state)));
   }
+  if (!pulling && !pull.absent()) f.Fail("pull", "applies only to state pulling");
   if (r.reason.size() > 256) f.Fail("reason", "is longer than 256 bytes");
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  if (pulling) {
+    s.pulls.push_back({std::move(r.instance), r.attempt, progress});
+    return Status::Ok();
+  }
   if (!started.empty()) {
     auto t = ParseRfc3339(started);
     if (!t.ok()) return t.status().WithPrefix(where + ": field 'started_at'");
     r.started_at = *t;
   }
-  return r;
+  s.reports.push_back(std::move(r));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -131,9 +155,7 @@ Result<core::AgentSync> ParseSync(json& body) {
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
   if (workloads) {
     for (size_t i = 0; i < workloads->size(); ++i) {
-      TESSERA_ASSIGN_OR_RETURN(core::AgentReport r,
-                               ParseReport((*workloads)[i], fmt::format("workloads[{}]", i)));
-      s.reports.push_back(std::move(r));
+      TESSERA_RETURN_IF_ERROR(ParseReport((*workloads)[i], fmt::format("workloads[{}]", i), s));
     }
   }
   if (logs) {

@@ -50,9 +50,9 @@ struct RotateTokenRequest {
 };
 Result<RotateTokenRequest> ParseRotateToken(const nlohmann::json& body);
 
-// POST /v1/instances: billing, optional name/command/restart/labels/annotations, and the shape
-// as instance_type or {gpu_model, gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus,
-// memory_mib, nvlink?}.
+// POST /v1/instances: billing, optional name/command/restart/labels/annotations, optional
+// image/pull_policy/registry_auth (core/image.h), and the shape as instance_type or {gpu_model,
+// gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus, memory_mib, nvlink?}.
 Result<core::CreateInstanceRequest> ParseCreateInstance(const nlohmann::json& body);
 
 // A JsonFields reader's first error, on one line, without the reader's own prefix ("body: ").

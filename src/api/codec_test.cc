@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/json.h"
+#include "core/group.h"
 
 namespace tessera::api {
 namespace {
@@ -102,6 +103,106 @@ TEST(CodecTest, AnAgentsIsolationIsUidOrNoneAndErrorsNameTheField) {
   auto quiet = ParseSync(older);
   ASSERT_TRUE(quiet.ok());
   EXPECT_FALSE(quiet->isolation) << "an older agent says nothing: the server counts it as none";
+}
+
+TEST(CodecTest, ImageFieldsOfAnInstanceAndATemplateAreCheckedNamingTheField) {
+  const std::string secret = "pa55-never-echoed";
+  auto ok = ParseCreateInstance(
+      Share({{"image", "registry.example.com:5000/team/train:1.4"},
+             {"pull_policy", "if_not_present"},
+             {"registry_auth", {{"username", "robot"}, {"password", secret}}}}));
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->image.ref, "registry.example.com:5000/team/train:1.4");
+  EXPECT_EQ(ok->image.auth->password, secret);
+  EXPECT_TRUE(ok->command.empty()) << "an image without a command runs its own entrypoint";
+  const std::vector<std::pair<json, std::string>> refused = {
+      {{{"image", "Upper/case"}},
+       "field 'image': path component 'Upper' may hold only lowercase letters, digits, '.', '_' "
+       "and '-'"},
+      {{{"image", "train:1.4 "}}, "field 'image': holds whitespace or a control character"},
+      {{{"image", std::string(256, 'a')}}, "field 'image': is 256 bytes; at most 255"},
+      {{{"image", "train@sha256:00"}},
+       "field 'image': digest must be '@sha256:' and 64 lowercase hex digits"},
+      {{{"image", true}}, "field 'image': expected a string, found boolean"},
+      {{{"pull_policy", "always"}}, "field 'pull_policy': applies only with an image"},
+      {{{"image", "train"}, {"pull_policy", "Always"}},
+       "field 'pull_policy': 'Always' is not if_not_present, always or never"},
+      {{{"registry_auth", {{"username", "robot"}, {"password", secret}}}},
+       "field 'registry_auth': applies only with an image"},
+      {{{"image", "train"}, {"registry_auth", {{"username", "robot"}}}},
+       "field 'registry_auth.password': is required"},
+      {{{"image", "train"},
+        {"registry_auth", {{"username", "robot"}, {"password", std::string(1025, 'x')}}}},
+       "field 'registry_auth.password': is 1025 bytes; at most 1024"},
+      {{{"image", "train"}, {"registry_auth", {{"username", 7}, {"password", secret}}}},
+       "field 'registry_auth.username': expected a string, found integer"},
+      {{{"image", "train"},
+        {"registry_auth", {{"username", "robot"}, {"password", json::array({secret})}}}},
+       "field 'registry_auth.password': expected a string, found array"},
+  };
+  for (const auto& [extra, message] : refused) {
+    auto r = ParseCreateInstance(Share(extra));
+    ASSERT_FALSE(r.ok()) << extra.dump();
+    EXPECT_EQ(r.status().message(), message) << extra.dump();
+    EXPECT_EQ(r.status().message().find(secret), std::string::npos);
+    // The same fields in a group's template are named under it.
+    json group = {{"size", 2}, {"template", Share(extra)}};
+    JsonFields f(group, "body");
+    auto g = core::ReadGroupRequest(f, group);
+    const Status s = !f.ok() ? BodyStatus(f) : g.status();
+    EXPECT_EQ(s.message(), "field 'template." + message.substr(7)) << extra.dump();
+  }
+}
+
+// A report of a workload whose image is still being pulled: {"state": "pulling", "pull": {...}}.
+TEST(CodecTest, APullingReportCarriesItsProgressAndErrorsNameTheField) {
+  auto sync = [](json report) {
+    json body = {{"protocol", 1},
+                 {"agent_id", "a1"},
+                 {"seq", 1},
+                 {"generation", 0},
+                 {"workloads", json::array({std::move(report)})}};
+    return ParseSync(body);
+  };
+  auto pulling = [](json pull) {
+    return json{{"id", "inst-000001"}, {"attempt", 2}, {"state", "pulling"}, {"pull", pull}};
+  };
+  auto ok = sync(pulling({{"bytes", 44040192}, {"total_bytes", 104857600}, {"percent", 42.9}}));
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_TRUE(ok->reports.empty()) << "a pull is no report of a start or an end";
+  ASSERT_EQ(ok->pulls.size(), 1u);
+  EXPECT_EQ(ok->pulls[0].instance, "inst-000001");
+  EXPECT_EQ(ok->pulls[0].attempt, 2);
+  EXPECT_EQ(ok->pulls[0].progress.bytes, 44040192);
+  EXPECT_EQ(ok->pulls[0].progress.total_bytes, 104857600);
+  EXPECT_EQ(ok->pulls[0].progress.percent, 42) << "rounded down";
+  EXPECT_TRUE(sync(pulling({{"bytes", 0}, {"total_bytes", 0}, {"percent", 0}})).ok())
+      << "a size not known yet is 0";
+  const std::vector<std::pair<json, std::string>> refused = {
+      {{{"id", "inst-000001"}, {"attempt", 0}, {"state", "pulling"}}, "field 'pull': is required"},
+      {pulling({{"bytes", -1}, {"total_bytes", 0}, {"percent", 0}}),
+       "field 'pull.bytes': -1 is out of range [0, 9223372036854775807]"},
+      {pulling({{"bytes", 1}, {"total_bytes", "10"}, {"percent", 0}}),
+       "field 'pull.total_bytes': expected an integer, found string"},
+      {pulling({{"bytes", 1}, {"total_bytes", 10}, {"percent", 101}}),
+       "field 'pull.percent': 101 is out of range [0, 100]"},
+      {pulling({{"bytes", 1}, {"total_bytes", 10}}), "field 'pull.percent': is required"},
+      {pulling({{"bytes", 1}, {"total_bytes", 10}, {"percent", 5}, {"layers", 3}}),
+       "field 'pull.layers': is not a known field"},
+      {pulling(7), "field 'pull': expected an object, found integer"},
+      {{{"id", "inst-000001"},
+        {"attempt", 0},
+        {"state", "running"},
+        {"pull", {{"bytes", 1}, {"total_bytes", 1}, {"percent", 100}}}},
+       "field 'pull': applies only to state pulling"},
+      {{{"id", "inst-000001"}, {"attempt", 0}, {"state", "downloading"}},
+       "field 'state': 'downloading' is not running, pulling or exited"},
+  };
+  for (const auto& [report, message] : refused) {
+    auto r = sync(report);
+    ASSERT_FALSE(r.ok()) << report.dump();
+    EXPECT_EQ(r.status().message(), message) << report.dump();
+  }
 }
 
 }  // namespace

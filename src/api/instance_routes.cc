@@ -58,6 +58,11 @@ void AddInstanceRoutes(Api& table) {
               Status refusal = PageParams(call->request.parsed, query.after_seq, query.limit);
               if (const std::string* text = call->request.parsed.Param("state")) {
                 query.state = core::ParseState(*text);
+                if (*text == "pulling") {
+                  // Shown for a scheduled instance whose image its agent is pulling.
+                  query.state = core::InstanceState::kScheduled;
+                  query.pulling = true;
+                }
                 if (!query.state) {
                   refusal = Status::InvalidArgument(fmt::format(
                       "query parameter 'state': '{}' is not an instance state", Quote(*text)));

@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -143,6 +144,16 @@ std::string Gpus(const json& v) {
   return v.is_number() ? fmt::format("{:g}", v.get<double>()) : "-";
 }
 
+// An instance's state as a person reads it: "pulling 42%" while its image is being pulled.
+std::string StateText(const json& i) {
+  const std::string state = Str(i, "state");
+  if (state != "pulling" || !i.contains("pull") || !i["pull"].is_object()) return state;
+  const json& pull = i["pull"];
+  return pull.contains("percent") && pull["percent"].is_number()
+             ? fmt::format("pulling {}%", pull["percent"].get<int>())
+             : state;
+}
+
 void PrintInstances(const json& list) {
   Table t({"ID", "NAME", "STATE", "BILLING", "SHAPE", "NODE", "GPUS", "PRICE/H", "RESTARTS"});
   for (const auto& i : list) {
@@ -156,8 +167,8 @@ void PrintInstances(const json& list) {
     }
     std::vector<std::string> gpus;
     for (const auto& g : i["gpus"]) gpus.push_back(std::to_string(g.value("index", 0)));
-    t.AddRow({Str(i, "id"), Str(i, "name"), Str(i, "state"), Str(i, "billing"), shape,
-              Str(i, "node"), gpus.empty() ? "-" : fmt::format("{}", fmt::join(gpus, ",")),
+    t.AddRow({Str(i, "id"), Str(i, "name"), StateText(i), Str(i, "billing"), shape, Str(i, "node"),
+              gpus.empty() ? "-" : fmt::format("{}", fmt::join(gpus, ",")),
               Str(i, "price_per_hour_usd"), Str(i, "restarts")});
   }
   t.Print(std::cout);
@@ -170,7 +181,7 @@ void PrintInstanceDetail(const json& i) {
       {"ID", Str(i, "id")},
       {"Name", Str(i, "name")},
       {"Tenant", Str(i, "tenant")},
-      {"State", Str(i, "state")},
+      {"State", StateText(i)},
       {"Reason", Str(i, "reason")},
       {"Billing", Str(i, "billing")},
       {"Node", Str(i, "node")},
@@ -178,6 +189,19 @@ void PrintInstanceDetail(const json& i) {
       {"Restarts", Str(i, "restarts")},
       {"Created", Str(i, "created_at")},
       {"Command", Str(i, "command")}};
+  if (i.contains("image")) {
+    rows.emplace_back("Image", Str(i, "image") + " (pull " + Str(i, "pull_policy") + ")");
+    // The API shows a registry's username only; its password is never sent back.
+    if (i.contains("registry_auth"))
+      rows.emplace_back("Registry user", Str(i["registry_auth"], "username"));
+  }
+  if (i.contains("pull") && i["pull"].is_object()) {
+    const json& pull = i["pull"];
+    const int64_t total = pull.value("total_bytes", int64_t{0});
+    rows.emplace_back("Pull", fmt::format("{}% ({} of {} bytes)", pull.value("percent", 0),
+                                          pull.value("bytes", int64_t{0}),
+                                          total > 0 ? std::to_string(total) : "unknown"));
+  }
   for (const char* map : {"labels", "annotations"}) {
     std::vector<std::string> pairs;
     if (i.contains(map) && i[map].is_object()) {
@@ -264,6 +288,7 @@ void AddCommon(CLI::App* cmd, ClientFlags& f, bool csv = false) {
 
 struct CreateFlags {
   std::string billing = "on_demand", type, gpu_model, mig_profile, name, command;
+  std::string image, pull_policy, registry_username, registry_password_file;
   int gpus = 0, milli_gpu = 0;
   int64_t vcpus = 0, memory_mib = 0, gpu_memory_mib = 0;
   bool no_restart = false;
@@ -274,6 +299,8 @@ json CreateBody(const CreateFlags& c) {
   json body = {{"billing", c.billing}};
   if (!c.name.empty()) body["name"] = c.name;
   if (!c.command.empty()) body["command"] = c.command;
+  if (!c.image.empty()) body["image"] = c.image;
+  if (!c.pull_policy.empty()) body["pull_policy"] = c.pull_policy;
   if (c.no_restart) body["restart"] = false;
   if (!c.type.empty()) body["instance_type"] = c.type;
   if (!c.gpu_model.empty()) {
@@ -302,15 +329,49 @@ void AddCreateOptions(CLI::App* create, CreateFlags& c) {
   create->add_option("--vcpus", c.vcpus, "Custom shape: vCPUs");
   create->add_option("--memory-mib", c.memory_mib, "Custom shape: host memory in MiB");
   create->add_option("--name", c.name, "A name");
-  create->add_option("--command", c.command, "The command the workload runs");
+  create->add_option("--command", c.command,
+                     "The command the workload runs (with --image: in the container; without "
+                     "it, the image's own entrypoint runs)");
+  create->add_option(
+      "--image", c.image,
+      "An OCI image to run the workload in, e.g. registry.example.com/team/train:1.4");
+  create->add_option("--pull-policy", c.pull_policy, "if_not_present (default), always or never")
+      ->check(CLI::IsMember({"if_not_present", "always", "never"}));
+  create->add_option("--registry-username", c.registry_username,
+                     "The image registry's username (with --registry-password-file)");
+  // A file, never a flag's value: argv is in /proc/PID/cmdline for every user of the machine.
+  create->add_option("--registry-password-file", c.registry_password_file,
+                     "A file holding the image registry's password or token (one line)");
   create->add_flag("--no-restart", c.no_restart, "Do not restart after preemption or failure");
   create->add_option("--label", c.labels, "A label KEY=VALUE (repeatable)");
   create->add_option("--annotation", c.annotations, "An annotation KEY=VALUE (repeatable)");
 }
 
-// CreateBody with the labels and annotations; nullopt (after saying why) for a malformed one.
+// The registry credentials of --registry-username and --registry-password-file into `body`;
+// false (after saying why) when only one is given or the file cannot be read.
+bool AddRegistryAuth(const CreateFlags& c, json& body) {
+  if (c.registry_username.empty() && c.registry_password_file.empty()) return true;
+  if (c.registry_username.empty() || c.registry_password_file.empty()) {
+    std::cerr << "tessera: give --registry-username and --registry-password-file together\n";
+    return false;
+  }
+  std::ifstream in(c.registry_password_file, std::ios::binary);
+  std::string password;
+  if (!in || !std::getline(in, password)) {
+    std::cerr << "tessera: --registry-password-file: cannot read '"
+              << EscapeForTerminal(c.registry_password_file) << "'\n";
+    return false;
+  }
+  if (!password.empty() && password.back() == '\r') password.pop_back();
+  body["registry_auth"] = {{"username", c.registry_username}, {"password", password}};
+  return true;
+}
+
+// CreateBody with the labels, annotations and registry credentials; nullopt (after saying why)
+// for a malformed one.
 std::optional<json> CreateBodyWithLabels(const CreateFlags& c) {
   json body = CreateBody(c);
+  if (!AddRegistryAuth(c, body)) return std::nullopt;
   const auto labels = KeyValues(c.labels, "--label");
   const auto annotations = KeyValues(c.annotations, "--annotation");
   if (!labels || !annotations) return std::nullopt;

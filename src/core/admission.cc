@@ -311,7 +311,8 @@ std::string Admission::PendingReason(const Instance& inst, size_t preemptible) c
 Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::json& body) {
   f.RejectUnknown({"billing", "name", "command", "restart", "stop_grace_seconds", "labels",
                    "annotations", "instance_type", "gpu_model", "gpus", "mig_profile", "milli_gpu",
-                   "gpu_memory_mib", "vcpus", "memory_mib", "nvlink"});
+                   "gpu_memory_mib", "vcpus", "memory_mib", "nvlink", "image", "pull_policy",
+                   "registry_auth"});
   CreateInstanceRequest r;
   const std::string billing = f.String("billing");
   if (f.ok()) {
@@ -327,6 +328,7 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
   if (r.command.size() > kMaxCommandBytes) {
     f.Fail("command", fmt::format("is {} bytes; at most {}", r.command.size(), kMaxCommandBytes));
   }
+  ReadImageSpec(f, body, r.image);
   r.restart = f.Bool("restart", false, true);
   r.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   r.labels = f.StringMap("labels", false);
@@ -371,7 +373,7 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
   return r;
 }
 
-nlohmann::json ToJson(const CreateInstanceRequest& r) {
+nlohmann::json ToJson(const CreateInstanceRequest& r, Secrets secrets) {
   nlohmann::json j = {{"billing", BillingName(r.billing)},
                       {"command", r.command},
                       {"restart", r.restart},
@@ -379,6 +381,7 @@ nlohmann::json ToJson(const CreateInstanceRequest& r) {
                       {"labels", r.labels},
                       {"annotations", r.annotations}};
   if (!r.name.empty()) j["name"] = r.name;
+  AddImageJson(r.image, secrets, j);
   if (!r.instance_type.empty()) {
     j["instance_type"] = r.instance_type;
     return j;

@@ -15,6 +15,7 @@
 #include "catalog/catalog.h"
 #include "common/json.h"
 #include "common/money.h"
+#include "core/image.h"
 #include "core/instance.h"
 #include "fleet/fleet.h"
 #include "sched/scheduler.h"
@@ -32,6 +33,8 @@ struct CreateInstanceRequest {
   std::map<std::string, std::string> annotations;  // Validated (ValidateAnnotations).
   std::string instance_type;                       // Either this...
   Shape shape;  // ...or this, field by field (instance_type empty).
+  // An OCI image to run (its own entrypoint when `command` is empty); empty for a bare process.
+  ImageSpec image;
 };
 
 // The most a `command` may hold.
@@ -40,8 +43,9 @@ inline constexpr size_t kMaxCommandBytes = 64 << 10;
 // Reads a create request from `body` (POST /v1/instances, a group's template): its errors go to
 // `f`, named by field; InvalidArgument also for malformed labels or annotations.
 Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::json& body);
-// The request as ReadCreateInstance reads it back.
-nlohmann::json ToJson(const CreateInstanceRequest& r);
+// The request as ReadCreateInstance reads it back, with the registry password only under
+// Secrets::kIncluded (the store's form; the API's never has it).
+nlohmann::json ToJson(const CreateInstanceRequest& r, Secrets secrets);
 
 struct Admitted {
   Shape shape;

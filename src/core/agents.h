@@ -54,6 +54,13 @@ struct AgentReport {
   std::optional<int> port;
 };
 
+// A workload whose image its agent is pulling: a report with "state": "pulling".
+struct PullReport {
+  std::string instance;
+  int attempt = 0;
+  PullProgress progress;
+};
+
 // POST /v1/agent/register: an agent run and its node's inventory (docs/agent.md).
 struct AgentRegistration {
   std::string agent_id;  // Unique per agent run.
@@ -75,6 +82,7 @@ struct AgentSync {
   uint64_t generation = 0;  // The desired state the agent last received.
   Duration wait{};          // Park the call until the node changes, at most this long.
   std::vector<AgentReport> reports;
+  std::vector<PullReport> pulls;  // Reports of workloads still pulling their image.
   std::vector<WorkloadLog> logs;
   std::optional<bool> limits_enforced;
   std::string limits_note;

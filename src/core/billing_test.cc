@@ -136,6 +136,19 @@ class BillingTest : public ::testing::Test {
     Ended(std::vector<Instance>{inst}, exit_code);
   }
 
+  // The agent reports `inst`'s image pulled to `percent` of 100 MB.
+  void Pulling(const Instance& inst, int percent) {
+    AgentSync s;
+    s.agent_id = agent_;
+    s.seq = ++seq_[inst.node];
+    s.pulls = {
+        {inst.id.str(), inst.restarts, {int64_t{percent} * 1'000'000, 100'000'000, percent}}};
+    state_->BeginRound();
+    auto out = state_->SyncAgent(inst.node, s, batch_);
+    state_->EndRound(batch_);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+  }
+
   void Delete(const Instance& inst) {
     state_->BeginRound();
     ASSERT_TRUE(state_->DeleteInstance(Admin(), inst.id.str(), batch_).ok());
@@ -492,6 +505,64 @@ TEST_F(BillingTest, TheDryRunCountsLargeRequestsWithoutPlacingThem) {
     ASSERT_TRUE(inst.ok());
     EXPECT_EQ(inst->state, InstanceState::kScheduled) << i;
   }
+}
+
+// Nothing is billed for pulling an image: not while it pulls, not across a restart of the server
+// (which forgets the pull but keeps the image and its credentials), not for a pull that fails.
+// Billing starts when the agent reports the workload running.
+TEST_F(BillingTest, APullIsNotBilledAndARestartKeepsTheImageAndItsCredentials) {
+  CreateInstanceRequest req = Type("gpu.1xh100", Billing::kOnDemand);
+  req.image.ref = "registry.example.com/team/train:1.4";
+  req.image.auth = RegistryAuth{"robot", "s3cret-pw"};
+  auto created = Create(req);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  const std::string id = created->id.str();
+  for (int percent : {10, 40, 70}) {
+    Pulling(*created, percent);
+    Wait(120s);
+  }
+  json shown = ToJson(*state_->GetInstance(Admin(), id));
+  EXPECT_EQ(shown["state"], "pulling");
+  EXPECT_EQ(shown["pull"]["percent"], 70);
+  EXPECT_TRUE(Ledger().empty()) << "six minutes of pulling cost nothing";
+  EXPECT_FALSE(state_->GetInstance(Admin(), id)->meter);
+
+  Restart();
+  shown = ToJson(*state_->GetInstance(Admin(), id));
+  EXPECT_EQ(shown["state"], "scheduled") << "the pull is not stored; the agent reports it again";
+  EXPECT_EQ(shown["image"], "registry.example.com/team/train:1.4");
+  EXPECT_EQ(shown["registry_auth"], json({{"username", "robot"}}));
+  json workload;
+  const json desired = state_->DesiredState("gpu-1");
+  for (const json& w : desired["workloads"]) {
+    if (w["id"] == id) workload = w;
+  }
+  ASSERT_TRUE(workload.is_object());
+  EXPECT_EQ(workload["image"], "registry.example.com/team/train:1.4");
+  EXPECT_EQ(workload["pull_policy"], "if_not_present");
+  EXPECT_EQ(workload["registry_auth"], json({{"username", "robot"}, {"password", "s3cret-pw"}}))
+      << "a restarted server still sends the credentials to the node's agent";
+  Pulling(*created, 90);
+  EXPECT_EQ(ToJson(*state_->GetInstance(Admin(), id))["state"], "pulling");
+  Wait(60s);
+  EXPECT_TRUE(Ledger().empty());
+  Started(*created);
+  Wait(120s);
+  Ended(*created);
+  auto lines = Ledger();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].seconds, 120) << "billed from the running report, not from the pull";
+
+  // A pull that fails ends the instance failed, and costs nothing either.
+  CreateInstanceRequest missing = Type("gpu.1xh100", Billing::kOnDemand);
+  missing.image.ref = "registry.example.com/team/missing:1.0";
+  auto doomed = Create(missing);
+  ASSERT_TRUE(doomed.ok());
+  Pulling(*doomed, 0);
+  Wait(300s);
+  Ended(*doomed, std::nullopt);
+  EXPECT_EQ(state_->GetInstance(Admin(), doomed->id.str())->state, InstanceState::kFailed);
+  EXPECT_TRUE(Ledger().empty());
 }
 
 }  // namespace

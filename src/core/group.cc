@@ -184,11 +184,11 @@ Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body)
   return r;
 }
 
-nlohmann::json ToJson(const Group& g) {
+nlohmann::json ToJson(const Group& g, Secrets secrets) {
   nlohmann::json j = {{"id", g.id},
                       {"tenant", g.tenant.str()},
                       {"name", g.spec.name.empty() ? g.id : g.spec.name},
-                      {"template", ToJson(g.spec.member)},
+                      {"template", ToJson(g.spec.member, secrets)},
                       {"size", g.spec.size},
                       {"min_available", g.spec.min_available},
                       {"placement", PlacementName(g.spec.placement)},

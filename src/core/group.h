@@ -110,8 +110,9 @@ struct Group {
   int64_t scale_ups = 0, scale_downs = 0;
 };
 
-// The stored form, which the API shows with its members' states added.
-nlohmann::json ToJson(const Group& g);
+// The stored form under Secrets::kIncluded; under Secrets::kHidden, the form the API shows (with
+// its members' states added), whose template has no registry password.
+nlohmann::json ToJson(const Group& g, Secrets secrets);
 // DataLoss naming the record and the field when it is malformed.
 Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where);
 

@@ -257,8 +257,8 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   // Rank 0's node is the rendezvous: MASTER_ADDR, and MASTER_PORT, a port rank 0's agent reserves
   // on that node as it starts rank 0. The other members start once it reported the port
   // (DesiredState holds them back; RendezvousReserved hands it out). Without an agent process
-  // (a fleet node with no agent, or rank 0 with nothing to run), nothing listens: the group gets a
-  // port of its own at once.
+  // (a fleet node with no agent, or rank 0 with nothing to run: no command and no image, whose
+  // entrypoint would run), nothing listens: the group gets a port of its own at once.
   const Instance* rank0 = instances_.Find(g.members.front());
   std::string master, port;
   bool rank0_placed = false;
@@ -267,7 +267,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     rank0_placed = true;
     master = fleet_->node(a.node).name;
     const AgentNode* agent = agents_.Find(master);
-    if (!agent || !agent->registered() || rank0->command.empty()) {
+    if (!agent || !agent->registered() || (rank0->command.empty() && rank0->image.empty())) {
       port = std::to_string(kMasterPortBase + static_cast<int>(g.seq % kMasterPorts));
     }
   }
@@ -431,7 +431,7 @@ void State::StartAttempt(Group& g, store::Batch& batch) {
 }
 
 nlohmann::json State::GroupView(const Group& g) const {
-  nlohmann::json j = ToJson(g);
+  nlohmann::json j = ToJson(g, Secrets::kHidden);
   j.erase("seq");
   nlohmann::json members = nlohmann::json::array();
   int placed = 0;
@@ -462,7 +462,8 @@ nlohmann::json State::GroupView(const Group& g) const {
 }
 
 void State::SaveGroup(const Group& g, store::Batch& batch) {
-  batch.settings.emplace_back(std::string(kGroupPrefix) + g.id, DumpJson(ToJson(g)));
+  batch.settings.emplace_back(std::string(kGroupPrefix) + g.id,
+                              DumpJson(ToJson(g, Secrets::kIncluded)));
 }
 
 Result<nlohmann::json> State::GetGroup(const Tenant& caller, std::string_view id) const {

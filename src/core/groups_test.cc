@@ -287,6 +287,64 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   EXPECT_TRUE(Workload(Member(after, 1)).is_null());
 }
 
+// A template's image, pull policy and registry credentials go to every member's desired state,
+// rank 0 included (an image with no command runs its entrypoint, so rank 0's agent reserves the
+// rendezvous port); the group's API form shows the username only; a restart keeps them all.
+TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAnswer) {
+  Join("n1", 8, OneIsland(8));
+  Join("n2", 8, OneIsland(8));
+  GroupRequest req = Gang(3, 4, Topology::kNode);
+  req.member.command.clear();
+  req.member.image.ref = "registry.example.com/team/train:1.4";
+  req.member.image.pull_policy = PullPolicy::kNever;
+  req.member.image.auth = RegistryAuth{"robot", "s3cret-pw"};
+  const json g = Create(req);
+  ASSERT_EQ(g["state"], "running");
+  EXPECT_EQ(g["template"]["image"], "registry.example.com/team/train:1.4");
+  EXPECT_EQ(g["template"]["registry_auth"], json({{"username", "robot"}}));
+  EXPECT_EQ(g.dump().find("s3cret-pw"), std::string::npos);
+  EXPECT_EQ(Get(g["id"]).dump().find("s3cret-pw"), std::string::npos);
+  EXPECT_EQ(state_->ListGroups(Acme()).dump().find("s3cret-pw"), std::string::npos);
+  const Instance r0 = Member(g, 0);
+  EXPECT_EQ(Workload(r0).value("reserve_port", ""), "MASTER_PORT")
+      << "rank 0 runs its image's entrypoint: its agent reserves the port";
+  AgentReport started = Report(r0, InstanceState::kRunning);
+  started.port = 29517;
+  Sync(r0.node, {started});
+  auto check = [&](const char* when) {
+    for (int rank = 0; rank < 3; ++rank) {
+      const Instance m = Member(Get(g["id"]), rank);
+      EXPECT_EQ(ToJson(m).dump().find("s3cret-pw"), std::string::npos) << when;
+      const json w = Workload(m);
+      ASSERT_TRUE(w.is_object()) << when << ": rank " << rank;
+      EXPECT_EQ(w["image"], "registry.example.com/team/train:1.4") << when << ": rank " << rank;
+      EXPECT_EQ(w["pull_policy"], "never") << when;
+      EXPECT_EQ(w["registry_auth"], json({{"username", "robot"}, {"password", "s3cret-pw"}}))
+          << when << ": rank " << rank;
+      EXPECT_EQ(w["env"]["MASTER_PORT"], "29517") << when;
+    }
+  };
+  check("placed");
+  Restart();
+  check("after a restart");
+  EXPECT_EQ(Get(g["id"])["template"]["registry_auth"], json({{"username", "robot"}}));
+  // A new attempt's members are made from the stored template: the credentials come with it.
+  std::vector<Instance> old;
+  for (int rank = 0; rank < 3; ++rank) old.push_back(Member(Get(g["id"]), rank));
+  Sync(old[1].node, {Report(old[1], InstanceState::kFailed, 1)});
+  for (const Instance& m : old) {
+    if (state_->GetInstance(Acme(), m.id.str())->state == InstanceState::kStopping) {
+      Sync(m.node, {Report(m, InstanceState::kTerminated, 0)});
+    }
+  }
+  const json after = Get(g["id"]);
+  ASSERT_EQ(after["restarts"], 1);
+  ASSERT_EQ(after["state"], "running") << after.dump();
+  const json w0 = Workload(Member(after, 0));
+  ASSERT_TRUE(w0.is_object());
+  EXPECT_EQ(w0["registry_auth"]["password"], "s3cret-pw");
+}
+
 TEST_F(GroupsTest, WithoutRestartAFailedMemberFailsTheGroup) {
   Join("n1", 8, OneIsland(8));
   GroupRequest req = Gang(2, 1, Topology::kNode);

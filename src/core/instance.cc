@@ -195,7 +195,11 @@ std::vector<GpuRef> DescribeGpus(const fleet::Assignment& a, const fleet::Fleet&
   return out;
 }
 
-nlohmann::json ToJson(const Instance& inst) {
+namespace {
+
+// What the API and the store share of an instance: everything but the pull in progress, with
+// the registry password as `secrets` says.
+nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
   nlohmann::json shape = {{"gpu_model", inst.shape.gpu_model},
                           {"sharing", catalog::SharingModeName(inst.shape.mode)},
                           {"vcpus", inst.shape.vcpus},
@@ -236,6 +240,7 @@ nlohmann::json ToJson(const Instance& inst) {
                       {"restarts", inst.restarts},
                       {"node", inst.node.empty() ? nlohmann::json() : nlohmann::json(inst.node)},
                       {"gpus", std::move(gpus)}};
+  AddImageJson(inst.image, secrets, j);
   j["labels"] = inst.labels;
   j["annotations"] = inst.annotations;
   if (!inst.reason.empty()) j["reason"] = inst.reason;
@@ -263,8 +268,21 @@ nlohmann::json ToJson(const Instance& inst) {
   return j;
 }
 
+}  // namespace
+
+nlohmann::json ToJson(const Instance& inst) {
+  nlohmann::json j = BaseJson(inst, Secrets::kHidden);
+  if (inst.pull && inst.state == InstanceState::kScheduled) {
+    // A presentation, not a state of its own: the state machine, billing and the store know a
+    // scheduled instance whose agent has not started it yet.
+    j["state"] = "pulling";
+    j["pull"] = PullJson(*inst.pull, inst.image.ref);
+  }
+  return j;
+}
+
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
-  nlohmann::json j = ToJson(inst);
+  nlohmann::json j = BaseJson(inst, Secrets::kIncluded);
   j["seq"] = inst.seq;
   j["enqueued_at"] = FormatRfc3339(inst.enqueued_at);
   if (inst.assignment) j["assignment"] = AssignmentJson(*inst.assignment, fleet);
@@ -321,6 +339,7 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   const auto state = ParseState(f.String("state"));
   const auto billing = ParseBilling(f.String("billing"));
   inst.command = f.String("command");
+  ReadImageSpec(f, j, inst.image);
   inst.restart = f.Bool("restart");
   inst.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   auto price = Money::Parse(f.String("price_per_hour_usd"));

@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "common/money.h"
 #include "common/result.h"
+#include "core/image.h"
 #include "fleet/fleet.h"
 
 namespace tessera::core {
@@ -88,7 +89,10 @@ struct Instance {
   InstanceState state = InstanceState::kPending;
   Billing billing = Billing::kOnDemand;
   Shape shape;
-  std::string command;
+  std::string command;  // Empty with an image: the image's own entrypoint runs.
+  // Its OCI image, pull policy and registry credentials; stored with the instance, the password
+  // as given until envelope encryption (issue 29) wraps it.
+  ImageSpec image;
   bool restart = true;          // Spot: re-queue automatically after preemption.
   int stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long.
   std::map<std::string, std::string> labels;
@@ -117,11 +121,16 @@ struct Instance {
   std::string node;
   std::vector<GpuRef> gpus;
   std::vector<StateChange> history;  // Oldest first, at most kHistoryKept.
+  // Not stored: the image pull its agent last reported for this attempt, while it is scheduled
+  // (State::Transition clears it).
+  std::optional<PullProgress> pull;
 };
 
-// The API form of an instance.
+// The API form of an instance: a scheduled instance whose image is being pulled shows state
+// "pulling" and `pull`; registry credentials show their username only.
 nlohmann::json ToJson(const Instance& inst);
-// The stored form: the API form plus what recovery needs (the exact assignment, seq).
+// The stored form: the API form (its real state, no pull) plus what recovery needs (the exact
+// assignment, seq) and the registry password.
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet);
 // An instance rebuilt from its stored form, and whether the assignment it held still names
 // today's fleet: `binding` is FailedPrecondition, saying what changed, when its node, GPU or MIG

@@ -384,6 +384,16 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     }
     if (ApplyReport(*inst, report, batch)) Save(*inst, batch);
   }
+  // After the reports, so a workload that started in this one shows no stale pull. A pull moves
+  // nothing else: the instance stays scheduled, and billing starts with its running report. It
+  // is not stored: it changes with every report.
+  for (const PullReport& pull : sync.pulls) {
+    Instance* inst = instances_.Find(pull.instance);
+    if (inst && inst->node == name && node->assigned.count(pull.instance) &&
+        inst->restarts == pull.attempt && inst->state == InstanceState::kScheduled) {
+      inst->pull = pull.progress;
+    }
+  }
   return sync.generation != node->generation || sync.wait <= Duration::zero();
 }
 
@@ -403,6 +413,8 @@ nlohmann::json State::DesiredState(const std::string& name) const {
                           {"cpu_milli", inst->shape.vcpus * 1000},
                           {"memory_mib", inst->shape.memory_mib},
                           {"stop_grace_ms", inst->stop_grace_seconds * 1000}};
+      // Only this node's agent, authenticated by its node token, is sent the registry password.
+      AddImageJson(inst->image, Secrets::kIncluded, w);
       switch (inst->state) {
         case InstanceState::kStopping:
           w["action"] = "stop";

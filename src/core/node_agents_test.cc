@@ -278,5 +278,113 @@ TEST_F(NodeAgentsTest, AMigSliceGetsTheUuidOfTheMigDeviceTheAgentReportedAtItsPl
       << "CUDA knows the slice by the UUID the driver gave it";
 }
 
+// An instance with an image and registry credentials: only its node's desired state carries the
+// password; what the API shows carries the username; a pull its agent reports shows as "pulling"
+// with its progress, moves nothing else, and is gone once the workload runs.
+TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRuns) {
+  Join("gpu-1", 2);
+  Join("gpu-2", 2);
+  CreateInstanceRequest r = H100(1, Billing::kOnDemand);
+  r.command.clear();  // The image's own entrypoint runs.
+  r.image.ref = "registry.example.com/team/train:1.4";
+  r.image.pull_policy = PullPolicy::kAlways;
+  r.image.auth = RegistryAuth{"robot", "s3cret-pw"};
+  const Instance inst = Create(r);
+  ASSERT_EQ(inst.state, InstanceState::kScheduled);
+  const std::string id = inst.id.str();
+  json workload;
+  const json desired = state_->DesiredState(inst.node);
+  for (const json& w : desired["workloads"]) {
+    if (w["id"] == id) workload = w;
+  }
+  ASSERT_TRUE(workload.is_object()) << "an image without a command is something to run";
+  EXPECT_EQ(workload["action"], "run");
+  EXPECT_EQ(workload["command"], "");
+  EXPECT_EQ(workload["image"], "registry.example.com/team/train:1.4");
+  EXPECT_EQ(workload["pull_policy"], "always");
+  EXPECT_EQ(workload["registry_auth"], json({{"username", "robot"}, {"password", "s3cret-pw"}}));
+  const std::string other = inst.node == "gpu-1" ? "gpu-2" : "gpu-1";
+  EXPECT_EQ(state_->DesiredState(other).dump().find("s3cret-pw"), std::string::npos)
+      << "another node's agent is told nothing of it";
+  const json shown = ToJson(Get(id));
+  EXPECT_EQ(shown["registry_auth"], json({{"username", "robot"}}));
+  EXPECT_EQ(shown.dump().find("s3cret-pw"), std::string::npos);
+  EXPECT_EQ(shown["state"], "scheduled");
+  EXPECT_FALSE(shown.contains("pull"));
+
+  AgentSync s;
+  s.agent_id = "a1";
+  s.seq = 1;
+  s.pulls = {{id, 0, {44040192, 104857600, 42}}};
+  ASSERT_TRUE(state_->SyncAgent(inst.node, s, batch_).ok());
+  EXPECT_EQ(Get(id).state, InstanceState::kScheduled) << "a pull moves nothing";
+  json pulling = ToJson(*state_->GetInstance(*state_->tenants().Find(acme_.id.str()), id));
+  EXPECT_EQ(pulling["state"], "pulling");
+  EXPECT_EQ(pulling["pull"], json({{"bytes", 44040192},
+                                   {"total_bytes", 104857600},
+                                   {"percent", 42},
+                                   {"image", "registry.example.com/team/train:1.4"}}));
+  const json stored = ToStoredJson(Get(id), state_->fleet());
+  EXPECT_EQ(stored["state"], "scheduled") << "the store keeps the real state";
+  EXPECT_FALSE(stored.contains("pull")) << "a pull is not stored";
+  EXPECT_EQ(stored["registry_auth"]["password"], "s3cret-pw") << "the credentials are";
+  // Another node's report, or one of another attempt, changes nothing.
+  AgentSync elsewhere;
+  elsewhere.agent_id = "a1";
+  elsewhere.seq = 1;
+  elsewhere.pulls = {{id, 0, {1, 1, 100}}};
+  ASSERT_TRUE(state_->SyncAgent(other, elsewhere, batch_).ok());
+  s.seq = 2;
+  s.pulls = {{id, 1, {1, 1, 100}}};
+  ASSERT_TRUE(state_->SyncAgent(inst.node, s, batch_).ok());
+  EXPECT_EQ(Get(id).pull->percent, 42);
+  // Listing by state: it is "pulling", no longer "scheduled".
+  const Tenant& caller = *state_->tenants().Find(acme_.id.str());
+  ListQuery q;
+  q.state = InstanceState::kScheduled;
+  EXPECT_TRUE(state_->ListInstances(caller, q).items.empty());
+  q.pulling = true;
+  EXPECT_EQ(state_->ListInstances(caller, q).items.size(), 1u);
+  ASSERT_TRUE(Report(inst.node, 3, {{id, 0, InstanceState::kRunning, {}, "", false, {}, {}}}).ok());
+  EXPECT_EQ(Get(id).state, InstanceState::kRunning);
+  EXPECT_FALSE(Get(id).pull) << "running: the pull is over";
+  EXPECT_EQ(ToJson(Get(id))["state"], "running");
+  s.seq = 4;
+  s.pulls = {{id, 0, {1, 2, 50}}};
+  ASSERT_TRUE(state_->SyncAgent(inst.node, s, batch_).ok());
+  EXPECT_FALSE(Get(id).pull) << "a late pull report does not bring it back";
+}
+
+// A pull that fails (a missing image, refused credentials, a full disk) comes as an exit without
+// an exit code and with the agent's reason, which names the image: the instance fails with it.
+TEST_F(NodeAgentsTest, AFailedPullFailsTheInstanceWithTheAgentsReason) {
+  Join("gpu-1", 2);
+  CreateInstanceRequest r = H100(1, Billing::kOnDemand);
+  r.image.ref = "registry.example.com/team/missing:1.0";
+  const Instance inst = Create(r);
+  const std::string id = inst.id.str();
+  AgentSync s;
+  s.agent_id = "a1";
+  s.seq = 1;
+  s.pulls = {{id, 0, {0, 0, 0}}};
+  ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
+  const std::string why =
+      "image registry.example.com/team/missing:1.0: manifest unknown (the registry has no such "
+      "tag)";
+  ASSERT_TRUE(
+      Report("gpu-1", 2, {{id, 0, InstanceState::kTerminated, {}, why, false, {}, {}}}).ok());
+  const Instance& failed = Get(id);
+  EXPECT_EQ(failed.state, InstanceState::kFailed);
+  EXPECT_FALSE(failed.exit_code);
+  EXPECT_EQ(failed.reason, "its workload ended: " + why);
+  EXPECT_FALSE(failed.pull);
+  EXPECT_FALSE(failed.started_at) << "it never ran";
+  EXPECT_FALSE(failed.meter) << "nothing was metered";
+  EXPECT_EQ(state_->fleet().used_gpu_milli(), 0) << "its GPU is free";
+  const json shown = ToJson(failed);
+  EXPECT_EQ(shown["state"], "failed");
+  EXPECT_EQ(shown["reason"], "its workload ended: " + why);
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -93,6 +93,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.billing = req.billing;
   inst.shape = std::move(admitted.shape);
   inst.command = req.command;
+  inst.image = req.image;
   inst.restart = req.restart;
   inst.stop_grace_seconds = req.stop_grace_seconds;
   inst.labels = req.labels;
@@ -134,7 +135,11 @@ InstancePage State::ListInstances(const Tenant& caller, const ListQuery& query) 
   const auto page = instances_.Page(
       caller.admin ? "" : caller.id.str(), query.after_seq, query.limit,
       [&](const Instance& inst) {
-        return (!query.state || inst.state == *query.state) && Matches(query.selector, inst.labels);
+        const bool state =
+            !query.state ||
+            (inst.state == *query.state &&
+             (inst.state != InstanceState::kScheduled || inst.pull.has_value() == query.pulling));
+        return state && Matches(query.selector, inst.labels);
       },
       &more);
   InstancePage out;
@@ -253,6 +258,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   if (!was_active && IsActive(to)) usage_.Add(inst.tenant.str(), inst.shape);
   inst.state = to;
   inst.reason = std::move(reason);
+  inst.pull.reset();  // A pull belongs to a scheduled attempt: it started, ended or moved.
   inst.updated_at = clock_->Now();
   if (inst.history.size() == kHistoryKept) inst.history.erase(inst.history.begin());
   inst.history.push_back({inst.updated_at, to, inst.reason});

@@ -118,7 +118,10 @@ struct InstancePage {
 };
 
 struct ListQuery {
+  // The state as GET shows it: with kScheduled, `pulling` picks those whose image is being pulled
+  // (shown as "pulling") or, false, the others.
   std::optional<InstanceState> state;
+  bool pulling = false;
   LabelSelector selector;
   int64_t after_seq = 0;
   size_t limit = 100;

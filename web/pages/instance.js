@@ -1,19 +1,34 @@
 // One instance: what it is and where it runs, its state history, its GPUs' utilization and
 // memory over the last 15 minutes, and its log as it grows. Which instance is in the history
 // state, not the URL.
-import {apiText, badge, duration, gib, h, lineChart, loadChart, shapeText, table, usd, when} from '../ui.js';
+import {apiText, badge, duration, gib, h, instanceBadge, lineChart, loadChart, shapeText, table, usd, when} from '../ui.js';
 
 const LOG_KEEP = 256 * 1024;  // Characters shown; the server keeps the newest 256 KiB too.
 
+// Bytes as "42.0 MiB" or "1.3 GiB".
+function bytesText(n) {
+  return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${(n / 2 ** 20).toFixed(1)} MiB`;
+}
+
 function details(inst) {
   const rows = [
-    ['ID', inst.id], ['Name', inst.name], ['State', badge(inst.state)],
+    ['ID', inst.id], ['Name', inst.name], ['State', instanceBadge(inst)],
     ['Shape', `${shapeText(inst.shape)} · ${inst.shape.vcpus} vCPUs · ${gib(inst.shape.memory_mib)}`],
     ['Billing', inst.billing.replace('_', '-')], ['Price', `${usd(inst.price_per_hour_usd)}/h`],
     ['Node', inst.node ?? '—'],
     ['GPUs', inst.gpus.length ? inst.gpus.map((g) => `${g.index}: ${g.uuid}`).join(', ') : '—'],
-    ['Command', inst.command || '—'], ['Created', when(inst.created_at)],
+    ['Command', inst.command || (inst.image ? '(the image’s own entrypoint)' : '—')],
+    ['Created', when(inst.created_at)],
   ];
+  if (inst.image) {
+    rows.push(['Image', `${inst.image} (pull ${inst.pull_policy})`]);
+    // The API shows the registry's username only; the password never comes back.
+    if (inst.registry_auth) rows.push(['Registry user', inst.registry_auth.username]);
+  }
+  if (inst.pull) {
+    const total = inst.pull.total_bytes > 0 ? bytesText(inst.pull.total_bytes) : 'an unknown size';
+    rows.push(['Pull', `${inst.pull.percent}%: ${bytesText(inst.pull.bytes)} of ${total}`]);
+  }
   if (inst.started_at) rows.push(['Started', `${when(inst.started_at)} (${inst.start_latency_seconds.toFixed(2)} s to start)`]);
   if (inst.reason) rows.push(['Reason', inst.reason]);
   if (inst.exit_code !== undefined) rows.push(['Exit code', String(inst.exit_code)]);
@@ -85,7 +100,7 @@ export default {
         log.textContent = logText;
         if (follow) log.scrollTop = log.scrollHeight;
       } else if (!logText) {
-        log.textContent = inst.command ? '(no output yet)' : '(this instance runs no command)';
+        log.textContent = inst.command || inst.image ? '(no output yet)' : '(this instance runs no command)';
       }
 
       const metrics = await ctx.api(`/v1/instances/${encodeURIComponent(id)}/metrics?window=15m`);

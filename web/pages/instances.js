@@ -1,6 +1,6 @@
 // Instances: the list (state, shape, node, GPUs, price, age, what each cost this month) and,
 // for a tenant, the launch form driven by the catalog's instance types and their prices.
-import {age, badge, field, h, select, shapeText, table, thisMonth, usd} from '../ui.js';
+import {age, field, h, instanceBadge, select, shapeText, table, thisMonth, usd} from '../ui.js';
 
 const BILLING = [['on_demand', 'On-demand'], ['spot', 'Spot'], ['reserved', 'Reserved']];
 const PRICE_KEY = {on_demand: 'on_demand', spot: 'spot', reserved: 'reserved_1y'};
@@ -13,6 +13,8 @@ function launchForm(ctx, types, onLaunched) {
   const name = h('input', {id: 'launch-name', name: 'name', maxlength: 63, placeholder: 'train-llm',
                            pattern: '[a-z0-9][a-z0-9._\\-]{0,62}', autocomplete: 'off'});
   const command = h('input', {id: 'launch-command', name: 'command', placeholder: 'python train.py', autocomplete: 'off'});
+  const image = h('input', {id: 'launch-image', name: 'image', maxlength: 255, placeholder: 'registry.example.com/team/train:1.4',
+                            autocomplete: 'off'});
   const models = [...new Set(types.map((t) => t.gpu_model))].sort();
   const model = select(models.map((m) => [m, m]), {id: 'launch-model'});
   const gpus = h('input', {id: 'launch-gpus', type: 'number', min: 1, max: 16, value: '1'});
@@ -52,6 +54,7 @@ function launchForm(ctx, types, onLaunched) {
     const body = {billing: billing.value};
     if (name.value.trim()) body.name = name.value.trim();
     if (command.value.trim()) body.command = command.value.trim();
+    if (image.value.trim()) body.image = image.value.trim();
     if (kind.value === 'custom') {
       Object.assign(body, {gpu_model: model.value, gpus: Number(gpus.value), vcpus: Number(vcpus.value),
                            memory_mib: Math.round(Number(memory.value) * 1024)});
@@ -76,6 +79,7 @@ function launchForm(ctx, types, onLaunched) {
   custom,
   h('div', {class: 'row'}, field('Name', name, 'Optional: a-z, 0-9, ., _ and -'),
     field('Command', command, 'Optional: what the instance runs')),
+  h('div', {class: 'row'}, field('Image', image, 'Optional: an OCI image to run it in; without a command, its own entrypoint runs')),
   price, error, submit);
   fillTypes();
   return form;
@@ -104,7 +108,7 @@ export default {
       const columns = [
         {title: 'Name', cell: (i) => h('a', {href: '#/instance', class: 'open', dataset: {id: i.id},
                                             onclick: (ev) => { ev.preventDefault(); ctx.go('instance', {id: i.id}); }}, i.name)},
-        {title: 'State', cell: (i) => badge(i.state)},
+        {title: 'State', cell: (i) => instanceBadge(i)},
         {title: 'Shape', cell: (i) => shapeText(i.shape)},
         {title: 'Billing', cell: (i) => i.billing.replace('_', '-')},
         {title: 'Node', cell: (i) => i.node ?? (i.reason ? h('span', {class: 'muted', title: i.reason}, 'waiting') : '—')},
