@@ -21,40 +21,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-// A `tessera agent` child process, its output in a file. Its token is in a 0600 file beside
-// its work dir (never in argv, which the agent refuses).
-class AgentProcess : public testing::ChildProcess {
- public:
-  AgentProcess(const std::string& url, const std::string& token, const std::string& work_dir,
-               const std::string& log, const std::string& gpus = "H100-80GB:2",
-               const std::vector<std::string>& extra = {})
-      : ChildProcess(Args(url, token, work_dir, gpus, extra), log) {}
-  void Kill(int sig) { Stop(sig); }
-
- private:
-  static std::vector<std::string> Args(const std::string& url, const std::string& token,
-                                       const std::string& work_dir, const std::string& gpus,
-                                       const std::vector<std::string>& extra) {
-    const std::string token_file = testing::WritePrivateFile(work_dir + ".token", token + "\n");
-    std::vector<std::string> all = {testing::TesseraBinary(),
-                                    "agent",
-                                    "--server",
-                                    url,
-                                    "--token-file",
-                                    token_file,
-                                    "--backend",
-                                    "sim",
-                                    "--sim-gpus",
-                                    gpus,
-                                    "--work-dir",
-                                    work_dir,
-                                    "--cgroup-root",
-                                    "none"};
-    all.insert(all.end(), extra.begin(), extra.end());
-    return all;
-  }
-};
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

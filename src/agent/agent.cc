@@ -4,15 +4,27 @@
 #include <httplib.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <charconv>
+#include <mutex>
+#include <set>
 #include <thread>
 
+#include "agent/container_exec.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/text.h"
 
 namespace tessera::agent {
+
+// One pull, shared by the agent and the thread that runs it.
+struct PullJob {
+  std::mutex mu;
+  PullProgress progress;  // Guarded by mu.
+  bool done = false;      // Guarded by mu.
+  Status status;          // Guarded by mu; once done.
+};
 
 namespace {
 
@@ -191,6 +203,7 @@ Result<json> Agent::Exchange(const std::string& path, const json& body, millisec
 }
 
 json Agent::Report(milliseconds wait) {
+  FinishPulls();
   json workloads = json::array();
   json logs = json::array();
   for (const WorkloadStatus& w : workloads_->Poll()) {
@@ -234,7 +247,13 @@ json Agent::Report(milliseconds wait) {
     // could not start.
     const bool ended = (k.stop_sent && now_ms >= k.stop_at_unix_ms) || !k.start_error.empty();
     json r = {{"id", k.instance}, {"attempt", k.attempt}, {"state", ended ? "exited" : "running"}};
-    if (!k.start_error.empty()) {
+    if (k.pull && !ended) {
+      std::lock_guard lock(k.pull->mu);
+      r["state"] = "pulling";
+      r["pull"] = {{"bytes", k.pull->progress.bytes_done},
+                   {"total_bytes", k.pull->progress.bytes_total},
+                   {"percent", k.pull->progress.percent}};
+    } else if (!k.start_error.empty()) {
       r["reason"] = ToValidUtf8("not started: " + k.start_error.substr(0, 240));
     } else if (ended) {
       r["exit_code"] = 0;
@@ -294,6 +313,120 @@ Status InjectFault(GpuBackend& gpus, const std::string& spec) {
   return gpus.InjectFault(parts[0], static_cast<int>(gpu), code);
 }
 
+void Agent::StartNow(Known& k, const WorkloadSpec& spec) {
+  k.noop = false;
+  if (Status s = workloads_->Start(spec); !s.ok()) {
+    // Started by an earlier run whose record is gone: never run twice. Refused: the server hears
+    // why, as the instance's end, rather than waiting for it for ever.
+    spdlog::error("starting {}: {}", spec.id, s.message());
+    if (s.code() != StatusCode::kAlreadyExists) {
+      k.noop = true;
+      k.start_error = s.message();
+    }
+    return;
+  }
+  if (!spec.image.empty() && options_.images) (void)options_.images->MarkUsed(spec.image);
+}
+
+bool Agent::ImageHasShell(const std::string& image) {
+  if (auto it = image_shell_.find(image); it != image_shell_.end()) return it->second;
+  // The image's files, mounted read-only by podman for a look (it is the agent's, as root).
+  bool shell = true;
+  ExecOptions opts;
+  opts.deadline = std::chrono::seconds(30);
+  auto mounted = RunCommand({"podman", "image", "mount", image}, opts);
+  if (mounted.ok() && mounted->exit_code == 0) {
+    std::string root = mounted->out.substr(0, mounted->out.find('\n'));
+    struct stat st {};
+    shell = lstat((root + "/bin/sh").c_str(), &st) == 0;
+    (void)RunCommand({"podman", "image", "unmount", image}, opts);
+  }
+  image_shell_[image] = shell;
+  return shell;
+}
+
+void Agent::StartWithImage(Known& k, WorkloadSpec spec, const json& w) {
+  spec.image = w.value("image", "");
+  if (!options_.images) {
+    k.noop = true;
+    k.start_error = fmt::format("image {}: this node runs no containers", Quote(spec.image));
+    return;
+  }
+  if (w.contains("gpu_load") && w["gpu_load"].is_array()) {
+    std::set<int> gpus;
+    for (const json& g : w["gpu_load"]) {
+      if (g.is_object()) gpus.insert(g.value("index", -1));
+    }
+    for (int g : gpus) {
+      if (auto it = options_.gpu_cdi_devices.find(g); it != options_.gpu_cdi_devices.end()) {
+        spec.cdi_devices.push_back(it->second);
+      }
+    }
+  }
+  auto policy = ParsePullPolicy(w.value("pull_policy", "if_not_present"));
+  if (!policy.ok()) {
+    k.noop = true;
+    k.start_error = policy.status().message();
+    return;
+  }
+  if (*policy != PullPolicy::kAlways) {
+    auto present = options_.images->Present(spec.image);
+    if (present.ok() && *present) {
+      spec.image_has_shell = ImageHasShell(spec.image);
+      StartNow(k, spec);
+      return;
+    }
+    if (*policy == PullPolicy::kNever) {
+      k.noop = true;
+      k.start_error = fmt::format("image {}: not on this node, and its pull_policy is never",
+                                  Quote(spec.image));
+      return;
+    }
+  }
+  std::optional<RegistryCredentials> auth;
+  if (w.contains("registry_auth") && w["registry_auth"].is_object()) {
+    auth = RegistryCredentials{w["registry_auth"].value("username", ""),
+                               w["registry_auth"].value("password", "")};
+  }
+  // The pull runs on a thread of its own: the agent keeps reporting (the workload's progress
+  // included) and serving its other workloads meanwhile.
+  k.noop = true;
+  k.pull = std::make_shared<PullJob>();
+  k.pending = spec;
+  std::thread([images = options_.images, job = k.pull, image = spec.image, policy = *policy,
+               auth = std::move(auth)] {
+    Status s = images->Pull(image, policy, auth, [&job](const PullProgress& p) {
+      std::lock_guard lock(job->mu);
+      job->progress = p;
+    });
+    std::lock_guard lock(job->mu);
+    job->status = s;
+    job->done = true;
+  }).detach();
+}
+
+void Agent::FinishPulls() {
+  for (auto& [key, k] : known_) {
+    if (!k.pull) continue;
+    Status s;
+    {
+      std::lock_guard lock(k.pull->mu);
+      if (!k.pull->done) continue;
+      s = k.pull->status;
+    }
+    k.pull.reset();
+    if (k.stop_sent) continue;  // Stopped while it pulled: nothing starts.
+    if (!s.ok()) {
+      spdlog::warn("{}: {}", key, s.message());
+      k.start_error = s.message();
+      continue;
+    }
+    k.pending->image_has_shell = ImageHasShell(k.pending->image);
+    StartNow(k, *k.pending);
+    k.pending.reset();
+  }
+}
+
 void Agent::Apply(const json& desired) {
   generation_ = desired.value("generation", generation_);
   if (desired.contains("faults") && desired["faults"].is_array()) {
@@ -344,7 +477,8 @@ void Agent::Apply(const json& desired) {
       k.instance = id;
       k.attempt = attempt;
       const std::string command = w.value("command", "");
-      if (command.empty()) {
+      const std::string image = w.value("image", "");
+      if (command.empty() && image.empty()) {
         k.noop = true;
       } else {
         WorkloadSpec spec;
@@ -359,14 +493,10 @@ void Agent::Apply(const json& desired) {
         spec.cpu_milli = w.value("cpu_milli", int64_t{0});
         spec.memory_mib = w.value("memory_mib", int64_t{0});
         spec.reserve_port = w.value("reserve_port", "");
-        if (Status s = workloads_->Start(spec); !s.ok()) {
-          // Started by an earlier run whose record is gone: never run twice. Refused: the server
-          // hears why, as the instance's end, rather than waiting for it for ever.
-          spdlog::error("starting {}: {}", key, s.message());
-          if (s.code() != StatusCode::kAlreadyExists) {
-            k.noop = true;
-            k.start_error = s.message();
-          }
+        if (image.empty()) {
+          StartNow(k, spec);
+        } else {
+          StartWithImage(k, std::move(spec), w);
         }
       }
       it = known_.emplace(key, std::move(k)).first;

@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 
+#include "agent/container_image.h"
 #include "agent/gpu_backend.h"
 #include "agent/workload.h"
 #include "common/result.h"
@@ -47,11 +48,19 @@ struct AgentOptions {
   // Wait at the server for news (the default), or report every heartbeat and sleep between
   // (how benchmarks time a bare report).
   bool long_poll = true;
+  // Where workloads with an image get it (pulls, the cache); null: such workloads fail, saying
+  // this node runs no containers.
+  std::shared_ptr<ImageStore> images;
+  // A GPU's CDI device name by its index, e.g. 0 -> "nvidia.com/gpu=GPU-...": a container gets
+  // those of its GPUs (a MIG slice or a share, its GPU's). A GPU without one gets no device node.
+  std::map<int, std::string> gpu_cdi_devices;
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",
 // "lost:GPU" (tessera agent --sim-fault, and the faults of an admin's POST /v1/nodes/{id}/faults).
 Status InjectFault(GpuBackend& gpus, const std::string& spec);
+
+struct PullJob;  // A pull in flight (agent.cc).
 
 class Agent {
  public:
@@ -85,6 +94,9 @@ class Agent {
     int64_t log_next = -1;        // The next log byte to ship; -1 until the server says.
     int64_t stop_at_unix_ms = 0;  // A noop's notice deadline.
     std::string start_error;      // Why its workload could not start: it ended at once.
+    // While its image is being pulled (noop until then): the pull, and what starts after it.
+    std::shared_ptr<PullJob> pull;
+    std::optional<WorkloadSpec> pending;
   };
 
   Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
@@ -98,6 +110,15 @@ class Agent {
   nlohmann::json Report(std::chrono::milliseconds wait);
   // Workloads adopted from an earlier run of the agent, by key.
   void Adopt();
+  // Starts a workload with an image: at once when the image is on the node (and the policy lets
+  // it be used), else after a pull on a thread of its own (the workload reports "pulling").
+  void StartWithImage(Known& k, WorkloadSpec spec, const nlohmann::json& w);
+  // Starts the workloads whose pulls ended well; fails those whose pulls did not.
+  void FinishPulls();
+  // Starts `spec` now; a refusal ends the workload with the reason.
+  void StartNow(Known& k, const WorkloadSpec& spec);
+  // Whether the image has /bin/sh (its command then runs with sh -c), cached by reference.
+  bool ImageHasShell(const std::string& image);
 
   AgentOptions options_;
   Transport transport_;
@@ -112,6 +133,7 @@ class Agent {
   int64_t last_fault_ = 0;              // The last fault the server asked for that was injected.
   bool telemetry_due_ = false;          // Send telemetry with the next report, whatever its turn.
   std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
+  std::map<std::string, bool> image_shell_;  // ImageHasShell's answers.
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   // What MetricsText renders, as the agent loop last saw it.

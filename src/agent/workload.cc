@@ -137,7 +137,8 @@ Status ValidateSpec(const WorkloadSpec& spec) {
         fmt::format("workload id {}: must be 1 to 64 of a-z, 0-9 and '-' (it names a directory)",
                     Quote(spec.id)));
   }
-  if (spec.command.empty() || spec.command.find('\0') != std::string::npos) {
+  if ((spec.command.empty() && spec.image.empty()) ||
+      spec.command.find('\0') != std::string::npos) {
     return Status::InvalidArgument(
         fmt::format("workload '{}': command: must be non-empty text without NUL bytes", spec.id));
   }
@@ -179,7 +180,9 @@ struct WorkloadSupervisor::Entry {
   const std::string& ControlDir() const { return control; }
   std::string File(const char* name) const { return ControlDir() + "/" + name; }
   std::string tenant;
-  int64_t uid = -1;  // The uid it runs as; -1: the agent's own.
+  int64_t uid = -1;       // The uid it runs as; -1: the agent's own.
+  std::string container;  // A container workload's container name; "" for a bare process.
+  bool container_killed = false;
   WorkloadStatus status;
   std::string boot_id;     // The boot the workload started in (from `state`).
   std::string cgroup_dir;  // "" when it has none.
@@ -264,6 +267,8 @@ Result<std::unique_ptr<WorkloadSupervisor>> WorkloadSupervisor::Open(Options opt
   sup->cgroup_root_ = std::move(cg.root);
   sup->limits_note_ = std::move(cg.note);
   TESSERA_RETURN_IF_ERROR(sup->SetUpIsolation());
+  sup->container_host_ = DetectContainerHost();
+  sup->container_host_.podman = sup->options_.podman;
   if (sup->limits_enforced_ || sup->options_.cgroup_root == "none") {
     spdlog::info("workload limits: {}", sup->limits_note_);
   } else {
@@ -325,6 +330,7 @@ void WorkloadSupervisor::Adopt(const std::string& id) {
     e->status.port = static_cast<int>(f.Int("port", 0, 65535, false));
     e->tenant = f.String("tenant", false);
     e->uid = f.Int("uid", -1, UINT32_MAX, false, -1);
+    e->container = f.String("container", false);
   } else {
     spdlog::warn("workload {}: {}", id, state.status().ToString());
   }
@@ -417,6 +423,71 @@ void WorkloadSupervisor::ReleaseUid(const Entry& e) {
   }
 }
 
+Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
+                                         const std::string& dir, const std::string& control,
+                                         shim::ShimPlan& plan) {
+  if (options_.podman.empty() || !Exists(options_.podman)) {
+    return Status::FailedPrecondition(
+        fmt::format("image {}: this node runs no containers (no podman at {})", Quote(spec.image),
+                    options_.podman.empty() ? "(none configured)" : options_.podman));
+  }
+  if (uid < 0) {
+    return Status::FailedPrecondition(
+        fmt::format("image {}: a container runs as its tenant's workload uid, and this agent has "
+                    "none: {}",
+                    Quote(spec.image), isolation_note_));
+  }
+  ContainerSpec c;
+  c.name = spec.id;
+  c.image = spec.image;
+  c.image_has_shell = spec.image_has_shell;
+  if (spec.image_has_shell) {
+    c.command = spec.command;
+  } else {
+    for (std::string_view word : Split(spec.command, ' ')) {
+      if (!word.empty()) c.args.emplace_back(word);
+    }
+  }
+  // What the workload sees, as a bare process would, but at its paths inside the container.
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> env, BuildEnv(spec, "/workspace"));
+  for (const std::string& var : env) {
+    const size_t eq = var.find('=');
+    c.env.emplace_back(var.substr(0, eq), var.substr(eq + 1));
+  }
+  c.user_mode = ContainerUserMode::kHostUid;
+  c.uid = static_cast<uint32_t>(uid);
+  c.gid = static_cast<uint32_t>(uid);
+  c.cpu_milli = spec.cpu_milli;
+  c.memory_mib = spec.memory_mib;
+  c.pids_limit = options_.nproc_limit;
+  c.nproc_limit = options_.nproc_limit;
+  c.work_dir = dir;
+  c.cdi_devices = spec.cdi_devices;
+  // Its own network namespace (no reach to the node's loopback services); a group's rank that
+  // holds the rendezvous port needs the node's network for the other ranks to reach it.
+  c.network = spec.reserve_port.empty() ? ContainerNetwork::kPrivate : ContainerNetwork::kHost;
+  const ContainerControlFiles files = ControlFilesIn(control + "/container");
+  TESSERA_ASSIGN_OR_RETURN(ContainerRun run, BuildPodmanRun(c, container_host_, files));
+  for (const std::string& note : run.notes) spdlog::warn("workload '{}': {}", spec.id, note);
+  TESSERA_RETURN_IF_ERROR(PrepareContainerRun(run, files));
+  plan.exec_path = run.argv[0];
+  plan.args = std::move(run.argv);
+  // podman's own environment, not the tenant's (that is in the env file).
+  plan.env = {std::string("PATH=") + kBasePath, "HOME=/root", "LANG=C.UTF-8"};
+  plan.container_pid_file = files.pid_file;
+  plan.uid = -1;  // podman runs as the agent; the container as `uid`.
+  plan.nproc_limit = 0;
+  return Status::Ok();
+}
+
+void WorkloadSupervisor::KillContainerOf(Entry& e) {
+  if (e.container.empty() || e.container_killed) return;
+  e.container_killed = true;
+  Status s = KillContainer(container_host_, e.container, ControlFilesIn(e.control + "/container"),
+                           std::chrono::seconds(5));
+  if (!s.ok()) spdlog::warn("workload {}: {}", e.status.id, s.ToString());
+}
+
 Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   TESSERA_RETURN_IF_ERROR(ValidateSpec(spec));
   if (options_.refuse_unisolated && isolation_ != "uid") {
@@ -470,22 +541,29 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
     if (!plan.cgroup_dir.empty()) rmdir(plan.cgroup_dir.c_str());
     return s.WithPrefix(fmt::format("workload '{}'", spec.id));
   };
-  if (limits_enforced_) {
+  if (limits_enforced_ && spec.image.empty()) {  // A container's limits are podman's.
     plan.cgroup_dir = cgroup_root_ + "/" + spec.id;
     Status s = MakeWorkloadCgroup(plan.cgroup_dir, spec.cpu_milli, spec.memory_mib);
     if (!s.ok()) return cleanup(s);
   }
+  if (!spec.image.empty()) {
+    Status s = PlanContainer(*run, uid, dir, control, plan);
+    if (!s.ok()) return cleanup(s);
+  }
   const int64_t started = UnixMs();
-  nlohmann::json state = {{"id", spec.id},
-                          {"command", spec.command},
-                          {"started_at_unix_ms", started},
-                          {"boot_id", boot_id_},
-                          {"cgroup", plan.cgroup_dir},
-                          {"cpu_milli", spec.cpu_milli},
-                          {"memory_mib", spec.memory_mib},
-                          {"port", port},
-                          {"tenant", spec.tenant},
-                          {"uid", uid}};
+  nlohmann::json state = {
+      {"id", spec.id},
+      {"command", spec.command},
+      {"started_at_unix_ms", started},
+      {"boot_id", boot_id_},
+      {"cgroup", plan.cgroup_dir},
+      {"cpu_milli", spec.cpu_milli},
+      {"memory_mib", spec.memory_mib},
+      {"port", port},
+      {"tenant", spec.tenant},
+      {"uid", uid},
+      {"image", spec.image},
+      {"container", plan.container_pid_file.empty() ? "" : "tessera-" + spec.id}};
   Status s = WriteFileAtomic(plan.control_dir + "/" + shim::kStateFile, DumpJson(state) + "\n");
   if (!s.ok()) return cleanup(s);
 
@@ -497,8 +575,10 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
     plan.max_fd = static_cast<int>(std::min<rlim_t>(nofile.rlim_cur, 1 << 20));
   }
-  plan.args = {"sh", "-c", spec.command};
-  plan.env = std::move(env);
+  if (spec.image.empty()) {
+    plan.args = {"sh", "-c", spec.command};
+    plan.env = std::move(env);
+  }
   plan.Seal();
 
   auto e = std::make_unique<Entry>();
@@ -506,6 +586,7 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   e->control = control;
   e->tenant = spec.tenant;
   e->uid = uid;
+  if (!plan.container_pid_file.empty()) e->container = "tessera-" + spec.id;
   e->boot_id = boot_id_;
   e->cgroup_dir = plan.cgroup_dir;
   e->status.id = spec.id;
@@ -671,6 +752,7 @@ void WorkloadSupervisor::Finish(Entry& e, const std::string& exit_text) {
 // would fence it) and report it lost once it is gone; else report it lost now.
 void WorkloadSupervisor::MarkLost(Entry& e, const char* reason) {
   e.lost_reason = reason;
+  KillContainerOf(e);  // Nothing fences a container whose shim is gone.
   if (e.pids_known && shim::ProcAlive(e.pids.pid, e.pid_start)) {
     kill(-e.pids.pid, SIGKILL);
     kill(e.pids.pid, SIGKILL);
@@ -704,6 +786,7 @@ Status WorkloadSupervisor::Forget(const std::string& id) {
     return Status::FailedPrecondition(
         fmt::format("workload '{}' still runs: Stop it and wait until Poll reports it exited", id));
   }
+  KillContainerOf(*e);  // `podman rm` of what --rm left, if anything.
   std::error_code ec;
   fs::remove_all(e->control, ec);
   if (ec) {

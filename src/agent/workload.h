@@ -23,9 +23,13 @@
 #include <utility>
 #include <vector>
 
+#include "agent/container.h"
 #include "common/result.h"
 
 namespace tessera::agent {
+namespace shim {
+struct ShimPlan;
+}  // namespace shim
 
 struct WorkloadSpec {
   std::string id;  // The instance id, e.g. "inst-000042": the directory name; [a-z0-9-]{1,64}.
@@ -33,6 +37,16 @@ struct WorkloadSpec {
   // one tenant's workloads can neither read nor signal another's; "" counts as one more tenant.
   std::string tenant;
   std::string command;  // Run as /bin/sh -c command.
+  // An image present on the node (the agent pulls it first): the workload runs as an OCI
+  // container from it through podman and runc (container.h), as its tenant's workload uid, with
+  // its directory at /workspace; "" = a bare process. With an image the command may be empty (the
+  // image's own entrypoint runs), and without a shell in the image it runs in exec form (split at
+  // spaces).
+  std::string image;
+  bool image_has_shell = true;
+  // With an image: CDI device names (e.g. "nvidia.com/gpu=0"), so the container's /dev holds its
+  // GPUs' device nodes and no others.
+  std::vector<std::string> cdi_devices;
   // Added to the base environment (PATH, HOME, LANG), e.g. CUDA_VISIBLE_DEVICES.
   std::vector<std::pair<std::string, std::string>> env;
   int64_t cpu_milli = 0;   // 0 = no limit.
@@ -89,6 +103,8 @@ class WorkloadSupervisor {
     // Start refuses a workload (FailedPrecondition, with isolation_note()) unless isolation() is
     // "uid": for agents inside the server's own process, whose files a workload must not reach.
     bool refuse_unisolated = false;
+    // podman, for workloads with an image; "" = this supervisor runs no containers.
+    std::string podman = "/usr/bin/podman";
   };
 
   // Opens the work dir and adopts what earlier runs started: running ones are watched again,
@@ -152,6 +168,11 @@ class WorkloadSupervisor {
   // After `e` ended: when no other running workload has its uid, every process left of that uid
   // (one that left the process group, say) is killed.
   void ReleaseUid(const Entry& e);
+  // Fills `plan` to run spec's image as a container (`podman run` in the shim's place).
+  Status PlanContainer(const WorkloadSpec& spec, int64_t uid, const std::string& dir,
+                       const std::string& control, shim::ShimPlan& plan);
+  // Kills and removes a container workload's container, whether or not its podman still runs.
+  void KillContainerOf(Entry& e);
   Status SetUpIsolation();
 
   Options options_;
@@ -159,6 +180,7 @@ class WorkloadSupervisor {
   std::string cgroup_root_;  // Where workload cgroups are made; "" when limits are not enforced.
   bool limits_enforced_ = false;
   std::string limits_note_;
+  ContainerHost container_host_;
   std::string isolation_ = "none";
   std::string isolation_note_ = "no workload uids were given";
   std::map<std::string, std::unique_ptr<Entry>> entries_;

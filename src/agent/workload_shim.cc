@@ -356,6 +356,7 @@ class Shim {
       }
       Drain();
       Reap();
+      WatchContainer();
       const int64_t now = MonotonicMs();
       ReadStop();
       ReadLease(now);
@@ -371,9 +372,9 @@ class Shim {
         }
       } else {
         // The main process is gone: the instance is over, and what it left in its group goes.
+        if (!cgroup_killed_) KillCgroup();
         if (kill(-pid_, 0) == -1 && errno == ESRCH) Finish();
         kill(-pid_, SIGKILL);
-        if (!cgroup_killed_) KillCgroup();
       }
       log_.FlushDropped();
     }
@@ -465,9 +466,29 @@ class Shim {
     if (!main_done_) kill(pid_, sig);
   }
 
-  // cgroup.kill (Linux 5.14) also reaches processes that left the group with setsid.
+  // The container's init, once conmon has written its pid (with its start time, so a pid reused
+  // later is never hit).
+  void WatchContainer() {
+    if (plan_.container_pid_file.empty() || container_pid_ > 0) return;
+    char buf[32];
+    if (ReadSmall(plan_.container_pid_file.c_str(), buf, sizeof buf) <= 0) return;
+    const char* p = buf;
+    int64_t pid = 0;
+    ProcStat st{};
+    if (!ParseInt(&p, &pid) || pid <= 1 || pid > INT32_MAX) return;
+    if (!ReadProcStat(static_cast<pid_t>(pid), &st)) return;
+    container_pid_ = static_cast<pid_t>(pid);
+    container_start_ = st.start_time;
+  }
+
+  // cgroup.kill (Linux 5.14) also reaches processes that left the group with setsid; the
+  // container's init is outside the group too.
   void KillCgroup() {
     cgroup_killed_ = true;
+    WatchContainer();
+    if (container_pid_ > 0 && ProcAlive(container_pid_, container_start_)) {
+      kill(container_pid_, SIGKILL);
+    }
     if (plan_.cgroup_dir.empty()) return;
     const int fd = open(plan_.cgroup_kill.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return;
@@ -539,6 +560,8 @@ class Shim {
   bool term_sent_ = false;
   bool kill_sent_ = false;
   bool cgroup_killed_ = false;
+  pid_t container_pid_ = 0;
+  uint64_t container_start_ = 0;
   int64_t lease_deadline_ = 0;
   bool lease_fired_ = false;
   char buf_[64 * 1024];

@@ -59,8 +59,12 @@ struct ShimPlan {
   // it); 0 = inherited. It counts every process of the uid, that is of the tenant on this node.
   int64_t nproc_limit = 0;
   std::string exec_path = "/bin/sh";  // What the workload execs, with `args` as its argv.
-  std::vector<std::string> args;      // /bin/sh's argv.
-  std::vector<std::string> env;       // NAME=value.
+  // A container's workload is `podman run`, whose container outlives a SIGKILL to it: podman's
+  // conmon writes the host pid of the container's init here, and where the shim would kill the
+  // group it also kills that pid (ending the container's pid namespace). "" = not a container.
+  std::string container_pid_file;
+  std::vector<std::string> args;  // /bin/sh's argv.
+  std::vector<std::string> env;   // NAME=value.
 
   // Fills the pointer arrays from args and env; call after the last change to them.
   void Seal();

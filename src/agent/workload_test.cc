@@ -21,6 +21,8 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/container_test_support.h"
+#include "agent/workload_uids.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "testing/testing.h"
@@ -833,6 +835,82 @@ TEST_F(WorkloadTest, AnAgentThatMustIsolateRefusesToRunWithoutUids) {
   Status s = sup->Start(Spec("plain", "true"));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("--workload-uids"), std::string::npos) << s.message();
+}
+
+using testing_support::BusyboxImage;
+using testing_support::PodmanMissing;
+using testing_support::RunTool;
+using testing_support::UniqueName;
+
+// Workloads with an image: containers through the real podman and runc, as the agent runs them.
+class WorkloadContainerTest : public WorkloadUidTest {
+ protected:
+  void SetUp() override {
+    WorkloadUidTest::SetUp();
+    if (IsSkipped()) return;
+    if (const std::string why = PodmanMissing(); !why.empty()) GTEST_SKIP() << why;
+    image_ = std::make_unique<BusyboxImage>(UniqueName("localhost/tessera-wl"));
+    ASSERT_TRUE(image_->ok()) << image_->error();
+  }
+  WorkloadSpec ImageSpec(std::string id, std::string tenant, std::string command) const {
+    WorkloadSpec s = TenantSpec(std::move(id), std::move(tenant), std::move(command));
+    s.image = image_->reference();
+    return s;
+  }
+  static bool ContainerExists(const std::string& name) {
+    return RunTool({"podman", "container", "exists", name}).exit_code == 0;
+  }
+  std::unique_ptr<BusyboxImage> image_;
+};
+
+TEST_F(WorkloadContainerTest, AContainerRunsAsItsTenantsUidInItsWorkspaceAndReportsItsExit) {
+  auto sup = OpenSup(UidOpts());
+  WorkloadSpec spec =
+      ImageSpec("boxed", "alice",
+                "echo uid:$(id -u) home:$HOME pwd:$(pwd) gpus:$CUDA_VISIBLE_DEVICES "
+                "notice:$TESSERA_PREEMPT_NOTICE; echo kept > /workspace/kept; "
+                "ls / | grep -c control; exit 7");
+  spec.env = {{"CUDA_VISIBLE_DEVICES", "GPU-1"}};
+  ASSERT_TRUE(sup->Start(spec).ok());
+  const WorkloadStatus st = WaitExited(*sup, "boxed", milliseconds(20'000));
+  EXPECT_EQ(st.exit_code, 7);
+  EXPECT_EQ(st.reason, "exited");
+  const std::string log = Log(*sup, "boxed");
+  struct stat dir {};
+  ASSERT_EQ(stat(Dir("boxed").c_str(), &dir), 0);
+  EXPECT_NE(log.find(fmt::format("uid:{} home:/workspace pwd:/workspace gpus:GPU-1 "
+                                 "notice:/workspace/preempt-notice.json",
+                                 dir.st_uid)),
+            std::string::npos)
+      << log;
+  EXPECT_GE(dir.st_uid, kFirst);
+  EXPECT_EQ(ReadOr(Dir("boxed") + "/kept"), "kept\n");
+  EXPECT_NE(log.find("\n0\n"), std::string::npos) << "the agent's files are not in it:\n" << log;
+  EXPECT_FALSE(ContainerExists("tessera-boxed"));
+}
+
+TEST_F(WorkloadContainerTest, AStopEndsTheContainerAndAFenceWithPodmanKilledLeavesNoContainer) {
+  auto sup = OpenSup(UidOpts());
+  ASSERT_TRUE(sup->Start(ImageSpec("stopped", "bob", "echo up; sleep 1000")).ok());
+  ASSERT_TRUE(WaitFor([&] { return Log(*sup, "stopped").find("up") != std::string::npos; },
+                      milliseconds(20'000)));
+  ASSERT_TRUE(sup->Stop("stopped", milliseconds(5000)).ok());
+  const WorkloadStatus stopped = WaitExited(*sup, "stopped", milliseconds(20'000));
+  EXPECT_EQ(stopped.reason, "stopped");
+  EXPECT_FALSE(ContainerExists("tessera-stopped"));
+
+  // A command that ignores SIGTERM, and a lease that lapses: after the grace the shim's SIGKILL
+  // ends podman, and the container's init with it.
+  ASSERT_TRUE(
+      sup->Start(ImageSpec("fenced", "bob", "trap '' TERM; echo up; while true; do sleep 1; done"))
+          .ok());
+  ASSERT_TRUE(WaitFor([&] { return Log(*sup, "fenced").find("up") != std::string::npos; },
+                      milliseconds(20'000)));
+  sup->RenewLease(milliseconds(50));
+  const WorkloadStatus fenced = WaitExited(*sup, "fenced", milliseconds(20'000));
+  EXPECT_EQ(fenced.reason, "lease expired");
+  EXPECT_TRUE(WaitFor([&] { return !ContainerExists("tessera-fenced"); }, milliseconds(10'000)))
+      << "the container outlived its fence";
 }
 
 }  // namespace

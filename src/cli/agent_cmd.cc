@@ -5,15 +5,20 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <charconv>
 #include <csignal>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/container_cdi.h"
+#include "agent/container_image.h"
 #include "agent/nvml_backend.h"
 #include "agent/sim_backend.h"
 #include "agent/workload_uids.h"
@@ -44,6 +49,10 @@ struct AgentFlags {
   std::string metrics_listen;
   std::string rendezvous_ports = "29500-29999";
   std::string workload_uids = std::string(agent::kDefaultWorkloadUids);
+  int64_t workload_pids = 4096;
+  double image_cache_gib = 100;
+  std::vector<std::string> insecure_registries;
+  std::string cdi_kind = "nvidia.com/gpu";
 };
 
 int Fail(const std::string& message) {
@@ -69,6 +78,79 @@ Result<std::string> NodeToken(const AgentFlags& flags) {
   auto token = ReadSecretFile(flags.token_file);
   if (!token.ok()) return token.status().WithPrefix("--token-file");
   return token;
+}
+
+// The minor number N of a GPU's /dev/nvidiaN, as the driver says in /proc; -1 when it does not.
+int DeviceMinor(const std::string& pci_bus_id) {
+  std::string bus = pci_bus_id;
+  for (char& c : bus) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (bus.size() > 12) bus = bus.substr(bus.size() - 12);  // "00000000:17:00.0" -> "0000:17:00.0"
+  std::ifstream in("/proc/driver/nvidia/gpus/" + bus + "/information");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Device Minor:", 0) == 0) return std::atoi(line.c_str() + 13);
+  }
+  return -1;
+}
+
+// Workloads with an image: the image store (when podman is here and the agent is root), and
+// each GPU's CDI device (the node's own specs, or one the agent writes from its inventory).
+// Simulated GPUs have no device nodes: their containers get none.
+Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
+                       agent::AgentOptions& options) {
+  if (geteuid() != 0 || access("/usr/bin/podman", X_OK) != 0) {
+    spdlog::warn("this node runs no containers: {}",
+                 geteuid() != 0 ? "the agent is not root" : "no /usr/bin/podman");
+    return Status::Ok();
+  }
+  agent::ImageStore::Options io;
+  io.state_dir = flags.work_dir + "/.images";
+  io.cache_limit_bytes = static_cast<int64_t>(flags.image_cache_gib * (int64_t{1} << 30));
+  io.insecure_registries = flags.insecure_registries;
+  auto images = agent::ImageStore::Open(io);
+  if (!images.ok()) return images.status();
+  options.images = std::shared_ptr<agent::ImageStore>(std::move(*images));
+  agent::GpuCdiOptions co;
+  co.kind = flags.cdi_kind;
+  auto inventory = gpus.ReadInventory();
+  if (!inventory.ok()) return inventory.status();
+  std::vector<agent::GpuDeviceNodes> nodes;
+  for (const agent::GpuInfo& g : inventory->gpus) {
+    const int minor = flags.backend == "nvml" ? DeviceMinor(g.pci_bus_id) : -1;
+    if (flags.backend == "nvml" && minor < 0) continue;
+    agent::GpuDeviceNodes n{std::to_string(g.index), g.uuid, minor, {}};
+    if (minor >= 0) n.dev_paths.push_back(fmt::format("/dev/nvidia{}", minor));
+    nodes.push_back(std::move(n));
+  }
+  agent::GpuCdiSetup setup;
+  if (flags.backend == "nvml") {
+    co.driver_files = agent::FindNvidiaDriverFiles();
+    auto made = agent::EnsureGpuCdiSpec(nodes, co);
+    if (!made.ok()) return made.status();
+    setup = std::move(*made);
+  } else {
+    // Simulated GPUs have no nodes of their own; a spec of the node's that names them (by uuid or
+    // index) gives their containers its devices, else they get none.
+    agent::CdiScan scan = agent::ScanCdiSpecs(co.spec_dirs, co.kind, co.write_path);
+    setup.notes = std::move(scan.notes);
+    for (const auto& f : scan.usable) {
+      if (setup.spec_path.empty()) setup.spec_path = f.path;
+      setup.device_names.insert(setup.device_names.end(), f.device_names.begin(),
+                                f.device_names.end());
+    }
+  }
+  for (const std::string& note : setup.notes) spdlog::warn("CDI: {}", note);
+  if (setup.spec_path.empty()) {
+    spdlog::info("containers: no CDI spec of kind {}: containers get no GPU devices", co.kind);
+    return Status::Ok();
+  }
+  for (const agent::GpuDeviceNodes& n : nodes) {
+    auto name = agent::CdiDeviceFor(setup, co.kind, n);
+    if (name.ok()) options.gpu_cdi_devices[std::stoi(n.index)] = *name;
+  }
+  spdlog::info("containers: GPUs by CDI from {} ({} of {} GPUs)", setup.spec_path,
+               options.gpu_cdi_devices.size(), inventory->gpus.size());
+  return Status::Ok();
 }
 
 int RunAgent(const AgentFlags& flags) {
@@ -116,6 +198,7 @@ int RunAgent(const AgentFlags& flags) {
   agent::WorkloadSupervisor::Options wopts;
   wopts.work_dir = flags.work_dir;
   wopts.cgroup_root = flags.cgroup_root;
+  wopts.nproc_limit = flags.workload_pids;
   if (flags.workload_uids != "none") {
     auto uids = agent::ParseUidRange(flags.workload_uids);
     if (!uids.ok()) {
@@ -153,6 +236,7 @@ int RunAgent(const AgentFlags& flags) {
   if (!transport.ok()) return Fail(transport.status().message());
   agent::AgentOptions options;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
+  if (Status s = SetUpContainers(flags, *gpus, options); !s.ok()) return Fail(s.message());
   agent::Agent agent(options, std::move(*transport), std::move(gpus), std::move(*workloads));
 
   // SIGINT and SIGTERM end the agent; its workloads keep running under their shims until the
@@ -221,9 +305,19 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--catalog", flags->catalog_dir, "Catalog directory (default: built in)");
   cmd->add_option("--workload-uids", flags->workload_uids,
-                  "Unprivileged uids FROM-TO for workloads without an image, one per tenant on "
-                  "the node (needs root; no account may use them), or none: workloads then run as "
-                  "the agent's user and the node takes one tenant at a time")
+                  "Unprivileged uids FROM-TO for workloads (processes and containers), one per "
+                  "tenant on the node (needs root; no account may use them), or none: processes "
+                  "then run as the agent's user, the node runs no containers and takes one "
+                  "tenant at a time")
+      ->capture_default_str();
+  cmd->add_option("--workload-pids", flags->workload_pids,
+                  "The most processes a tenant's workloads on this node may have at once (its "
+                  "uid's RLIMIT_NPROC; a container's pids limit)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 22))
+      ->capture_default_str();
+  cmd->add_option("--cdi-kind", flags->cdi_kind,
+                  "The CDI kind of this node's GPUs in /etc/cdi or /var/run/cdi (with --backend "
+                  "nvml the agent writes a spec of it when the node has none)")
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", flags->heartbeat_ms,
                   "The longest between two reports, in milliseconds")
@@ -233,6 +327,13 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
                   "Serve this node's GPU series (dcgm-exporter's format) at "
                   "http://HOST:PORT/metrics; unauthenticated, as dcgm-exporter, so bind it to "
                   "the node's private address");
+  cmd->add_option("--image-cache-gib", flags->image_cache_gib,
+                  "Images this agent pulled are evicted, least recently used first, past this "
+                  "size (GiB; 0 = no cap)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--insecure-registry", flags->insecure_registries,
+                  "HOST[:PORT] of a registry reached without TLS verification (repeatable)");
   cmd->add_option("--cgroup-root", flags->cgroup_root,
                   "cgroup v2 directory for workloads' limits (default: beside the agent's own; "
                   "'none' to not try)");
