@@ -21,13 +21,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class AgentTest : public ServerTest {
  protected:
   void SetUp() override {
@@ -73,15 +66,6 @@ class AgentTest : public ServerTest {
   }
 
   json Instance(const std::string& id) { return Get("/v1/instances/" + id, tenant_).body; }
-
-  static bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      if (done()) return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return done();
-  }
 
   bool WaitState(const std::string& id, const std::string& state,
                  std::chrono::milliseconds limit = 10s) {

@@ -29,29 +29,13 @@ namespace support = agent::testing_support;
 
 constexpr int kPidsLimit = 64;
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
-}
-
 // The processes of the machine whose real uid is `uid`.
 int ProcessesOf(uid_t uid) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::istringstream status(ReadText(e.path().string() + "/status"));
+    std::istringstream status(ReadFile(e.path().string() + "/status"));
     for (std::string line; std::getline(status, line);) {
       if (line.rfind("Uid:", 0) == 0) {
         if (std::stoul(line.substr(4)) == uid) ++n;
@@ -68,6 +52,12 @@ constexpr const char* kTry =
     "t() { if sh -c \"$2\" </dev/null >/dev/null 2>&1; then echo \"$1 DONE\"; "
     "else echo \"$1 refused\"; fi >> $E; }; ";
 
+// The end of an attack script: a fork bomb (as many sleeps as the limits let it make, in the
+// background), then "end" in the evidence, then a long sleep that needs no fork.
+constexpr const char* kForkBombThenEnd =
+    "sh -c 'i=0; while [ $i -lt 400 ]; do sleep 300 & i=$((i+1)); done; wait' >/dev/null 2>&1 & "
+    "sleep 1; echo end >> $E; exec sleep 600";
+
 // The evidence a tenant's command left: "NAME DONE|refused" lines, and other lines as they are.
 struct Evidence {
   std::map<std::string, std::string> attempts;
@@ -76,7 +66,7 @@ struct Evidence {
 
 Evidence ReadEvidence(const std::string& path) {
   Evidence ev;
-  std::istringstream in(ReadText(path));
+  std::istringstream in(ReadFile(path));
   for (std::string line; std::getline(in, line);) {
     const size_t sp = line.find(' ');
     if (sp == std::string::npos) {
@@ -119,8 +109,8 @@ class AttackTest : public ServerTest {
           }
           return false;
         },
-        15s))
-        << ReadText(dir_.File(name + ".log"));
+        15s, 20ms))
+        << ReadFile(dir_.File(name + ".log"));
   }
 
   std::string Create(const std::string& tenant, json body) {
@@ -169,8 +159,8 @@ class AttackTest : public ServerTest {
         "echo victim-secret > secret; echo $$ > {}/victim.pid; exec sleep 600", evidence_);
     const std::string id = Create(victim_, body);
     EXPECT_EQ(AwaitState(victim_, id, "running", 60s), "running") << Instance(victim_, id).dump();
-    EXPECT_TRUE(WaitFor([&] { return !ReadText(evidence_ + "/victim.pid").empty(); }, 10s));
-    victim_pid_ = std::atoi(ReadText(evidence_ + "/victim.pid").c_str());
+    EXPECT_TRUE(WaitFor([&] { return !ReadFile(evidence_ + "/victim.pid").empty(); }, 10s, 20ms));
+    victim_pid_ = std::atoi(ReadFile(evidence_ + "/victim.pid").c_str());
     return id;
   }
 
@@ -213,29 +203,26 @@ TEST_F(AttackTest, ABareProcessCannotForgeFenceReadSignalOrOutgrowItsLimits) {
       "t raise-nofile \"ulimit -Hn $(( $(ulimit -Hn) + 1 ))\"; "
       "t raise-nproc \"ulimit -Hp $(( $(ulimit -Hp) + 1 ))\"; "
       "echo \"nproc $(ulimit -p)\" >> $E; "
-      // The fork bomb: as many sleeps as it may make, in the background.
-      "sh -c 'i=0; while [ $i -lt 400 ]; do sleep 300 & i=$((i+1)); done; wait' "
-      ">/dev/null 2>&1 & "
-      "sleep 1; echo end >> $E; exec sleep 600",
-      fmt::arg("ev", ev), fmt::arg("try", kTry), fmt::arg("v", victim_dir),
-      fmt::arg("vpid", victim_pid_), fmt::arg("agent", agent_->pid()),
+      "{bomb}",
+      fmt::arg("ev", ev), fmt::arg("try", kTry), fmt::arg("bomb", kForkBombThenEnd),
+      fmt::arg("v", victim_dir), fmt::arg("vpid", victim_pid_), fmt::arg("agent", agent_->pid()),
       fmt::arg("token", work_dir_ + ".token"), fmt::arg("server", server_->pid()),
       fmt::arg("data", dir_.File("data")));
   const std::string attacker = Create(rival_, {{"command", script}});
   ASSERT_EQ(AwaitState(rival_, attacker, "running", 30s), "running");
   const auto running_since = std::chrono::steady_clock::now();
-  ASSERT_TRUE(WaitFor([&] { return ReadEvidence(ev).facts.count("end") > 0; }, 30s))
-      << ReadText(ev);
+  ASSERT_TRUE(WaitFor([&] { return ReadEvidence(ev).facts.count("end") > 0; }, 30s, 20ms))
+      << ReadFile(ev);
   const Evidence got = ReadEvidence(ev);
 
   // It ran as a uid of its own tenant, in its own directory.
-  ASSERT_TRUE(got.facts.count("uid")) << ReadText(ev);
+  ASSERT_TRUE(got.facts.count("uid")) << ReadFile(ev);
   const uid_t uid = static_cast<uid_t>(std::stoul(got.facts.at("uid")));
   EXPECT_GE(uid, 1999000000u);
   EXPECT_EQ(got.facts.at("cwd"), work_dir_ + "/" + attacker + "-a0");
   EXPECT_EQ(got.facts.at("nproc"), std::to_string(kPidsLimit));
   // Every attempt failed, and a check that can succeed shows the harness reports success.
-  ASSERT_EQ(got.attempts.size(), 20u) << ReadText(ev);
+  ASSERT_EQ(got.attempts.size(), 20u) << ReadFile(ev);
   for (const auto& [what, result] : got.attempts) {
     EXPECT_EQ(result, what == "write-own-dir" ? "DONE" : "refused") << what;
   }
@@ -251,7 +238,7 @@ TEST_F(AttackTest, ABareProcessCannotForgeFenceReadSignalOrOutgrowItsLimits) {
   std::this_thread::sleep_for(1s);
   EXPECT_EQ(Instance(rival_, attacker).value("state", ""), "running");
   EXPECT_EQ(Instance(victim_, victim).value("state", ""), "running");
-  EXPECT_EQ(ReadText(work_dir_ + "/" + victim_dir + "/secret"), "victim-secret\n");
+  EXPECT_EQ(ReadFile(work_dir_ + "/" + victim_dir + "/secret"), "victim-secret\n");
   EXPECT_FALSE(std::filesystem::exists(work_dir_ + "/" + victim_dir + "/planted"));
   EXPECT_EQ(kill(victim_pid_, 0), 0) << "the victim's process is gone";
 
@@ -261,7 +248,7 @@ TEST_F(AttackTest, ABareProcessCannotForgeFenceReadSignalOrOutgrowItsLimits) {
   EXPECT_GE(BilledSeconds(rival_, attacker), ran - 2) << "billed less than it ran";
   EXPECT_LE(BilledSeconds(rival_, attacker), std::max(60.0, ran + 5));  // A minute at least.
   // What the bomb left behind goes with the tenant's last workload on the node.
-  EXPECT_TRUE(WaitFor([&] { return ProcessesOf(uid) == 0; }, 15s)) << ProcessesOf(uid);
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOf(uid) == 0; }, 15s, 20ms)) << ProcessesOf(uid);
   Delete(victim_, victim);
 }
 
@@ -296,10 +283,10 @@ TEST_F(AttackTest, UnderSimAgentsATenantsCommandCannotReachTheServer) {
   ASSERT_EQ(r.status, 201) << r.raw;
   EXPECT_EQ(AwaitState(tenant, r.body.value("id", ""), "succeeded", 30s), "succeeded");
   const Evidence got = ReadEvidence(ev);
-  ASSERT_TRUE(got.facts.count("end")) << ReadText(ev);
+  ASSERT_TRUE(got.facts.count("end")) << ReadFile(ev);
   EXPECT_NE(got.facts.at("uid"), "0");
   EXPECT_NE(got.facts.at("uid"), std::to_string(geteuid()));
-  ASSERT_EQ(got.attempts.size(), 7u) << ReadText(ev);
+  ASSERT_EQ(got.attempts.size(), 7u) << ReadFile(ev);
   for (const auto& [what, result] : got.attempts) {
     EXPECT_EQ(result, what == "write-own-dir" ? "DONE" : "refused") << what;
   }
@@ -399,7 +386,7 @@ TEST_F(ContainerAttackTest, PullsAreSeenAndFailuresNameTheImageAndBillNothing) {
         }
         return state == "succeeded" || state == "failed";
       },
-      120s))
+      120s, 20ms))
       << state;
   EXPECT_EQ(state, "succeeded") << Instance(rival_, good).dump();
   EXPECT_TRUE(saw_pulling) << "the instance was never shown pulling";
@@ -437,22 +424,20 @@ TEST_F(ContainerAttackTest, AContainerSeesOnlyItsGpuAndCannotReachTheNodeOrAnoth
       "t raise-nofile \"ulimit -Hn $(( $(ulimit -Hn) + 1 ))\"; "
       "t raise-nproc \"ulimit -Hp $(( $(ulimit -Hp) + 1 ))\"; "
       "t become-root \"test $(id -u) = 0\"; "
-      "sh -c 'i=0; while [ $i -lt 400 ]; do sleep 300 & i=$((i+1)); done; wait' "
-      ">/dev/null 2>&1 & "
-      "sleep 1; echo end >> $E; exec sleep 600",
-      fmt::arg("ev", ev), fmt::arg("try", kTry), fmt::arg("major", major_),
-      fmt::arg("vpid", victim_pid_), fmt::arg("agent", agent_->pid()),
+      "{bomb}",
+      fmt::arg("ev", ev), fmt::arg("try", kTry), fmt::arg("bomb", kForkBombThenEnd),
+      fmt::arg("major", major_), fmt::arg("vpid", victim_pid_), fmt::arg("agent", agent_->pid()),
       fmt::arg("url", server_->url()), fmt::arg("work", work_dir_), fmt::arg("v", victim + "-a0"));
   const std::string attacker = Create(rival_, WithImage({{"command", script}, {"gpus", 1}}));
   ASSERT_EQ(AwaitState(rival_, attacker, "running", 120s), "running")
-      << Instance(rival_, attacker).dump() << ReadText(dir_.File("gpu-01.log"));
+      << Instance(rival_, attacker).dump() << ReadFile(dir_.File("gpu-01.log"));
   const auto running_since = std::chrono::steady_clock::now();
   const std::string evidence = work_dir_ + "/" + attacker + "-a0/attack";
-  ASSERT_TRUE(WaitFor([&] { return ReadEvidence(evidence).facts.count("end") > 0; }, 60s))
-      << ReadText(evidence) << Get("/v1/instances/" + attacker + "/logs", rival_).raw;
+  ASSERT_TRUE(WaitFor([&] { return ReadEvidence(evidence).facts.count("end") > 0; }, 60s, 20ms))
+      << ReadFile(evidence) << Get("/v1/instances/" + attacker + "/logs", rival_).raw;
   const Evidence got = ReadEvidence(evidence);
   for (const char* fact : {"uid", "cwd", "devices"}) {
-    ASSERT_TRUE(got.facts.count(fact)) << fact << " missing from:\n" << ReadText(evidence);
+    ASSERT_TRUE(got.facts.count(fact)) << fact << " missing from:\n" << ReadFile(evidence);
   }
   EXPECT_GE(std::stoul(got.facts.at("uid")), 1999000000u);
   EXPECT_EQ(got.facts.at("cwd"), "/workspace");
@@ -462,7 +447,7 @@ TEST_F(ContainerAttackTest, AContainerSeesOnlyItsGpuAndCannotReachTheNodeOrAnoth
   const int gpu = placed["gpus"][0].is_object() ? placed["gpus"][0].value("index", -1)
                                                 : placed["gpus"][0].get<int>();
   EXPECT_EQ(got.facts.at("devices"), fmt::format("nvidia{},nvidiactl,", gpu)) << placed.dump();
-  ASSERT_EQ(got.attempts.size(), 16u) << ReadText(evidence);
+  ASSERT_EQ(got.attempts.size(), 16u) << ReadFile(evidence);
   for (const auto& [what, result] : got.attempts) {
     // Its own stand-in node exists; writing to it reaches no driver (the major is unused).
     if (what == fmt::format("open-nvidia{}", gpu)) continue;

@@ -6,7 +6,10 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -36,6 +39,25 @@ struct HttpReply {
   nlohmann::json body;
   std::string raw;
 };
+
+// The whole of a file, "" when it cannot be read.
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Whether `done` holds within `limit`, asked every `poll`; asked once more at the end.
+inline bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit,
+                    std::chrono::milliseconds poll = std::chrono::milliseconds(50)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(poll);
+  }
+  return done();
+}
 
 // A `tessera agent` child process, its output in a file. Its token is in a 0600 file beside
 // its work dir (never in argv, which the agent refuses).

@@ -20,15 +20,6 @@ using namespace std::chrono_literals;
 
 std::string Dump(const json& j) { return j.dump(); }
 
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return done();
-}
-
 json GetJson(const std::string& base, const std::string& path) {
   httplib::Client c(base);
   c.set_read_timeout(10);
