@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "agent/container_exec.h"
+#include "agent/gpu_devices.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/text.h"
@@ -352,17 +353,14 @@ void Agent::StartWithImage(Known& k, WorkloadSpec spec, const json& w) {
     k.start_error = fmt::format("image {}: this node runs no containers", Quote(spec.image));
     return;
   }
-  if (w.contains("gpu_load") && w["gpu_load"].is_array()) {
-    std::set<int> gpus;
-    for (const json& g : w["gpu_load"]) {
-      if (g.is_object()) gpus.insert(g.value("index", -1));
-    }
-    for (int g : gpus) {
-      if (auto it = options_.gpu_cdi_devices.find(g); it != options_.gpu_cdi_devices.end()) {
-        spec.cdi_devices.push_back(it->second);
-      }
-    }
+  auto devices = CdiDevicesForLoad(w.value("gpu_load", json::array()), options_.gpu_cdi_devices,
+                                   options_.gpu_cdi_required);
+  if (!devices.ok()) {
+    k.noop = true;
+    k.start_error = fmt::format("image {}: {}", Quote(spec.image), devices.status().message());
+    return;
   }
+  spec.cdi_devices = std::move(*devices);
   auto policy = ParsePullPolicy(w.value("pull_policy", "if_not_present"));
   if (!policy.ok()) {
     k.noop = true;

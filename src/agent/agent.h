@@ -51,9 +51,13 @@ struct AgentOptions {
   // Where workloads with an image get it (pulls, the cache); null: such workloads fail, saying
   // this node runs no containers.
   std::shared_ptr<ImageStore> images;
-  // A GPU's CDI device name by its index, e.g. 0 -> "nvidia.com/gpu=GPU-...": a container gets
-  // those of its GPUs (a MIG slice or a share, its GPU's). A GPU without one gets no device node.
-  std::map<int, std::string> gpu_cdi_devices;
+  // The CDI device of each GPU and MIG device by its GpuDeviceKey (gpu_devices.h), e.g. "0" ->
+  // "nvidia.com/gpu=GPU-...", "0/1g.10gb@3" -> "nvidia.com/gpu=MIG-...": a container gets those
+  // of its grant (a share, its GPU's).
+  std::map<std::string, std::string> gpu_cdi_devices;
+  // Real GPUs: a grant without a CDI device fails its container's start, naming it. Simulated
+  // GPUs have no nodes: their containers get what a node's own spec names, else nothing.
+  bool gpu_cdi_required = false;
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",

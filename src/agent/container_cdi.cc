@@ -177,6 +177,37 @@ CdiScan ScanCdiSpecs(const std::vector<std::string>& dirs, const std::string& ki
   return scan;
 }
 
+MigMinors ParseMigMinors(std::string_view text) {
+  MigMinors out;
+  std::istringstream in{std::string(text)};
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string name;
+    int minor = -1;
+    std::string rest;
+    if (!(words >> name >> minor) || (words >> rest) || minor < 0) continue;
+    if (name.rfind("gpu", 0) == 0) out[name] = minor;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> MigDevicePaths(const MigMinors& minors, int gpu_minor,
+                                                int gpu_instance, int compute_instance,
+                                                const std::string& dev_root) {
+  std::vector<std::string> out = {fmt::format("{}/nvidia{}", dev_root, gpu_minor)};
+  const std::string gi = fmt::format("gpu{}/gi{}/access", gpu_minor, gpu_instance);
+  const std::string ci =
+      fmt::format("gpu{}/gi{}/ci{}/access", gpu_minor, gpu_instance, compute_instance);
+  for (const std::string& cap : {gi, ci}) {
+    auto it = minors.find(cap);
+    if (it == minors.end()) {
+      return Status::NotFound(fmt::format("{}: not in /proc/driver/nvidia-caps/mig-minors", cap));
+    }
+    out.push_back(fmt::format("{}/nvidia-caps/nvidia-cap{}", dev_root, it->second));
+  }
+  return out;
+}
+
 CdiSpecBuild BuildGpuCdiSpec(const std::string& kind, const std::vector<GpuDeviceNodes>& gpus,
                              const std::vector<std::string>& common_nodes,
                              const std::vector<std::string>& driver_files,

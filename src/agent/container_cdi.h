@@ -21,7 +21,9 @@
 // Thread-safety: functions of the filesystem's state; any thread may call them.
 #pragma once
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -36,6 +38,18 @@ struct GpuDeviceNodes {
   // Its host device nodes: /dev/nvidiaN, and for a MIG device also its /dev/nvidia-caps entries.
   std::vector<std::string> dev_paths;
 };
+
+// The minors of the driver's MIG capability nodes, from /proc/driver/nvidia-caps/mig-minors:
+// "gpu0/gi1/access 12" means /dev/nvidia-caps/nvidia-cap12 grants GPU instance 1 of the GPU
+// whose minor is 0, and "gpu0/gi1/ci0/access 13" its compute instance 0. Other lines are skipped.
+using MigMinors = std::map<std::string, int>;
+MigMinors ParseMigMinors(std::string_view text);
+
+// A MIG device's host nodes: its GPU's /dev/nvidiaN, and the access nodes of its GPU instance
+// and its compute instance (under dev_root/nvidia-caps). NotFound names the entry `minors` lacks.
+Result<std::vector<std::string>> MigDevicePaths(const MigMinors& minors, int gpu_minor,
+                                                int gpu_instance, int compute_instance,
+                                                const std::string& dev_root = "/dev");
 
 // A spec file that provides the kind asked for, in a version podman reads.
 struct CdiSpecFile {

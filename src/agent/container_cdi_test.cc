@@ -173,6 +173,51 @@ TEST_F(CdiSpecBuildTest, EnsureWritesOursOnlyWhenTheNodeHasNone) {
   EXPECT_EQ(CdiDeviceFor(*theirs, options.kind, gpus_[1]).status().code(), StatusCode::kNotFound);
 }
 
+// The driver's list of MIG capability minors, as an A100 node with two MIG devices has it.
+constexpr char kMigMinors[] = R"(config 1
+monitor 2
+gpu0/gi1/access 12
+gpu0/gi1/ci0/access 13
+gpu0/gi2/access 21
+gpu0/gi2/ci0/access 22
+gpu1/gi1/access 111
+not a line
+gpu1/gi1/ci0/access x
+)";
+
+TEST(MigMinorsTest, NamesEachMigDevicesCapabilityNodes) {
+  const MigMinors minors = ParseMigMinors(kMigMinors);
+  EXPECT_EQ(minors.at("gpu0/gi2/ci0/access"), 22);
+  EXPECT_EQ(minors.count("config"), 0u);  // Not a MIG device's: no container gets it.
+  EXPECT_EQ(minors.count("gpu1/gi1/ci0/access"), 0u);
+  EXPECT_THAT(MigDevicePaths(minors, 0, 2, 0, "/dev").value(),
+              ElementsAre("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap21",
+                          "/dev/nvidia-caps/nvidia-cap22"));
+  auto missing = MigDevicePaths(minors, 1, 1, 0, "/dev");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("gpu1/gi1/ci0/access"));
+}
+
+// Runs `command` in a container of `image` as a workload uid, with the CDI device `device`.
+ExecResult RunWithDevice(const std::string& image, const std::string& command,
+                         const std::string& device, ContainerUserMode mode) {
+  tessera::testing::TempDir ctl;
+  ContainerSpec spec;
+  spec.name = testing_support::UniqueName("cdi");
+  spec.image = image;
+  spec.command = command;
+  spec.user_mode = mode;
+  spec.uid = spec.gid = 1999000902;
+  spec.network = ContainerNetwork::kNone;
+  spec.cdi_devices = {device};
+  const ContainerControlFiles files = ControlFilesIn(ctl.path() + "/ctl");
+  auto run = BuildPodmanRun(spec, DetectContainerHost(), files);
+  if (!run.ok()) return {-1, false, "", run.status().ToString()};
+  if (Status s = PrepareContainerRun(*run, files); !s.ok()) return {-1, false, "", s.ToString()};
+  return RunTool(run->argv);
+}
+
 // Writes a CDI spec for two GPUs whose nodes are in `dev` (appearing in the container under
 // /dev as they are under `dev_root` on the host), then runs a container for each GPU in turn
 // and checks that `list_dir` inside it holds that GPU's node and nvidiactl, never the other's.
@@ -200,22 +245,11 @@ void CheckEachContainerSeesOnlyItsGpu(const std::string& dev, const std::string&
   testing_support::BusyboxImage image("localhost/" +
                                       testing_support::UniqueName("tessera-cdi-test") + ":1");
   ASSERT_TRUE(image.ok()) << image.error();
-  const ContainerHost host = DetectContainerHost();
-  tessera::testing::TempDir ctl;
   for (size_t want = 0; want < gpus.size(); ++want) {
-    ContainerSpec spec;
-    spec.name = testing_support::UniqueName("cdi");
-    spec.image = image.reference();
-    spec.command = "ls " + list_dir + "; cat /sys/fs/cgroup/devices/devices.list 2>/dev/null; true";
-    spec.user_mode = mode;
-    spec.uid = spec.gid = 1999000902;
-    spec.network = ContainerNetwork::kNone;
-    spec.cdi_devices = {CdiDeviceFor(*setup, options.kind, gpus[want]).value()};
-    const ContainerControlFiles files = ControlFilesIn(ctl.path() + "/ctl");
-    auto run = BuildPodmanRun(spec, host, files);
-    ASSERT_TRUE(run.ok()) << run.status().ToString();
-    ASSERT_TRUE(PrepareContainerRun(*run, files).ok());
-    const ExecResult r = RunTool(run->argv);
+    const ExecResult r = RunWithDevice(
+        image.reference(),
+        "ls " + list_dir + "; cat /sys/fs/cgroup/devices/devices.list 2>/dev/null; true",
+        CdiDeviceFor(*setup, options.kind, gpus[want]).value(), mode);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::set<std::string> listed;
     std::istringstream out(r.out);
@@ -266,6 +300,55 @@ TEST(ContainerCdiPodmanTest, InAUserNamespaceTheContainerSeesOnlyItsGpu) {
     ~RemoveDev() { RunTool({"rm", "-rf", path}); }
   } remove_dev{dev};
   CheckEachContainerSeesOnlyItsGpu(dev, "/dev", dev, ContainerUserMode::kUserNamespace);
+}
+
+// A MIG slice's container gets its GPU's node and its own instances' capability nodes, never
+// those of the other MIG device on the same GPU (which would let it open that slice).
+TEST(ContainerCdiPodmanTest, AMigSliceSeesOnlyItsOwnCapabilityNodes) {
+  const std::string missing = CdiTestMissing();
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  tessera::testing::TempDir dir;
+  const std::string dev = dir.path() + "/dev";
+  const int major = testing_support::MakeStandInGpuNodes(dev, 1);
+  ASSERT_GT(major, 0) << dev << ": " << strerror(errno);
+  ASSERT_EQ(mkdir((dev + "/nvidia-caps").c_str(), 0755), 0);
+  for (unsigned cap : {12u, 13u, 21u, 22u}) {
+    const std::string path = fmt::format("{}/nvidia-caps/nvidia-cap{}", dev, cap);
+    ASSERT_EQ(mknod(path.c_str(), S_IFCHR | 0444, makedev(static_cast<unsigned>(major), cap)), 0);
+  }
+  const MigMinors minors = ParseMigMinors(kMigMinors);
+  const std::vector<GpuDeviceNodes> slices = {
+      {"0:0", "MIG-test-0", 0, MigDevicePaths(minors, 0, 1, 0, dev).value()},
+      {"0:1", "MIG-test-1", 0, MigDevicePaths(minors, 0, 2, 0, dev).value()}};
+  GpuCdiOptions options;
+  options.kind = fmt::format("test{}.tessera.example/mig", getpid());
+  options.spec_dirs = {};
+  options.write_path = fmt::format("/var/run/cdi/tessera-test-mig-{}.json", getpid());
+  options.dev_root = dev;
+  options.common_nodes = {dev + "/nvidiactl"};
+  auto setup = EnsureGpuCdiSpec(slices, options);
+  ASSERT_TRUE(setup.ok()) << setup.status().ToString();
+  struct RemoveSpec {
+    std::string path;
+    ~RemoveSpec() { unlink(path.c_str()); }
+  } remove_spec{options.write_path};
+  testing_support::BusyboxImage image("localhost/" +
+                                      testing_support::UniqueName("tessera-cdi-test") + ":1");
+  ASSERT_TRUE(image.ok()) << image.error();
+  const ExecResult r = RunWithDevice(image.reference(), "ls /dev /dev/nvidia-caps",
+                                     CdiDeviceFor(*setup, options.kind, slices[1]).value(),
+                                     ContainerUserMode::kHostUid);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> listed;
+  std::istringstream out(r.out);
+  for (std::string w; out >> w;) listed.insert(w);
+  for (const char* mine : {"nvidia0", "nvidiactl", "nvidia-cap21", "nvidia-cap22"}) {
+    EXPECT_EQ(listed.count(mine), 1u) << mine << " missing:\n" << r.out;
+  }
+  for (const char* other : {"nvidia-cap12", "nvidia-cap13"}) {
+    EXPECT_EQ(listed.count(other), 0u) << "the container sees the other slice's " << other << ":\n"
+                                       << r.out;
+  }
 }
 
 }  // namespace

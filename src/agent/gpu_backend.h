@@ -25,6 +25,10 @@ struct MigDevice {
   std::string uuid;     // "MIG-xxxxxxxx-xxxx-...", as the driver names it.
   std::string profile;  // Catalog MIG profile name, e.g. "1g.10gb"; empty when unknown.
   int start = 0;        // Placement start memory slice; -1 when the driver would not tell.
+  // Its GPU instance's and compute instance's ids on the GPU; -1 when the driver would not tell.
+  // With the GPU's minor they name its /dev/nvidia-caps nodes (container_cdi.h).
+  int gpu_instance = -1;
+  int compute_instance = -1;
 };
 
 struct GpuInfo {
@@ -37,6 +41,7 @@ struct GpuInfo {
   std::vector<MigDevice> mig_devices;
   std::vector<int> nvlink_peers;  // Indices of GPUs on this node it has an active NVLink to.
   std::string pci_bus_id;         // "00000000:17:00.0".
+  int minor = -1;                 // The N of /dev/nvidiaN; -1 where there is no device node.
 };
 
 struct Inventory {

@@ -54,6 +54,8 @@ struct Api {
   nv::nvmlDeviceGetUint_fn max_mig = nullptr;
   nv::nvmlDeviceGetMigDeviceHandleByIndex_fn mig_handle = nullptr;
   nv::nvmlDeviceGetUint_fn gpu_instance_id = nullptr;
+  nv::nvmlDeviceGetUint_fn compute_instance_id = nullptr;
+  nv::nvmlDeviceGetUint_fn minor = nullptr;
   nv::nvmlDeviceGetGpuInstanceById_fn gpu_instance = nullptr;
   nv::nvmlGpuInstanceGetInfo_fn gpu_instance_info = nullptr;
   nv::nvmlEventSetCreate_fn event_create = nullptr;
@@ -112,6 +114,8 @@ Status LoadApi(void* lib, const std::string& library, Api& a) {
   (void)Find(lib, library, a.max_mig, {"nvmlDeviceGetMaxMigDeviceCount"}, false);
   (void)Find(lib, library, a.mig_handle, {"nvmlDeviceGetMigDeviceHandleByIndex"}, false);
   (void)Find(lib, library, a.gpu_instance_id, {"nvmlDeviceGetGpuInstanceId"}, false);
+  (void)Find(lib, library, a.compute_instance_id, {"nvmlDeviceGetComputeInstanceId"}, false);
+  (void)Find(lib, library, a.minor, {"nvmlDeviceGetMinorNumber"}, false);
   (void)Find(lib, library, a.gpu_instance, {"nvmlDeviceGetGpuInstanceById"}, false);
   (void)Find(lib, library, a.gpu_instance_info, {"nvmlGpuInstanceGetInfo"}, false);
   (void)Find(lib, library, a.event_create, {"nvmlEventSetCreate"}, false);
@@ -358,6 +362,10 @@ Result<GpuInfo> NvmlBackend::ReadGpu(int index, nv::nvmlDevice_t dev) {
   r = api_.get_pci(dev, &pci);
   if (r != nv::NVML_SUCCESS) return CallError(index, "nvmlDeviceGetPciInfo_v3", r);
   g.pci_bus_id = pci.busId;
+  unsigned int minor = 0;
+  if (api_.minor != nullptr && api_.minor(dev, &minor) == nv::NVML_SUCCESS) {
+    g.minor = static_cast<int>(minor);
+  }
   nv::nvmlMemory_t memory{};
   r = api_.get_memory(dev, &memory);
   if (r == nv::NVML_SUCCESS) {
@@ -397,9 +405,16 @@ std::vector<MigDevice> NvmlBackend::ReadMigDevices(nv::nvmlDevice_t dev, const s
     unsigned int gi_id = 0;
     nv::nvmlGpuInstance_t gi = nullptr;
     nv::nvmlGpuInstanceInfo_t info{};
-    if (api_.gpu_instance_id != nullptr && api_.gpu_instance != nullptr &&
-        api_.gpu_instance_info != nullptr &&
-        api_.gpu_instance_id(mig_dev, &gi_id) == nv::NVML_SUCCESS &&
+    if (api_.gpu_instance_id != nullptr &&
+        api_.gpu_instance_id(mig_dev, &gi_id) == nv::NVML_SUCCESS) {
+      m.gpu_instance = static_cast<int>(gi_id);
+    }
+    unsigned int ci_id = 0;
+    if (api_.compute_instance_id != nullptr &&
+        api_.compute_instance_id(mig_dev, &ci_id) == nv::NVML_SUCCESS) {
+      m.compute_instance = static_cast<int>(ci_id);
+    }
+    if (m.gpu_instance >= 0 && api_.gpu_instance != nullptr && api_.gpu_instance_info != nullptr &&
         api_.gpu_instance(dev, gi_id, &gi) == nv::NVML_SUCCESS &&
         api_.gpu_instance_info(gi, &info) == nv::NVML_SUCCESS) {
       m.start = static_cast<int>(info.placement.start);

@@ -37,6 +37,7 @@ json FourH100s() {
   gpus[2]["nvswitches"] = {"00000000:A0:00.0", "00000000:A1:00.0"};
   gpus[3]["nvswitches"] = {"0000:a1:00.0"};  // The legacy spelling of the same switch.
   gpus[3]["mig"] = true;
+  gpus[3]["minor"] = 7;  // /dev/nvidia7: minors need not follow indices.
   gpus[3]["mig_devices"] = {{{"uuid", "MIG-aaaaaaaa-0000-0000-0000-000000000001"},
                              {"profile_id", 9},
                              {"start", 4},
@@ -104,6 +105,12 @@ TEST_F(NvmlBackendTest, Inventory) {
   EXPECT_EQ(g3.mig_devices[0].start, 4);
   EXPECT_EQ(g3.mig_devices[1].profile, "1g.10gb");
   EXPECT_EQ(g3.mig_devices[1].start, 2);
+  // The ids that, with the GPU's minor, name a MIG device's /dev/nvidia-caps nodes.
+  EXPECT_EQ(g0.minor, 0);
+  EXPECT_EQ(g3.minor, 7);
+  EXPECT_EQ(g3.mig_devices[0].gpu_instance, 1);
+  EXPECT_EQ(g3.mig_devices[1].gpu_instance, 2);
+  EXPECT_EQ(g3.mig_devices[1].compute_instance, 0);
 
   int64_t cpu_milli = 0, memory_mib = 0;
   ReadHostResources(cpu_milli, memory_mib);
@@ -266,6 +273,8 @@ TEST_F(NvmlBackendTest, OnlyReadOnlyCallsAndShutdownAtTheEnd) {
                                            "nvmlDeviceGetName",
                                            "nvmlDeviceGetUUID",
                                            "nvmlDeviceGetPciInfo_v3",
+                                           "nvmlDeviceGetMinorNumber",
+                                           "nvmlDeviceGetComputeInstanceId",
                                            "nvmlDeviceGetMemoryInfo",
                                            "nvmlDeviceGetUtilizationRates",
                                            "nvmlDeviceGetTemperature",

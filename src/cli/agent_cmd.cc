@@ -14,11 +14,13 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "agent/agent.h"
 #include "agent/container_cdi.h"
 #include "agent/container_image.h"
+#include "agent/gpu_devices.h"
 #include "agent/nvml_backend.h"
 #include "agent/sim_backend.h"
 #include "agent/workload_uids.h"
@@ -80,22 +82,10 @@ Result<std::string> NodeToken(const AgentFlags& flags) {
   return token;
 }
 
-// The minor number N of a GPU's /dev/nvidiaN, as the driver says in /proc; -1 when it does not.
-int DeviceMinor(const std::string& pci_bus_id) {
-  std::string bus = pci_bus_id;
-  for (char& c : bus) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (bus.size() > 12) bus = bus.substr(bus.size() - 12);  // "00000000:17:00.0" -> "0000:17:00.0"
-  std::ifstream in("/proc/driver/nvidia/gpus/" + bus + "/information");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Device Minor:", 0) == 0) return std::atoi(line.c_str() + 13);
-  }
-  return -1;
-}
-
 // Workloads with an image: the image store (when podman is here and the agent is root), and
-// each GPU's CDI device (the node's own specs, or one the agent writes from its inventory).
-// Simulated GPUs have no device nodes: their containers get none.
+// each GPU's and MIG device's CDI device (the node's own specs, or one the agent writes from its
+// inventory). Simulated GPUs have no device nodes: their containers get only what a node's own
+// spec names.
 Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
                        agent::AgentOptions& options) {
   if (geteuid() != 0 || access("/usr/bin/podman", X_OK) != 0) {
@@ -114,18 +104,18 @@ Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
   co.kind = flags.cdi_kind;
   auto inventory = gpus.ReadInventory();
   if (!inventory.ok()) return inventory.status();
-  std::vector<agent::GpuDeviceNodes> nodes;
-  for (const agent::GpuInfo& g : inventory->gpus) {
-    const int minor = flags.backend == "nvml" ? DeviceMinor(g.pci_bus_id) : -1;
-    if (flags.backend == "nvml" && minor < 0) continue;
-    agent::GpuDeviceNodes n{std::to_string(g.index), g.uuid, minor, {}};
-    if (minor >= 0) n.dev_paths.push_back(fmt::format("/dev/nvidia{}", minor));
-    nodes.push_back(std::move(n));
-  }
+  // Which /dev/nvidia-caps node grants each MIG instance (absent without MIG or the driver).
+  std::stringstream mig_minors;
+  if (flags.backend == "nvml")
+    mig_minors << std::ifstream("/proc/driver/nvidia-caps/mig-minors").rdbuf();
+  const agent::GpuDeviceList list =
+      agent::ListGpuDevices(*inventory, agent::ParseMigMinors(mig_minors.str()));
+  for (const std::string& note : list.notes) spdlog::warn("CDI: {}", note);
   agent::GpuCdiSetup setup;
   if (flags.backend == "nvml") {
+    options.gpu_cdi_required = true;
     co.driver_files = agent::FindNvidiaDriverFiles();
-    auto made = agent::EnsureGpuCdiSpec(nodes, co);
+    auto made = agent::EnsureGpuCdiSpec(list.devices, co);
     if (!made.ok()) return made.status();
     setup = std::move(*made);
   } else {
@@ -144,12 +134,12 @@ Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
     spdlog::info("containers: no CDI spec of kind {}: containers get no GPU devices", co.kind);
     return Status::Ok();
   }
-  for (const agent::GpuDeviceNodes& n : nodes) {
-    auto name = agent::CdiDeviceFor(setup, co.kind, n);
-    if (name.ok()) options.gpu_cdi_devices[std::stoi(n.index)] = *name;
+  for (size_t i = 0; i < list.devices.size(); ++i) {
+    auto name = agent::CdiDeviceFor(setup, co.kind, list.devices[i]);
+    if (name.ok()) options.gpu_cdi_devices[list.keys[i]] = *name;
   }
-  spdlog::info("containers: GPUs by CDI from {} ({} of {} GPUs)", setup.spec_path,
-               options.gpu_cdi_devices.size(), inventory->gpus.size());
+  spdlog::info("containers: GPUs by CDI from {} ({} of {} GPUs and MIG devices)", setup.spec_path,
+               options.gpu_cdi_devices.size(), list.devices.size());
   return Status::Ok();
 }
 

@@ -8,9 +8,10 @@
 //    "mig_no_permission": false,  nvmlDeviceGetGpuInstanceById answers NVML_ERROR_NO_PERMISSION
 //    "xids": [{"gpu": 0, "code": 79}],   queued at init, delivered to a set registered for XIDs
 //    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-...", "pci_bus_id": "...",
-//              "memory_mib": 81559, "memory_used_mib": 0,
+//              "memory_mib": 81559, "memory_used_mib": 0, "minor": 0 (default: its index),
 //              "mig": true, "mig_devices": [{"uuid": "MIG-...", "profile_id": 19, "start": 0,
-//                                            "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"}],
+//                                            "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+//                                            "compute_instance": 0}],
 //              "nvlink_peers": [1], "nvswitches": ["00000000:A0:00.0"],
 //              "util": 37, "mem_util": 20, "temperature": 55, "power_mw": 300000,
 //              "sm_clock": 1980, "mem_clock": 2619, "pcie_tx": 1000, "pcie_rx": 2000,
@@ -66,7 +67,7 @@ constexpr unsigned int kLinksPerGpu = 18;
 
 struct FakeMig {
   std::string uuid, name;
-  unsigned int profile_id = 0, start = 0;
+  unsigned int profile_id = 0, start = 0, compute_instance = 0;
   nv::nvmlDevice_st handle;
   nv::nvmlGpuInstance_st instance;
 };
@@ -76,6 +77,7 @@ struct FakeMig {
 struct FakeGpu {
   std::string name, uuid, bus_id;
   unsigned long long memory_mib = 0, memory_used_mib = 0;
+  unsigned int minor = 0;
   std::optional<bool> mig;  // Absent: nvmlDeviceGetMigMode is not supported.
   std::vector<std::unique_ptr<FakeMig>> migs;
   std::vector<int> nvlink_peers;
@@ -123,6 +125,7 @@ std::unique_ptr<FakeGpu> ParseGpu(const json& j, size_t i) {
   g->bus_id = j.value("pci_bus_id", DefaultBusId(i));
   g->memory_mib = j.value("memory_mib", 81559ULL);
   g->memory_used_mib = j.value("memory_used_mib", 0ULL);
+  g->minor = j.value("minor", static_cast<unsigned int>(i));
   if (j.contains("mig")) g->mig = j.at("mig").get<bool>();
   g->handle.gpu = static_cast<int>(i);
   const json& migs = j.value("mig_devices", json::array());
@@ -132,6 +135,7 @@ std::unique_ptr<FakeGpu> ParseGpu(const json& j, size_t i) {
     fm->name = migs[m].value("name", "");
     fm->profile_id = migs[m].value("profile_id", 0u);
     fm->start = migs[m].value("start", 0u);
+    fm->compute_instance = migs[m].value("compute_instance", 0u);
     fm->handle = {g->handle.gpu, static_cast<int>(m)};
     fm->instance = {g->handle.gpu, static_cast<int>(m)};
     g->migs.push_back(std::move(fm));
@@ -310,6 +314,15 @@ nvmlReturn_t nvmlDeviceGetUUID(nv::nvmlDevice_t dev, char* uuid, unsigned int le
   return CopyString(g.uuid, uuid, length);
 }
 
+nvmlReturn_t nvmlDeviceGetMinorNumber(nv::nvmlDevice_t dev, unsigned int* minor) {
+  FAKE_ENTER();
+  FAKE_CHECK(dev, nullptr);
+  if (dev->mig >= 0)
+    return nv::NVML_ERROR_INVALID_ARGUMENT;  // A MIG device has no node of its own.
+  *minor = GpuOf(f, dev)->minor;
+  return nv::NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nv::nvmlDevice_t dev, nv::nvmlPciInfo_t* pci) {
   FAKE_ENTER();
   FAKE_CHECK(dev, nullptr);
@@ -444,6 +457,14 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceId(nv::nvmlDevice_t dev, unsigned int* id) 
   FAKE_CHECK(dev, nullptr);
   if (dev->mig < 0) return nv::NVML_ERROR_INVALID_ARGUMENT;
   *id = static_cast<unsigned int>(dev->mig) + 1;
+  return nv::NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nv::nvmlDevice_t dev, unsigned int* id) {
+  FAKE_ENTER();
+  FAKE_CHECK(dev, nullptr);
+  if (dev->mig < 0) return nv::NVML_ERROR_INVALID_ARGUMENT;
+  *id = GpuOf(f, dev)->migs[static_cast<size_t>(dev->mig)]->compute_instance;
   return nv::NVML_SUCCESS;
 }
 
