@@ -31,17 +31,13 @@
 namespace tessera {
 namespace {
 
+using tessera::testing::Percentile;
+
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 constexpr const char* kAdmin =
     "tsr_00000000000000000000000000000000000000000000000000000000000000a9";
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
 
 json Admin(const std::string& url, const std::string& method, const std::string& path,
            const std::string& token, const json& body = nullptr) {

@@ -30,17 +30,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void ReportPercentiles(benchmark::State& state, std::vector<double> ms) {
+void ReportPercentiles(benchmark::State& state, const std::vector<double>& ms) {
   if (ms.empty()) return;
-  std::sort(ms.begin(), ms.end());
-  // Nearest rank: the smallest sample with at least q of all at or below it.
-  const auto at = [&](double q) {
-    const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(ms.size())));
-    return ms[std::clamp<size_t>(rank, 1, ms.size()) - 1];
-  };
-  state.counters["p50_ms"] = at(0.50);
-  state.counters["p95_ms"] = at(0.95);
-  state.counters["max_ms"] = ms.back();
+  state.counters["p50_ms"] = tessera::testing::Percentile(ms, 0.50);
+  state.counters["p95_ms"] = tessera::testing::Percentile(ms, 0.95);
+  state.counters["max_ms"] = tessera::testing::Percentile(ms, 1.0);
 }
 
 // The run of one container: its spec, argv and control files, with the image it runs.
@@ -83,11 +77,13 @@ struct BenchContainer {
   ContainerRun run;
 };
 
-// Exec of `podman run` to its exit: create, start, the command, and --rm's removal.
-// Args: network (0 none, 1 private bridge), user (0 user namespace, 1 host uid).
-void BM_PodmanRunTrue(benchmark::State& state) {
+// Runs `command` under `podman run` once per iteration, timing each run with `time_ms` (from the
+// run's own start and its output). Args: network (0 none, 1 private bridge), user (0 user
+// namespace, 1 host uid).
+template <typename TimeMs>
+void TimePodmanRuns(benchmark::State& state, std::vector<std::string> command, TimeMs time_ms) {
   std::string error = testing_support::PodmanMissing();
-  BenchContainer c({"/bin/true"});
+  BenchContainer c(std::move(command));
   if (error.empty()) error = c.Build(state.range(0), state.range(1));
   if (!error.empty()) {
     state.SkipWithError(error.c_str());
@@ -100,17 +96,25 @@ void BM_PodmanRunTrue(benchmark::State& state) {
       break;
     }
     const auto start = Clock::now();
+    const double start_s = tessera::testing::BootSeconds();
     auto r = RunCommand(c.run.argv);
-    const double took = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (!r.ok() || r->exit_code != 0) {
       state.SkipWithError(r.ok() ? r->err.c_str() : "podman did not start");
       break;
     }
+    const double took = time_ms(start, start_s, r->out);
     state.SetIterationTime(took / 1000);
     ms.push_back(took);
   }
   ReportPercentiles(state, ms);
   state.SetLabel(c.Label());
+}
+
+// Exec of `podman run` to its exit: create, start, the command, and --rm's removal.
+void BM_PodmanRunTrue(benchmark::State& state) {
+  TimePodmanRuns(state, {"/bin/true"}, [](Clock::time_point start, double, const std::string&) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  });
 }
 BENCHMARK(BM_PodmanRunTrue)
     ->Args({0, 0})
@@ -124,35 +128,10 @@ BENCHMARK(BM_PodmanRunTrue)
 // /proc/uptime, the boot-time clock the host and the container share (no time namespace), to
 // 10 ms (busybox's date has no nanoseconds).
 void BM_PodmanRunToCommand(benchmark::State& state) {
-  std::string error = testing_support::PodmanMissing();
-  BenchContainer c({"/bin/cat", "/proc/uptime"});
-  if (error.empty()) error = c.Build(state.range(0), state.range(1));
-  if (!error.empty()) {
-    state.SkipWithError(error.c_str());
-    return;
-  }
-  std::vector<double> ms;
-  for (auto _ : state) {
-    if (!PrepareContainerRun(c.run, c.files).ok()) {
-      state.SkipWithError("cannot prepare the control files");
-      break;
-    }
-    timespec start{};
-    clock_gettime(CLOCK_BOOTTIME, &start);
-    auto r = RunCommand(c.run.argv);
-    if (!r.ok() || r->exit_code != 0) {
-      state.SkipWithError(r.ok() ? r->err.c_str() : "podman did not start");
-      break;
-    }
-    const double ran_s = std::stod(r->out);
-    const double start_s =
-        static_cast<double>(start.tv_sec) + static_cast<double>(start.tv_nsec) / 1e9;
-    const double took = (ran_s - start_s) * 1000;
-    state.SetIterationTime(took / 1000);
-    ms.push_back(took);
-  }
-  ReportPercentiles(state, ms);
-  state.SetLabel(c.Label());
+  TimePodmanRuns(state, {"/bin/cat", "/proc/uptime"},
+                 [](Clock::time_point, double start_s, const std::string& out) {
+                   return (std::stod(out) - start_s) * 1000;
+                 });
 }
 BENCHMARK(BM_PodmanRunToCommand)
     ->Args({0, 0})

@@ -32,6 +32,8 @@
 namespace tessera {
 namespace {
 
+using tessera::testing::Percentile;
+
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
@@ -57,12 +59,6 @@ std::string NewTenant(const std::string& url, const std::string& name) {
     std::exit(1);
   }
   return json::parse(r->body)["token"];
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
 double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }

@@ -29,6 +29,9 @@
 namespace tessera {
 namespace {
 
+using tessera::testing::BootSeconds;
+using tessera::testing::Percentile;
+
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace support = agent::testing_support;
@@ -37,13 +40,6 @@ constexpr const char* kAdmin =
     "tsr_00000000000000000000000000000000000000000000000000000000000000b7";
 
 // Nearest rank: the smallest sample with at least p of all at or below it.
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
-
 json Call(httplib::Client& c, const std::string& method, const std::string& path,
           const std::string& token, const json& body = nullptr) {
   httplib::Headers h = {{"Authorization", "Bearer " + token}};
@@ -59,14 +55,6 @@ struct Samples {
   std::vector<double> client_ms;
   std::vector<double> command_ms;
 };
-
-// CLOCK_BOOTTIME in seconds: the clock of /proc/uptime, which the host and its containers share
-// (no time namespace).
-double BootSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_BOOTTIME, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
-}
 
 // Creates `starts` instances one at a time from `body`, each awaited until running and then
 // deleted and awaited until it ended.

@@ -22,13 +22,9 @@
 namespace tessera {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tessera::testing::Percentile;
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
+using Clock = std::chrono::steady_clock;
 
 int Run(const char* what, agent::WorkloadSupervisor::Options options, int starts) {
   auto sup = agent::WorkloadSupervisor::Open(options);

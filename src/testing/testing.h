@@ -105,6 +105,15 @@ std::optional<std::string> PromtoolProblems(const std::string& exposition);
 // The CPU seconds (user + system) process `pid` has used, from /proc.
 double CpuSeconds(int pid);
 
+// The nearest-rank percentile of `samples` (q in 0..1): the smallest sample with at least a
+// fraction q of all at or below it; q = 1 is the maximum. 0 when there are none. How every
+// benchmark reports p50, p95 and p99.
+double Percentile(std::vector<double> samples, double q);
+
+// CLOCK_BOOTTIME in seconds: the clock of /proc/uptime, which the host and its containers share
+// (there is no time namespace), so a time a container reads there compares with the host's.
+double BootSeconds();
+
 // A `tessera server` child process on a free loopback port, for end-to-end tests. Start waits
 // until the server prints its URL; the destructor kills it (SIGKILL) if it still runs.
 class ServerProcess {
