@@ -83,7 +83,8 @@ TEST_F(WhatifAgreementTest, TheSimulatorAndARealServerStartTheSameJobsInTheSameO
     ids.push_back(r.body["id"]);
   }
   for (const std::string& id : ids) {
-    EXPECT_EQ(AwaitState(acme, id, "succeeded", std::chrono::seconds(30)), "succeeded") << id;
+    EXPECT_EQ(AwaitState(acme, id, "succeeded", std::chrono::seconds(30)), "succeeded")
+        << Get("/v1/instances/" + id, acme).body.dump();
   }
   std::vector<std::pair<int64_t, size_t>> server_order, sim_order;
   std::vector<bool> server_waited, sim_waited;

@@ -88,9 +88,12 @@ Result<std::string> NodeToken(const AgentFlags& flags) {
 // spec names.
 Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
                        agent::AgentOptions& options) {
-  if (geteuid() != 0 || access("/usr/bin/podman", X_OK) != 0) {
-    spdlog::warn("this node runs no containers: {}",
-                 geteuid() != 0 ? "the agent is not root" : "no /usr/bin/podman");
+  const char* why = geteuid() != 0                         ? "the agent is not root"
+                    : flags.workload_uids == "none"        ? "--workload-uids none"
+                    : access("/usr/bin/podman", X_OK) != 0 ? "no /usr/bin/podman"
+                                                           : nullptr;
+  if (why != nullptr) {
+    spdlog::warn("this node runs no containers: {}", why);
     return Status::Ok();
   }
   agent::ImageStore::Options io;
