@@ -56,35 +56,6 @@ std::map<int, int> Parents() {
 // argv[0] of a /proc/PID/cmdline text.
 std::string Program(const std::string& cmdline) { return cmdline.substr(0, cmdline.find('\0')); }
 
-// Runs `argv` as `uid` (and gid) in a child, its output to `log`; killed with the object.
-class ProcessAs {
- public:
-  ProcessAs(uid_t uid, const std::vector<std::string>& argv, const std::string& log) {
-    pid_ = fork();
-    if (pid_ != 0) return;
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(126);
-    std::vector<std::string> copy = argv;
-    std::vector<char*> args;
-    for (auto& a : copy) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  ~ProcessAs() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  ProcessAs(const ProcessAs&) = delete;
-  ProcessAs& operator=(const ProcessAs&) = delete;
-  int pid() const { return pid_; }
-
- private:
-  int pid_ = -1;
-};
-
 // In a child that has dropped to `uid`: which of `paths` it can open (open(2) for a file,
 // opendir(3) for a directory listing, marked by a trailing '/'). Empty when none.
 std::string OpenableAs(uid_t uid, const std::vector<std::string>& paths) {
@@ -299,8 +270,8 @@ TEST_F(SecretsTest, AProcessOfTheAgentsOwnUidCannotReadItsEnvironment) {
   const std::string token_file = testing::WritePrivateFile(dir_.File("nobody.token"), token);
   ASSERT_EQ(chown(token_file.c_str(), kNobody, kNobody), 0);
   ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);
-  ProcessAs agent(kNobody, AgentArgs("gpu-nobody", {"--token-file", token_file}),
-                  dir_.File("gpu-nobody.log"));
+  testing::ChildProcess agent(AgentArgs("gpu-nobody", {"--token-file", token_file}),
+                              dir_.File("gpu-nobody.log"), {}, kNobody);
   ASSERT_TRUE(AwaitReady("gpu-nobody")) << [&] {
     std::ifstream in(dir_.File("gpu-nobody.log"));
     std::stringstream s;
@@ -308,7 +279,7 @@ TEST_F(SecretsTest, AProcessOfTheAgentsOwnUidCannotReadItsEnvironment) {
     return s.str();
   }();
   // A process of the same uid that did not drop its dumpable flag is readable: the check can fail.
-  ProcessAs peer(kNobody, {"/bin/sleep", "30"}, "/dev/null");
+  testing::ChildProcess peer({"/bin/sleep", "30"}, "/dev/null", {}, kNobody);
   const std::string peer_environ = "/proc/" + std::to_string(peer.pid()) + "/environ";
   const auto end = std::chrono::steady_clock::now() + 5s;
   while (ReadProc(peer.pid(), "cmdline").rfind("/bin/sleep", 0) != 0 &&

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <utility>
 
 #include "catalog/catalog.h"
@@ -22,6 +24,30 @@ inline std::unique_ptr<State> NewTestState(const Clock* clock, const StateOption
   if (!sched.ok()) std::abort();
   return std::make_unique<State>(&TestCatalog(), clock, std::move(fleet), std::move(*sched),
                                  options);
+}
+
+// An agent's inventory: `gpus` GPUs of `model`, GPU i with uuid `uuid_prefix`+i, on a host of 64
+// vCPUs and 512 GiB.
+inline nlohmann::json TestInventory(int gpus, const std::string& model = "H100-80GB",
+                                    const std::string& uuid_prefix = "u") {
+  nlohmann::json list = nlohmann::json::array();
+  for (int i = 0; i < gpus; ++i) {
+    list.push_back({{"index", i}, {"uuid", uuid_prefix + std::to_string(i)}, {"model", model}});
+  }
+  return {{"cpu_milli", 64000}, {"memory_mib", 524288}, {"gpus", list}};
+}
+
+// `gpus` whole H100s, 4 vCPUs and 1 GiB, running `sleep 60`.
+inline CreateInstanceRequest TestH100(int gpus, Billing billing = Billing::kOnDemand) {
+  CreateInstanceRequest r;
+  r.billing = billing;
+  r.command = "sleep 60";
+  r.shape.gpu_model = "H100-80GB";
+  r.shape.mode = catalog::SharingMode::kExclusive;
+  r.shape.gpus = gpus;
+  r.shape.vcpus = 4;
+  r.shape.memory_mib = 1024;
+  return r;
 }
 
 // One round in which `node`'s agent run `agent_id` reports `reports` as its report number `seq`:

@@ -15,27 +15,6 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-json Inventory(const std::string& node, int gpus) {
-  json list = json::array();
-  for (int i = 0; i < gpus; ++i) {
-    list.push_back(
-        {{"index", i}, {"uuid", node + "-" + std::to_string(i)}, {"model", "H100-80GB"}});
-  }
-  return {{"cpu_milli", 64000}, {"memory_mib", 524288}, {"gpus", list}};
-}
-
-CreateInstanceRequest H100(int gpus, Billing billing = Billing::kOnDemand) {
-  CreateInstanceRequest r;
-  r.billing = billing;
-  r.command = "sleep 60";
-  r.shape.gpu_model = "H100-80GB";
-  r.shape.mode = catalog::SharingMode::kExclusive;
-  r.shape.gpus = gpus;
-  r.shape.vcpus = 4;
-  r.shape.memory_mib = 1024;
-  return r;
-}
-
 AgentReport Running(const Instance& inst) {
   return {inst.id.str(), inst.restarts, InstanceState::kRunning, {}, "", false, {}, {}};
 }
@@ -61,7 +40,9 @@ class IsolationTest : public ::testing::Test {
     ASSERT_TRUE(
         state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
             .ok());
-    ASSERT_TRUE(state_->RegisterAgent(name, {"a1", Inventory(name, gpus)}, batch_).ok());
+    ASSERT_TRUE(
+        state_->RegisterAgent(name, {"a1", TestInventory(gpus, "H100-80GB", name + "-")}, batch_)
+            .ok());
     if (isolation) {
       ASSERT_TRUE(Sync(name, {}, isolation).ok());
     }
@@ -113,18 +94,18 @@ class IsolationTest : public ::testing::Test {
 
 TEST_F(IsolationTest, ANodeWithoutIsolationHostsOneTenantAtATime) {
   Join("shared", 8, Isolation::kNone);
-  const Instance a1 = Create(acme_, H100(1));
+  const Instance a1 = Create(acme_, TestH100(1));
   ASSERT_EQ(a1.state, InstanceState::kScheduled);
   ASSERT_TRUE(Sync("shared", {Running(a1)}).ok());
 
-  const Instance g1 = Create(globex_, H100(1));
+  const Instance g1 = Create(globex_, TestH100(1));
   EXPECT_EQ(g1.state, InstanceState::kPending) << "7 GPUs are free, but acme's work is there";
   EXPECT_NE(g1.reason.find("1 node(s) that cannot isolate tenants"), std::string::npos)
       << g1.reason;
   EXPECT_EQ(g1.reason.find(acme_.id.str()), std::string::npos) << "it names no other tenant";
 
   // The same tenant's identical request shares the node: it does not queue behind globex's.
-  const Instance a2 = Create(acme_, H100(1));
+  const Instance a2 = Create(acme_, TestH100(1));
   EXPECT_EQ(a2.state, InstanceState::kScheduled);
   EXPECT_EQ(a2.node, "shared");
   ASSERT_TRUE(Sync("shared", {Running(a1), Running(a2)}).ok());
@@ -141,7 +122,7 @@ TEST_F(IsolationTest, ANodeWithoutIsolationHostsOneTenantAtATime) {
   ASSERT_TRUE(Sync("shared", {Stopped(a2)}).ok());
   EXPECT_EQ(Get(g1).state, InstanceState::kScheduled) << "the node is free of acme's work now";
   EXPECT_EQ(Get(g1).node, "shared");
-  EXPECT_EQ(Create(acme_, H100(1)).state, InstanceState::kPending) << "now it is globex's turn";
+  EXPECT_EQ(Create(acme_, TestH100(1)).state, InstanceState::kPending) << "now it is globex's turn";
 }
 
 TEST_F(IsolationTest, ANodeWhoseAgentHasNotSaidCountsAsNone) {
@@ -149,8 +130,8 @@ TEST_F(IsolationTest, ANodeWhoseAgentHasNotSaidCountsAsNone) {
   const json agent = state_->AgentJson("quiet");
   EXPECT_EQ(agent["isolation"], "none");
   EXPECT_NE(agent["isolation_note"].get<std::string>().find("has not reported"), std::string::npos);
-  ASSERT_EQ(Create(acme_, H100(1)).state, InstanceState::kScheduled);
-  EXPECT_EQ(Create(globex_, H100(1)).state, InstanceState::kPending);
+  ASSERT_EQ(Create(acme_, TestH100(1)).state, InstanceState::kScheduled);
+  EXPECT_EQ(Create(globex_, TestH100(1)).state, InstanceState::kPending);
   // An older agent's reports carry no isolation: it stays none.
   ASSERT_TRUE(Sync("quiet").ok());
   EXPECT_EQ(state_->AgentJson("quiet")["isolation"], "none");
@@ -158,13 +139,13 @@ TEST_F(IsolationTest, ANodeWhoseAgentHasNotSaidCountsAsNone) {
 
 TEST_F(IsolationTest, AnotherTenantGoesToANodeThatIsolatesAndWaitsWhenThereIsNone) {
   Join("shared", 8, Isolation::kNone);
-  const Instance a1 = Create(acme_, H100(1));
+  const Instance a1 = Create(acme_, TestH100(1));
   ASSERT_EQ(a1.node, "shared");
   Join("isolated", 2, Isolation::kUid);
-  const Instance g1 = Create(globex_, H100(2));
+  const Instance g1 = Create(globex_, TestH100(2));
   EXPECT_EQ(g1.state, InstanceState::kScheduled);
   EXPECT_EQ(g1.node, "isolated") << "the roomier node holds acme's work";
-  const Instance g2 = Create(globex_, H100(1));
+  const Instance g2 = Create(globex_, TestH100(1));
   EXPECT_EQ(g2.state, InstanceState::kPending) << "the isolated node is full";
   // The shared node turns isolated (its agent restarted as root): globex's work may go there.
   ASSERT_TRUE(Sync("shared", {}, Isolation::kUid).ok());
@@ -177,40 +158,42 @@ TEST_F(IsolationTest, AnotherTenantGoesToANodeThatIsolatesAndWaitsWhenThereIsNon
 TEST_F(IsolationTest, ANodeThatIsolatesByUidTakesEveryTenant) {
   Join("isolated", 8, Isolation::kUid);
   EXPECT_EQ(state_->AgentJson("isolated")["isolation"], "uid");
-  const Instance a1 = Create(acme_, H100(1));
-  const Instance g1 = Create(globex_, H100(1));
+  const Instance a1 = Create(acme_, TestH100(1));
+  const Instance g1 = Create(globex_, TestH100(1));
   EXPECT_EQ(a1.node, "isolated");
   EXPECT_EQ(g1.state, InstanceState::kScheduled);
   EXPECT_EQ(g1.node, "isolated");
   // A new agent run has said nothing yet: the node is back to one tenant, so a third tenant's
   // work waits while acme's and globex's stay.
-  ASSERT_TRUE(state_->RegisterAgent("isolated", {"a2", Inventory("isolated", 8)}, batch_).ok());
+  ASSERT_TRUE(
+      state_->RegisterAgent("isolated", {"a2", TestInventory(8, "H100-80GB", "isolated-")}, batch_)
+          .ok());
   EXPECT_EQ(state_->AgentJson("isolated")["isolation"], "none");
   const Tenant initech = *state_->tenants().Create("initech", 64000, "h-initech", batch_);
-  EXPECT_EQ(Create(initech, H100(1)).state, InstanceState::kPending);
+  EXPECT_EQ(Create(initech, TestH100(1)).state, InstanceState::kPending);
   EXPECT_EQ(Get(a1).state, InstanceState::kScheduled);
 }
 
 TEST_F(IsolationTest, ThePreemptorDoesNotEvictAnotherTenantToEmptyASharedNode) {
   Join("shared", 2, Isolation::kNone);
-  const Instance spot = Create(acme_, H100(2, Billing::kSpot));
+  const Instance spot = Create(acme_, TestH100(2, Billing::kSpot));
   ASSERT_TRUE(Sync("shared", {Running(spot)}).ok());
-  const Instance od = Create(globex_, H100(1));
+  const Instance od = Create(globex_, TestH100(1));
   EXPECT_EQ(od.state, InstanceState::kPending);
   EXPECT_EQ(Get(spot).state, InstanceState::kRunning) << "globex could not share the node anyway";
   // Acme's own on-demand work preempts acme's spot as on any node.
-  const Instance mine = Create(acme_, H100(1));
+  const Instance mine = Create(acme_, TestH100(1));
   EXPECT_EQ(mine.state, InstanceState::kPending);
   EXPECT_EQ(Get(spot).state, InstanceState::kPreempting);
 }
 
 TEST_F(IsolationTest, AGroupMemberWaitsForTheSharedNodeLikeAnInstance) {
   Join("shared", 8, Isolation::kNone);
-  const Instance a1 = Create(acme_, H100(1));
+  const Instance a1 = Create(acme_, TestH100(1));
   ASSERT_TRUE(Sync("shared", {Running(a1)}).ok());
   GroupRequest g;
   g.name = "train";
-  g.member = H100(2);
+  g.member = TestH100(2);
   g.size = 2;
   state_->BeginRound();
   auto created = state_->CreateGroup(*state_->tenants().Find(globex_.id.str()), g, batch_);
@@ -246,7 +229,7 @@ TEST(IsolationSimulatedTest, NodesOfInCoreSimulatedAgentsAreNeverRestricted) {
   const Tenant b = *state.tenants().Create("globex", 64000, "h-globex", batch);
   for (const Tenant* t : {&a, &b}) {
     state.BeginRound();
-    auto inst = state.CreateInstance(*state.tenants().Find(t->id.str()), H100(1), batch);
+    auto inst = state.CreateInstance(*state.tenants().Find(t->id.str()), TestH100(1), batch);
     state.EndRound(batch);
     ASSERT_TRUE(inst.ok()) << inst.status().message();
     EXPECT_EQ(state.instances().Find(inst->id.str())->state, InstanceState::kRunning);

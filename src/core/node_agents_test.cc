@@ -12,26 +12,6 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-json Inventory(int gpus, const std::string& model = "H100-80GB", const std::string& prefix = "u") {
-  json list = json::array();
-  for (int i = 0; i < gpus; ++i) {
-    list.push_back({{"index", i}, {"uuid", prefix + std::to_string(i)}, {"model", model}});
-  }
-  return {{"cpu_milli", 64000}, {"memory_mib", 524288}, {"gpus", list}};
-}
-
-CreateInstanceRequest H100(int gpus, Billing billing) {
-  CreateInstanceRequest r;
-  r.billing = billing;
-  r.command = "sleep 60";
-  r.shape.gpu_model = "H100-80GB";
-  r.shape.mode = catalog::SharingMode::kExclusive;
-  r.shape.gpus = gpus;
-  r.shape.vcpus = 4;
-  r.shape.memory_mib = 1024;
-  return r;
-}
-
 class NodeAgentsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -52,7 +32,7 @@ class NodeAgentsTest : public ::testing::Test {
         state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
             .ok());
     ASSERT_TRUE(
-        state_->RegisterAgent(name, {agent, Inventory(gpus, "H100-80GB", name)}, batch_).ok());
+        state_->RegisterAgent(name, {agent, TestInventory(gpus, "H100-80GB", name)}, batch_).ok());
   }
 
   Result<bool> Report(const std::string& node, int64_t seq, std::vector<AgentReport> reports = {},
@@ -97,22 +77,22 @@ TEST_F(NodeAgentsTest, RegistrationAddsTheNodeAsItsAgentDescribesItOrSaysWhatIsW
             StatusCode::kAlreadyExists);
   EXPECT_EQ(state_->fleet().size(), 0u) << "a node joins the fleet when its agent registers";
 
-  json mixed = Inventory(2);
+  json mixed = TestInventory(2);
   mixed["gpus"][1]["model"] = "A100-80GB";
   auto s = state_->RegisterAgent("gpu-1", {"a1", mixed}, batch_);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("gpus[1]"), std::string::npos) << s.message();
-  json twice = Inventory(2);
+  json twice = TestInventory(2);
   twice["gpus"][1]["uuid"] = "u0";
   EXPECT_NE(state_->RegisterAgent("gpu-1", {"a1", twice}, batch_).message().find("twice"),
             std::string::npos);
 
-  ASSERT_TRUE(state_->RegisterAgent("gpu-1", {"a1", Inventory(2)}, batch_).ok());
+  ASSERT_TRUE(state_->RegisterAgent("gpu-1", {"a1", TestInventory(2)}, batch_).ok());
   ASSERT_EQ(state_->fleet().size(), 1u);
   EXPECT_EQ(state_->fleet().nodes()[0].gpus[1].uuid, "u1");
-  EXPECT_TRUE(state_->RegisterAgent("gpu-1", {"a2", Inventory(2)}, batch_).ok())
+  EXPECT_TRUE(state_->RegisterAgent("gpu-1", {"a2", TestInventory(2)}, batch_).ok())
       << "an agent that restarts registers the same hardware again";
-  auto changed = state_->RegisterAgent("gpu-1", {"a3", Inventory(4)}, batch_);
+  auto changed = state_->RegisterAgent("gpu-1", {"a3", TestInventory(4)}, batch_);
   EXPECT_EQ(changed.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(changed.message().find("4 x H100-80GB"), std::string::npos) << changed.message();
 }
@@ -122,7 +102,7 @@ TEST_F(NodeAgentsTest, ReplayedAndSupersededReportsAreRefusedAndChangeNothing) {
   ASSERT_TRUE(Report("gpu-1", 1).ok());
   EXPECT_EQ(Report("gpu-1", 1).status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(
-      state_->RegisterAgent("gpu-1", {"a2", Inventory(2, "H100-80GB", "gpu-1")}, batch_).ok());
+      state_->RegisterAgent("gpu-1", {"a2", TestInventory(2, "H100-80GB", "gpu-1")}, batch_).ok());
   auto old = Report("gpu-1", 7, {}, "a1");
   EXPECT_EQ(old.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(old.status().message().find("superseded"), std::string::npos);
@@ -132,7 +112,7 @@ TEST_F(NodeAgentsTest, ReplayedAndSupersededReportsAreRefusedAndChangeNothing) {
 TEST_F(NodeAgentsTest, ReportsMoveAnInstanceThroughItsStatesAndOnlyItsNodeMayReport) {
   Join("gpu-1", 2);
   Join("gpu-2", 2);
-  const Instance inst = Create(H100(1, Billing::kOnDemand));
+  const Instance inst = Create(TestH100(1, Billing::kOnDemand));
   ASSERT_EQ(inst.state, InstanceState::kScheduled);
   const std::string other = inst.node == "gpu-1" ? "gpu-2" : "gpu-1";
   ASSERT_TRUE(
@@ -174,8 +154,8 @@ TEST_F(NodeAgentsTest, ReportsMoveAnInstanceThroughItsStatesAndOnlyItsNodeMayRep
 
 TEST_F(NodeAgentsTest, ANodeThatStopsReportingIsLostAndItsWorkMovesOrIsPreempted) {
   Join("gpu-1", 2);
-  const Instance od = Create(H100(1, Billing::kOnDemand));
-  const Instance spot = Create(H100(1, Billing::kSpot));
+  const Instance od = Create(TestH100(1, Billing::kOnDemand));
+  const Instance spot = Create(TestH100(1, Billing::kSpot));
   ASSERT_EQ(od.node, "gpu-1");
   ASSERT_EQ(spot.node, "gpu-1");
   Join("gpu-2", 1);
@@ -198,11 +178,11 @@ TEST_F(NodeAgentsTest, ANodeThatStopsReportingIsLostAndItsWorkMovesOrIsPreempted
 
 TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsForIt) {
   Join("gpu-1", 2);
-  const Instance spot = Create(H100(2, Billing::kSpot));
+  const Instance spot = Create(TestH100(2, Billing::kSpot));
   ASSERT_TRUE(
       Report("gpu-1", 1, {{spot.id.str(), 0, InstanceState::kRunning, {}, "", false, {}, {}}})
           .ok());
-  const Instance od = Create(H100(2, Billing::kOnDemand));
+  const Instance od = Create(TestH100(2, Billing::kOnDemand));
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPreempting);
   EXPECT_EQ(Get(spot.id.str()).preempt_at, clock_.Now() + 30s);
   EXPECT_EQ(Get(od.id.str()).state, InstanceState::kPending);
@@ -221,7 +201,7 @@ TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsFor
 
 TEST_F(NodeAgentsTest, LogsKeepTheNewestBytesAndTailCountsLines) {
   Join("gpu-1", 1);
-  const Instance inst = Create(H100(1, Billing::kOnDemand));
+  const Instance inst = Create(TestH100(1, Billing::kOnDemand));
   AgentSync s;
   s.agent_id = "a1";
   s.seq = 1;
@@ -284,7 +264,7 @@ TEST_F(NodeAgentsTest, AMigSliceGetsTheUuidOfTheMigDeviceTheAgentReportedAtItsPl
 TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRuns) {
   Join("gpu-1", 2);
   Join("gpu-2", 2);
-  CreateInstanceRequest r = H100(1, Billing::kOnDemand);
+  CreateInstanceRequest r = TestH100(1, Billing::kOnDemand);
   r.command.clear();  // The image's own entrypoint runs.
   r.image.ref = "registry.example.com/team/train:1.4";
   r.image.pull_policy = PullPolicy::kAlways;
@@ -359,7 +339,7 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
 // an exit code and with the agent's reason, which names the image: the instance fails with it.
 TEST_F(NodeAgentsTest, AFailedPullFailsTheInstanceWithTheAgentsReason) {
   Join("gpu-1", 2);
-  CreateInstanceRequest r = H100(1, Billing::kOnDemand);
+  CreateInstanceRequest r = TestH100(1, Billing::kOnDemand);
   r.image.ref = "registry.example.com/team/missing:1.0";
   const Instance inst = Create(r);
   const std::string id = inst.id.str();

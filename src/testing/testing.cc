@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -270,13 +271,17 @@ int FreeTcpPort() {
 }
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& log,
-                           const std::vector<std::pair<std::string, std::string>>& env) {
+                           const std::vector<std::pair<std::string, std::string>>& env, int uid) {
   pid_ = fork();
   if (pid_ != 0) return;
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   dup2(fd, STDOUT_FILENO);
   dup2(fd, STDERR_FILENO);
   for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  if (uid >= 0) {
+    const auto id = static_cast<uid_t>(uid);
+    if (setgroups(0, nullptr) != 0 || setgid(id) != 0 || setuid(id) != 0) _exit(126);
+  }
   std::vector<std::string> copy = argv;
   std::vector<char*> args;
   for (auto& a : copy) args.push_back(a.data());

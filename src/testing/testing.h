@@ -80,11 +80,12 @@ bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key)
 int FreeTcpPort();
 
 // A child process (argv[0] a path) whose stdout and stderr go to `log` (appended); killed with
-// SIGKILL when the object dies, unless stopped before.
+// SIGKILL when the object dies, unless stopped before. With `uid` >= 0 it runs as that uid and
+// gid, with no supplementary groups (exit 126 when it cannot switch).
 class ChildProcess {
  public:
   ChildProcess(const std::vector<std::string>& argv, const std::string& log,
-               const std::vector<std::pair<std::string, std::string>>& env = {});
+               const std::vector<std::pair<std::string, std::string>>& env = {}, int uid = -1);
   ~ChildProcess() { Stop(SIGKILL); }
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
