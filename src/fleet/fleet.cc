@@ -216,6 +216,10 @@ Status Fleet::CheckGrantMode(const Node& n, const GpuGrant& grant) const {
 Status Fleet::CanGrant(const Node& n, const GpuGrant& grant) const {
   TESSERA_RETURN_IF_ERROR(CheckGrantMode(n, grant));
   const Gpu& gpu = n.gpus[static_cast<size_t>(grant.gpu)];
+  if (!gpu.healthy) {
+    return Status::Unavailable(
+        fmt::format("{}: is unhealthy, out of service", Where(n, grant.gpu)));
+  }
   switch (gpu.mode) {
     case SharingMode::kExclusive:
       if (gpu.free_milli != kMilliPerGpu) {
@@ -452,6 +456,23 @@ Status Fleet::SetGpuMode(NodeIndex ni, int gpu_index, SharingMode mode) {
   if (gpu.mode == mode) return Status::Ok();
   gpu.mode = mode;
   gpu.free_memory_mib = mode == SharingMode::kShared ? model.memory_mib : 0;
+  ++versions_[ni.value];
+  ++changes_;
+  return Status::Ok();
+}
+
+Status Fleet::SetGpuHealthy(NodeIndex ni, int gpu_index, bool healthy) {
+  if (!ni.valid() || ni.value >= nodes_.size()) {
+    return Status::InvalidArgument(fmt::format("node index {} is out of range", ni.value));
+  }
+  Node& n = nodes_[ni.value];
+  if (gpu_index < 0 || static_cast<size_t>(gpu_index) >= n.gpus.size()) {
+    return Status::InvalidArgument(fmt::format("node '{}': gpu {} is out of range (it has {})",
+                                               n.name, gpu_index, n.gpus.size()));
+  }
+  Gpu& gpu = n.gpus[static_cast<size_t>(gpu_index)];
+  if (gpu.healthy == healthy) return Status::Ok();
+  gpu.healthy = healthy;
   ++versions_[ni.value];
   ++changes_;
   return Status::Ok();

@@ -49,6 +49,9 @@ struct Gpu {
   int64_t free_memory_mib = 0;               // shared: memory not yet promised to a share.
   std::vector<MigInstance> mig_instances{};  // mig: instances that exist and are allocated.
   std::string uuid{};  // As the node's agent reported it; empty for nodes from a fleet file.
+  // False once the server took the GPU out of service (a fatal XID, lost, double-bit ECC): its
+  // capacity is still counted, but nothing new is granted on it (docs/fleet.md).
+  bool healthy = true;
 };
 
 struct Node {
@@ -136,6 +139,9 @@ class Fleet {
   // Changes a GPU's sharing mode; only while nothing is allocated on that GPU.
   Status SetGpuMode(NodeIndex n, int gpu, SharingMode mode);
   Status SetNodeState(NodeIndex n, NodeState state);
+  // Takes a GPU out of service or puts it back. What it holds stays booked until released; an
+  // unhealthy GPU is granted to nobody (CanAllocate says why).
+  Status SetGpuHealthy(NodeIndex n, int gpu, bool healthy);
 
   // Incremented on every change to node n, so schedulers can cache per-node values.
   uint64_t version(NodeIndex n) const { return versions_[n.value]; }

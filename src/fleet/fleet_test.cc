@@ -29,8 +29,8 @@ std::string Dump(const Fleet& f) {
                        NodeStateName(n.state), n.cpu_milli_free, n.cpu_milli, n.memory_mib_free,
                        n.memory_mib, n.workloads);
     for (const Gpu& g : n.gpus) {
-      out += fmt::format("  {} i{} {} {}", catalog::SharingModeName(g.mode), g.island, g.free_milli,
-                         g.free_memory_mib);
+      out += fmt::format("  {} i{} {} {}{}", catalog::SharingModeName(g.mode), g.island,
+                         g.free_milli, g.free_memory_mib, g.healthy ? "" : " unhealthy");
       for (const MigInstance& m : g.mig_instances)
         out += fmt::format(" {}@{}", m.profile->name, m.start);
       out += "\n";
@@ -329,8 +329,38 @@ TEST_F(FleetRefusalTest, AllocateRefusesWhatWouldBreakAnInvariant) {
       {"a down node", [](FleetTest&, Fleet& f) { Ok(f.SetNodeState(kCpu, NodeState::kDown)); },
        [](Fleet& f) { return f.Allocate(F::Whole(kCpu, {})); }, StatusCode::kFailedPrecondition,
        "node 'cpu' is down; it takes no new work"},
+      {"an unhealthy whole GPU", [](FleetTest&, Fleet& f) { Ok(f.SetGpuHealthy(kH100, 3, false)); },
+       [](Fleet& f) {
+         return f.Allocate(F::Whole(kH100, {2, 3}));
+       },
+       StatusCode::kUnavailable, "node 'h100': gpu 3: is unhealthy, out of service"},
+      {"a share of an unhealthy GPU",
+       [](FleetTest&, Fleet& f) { Ok(f.SetGpuHealthy(kT4, 1, false)); },
+       [](Fleet& f) { return f.Allocate(F::Share(kT4, 1, 100)); }, StatusCode::kUnavailable,
+       "node 't4': gpu 1: is unhealthy"},
+      {"a MIG slice of an unhealthy GPU",
+       [](FleetTest&, Fleet& f) { Ok(f.SetGpuHealthy(kA100, 0, false)); },
+       [](Fleet& f) { return f.Allocate(F::Mig(kA100, 0, "1g.10gb", 0)); },
+       StatusCode::kUnavailable, "node 'a100': gpu 0: is unhealthy"},
+      {"health of a GPU past the end", nullptr,
+       [](Fleet& f) { return f.SetGpuHealthy(kT4, 2, false); }, StatusCode::kInvalidArgument,
+       "node 't4': gpu 2 is out of range (it has 2)"},
   };
   for (const RefusalCase& c : cases) Run(c);
+}
+
+// What an unhealthy GPU held stays booked until released; once healthy again it is granted.
+TEST_F(FleetTest, AnUnhealthyGpuKeepsItsBookingsAndIsGrantedAgainOnceHealthy) {
+  ASSERT_TRUE(fleet_.Allocate(Whole(kH100, {0})).ok());
+  const uint64_t version = fleet_.version(kH100);
+  ASSERT_TRUE(fleet_.SetGpuHealthy(kH100, 0, false).ok());
+  EXPECT_GT(fleet_.version(kH100), version);  // Schedulers see the change.
+  EXPECT_FALSE(fleet_.node(kH100).gpus[0].healthy);
+  EXPECT_EQ(fleet_.used_gpu_milli(), 1000);
+  ASSERT_TRUE(fleet_.Release(Whole(kH100, {0})).ok());
+  EXPECT_EQ(fleet_.Allocate(Whole(kH100, {0})).code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(fleet_.SetGpuHealthy(kH100, 0, true).ok());
+  EXPECT_TRUE(fleet_.Allocate(Whole(kH100, {0})).ok());
 }
 
 TEST_F(FleetRefusalTest, ReleaseRefusesWhatIsNotHeld) {

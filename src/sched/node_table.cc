@@ -111,19 +111,21 @@ void NodeTable::Read(uint32_t n) {
   for (int i = 0; i < g.count; ++i) {
     const fleet::Gpu& gpu = node.gpus[static_cast<size_t>(i)];
     const auto k = static_cast<size_t>(i);
-    g.free[k] = static_cast<int16_t>(gpu.free_milli);
-    g.free_memory[k] = gpu.free_memory_mib;
+    // An unhealthy GPU reads as full: nothing is placed on it, and fragmentation counts it out.
+    const int free_milli = gpu.healthy ? gpu.free_milli : 0;
+    g.free[k] = static_cast<int16_t>(free_milli);
+    g.free_memory[k] = gpu.healthy ? gpu.free_memory_mib : 0;
     g.mode[k] = gpu.mode;
     g.island[k] = static_cast<int8_t>(gpu.island);
-    f.gpu_free += gpu.free_milli;
+    f.gpu_free += free_milli;
     if (gpu.island >= 0) f.flags |= NodeFit::kIslands;
     if (gpu.mode == SharingMode::kMig) {
       f.flags |= NodeFit::kHasMig;
-    } else if (gpu.free_milli == fleet::kMilliPerGpu) {
+    } else if (free_milli == fleet::kMilliPerGpu) {
       ++whole;
     }
     if (gpu.mode == SharingMode::kShared) {
-      f.share_cap = std::max(f.share_cap, static_cast<int16_t>(gpu.free_milli));
+      f.share_cap = std::max(f.share_cap, static_cast<int16_t>(free_milli));
     }
   }
   f.whole_cap = static_cast<uint8_t>(whole);

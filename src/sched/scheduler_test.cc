@@ -230,6 +230,26 @@ TEST_P(PolicyTest, TakesTheOnlyFeasibleNode) {
   EXPECT_FALSE(s->Schedule(Whole(1000, 8, Bit("T4"))).has_value());
 }
 
+// A GPU out of service is never granted, by any policy: not whole, not a share.
+TEST_P(PolicyTest, NeverPlacesOnAnUnhealthyGpu) {
+  auto fleet = testing::MakeFleet({SharedNode("a", "T4", 2, 64), SharedNode("b", "T4", 2, 64)});
+  auto s = Make(fleet.get(), 42);
+  ASSERT_TRUE(fleet->SetGpuHealthy(fleet::NodeIndex(0), 0, false).ok());
+  ASSERT_TRUE(fleet->SetGpuHealthy(fleet::NodeIndex(1), 1, false).ok());
+  EXPECT_FALSE(s->Schedule(Whole(1000, 2)).has_value()) << "no node has two healthy GPUs";
+  int placed = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::optional<fleet::Assignment> a =
+        s->Schedule(i % 2 ? Whole(1000, 1) : Share(1000, 300));
+    if (!a) continue;
+    ++placed;
+    ASSERT_EQ(a->gpu_count, 1);
+    EXPECT_EQ(a->gpus[0].gpu, a->node.value == 0 ? 1 : 0) << "placed on an unhealthy GPU";
+  }
+  EXPECT_GE(placed, 2);
+  EXPECT_TRUE(s->last_error().ok()) << s->last_error().ToString();
+}
+
 std::vector<fleet::Assignment> RunStream(const std::string& policy, uint64_t seed,
                                          uint64_t stream) {
   Rng specs_rng(5);
