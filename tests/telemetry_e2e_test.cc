@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "server_test_util.h"
@@ -426,6 +427,111 @@ TEST_F(TelemetryTest, TenantsSeeOnlyTheirOwnRulesAlertsAndMetrics) {
   ASSERT_TRUE(node.contains("gpus")) << Dump(node);
   EXPECT_FALSE(node["gpus"][0]["metrics"].empty()) << Dump(node);
   EXPECT_EQ(Get("/v1/nodes/no-such-node", kAdminToken).status, 404);
+}
+
+// A GPU that shows a fatal XID leaves service: the instance on it restarts on the other GPU with
+// a reason naming the fault, the node shows it unhealthy, the GpuUnhealthy rule fires while it
+// lasts (after the XID itself is long gone from the series), and the operator's CLI puts it back.
+TEST_F(TelemetryTest, AFatalXidTakesTheGpuOutOfServiceUntilTheOperatorClearsIt) {
+  StartServer({"--sim-agents", "--alert-interval", "200ms"});
+  const std::string node = H100Node();
+  ASSERT_FALSE(node.empty());
+  const std::string acme = NewTenant("acme", 8);
+  json body = H100(1, "on_demand");
+  body["command"] = "sleep 600";
+  auto made = Post("/v1/instances", acme, body);
+  ASSERT_EQ(made.status, 201) << made.raw;
+  const std::string id = made.body.value("id", "");
+  ASSERT_EQ(AwaitState(acme, id, "running"), "running");
+  const json before = Get("/v1/instances/" + id, acme).body;
+  ASSERT_EQ(before.value("node", ""), node) << before.dump();
+  const int sick = before["gpus"][0].value("index", -1);
+
+  auto fault = Post("/v1/nodes/" + node + "/faults", kAdminToken,
+                    {{"fault", fmt::format("xid:{}:48", sick)}});
+  ASSERT_EQ(fault.status, 202) << fault.raw;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json i = Get("/v1/instances/" + id, acme).body;
+        return i.value("state", "") == "running" && i.value("restarts", 0) == 1;
+      },
+      15s))
+      << Get("/v1/instances/" + id, acme).raw;
+  const json after = Get("/v1/instances/" + id, acme).body;
+  EXPECT_EQ(after["gpus"][0].value("index", -1), 1 - sick) << "it restarted on the healthy GPU";
+  bool named = false;
+  for (const json& h : after["history"]) {
+    named =
+        named || h.value("reason", "")
+                         .find(fmt::format("GPU {} of node {} out of service: XID 48 (GPU_ECC_DBE)",
+                                           sick, node)) != std::string::npos;
+  }
+  EXPECT_TRUE(named) << after.dump();
+
+  const auto gpu_of = [&](const json& nodes) {
+    for (const json& n : nodes) {
+      if (n.value("id", "") == node) return n["gpus"][static_cast<size_t>(sick)];
+    }
+    return json();
+  };
+  const json gpu = gpu_of(Get("/v1/nodes", kAdminToken).body["nodes"]);
+  EXPECT_EQ(gpu.value("health", ""), "unhealthy") << gpu.dump();
+  EXPECT_EQ(gpu.value("health_reason", ""), "XID 48 (GPU_ECC_DBE)");
+  // The GPU's series: tessera_gpu_healthy{gpu="N",...,Hostname="NODE",...} 0.
+  const std::string metrics = Metrics();
+  std::string series;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(fmt::format("tessera_gpu_healthy{{gpu=\"{}\"", sick), 0) == 0 &&
+        line.find("Hostname=\"" + node + "\"") != std::string::npos) {
+      series = line;
+    }
+  }
+  ASSERT_FALSE(series.empty()) << metrics;
+  EXPECT_EQ(series.substr(series.size() - 2), " 0") << series;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& a : Alerts(kAdminToken, "?state=firing")) {
+          if (a["labels"].value("alertname", "") == "GpuUnhealthy" &&
+              a["labels"].value("gpu", "") == std::to_string(sick)) {
+            return true;
+          }
+        }
+        return false;
+      },
+      10s))
+      << Dump(Alerts(kAdminToken));
+  // A whole GPU of the node is free only while the sick one counts: new work for it waits.
+  auto more = Post("/v1/instances", acme, H100(1, "on_demand"));
+  ASSERT_EQ(more.status, 201) << more.raw;
+  EXPECT_EQ(more.body.value("state", ""), "pending") << more.raw;
+
+  // The operator clears it with the CLI: healthy again, and the rule resolves.
+  auto cli = testing::RunTessera({"nodes", "gpu-health", node, std::to_string(sick), "ok", "--url",
+                                  server_->url(), "--token", kAdminToken});
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find(": ok"), std::string::npos) << cli.out;
+  EXPECT_EQ(gpu_of(Get("/v1/nodes", kAdminToken).body["nodes"]).value("health", ""), "ok");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& a : Alerts(kAdminToken, "?state=firing")) {
+          if (a["labels"].value("alertname", "") == "GpuUnhealthy") return false;
+        }
+        return true;
+      },
+      10s))
+      << Dump(Alerts(kAdminToken));
+  // Bad words are refused, naming what is wrong.
+  auto bad = Post("/v1/nodes/" + node + "/gpus/x/health", kAdminToken, {{"state", "ok"}});
+  EXPECT_EQ(bad.status, 400) << bad.raw;
+  bad = Post(fmt::format("/v1/nodes/{}/gpus/{}/health", node, sick), kAdminToken,
+             {{"state", "fine"}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.raw.find("state"), std::string::npos) << bad.raw;
+  bad = Post(fmt::format("/v1/nodes/{}/gpus/9/health", node), kAdminToken, {{"state", "ok"}});
+  EXPECT_EQ(bad.status, 404) << bad.raw;
+  EXPECT_EQ(Post(fmt::format("/v1/nodes/{}/gpus/0/health", node), acme, {{"state", "ok"}}).status,
+            403);
 }
 
 TEST_F(TelemetryTest, MetricsCarryDcgmSeriesThatPromtoolAccepts) {

@@ -308,8 +308,9 @@ Status InjectFault(GpuBackend& gpus, const std::string& spec) {
   const bool xid = !parts.empty() && parts[0] == "xid";
   if (parts.size() != (xid ? 3u : 2u) || !number(parts[1], gpu) || gpu < 0 || gpu > 64 ||
       (xid && !number(parts[2], code))) {
-    return Status::InvalidArgument(fmt::format(
-        "fault '{}' is not xid:GPU:CODE, overheat:GPU, cool:GPU or lost:GPU", Quote(spec)));
+    return Status::InvalidArgument(
+        fmt::format("fault '{}' is not xid:GPU:CODE, overheat:GPU, cool:GPU, lost:GPU or found:GPU",
+                    Quote(spec)));
   }
   return gpus.InjectFault(parts[0], static_cast<int>(gpu), code);
 }

@@ -61,7 +61,8 @@ struct AgentOptions {
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",
-// "lost:GPU" (tessera agent --sim-fault, and the faults of an admin's POST /v1/nodes/{id}/faults).
+// "lost:GPU", "found:GPU" (tessera agent --sim-fault, and the faults of an admin's POST
+// /v1/nodes/{id}/faults).
 Status InjectFault(GpuBackend& gpus, const std::string& spec);
 
 struct PullJob;  // A pull in flight (agent.cc).

@@ -83,7 +83,8 @@ class GpuBackend {
   // Every MIG instance's load (replacing the previous set), so a simulated MIG instance reports
   // readings of its own; the NVML backend ignores it.
   virtual void SetMigLoads(std::vector<MigLoad> /*loads*/) {}
-  // Injects a fault for tests and demos: "xid" (with `code`), "overheat", "cool" or "lost".
+  // Injects a fault for tests and demos: "xid" (with `code`), "overheat", "cool", "lost" or
+  // "found" (a lost GPU answers again).
   // Only the sim backend does; a real GPU's faults are its own.
   virtual Status InjectFault(const std::string& kind, int /*gpu*/, int64_t /*code*/) {
     return Status::FailedPrecondition("this backend does not inject faults ('" + kind +

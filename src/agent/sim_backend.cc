@@ -126,8 +126,8 @@ Result<std::unique_ptr<SimBackend>> SimBackend::Create(const catalog::Catalog& c
 Status SimBackend::InjectFault(const std::string& kind, int gpu, int64_t code) {
   if (kind == "xid") return InjectXid(gpu, code);
   if (kind == "overheat" || kind == "cool") return Overheat(gpu, kind == "overheat");
-  if (kind == "lost") return LoseGpu(gpu);
-  return Status::InvalidArgument("fault '" + kind + "' is not xid, overheat, cool or lost");
+  if (kind == "lost" || kind == "found") return LoseGpu(gpu, kind == "lost");
+  return Status::InvalidArgument("fault '" + kind + "' is not xid, overheat, cool, lost or found");
 }
 
 SimBackend::SimBackend(int tdp_watts, const mig::Table* mig, std::vector<SimGpu> gpus, SimHost host,
@@ -239,12 +239,12 @@ Status SimBackend::Overheat(int gpu, bool on) {
   return Status::Ok();
 }
 
-Status SimBackend::LoseGpu(int gpu) {
+Status SimBackend::LoseGpu(int gpu, bool lost) {
   std::lock_guard lock(mu_);
   TESSERA_RETURN_IF_ERROR(CheckGpu(gpu));
   SimGpu& g = gpus_[static_cast<size_t>(gpu)];
-  if (!g.lost) xids_.push_back(XidEvent{gpu, kXidFallenOffBus});
-  g.lost = true;
+  if (lost && !g.lost) xids_.push_back(XidEvent{gpu, kXidFallenOffBus});
+  g.lost = lost;
   return Status::Ok();
 }
 

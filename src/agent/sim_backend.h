@@ -60,8 +60,9 @@ class SimBackend final : public GpuBackend {
   // While on, the GPU's temperature reads above 90 C (kOverheatFloorC and up, with load).
   Status Overheat(int gpu, bool on);
   // The GPU falls off the bus: from now on its samples are marked lost with zero readings, and
-  // XID 79 ("GPU has fallen off the bus") is queued, as the driver would report it.
-  Status LoseGpu(int gpu);
+  // XID 79 ("GPU has fallen off the bus") is queued, as the driver would report it. With `lost`
+  // false it answers again (as after a reset: the "found" fault).
+  Status LoseGpu(int gpu, bool lost = true);
 
  private:
   struct SimGpu {

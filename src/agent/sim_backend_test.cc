@@ -188,6 +188,11 @@ TEST(SimBackendTest, ALostGpuReadsLostWithAnXid79) {
   EXPECT_EQ(t.xids[0].gpu, 0);
   EXPECT_EQ(t.xids[0].code, 79);
   EXPECT_TRUE(SampleOf(*b).gpus[0].lost);
+  // Found again (as after a reset): it answers, and no XID comes of it.
+  ASSERT_TRUE(b->InjectFault("found", 0, 0).ok());
+  t = SampleOf(*b);
+  EXPECT_FALSE(t.gpus[0].lost);
+  EXPECT_TRUE(t.xids.empty());
 }
 
 TEST(SimBackendTest, FaultsOnAMissingGpuAreRefused) {

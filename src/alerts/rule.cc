@@ -210,6 +210,11 @@ std::vector<Rule> BuiltinRules(Time now) {
   rules.push_back(make("xid", "GpuXidError", Field::kXidErrors, Op::kGt, 0, 0, "critical",
                        "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.Hostname }}"));
   rules.back().keep_firing_for_seconds = 300;  // One event reads for one report only.
+  // Fires while the GPU is out of service, however long ago the XID that put it there was.
+  rules.push_back(make("gpu-unhealthy", "GpuUnhealthy", Field::kGpuHealthy, Op::kEq, 0, 0,
+                       "critical",
+                       "GPU {{ $labels.gpu }} of {{ $labels.Hostname }} is lost or unhealthy: "
+                       "out of service until an operator clears it"));
   rules.push_back(make("node-not-ready", "NodeNotReady", Field::kNodeReady, Op::kEq, 0, 0,
                        "critical",
                        "Node {{ $labels.Hostname }} is not ready: its agent is silent"));

@@ -71,8 +71,9 @@ nlohmann::json RuleJson(const Rule& r);
 // A stored rule; DataLoss naming `key` when malformed.
 Result<Rule> RuleFromStored(const std::string& key, const std::string& value);
 
-// The operator's defaults: GPU temperature above 85 C for 60 s, any XID error, a node not
-// ready, framebuffer use above 90% for 60 s, an ECC double-bit error.
+// The operator's defaults: GPU temperature above 85 C for 60 s, any XID error, a GPU out of
+// service (lost or unhealthy), a node not ready, framebuffer use above 90% for 60 s, an ECC
+// double-bit error.
 std::vector<Rule> BuiltinRules(Time now);
 
 // Expands {{ $value }} and {{ $labels.NAME }} (spaces inside the braces optional).

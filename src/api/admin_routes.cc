@@ -1,6 +1,8 @@
 // The operator's routes (nodes, the audit log) and the health checks.
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "api/api.h"
 #include "api/codec.h"
 #include "api/routes.h"
@@ -94,9 +96,10 @@ void AddNodeRoutes(Api& table) {
           f.RejectUnknown({"fault"});
           fault = f.String("fault");
           const bool known = fault.rfind("xid:", 0) == 0 || fault.rfind("overheat:", 0) == 0 ||
-                             fault.rfind("cool:", 0) == 0 || fault.rfind("lost:", 0) == 0;
+                             fault.rfind("cool:", 0) == 0 || fault.rfind("lost:", 0) == 0 ||
+                             fault.rfind("found:", 0) == 0;
           if (f.ok() && (!known || fault.size() > 64)) {
-            f.Fail("fault", "must be xid:GPU:CODE, overheat:GPU, cool:GPU or lost:GPU");
+            f.Fail("fault", "must be xid:GPU:CODE, overheat:GPU, cool:GPU, lost:GPU or found:GPU");
           }
           refusal = BodyStatus(f);
         }
@@ -108,6 +111,43 @@ void AddNodeRoutes(Api& table) {
                return json{{"id", node}, {"fault", fault}, {"fault_id", id}};
              },
              202, Passthrough, [](const json& j) { return j.value("id", ""); }});
+      });
+  // An operator's word on a GPU: {"state": "ok"} puts it back in service, {"state":
+  // "unhealthy", "reason": "..."} takes it out (docs/gpu-health.md).
+  table.Add(
+      "POST", "/v1/nodes/{id}/gpus/{gpu}/health", Access::kAdmin, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        std::string state, reason;
+        int gpu = -1;
+        Status refusal = call->body_status;
+        if (refusal.ok()) {
+          JsonFields f(call->body, "body");
+          f.RejectUnknown({"state", "reason"});
+          state = f.String("state");
+          reason = f.String("reason", false);
+          if (f.ok() && state != "ok" && state != "unhealthy") {
+            f.Fail("state", "must be ok or unhealthy");
+          }
+          if (f.ok() && (reason.size() > 200 || !IsValidUtf8(reason))) {
+            f.Fail("reason", "must be at most 200 bytes of UTF-8");
+          }
+          refusal = BodyStatus(f);
+        }
+        const std::string& text = call->params[1];
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), gpu);
+        if (refusal.ok() && (ec != std::errc() || end != text.data() + text.size() || gpu < 0)) {
+          refusal = Status::InvalidArgument(
+              fmt::format("path: GPU {} is not a GPU index (0, 1, ...)", Quote(text)));
+        }
+        const std::string node = call->params[0];
+        api.Run<json>(
+            call, refusal,
+            {[node, gpu, state, reason](core::State& s, store::Batch& b,
+                                        const core::Tenant&) -> Result<json> {
+               TESSERA_RETURN_IF_ERROR(s.SetGpuHealth(node, gpu, state == "ok", reason, b));
+               return json{{"id", node}, {"gpu", gpu}, {"state", state}};
+             },
+             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";

@@ -151,8 +151,10 @@ json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count) {
     json gpus = json::array();
     for (size_t i = 0; i < n.gpus.size(); ++i) {
       const fleet::Gpu& g = n.gpus[i];
-      json gj = {
-          {"index", i}, {"mode", catalog::SharingModeName(g.mode)}, {"free_milli", g.free_milli}};
+      json gj = {{"index", i},
+                 {"mode", catalog::SharingModeName(g.mode)},
+                 {"free_milli", g.free_milli},
+                 {"health", g.healthy ? "ok" : "unhealthy"}};
       if (g.mode == catalog::SharingMode::kShared) gj["free_memory_mib"] = g.free_memory_mib;
       if (g.mode == catalog::SharingMode::kMig) {
         json mig = json::array();
@@ -186,6 +188,16 @@ void AddAgentFields(json& node, json agent) {
       node[key] = std::move(agent[key]);
       agent.erase(key);
     }
+  }
+  // Why each GPU out of service is out, beside the GPU.
+  if (agent.contains("unhealthy_gpus")) {
+    for (const json& u : agent["unhealthy_gpus"]) {
+      const size_t gpu = u.value("gpu", size_t{0});
+      if (!node.contains("gpus") || gpu >= node["gpus"].size()) continue;
+      node["gpus"][gpu]["health_reason"] = u.value("reason", "");
+      node["gpus"][gpu]["unhealthy_since"] = u.value("since", "");
+    }
+    agent.erase("unhealthy_gpus");
   }
   node["agent"] = std::move(agent);
 }

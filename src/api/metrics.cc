@@ -125,6 +125,9 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   Gauge(out, "tessera_nodes_lost_total", "counter",
         "Joined nodes whose agent missed its lease (their work moved).",
         state.counters().nodes_lost);
+  Gauge(out, "tessera_gpus_unhealthy_total", "counter",
+        "GPUs taken out of service since start (a fatal XID, lost, double-bit ECC, an operator).",
+        state.counters().gpus_unhealthy);
   Gauge(out, "tessera_agent_reports_total", "counter", "Agent reports applied.",
         state.counters().agent_reports);
   Gauge(out, "tessera_agent_reports_refused_total", "counter",

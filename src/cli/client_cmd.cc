@@ -5,6 +5,7 @@
 // (2 for bad usage). Whatever the server sent is escaped before it reaches the terminal, so a
 // name or command cannot move the cursor, change colours or hide text.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
@@ -580,19 +581,28 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
 void RegisterNodes(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   auto id = std::make_shared<std::string>();
-  CLI::App* group = app.add_subcommand("nodes", "List, drain and undrain nodes (admin token)");
+  CLI::App* group = app.add_subcommand(
+      "nodes", "List, add, drain and undrain nodes, and mark their GPUs' health (admin token)");
   group->require_subcommand(1);
   CLI::App* list = group->add_subcommand("list", "List nodes with capacity and allocations");
   AddCommon(list, *f);
   list->callback([f, &ctx] {
     ctx.exit_code = Show(*f, CallAll(*f, "/v1/nodes", "nodes"), [](const json& j) {
-      Table t({"NODE", "STATE", "GPU MODEL", "GPUS", "GPU FREE", "VCPU FREE", "MEM FREE MIB",
-               "WORKLOADS"});
+      Table t({"NODE", "STATE", "GPU MODEL", "GPUS", "GPU FREE", "UNHEALTHY", "VCPU FREE",
+               "MEM FREE MIB", "WORKLOADS"});
       for (const auto& n : j["nodes"]) {
         double free = 0;
-        for (const auto& g : n["gpus"]) free += g.value("free_milli", 0) / 1000.0;
+        std::vector<std::string> unhealthy;
+        for (const auto& g : n["gpus"]) {
+          if (g.value("health", "ok") == "ok") {
+            free += g.value("free_milli", 0) / 1000.0;
+          } else {
+            unhealthy.push_back(Str(g, "index"));
+          }
+        }
         t.AddRow({Str(n, "id"), Str(n, "state"), Str(n, "gpu_model"),
                   std::to_string(n["gpus"].size()), fmt::format("{:g}", free),
+                  unhealthy.empty() ? "-" : fmt::format("{}", fmt::join(unhealthy, ",")),
                   fmt::format("{:g}", n.value("vcpus_free", 0.0)), Str(n, "memory_mib_free"),
                   Str(n, "workloads")});
       }
@@ -626,6 +636,45 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
                    "# paste the token, then Ctrl-D\n"
                 << "  tessera agent --server $TESSERA_URL --token-file /etc/tessera/node-token\n";
     });
+  });
+  auto gpu = std::make_shared<int>(0);
+  auto health = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  CLI::App* gpu_health = group->add_subcommand(
+      "gpu-health", "Put a GPU back in service (ok) or take it out (unhealthy)");
+  AddCommon(gpu_health, *f);
+  gpu_health->add_option("node", *id, "Node id")->required();
+  gpu_health->add_option("gpu", *gpu, "GPU index on the node")->required();
+  gpu_health->add_option("state", *health, "ok or unhealthy")
+      ->required()
+      ->check(CLI::IsMember({"ok", "unhealthy"}));
+  gpu_health->add_option("--reason", *reason, "Why it is out of service (with unhealthy)");
+  gpu_health->callback([f, id, gpu, health, reason, &ctx] {
+    json body = {{"state", *health}};
+    if (!reason->empty()) body["reason"] = *reason;
+    ctx.exit_code = Show(
+        *f, Call(*f, "POST", fmt::format("/v1/nodes/{}/gpus/{}/health", Encode(*id), *gpu), &body),
+        [](const json& j) {
+          std::cout << EscapeForTerminal(Str(j, "id")) << " GPU " << Str(j, "gpu") << ": "
+                    << EscapeForTerminal(Str(j, "state")) << "\n";
+        });
+  });
+  auto fault = std::make_shared<std::string>();
+  CLI::App* inject =
+      group->add_subcommand("fault",
+                            "Make a node's (simulated) GPUs show a fault: xid:GPU:CODE, lost:GPU, "
+                            "found:GPU, overheat:GPU or cool:GPU");
+  AddCommon(inject, *f);
+  inject->add_option("node", *id, "Node id")->required();
+  inject->add_option("fault", *fault, "xid:GPU:CODE, lost:GPU, found:GPU, overheat:GPU or cool:GPU")
+      ->required();
+  inject->callback([f, id, fault, &ctx] {
+    const json body = {{"fault", *fault}};
+    ctx.exit_code = Show(
+        *f, Call(*f, "POST", "/v1/nodes/" + Encode(*id) + "/faults", &body), [](const json& j) {
+          std::cout << EscapeForTerminal(Str(j, "id")) << ": fault "
+                    << EscapeForTerminal(Str(j, "fault")) << " queued for its agent\n";
+        });
   });
   for (const char* verb : {"drain", "undrain"}) {
     CLI::App* one =

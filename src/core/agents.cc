@@ -80,7 +80,27 @@ std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& nod
                       {"created_at", FormatRfc3339(node.created_at)},
                       {"drained", node.drained},
                       {"inventory", node.inventory}};
+  if (!node.unhealthy.empty()) {
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& [gpu, u] : node.unhealthy) {
+      gpus.push_back({{"gpu", gpu}, {"reason", u.reason}, {"since", FormatRfc3339(u.since)}});
+    }
+    j["unhealthy"] = std::move(gpus);
+  }
+  if (!node.dbe_cleared.empty()) {
+    nlohmann::json cleared = nlohmann::json::array();
+    for (const auto& [gpu, count] : node.dbe_cleared) {
+      cleared.push_back({{"gpu", gpu}, {"count", count}});
+    }
+    j["dbe_cleared"] = std::move(cleared);
+  }
   return {std::string(kRecordPrefix) + node.name, DumpJson(j)};
+}
+
+size_t AgentNode::gpu_count() const {
+  if (!inventory.is_object()) return 0;
+  auto it = inventory.find("gpus");
+  return it != inventory.end() && it->is_array() ? it->size() : 0;
 }
 
 Result<AgentNode> AgentSupervisor::FromRecord(const std::string& key, const std::string& value) {
@@ -96,6 +116,26 @@ Result<AgentNode> AgentSupervisor::FromRecord(const std::string& key, const std:
   const std::string created = f.String("created_at");
   n.drained = f.Bool("drained", false);
   if (const nlohmann::json* inv = f.Get("inventory", false)) n.inventory = *inv;
+  if (const nlohmann::json* list = f.Get("unhealthy", false); list && list->is_array()) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      JsonFields g((*list)[i], fmt::format("{}: unhealthy[{}]", where, i));
+      const auto gpu = static_cast<int>(g.Int("gpu", 0, 1023));
+      const std::string reason = g.String("reason");
+      auto since = ParseRfc3339(g.String("since"));
+      if (!g.ok()) return Status::DataLoss(g.status().message());
+      if (!since.ok()) return Status::DataLoss(since.status().WithPrefix(where).message());
+      n.unhealthy[gpu] = {reason, *since};
+    }
+  }
+  if (const nlohmann::json* list = f.Get("dbe_cleared", false); list && list->is_array()) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      JsonFields g((*list)[i], fmt::format("{}: dbe_cleared[{}]", where, i));
+      const auto gpu = static_cast<int>(g.Int("gpu", 0, 1023));
+      const int64_t count = g.Int("count", 0, INT64_MAX);
+      if (!g.ok()) return Status::DataLoss(g.status().message());
+      n.dbe_cleared[gpu] = count;
+    }
+  }
   if (!sharing) f.Fail("sharing", "is not exclusive, mig or shared");
   if (!f.ok()) return Status::DataLoss(f.status().message());
   n.sharing = *sharing;

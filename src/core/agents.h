@@ -101,6 +101,16 @@ struct AgentNode {
   Time created_at;
   nlohmann::json inventory;  // As its agent registered it; null before.
   bool drained = false;
+  // GPUs out of service, by index: why, and since when (docs/gpu-health.md). A GPU leaves this
+  // only when an operator clears it.
+  struct Unhealthy {
+    std::string reason;
+    Time since;
+  };
+  std::map<int, Unhealthy> unhealthy;
+  // Per GPU, the double-bit ECC count an operator accepted when clearing it: only errors above
+  // it take the GPU out of service again (the driver's count survives until a reset).
+  std::map<int, int64_t> dbe_cleared;
   // A fleet-file node served by one of the server's own simulated agents (--sim-agents): not
   // stored, its token made afresh at every start, and spot work on it has no notice period.
   bool simulated = false;
@@ -126,6 +136,10 @@ struct AgentNode {
   int64_t next_fault = 1;
 
   bool registered() const { return !inventory.is_null(); }
+  // How many GPUs its agent registered.
+  size_t gpu_count() const;
+  // Every one of its GPUs is out of service: the node is not_ready.
+  bool all_gpus_unhealthy() const { return !unhealthy.empty() && unhealthy.size() >= gpu_count(); }
   // Whether each tenant's workloads run apart; false until its agent run said so.
   bool isolated() const { return isolation == Isolation::kUid; }
 };

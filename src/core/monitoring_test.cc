@@ -663,11 +663,12 @@ TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain
   std::vector<std::string> names;
   for (const alerts::Rule& r : state_->ListAlertRules(Admin())) names.push_back(r.name);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent",
-                                             "GpuEccDoubleBitError", "GpuFramebufferFull",
-                                             "GpuTemperatureHigh", "GpuXidError", "NodeNotReady"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent", "GpuEccDoubleBitError",
+                                      "GpuFramebufferFull", "GpuTemperatureHigh", "GpuUnhealthy",
+                                      "GpuXidError", "NodeNotReady"}));
   EXPECT_EQ(SettingOf(batch_, std::string(State::kBuiltinSeeded)), "1");
-  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), 7u);
+  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), 8u);
   EXPECT_TRUE(state_->ListAlertRules(acme_).empty()) << "the built-in rules are the operator's";
 
   clock_.Advance(kNodeTimeout + 1s);
@@ -691,7 +692,7 @@ TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain
   EXPECT_TRUE(KeysWithPrefix(batch_, State::kRulePrefix).empty())
       << "no built-in rule is seeded again, the deleted one least of all";
   EXPECT_FALSE(SettingOf(batch_, std::string(State::kBuiltinSeeded)).has_value());
-  EXPECT_EQ(state_->ListAlertRules(Admin()).size(), 7u) << "6 built-in rules and acme's";
+  EXPECT_EQ(state_->ListAlertRules(Admin()).size(), 8u) << "7 built-in rules and acme's";
   EXPECT_EQ(state_->GetAlertRule(Admin(), "builtin-xid").status().code(), StatusCode::kNotFound);
   auto restored = state_->GetAlertRule(acme_, rule->id);
   ASSERT_TRUE(restored.ok()) << "acme's rule is acme's after the restart";

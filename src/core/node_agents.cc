@@ -8,6 +8,7 @@
 
 #include "common/json.h"
 #include "common/text.h"
+#include "core/gpu_health.h"
 #include "core/state.h"
 #include "sched/plugins/sole_tenant.h"
 
@@ -182,6 +183,7 @@ std::shared_ptr<const telemetry::NodeInfo> NodeInfoOf(const AgentNode& node) {
     telemetry::NodeInfo::Gpu gpu;
     gpu.index = g.value("index", 0);
     gpu.uuid = g.value("uuid", "");
+    gpu.healthy = !node.unhealthy.contains(gpu.index);
     gpu.name = g.value("name", "");
     gpu.pci_bus_id = g.value("pci_bus_id", "");
     gpu.mig_enabled = g.value("mig_enabled", false);
@@ -365,6 +367,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->telemetry_at = clock_->Now();
     history_.Record(name, node->telemetry_at, *sync.telemetry);
     MeterUtilization(*node);
+    CheckGpuHealth(*node, batch);
   }
   // Logs first: an exit report comes with the workload's last bytes.
   for (const WorkloadLog& log : sync.logs) {
@@ -514,9 +517,9 @@ nlohmann::json State::AgentJson(const std::string& name) const {
   auto it = agents_.nodes().find(name);
   if (it == agents_.nodes().end()) return nullptr;
   const AgentNode& n = it->second;
-  nlohmann::json j = {{"state", !n.registered() ? "waiting_for_agent"
-                                : n.lost        ? "not_ready"
-                                                : "ready"},
+  nlohmann::json j = {{"state", !n.registered()                    ? "waiting_for_agent"
+                                : n.lost || n.all_gpus_unhealthy() ? "not_ready"
+                                                                   : "ready"},
                       {"labels", n.labels},
                       {"joined_at", FormatRfc3339(n.created_at)},
                       {"last_report_at", FormatRfc3339(n.last_seen)},
@@ -532,6 +535,11 @@ nlohmann::json State::AgentJson(const std::string& name) const {
     j["backend"] = n.inventory.value("backend", "");
     j["driver_version"] = n.inventory.value("driver_version", "");
   }
+  nlohmann::json unhealthy = nlohmann::json::array();
+  for (const auto& [gpu, u] : n.unhealthy) {
+    unhealthy.push_back({{"gpu", gpu}, {"reason", u.reason}, {"since", FormatRfc3339(u.since)}});
+  }
+  j["unhealthy_gpus"] = std::move(unhealthy);
   if (n.telemetry) {
     j["telemetry"] = telemetry::ToJson(*n.telemetry);
     j["telemetry_at"] = FormatRfc3339(n.telemetry_at);
@@ -668,6 +676,72 @@ void State::ExpireLeases(store::Batch& batch) {
   }
 }
 
+void State::CheckGpuHealth(AgentNode& node, store::Batch& batch) {
+  if (!node.telemetry) return;
+  for (const GpuFault& f : FindGpuFaults(*node.telemetry, node.dbe_cleared)) {
+    if (f.gpu < 0 || static_cast<size_t>(f.gpu) >= node.gpu_count()) continue;
+    if (node.unhealthy.contains(f.gpu)) continue;
+    TakeGpuOutOfService(node, f.gpu, f.reason, batch);
+    if (f.node_restart && !node.drained) {
+      spdlog::warn("node {} drained: {} on GPU {}", node.name, f.reason, f.gpu);
+      (void)SetNodeDrained(node.name, true, batch);
+    }
+  }
+}
+
+void State::TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& reason,
+                                store::Batch& batch) {
+  node.unhealthy[gpu] = {reason, clock_->Now()};
+  ++counters_.gpus_unhealthy;
+  spdlog::warn("node {}: GPU {} out of service: {}", node.name, gpu, reason);
+  node.info = NodeInfoOf(node);
+  ApplyNodeState(node);
+  const std::string why =
+      fmt::format("GPU {} of node {} out of service: {}", gpu, node.name, reason);
+  const std::set<std::string> held = node.assigned;
+  for (const std::string& id : held) {
+    Instance* inst = instances_.Find(id);
+    if (!inst || !inst->assignment || inst->node != node.name) continue;
+    const bool on_it = std::any_of(inst->gpus.begin(), inst->gpus.end(),
+                                   [gpu](const GpuRef& g) { return g.index == gpu; });
+    if (on_it) Displace(*inst, why, batch);
+  }
+  agents_.Changed(node);
+  SaveNode(node, batch);
+}
+
+Status State::SetGpuHealth(const std::string& name, int gpu, bool healthy,
+                           const std::string& reason, store::Batch& batch) {
+  AgentNode* node = agents_.Find(name);
+  if (!node || !node->registered()) {
+    return Status::NotFound(fmt::format("node '{}' has no agent", name));
+  }
+  if (gpu < 0 || static_cast<size_t>(gpu) >= node->gpu_count()) {
+    return Status::NotFound(
+        fmt::format("node '{}' has no GPU {} (it has {})", name, gpu, node->gpu_count()));
+  }
+  if (!healthy) {
+    if (!node->unhealthy.contains(gpu)) {
+      TakeGpuOutOfService(*node, gpu, reason.empty() ? "taken out by an operator" : reason, batch);
+    }
+    return Status::Ok();
+  }
+  if (node->unhealthy.erase(gpu) == 0) return Status::Ok();
+  // The driver's double-bit count lasts until the GPU is reset: what it says now is accepted.
+  if (node->telemetry) {
+    for (const telemetry::GpuSample& g : node->telemetry->gpus) {
+      if (g.index == gpu) node->dbe_cleared[gpu] = g.ecc_dbe_total;
+    }
+  }
+  spdlog::info("node {}: GPU {} back in service", name, gpu);
+  node->info = NodeInfoOf(*node);
+  ApplyNodeState(*node);
+  CapacityFreed();
+  agents_.Changed(*node);
+  SaveNode(*node, batch);
+  return Status::Ok();
+}
+
 void State::SaveNode(const AgentNode& node, store::Batch& batch) {
   if (node.simulated) return;  // Made afresh from the fleet file at every start.
   batch.settings.push_back(AgentSupervisor::Record(node));
@@ -682,10 +756,14 @@ void State::PublishNodeTokens() {
 void State::ApplyNodeState(const AgentNode& node) {
   auto n = fleet_->Find(node.name);
   if (!n.ok()) return;
-  const fleet::NodeState s = node.lost      ? fleet::NodeState::kDown
-                             : node.drained ? fleet::NodeState::kDraining
-                                            : fleet::NodeState::kReady;
+  const fleet::NodeState s = node.lost || node.all_gpus_unhealthy() ? fleet::NodeState::kDown
+                             : node.drained                         ? fleet::NodeState::kDraining
+                                                                    : fleet::NodeState::kReady;
   if (fleet_->node(*n).state != s) (void)fleet_->SetNodeState(*n, s);
+  for (size_t g = 0; g < fleet_->node(*n).gpus.size(); ++g) {
+    (void)fleet_->SetGpuHealthy(*n, static_cast<int>(g),
+                                !node.unhealthy.contains(static_cast<int>(g)));
+  }
   // A joined node's agent runs real processes, and unless it runs each tenant's under a uid of
   // their own, one tenant's workload could read or signal another's: such a node is shared, and
   // hosts one tenant at a time. The nodes of the in-core simulated agents (StateOptions::

@@ -78,6 +78,7 @@ struct Counters {
   // Created (or re-queued) to running, as agents report it: the cold start.
   LatencyHistogram start_latency{{0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300}};
   int64_t nodes_lost = 0;
+  int64_t gpus_unhealthy = 0;  // GPUs taken out of service (by a fault or an operator).
   int64_t agent_reports = 0;
   int64_t agent_reports_refused = 0;
   int64_t alert_evaluations = 0;
@@ -173,9 +174,15 @@ class State {
                                     catalog::SharingMode sharing, const std::string& token_hash,
                                     store::Batch& batch);
   // Queues a fault for the node's agent to inject into its GPU backend ("xid:GPU:CODE",
-  // "overheat:GPU", "cool:GPU", "lost:GPU"; checked by the agent, which logs a refusal).
+  // "overheat:GPU", "cool:GPU", "lost:GPU", "found:GPU"; checked by the agent, which logs a
+  // refusal).
   // NotFound for a node without an agent. Not stored: a fault is a moment's event.
   Result<int64_t> InjectFault(const std::string& node, const std::string& fault);
+  // An operator's word on GPU `gpu` of a joined node (docs/gpu-health.md): healthy puts it back
+  // in service (and accepts its double-bit ECC count so far); unhealthy takes it out with
+  // `reason`, moving its work as a fault would. NotFound for an unknown node or GPU.
+  Status SetGpuHealth(const std::string& node, int gpu, bool healthy, const std::string& reason,
+                      store::Batch& batch);
   // Serves fleet-file node `node` with one of the server's own simulated agents, which acts
   // with the node token `token_hash` (--sim-agents). NotFound for a node not in the fleet.
   Status AttachSimulatedAgent(const std::string& node, const std::string& token_hash);
@@ -459,6 +466,12 @@ class State {
   void Release(Instance& inst);
   // Joined nodes that stopped reporting lose their lease: not_ready, and their work moves.
   void ExpireLeases(store::Batch& batch);
+  // Takes out of service the GPUs whose faults the node's last telemetry shows.
+  void CheckGpuHealth(AgentNode& node, store::Batch& batch);
+  // GPU `gpu` of `node` is out of service from now: nothing more is placed on it, and the work
+  // on it moves as on a node loss (billed to now), its reason naming the fault.
+  void TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& reason,
+                           store::Batch& batch);
   // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
   void Displace(Instance& inst, const std::string& why, store::Batch& batch);
   void SaveNode(const AgentNode& node, store::Batch& batch);

@@ -37,6 +37,9 @@ constexpr std::array<FieldInfo, kFieldCount> kFields = {{
      "Framebuffer memory used, in percent of used plus free (Tessera)."},
     {"tessera_node_ready", "gauge",
      "1 while the node's agent holds its lease, 0 once the node is not_ready (Tessera)."},
+    {"tessera_gpu_healthy", "gauge",
+     "1 while work may be placed on the GPU, 0 while the server holds it out of service after a "
+     "fatal fault (Tessera)."},
     {"tessera_tenant_budget_used_percent", "gauge",
      "The tenant's spend this month, in percent of its monthly budget (Tessera)."},
 }};
@@ -163,6 +166,7 @@ void NodeTargets(const NodeInfo& node, const Telemetry* telemetry,
     if (mig_mode || mine.empty()) {
       Target t = GpuTarget(node, gpu, nullptr);
       if (sample) SetDevice(t, *sample, xid, mig_mode);
+      if (telemetry) t.set(Field::kGpuHealthy, gpu.healthy ? 1 : 0);
       out.push_back(std::move(t));
     }
     for (const Holder* h : mine) {
@@ -177,6 +181,7 @@ void NodeTargets(const NodeInfo& node, const Telemetry* telemetry,
       } else if (sample) {
         SetDevice(t, *sample, xid, false);
       }
+      if (telemetry && !mig_mode) t.set(Field::kGpuHealthy, gpu.healthy ? 1 : 0);
       out.push_back(std::move(t));
     }
   }

@@ -40,6 +40,8 @@ enum class Field : uint8_t {
   kPipeTensorActive,
   kFbUsedPercent,      // Tessera's: FB used / (used + free) in percent, for threshold rules.
   kNodeReady,          // Tessera's: 1 while a node's agent holds its lease, else 0 (node targets).
+  kGpuHealthy,         // Tessera's: 0 while the server holds the GPU out of service, else 1
+                       // (on GPU targets, once the node reported since the server started).
   kBudgetUsedPercent,  // Tessera's: a tenant's spend this month over its budget (tenant targets).
 };
 inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kBudgetUsedPercent) + 1;
@@ -83,6 +85,7 @@ struct NodeInfo {
     std::string name;  // modelName: as the driver names it, e.g. "NVIDIA H100 80GB HBM3".
     std::string pci_bus_id;
     bool mig_enabled = false;
+    bool healthy = true;  // False while the server holds it out of service (a fatal fault).
   };
   std::vector<Gpu> gpus;
 };
