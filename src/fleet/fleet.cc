@@ -434,15 +434,21 @@ int64_t Fleet::used_gpu_milli() const {
   return milli;
 }
 
-Status Fleet::SetGpuMode(NodeIndex ni, int gpu_index, SharingMode mode) {
+Status Fleet::CheckGpuIndex(NodeIndex ni, int gpu_index) const {
   if (!ni.valid() || ni.value >= nodes_.size()) {
     return Status::InvalidArgument(fmt::format("node index {} is out of range", ni.value));
   }
-  Node& n = nodes_[ni.value];
+  const Node& n = nodes_[ni.value];
   if (gpu_index < 0 || static_cast<size_t>(gpu_index) >= n.gpus.size()) {
     return Status::InvalidArgument(fmt::format("node '{}': gpu {} is out of range (it has {})",
                                                n.name, gpu_index, n.gpus.size()));
   }
+  return Status::Ok();
+}
+
+Status Fleet::SetGpuMode(NodeIndex ni, int gpu_index, SharingMode mode) {
+  TESSERA_RETURN_IF_ERROR(CheckGpuIndex(ni, gpu_index));
+  Node& n = nodes_[ni.value];
   Gpu& gpu = n.gpus[static_cast<size_t>(gpu_index)];
   const catalog::GpuModel& model = catalog_->gpu(n.model);
   if (mode == SharingMode::kMig && model.mig == nullptr) {
@@ -462,14 +468,8 @@ Status Fleet::SetGpuMode(NodeIndex ni, int gpu_index, SharingMode mode) {
 }
 
 Status Fleet::SetGpuHealthy(NodeIndex ni, int gpu_index, bool healthy) {
-  if (!ni.valid() || ni.value >= nodes_.size()) {
-    return Status::InvalidArgument(fmt::format("node index {} is out of range", ni.value));
-  }
+  TESSERA_RETURN_IF_ERROR(CheckGpuIndex(ni, gpu_index));
   Node& n = nodes_[ni.value];
-  if (gpu_index < 0 || static_cast<size_t>(gpu_index) >= n.gpus.size()) {
-    return Status::InvalidArgument(fmt::format("node '{}': gpu {} is out of range (it has {})",
-                                               n.name, gpu_index, n.gpus.size()));
-  }
   Gpu& gpu = n.gpus[static_cast<size_t>(gpu_index)];
   if (gpu.healthy == healthy) return Status::Ok();
   gpu.healthy = healthy;

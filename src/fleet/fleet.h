@@ -165,6 +165,8 @@ class Fleet {
   };
 
   Status ValidateSpec(const NodeSpec& spec, const catalog::GpuModel** model) const;
+  // InvalidArgument unless node `n` exists and has GPU `gpu`.
+  Status CheckGpuIndex(NodeIndex n, int gpu) const;
   Status CheckShape(const Assignment& a) const;
   Status CheckGrantMode(const Node& n, const GpuGrant& grant) const;
   Status CanGrant(const Node& n, const GpuGrant& grant) const;
