@@ -36,6 +36,9 @@ AddressClass ClassifyV4(uint32_t a) {
   if (InV4(a, V4(100, 64, 0, 0), 10)) return AddressClass::kCgnat;
   if (InV4(a, V4(224, 0, 0, 0), 4)) return AddressClass::kMulticast;
   if (InV4(a, V4(240, 0, 0, 0), 4)) return AddressClass::kReserved;  // With 255.255.255.255.
+  if (InV4(a, V4(192, 0, 0, 0), 24) || InV4(a, V4(198, 18, 0, 0), 15)) {
+    return AddressClass::kSpecialPurpose;
+  }
   return AddressClass::kPublic;
 }
 
@@ -66,6 +69,11 @@ AddressClass ClassifyV6(const std::array<uint8_t, 16>& b) {
     const AddressClass c = ClassifyV4(ReadV4(p + 2));
     if (c != AddressClass::kPublic) return c;
   }
+  // Teredo 2001::/32 and local-use NAT64 64:ff9b:1::/48: the IPv4 address they reach is hidden.
+  if (p[0] == 0x20 && p[1] == 0x01 && p[2] == 0 && p[3] == 0) return AddressClass::kSpecialPurpose;
+  if (p[0] == 0x00 && p[1] == 0x64 && p[2] == 0xff && p[3] == 0x9b && p[4] == 0 && p[5] == 1) {
+    return AddressClass::kSpecialPurpose;
+  }
   if ((p[0] & 0xfe) == 0xfc) return AddressClass::kPrivate;                    // fc00::/7
   if (p[0] == 0xfe && (p[1] & 0xc0) == 0x80) return AddressClass::kLinkLocal;  // fe80::/10
   if (p[0] == 0xfe && (p[1] & 0xc0) == 0xc0) return AddressClass::kPrivate;    // fec0::/10
@@ -95,6 +103,8 @@ std::string_view AddressClassName(AddressClass c) {
       return "unspecified";
     case AddressClass::kReserved:
       return "reserved";
+    case AddressClass::kSpecialPurpose:
+      return "special-purpose";
     case AddressClass::kInvalid:
       return "invalid";
   }

@@ -24,7 +24,11 @@ enum class AddressClass {
   kMulticast,    // 224.0.0.0/4, ff00::/8.
   kUnspecified,  // 0.0.0.0, ::.
   kReserved,     // 240.0.0.0/4 and the broadcast address 255.255.255.255.
-  kInvalid,      // Not a numeric IPv4 or IPv6 address.
+  // IANA special-purpose ranges a public service never uses: 192.0.0.0/24 (IETF protocol
+  // assignments), 198.18.0.0/15 (benchmarking), 2001::/32 (Teredo, which tunnels to an
+  // obfuscated IPv4 address), 64:ff9b:1::/48 (local-use NAT64).
+  kSpecialPurpose,
+  kInvalid,  // Not a numeric IPv4 or IPv6 address.
 };
 
 // "loopback", "private", ...: the words error messages use.

@@ -1,5 +1,6 @@
 #include "alerts/evaluator.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/json.h"
@@ -306,6 +307,39 @@ TEST(RuleTest, ParsesAndNamesBadFields) {
     EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;
     EXPECT_TRUE(m.find("\\x7f") != std::string::npos || m.find("\\e") != std::string::npos) << m;
   }
+}
+
+// A tenant's webhook to a numeric address outside the public ranges is refused when the rule is
+// made, naming the receiver; an operator's is not, nor is a tenant's under
+// --allow-private-receivers.
+TEST(RuleTest, ATenantsWebhookMustNameAPublicHost) {
+  const auto rule = [](const std::string& url) {
+    return nlohmann::json{{"name", "A"},
+                          {"metric", "DCGM_FI_DEV_GPU_TEMP"},
+                          {"op", ">"},
+                          {"threshold", 1},
+                          {"notify", {{{"email", "ops@example.com"}}, {{"webhook", url}}}}};
+  };
+  const std::pair<const char*, const char*> refused[] = {
+      {"http://169.254.169.254/latest", "link-local"},
+      {"http://127.0.0.1:9000/", "loopback"},
+      {"http://[::1]:8080/", "loopback"},
+      {"http://LocalHost:8080/", "loopback"},
+      {"http://10.1.2.3/", "private"},
+      {"http://198.18.0.1/", "special-purpose"},
+      {"http://[2001::1]/", "special-purpose"},
+      {"http://[64:ff9b:1::a00:1]/", "special-purpose"},
+  };
+  for (const auto& [url, why] : refused) {
+    auto r = ParseRule(rule(url), /*tenant_owned=*/true);
+    ASSERT_FALSE(r.ok()) << url;
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr("notify[1].webhook")) << url;
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr(why)) << url;
+    EXPECT_TRUE(ParseRule(rule(url), /*tenant_owned=*/false).ok()) << url;
+    EXPECT_TRUE(ParseRule(rule(url), true, /*allow_private=*/true).ok()) << url;
+  }
+  EXPECT_TRUE(ParseRule(rule("https://hooks.example.com/x"), true).ok());
+  EXPECT_TRUE(ParseRule(rule("http://8.8.8.8/x"), true).ok());
 }
 
 TEST(RuleTest, BuiltinRulesAndTemplates) {

@@ -270,6 +270,27 @@ Status ValidateReceiver(const Receiver& r, const std::string& field) {
   return Status::Ok();
 }
 
+Status CheckPublicHost(const std::string& target, const std::string& field) {
+  const Result<Url> url = ParseUrl(target);
+  if (!url.ok()) return url.status().WithPrefix(field);
+  std::string host = url->host;
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (host == "localhost" || host.ends_with(".localhost")) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} is this server's own loopback; a tenant's webhook must reach a "
+                    "public address",
+                    field, Quote(url->host)));
+  }
+  const AddressClass c = ClassifyIp(url->host);
+  if (c != AddressClass::kInvalid && c != AddressClass::kPublic) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} is a {} address; a tenant's webhook must reach a public address", field,
+                    Quote(url->host), AddressClassName(c)));
+  }
+  return Status::Ok();
+}
+
 std::string WebhookPayload(const AlertMessage& alert, const std::string& receiver,
                            const std::string& external_url) {
   const std::string status = alert.firing ? "firing" : "resolved";

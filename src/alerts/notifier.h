@@ -122,6 +122,10 @@ class Notifier {
 // local@domain. InvalidArgument naming `field` otherwise.
 Status ValidateReceiver(const Receiver& r, const std::string& field);
 
+// For a tenant's webhook URL: InvalidArgument naming `field` when its host is "localhost" or a
+// numeric address that ResolveAllowedAddress would refuse (a name is checked when sent).
+Status CheckPublicHost(const std::string& url, const std::string& field);
+
 // The webhook payload (Alertmanager's, version "4") for one alert sent to `receiver`.
 std::string WebhookPayload(const AlertMessage& alert, const std::string& receiver,
                            const std::string& external_url);

@@ -69,7 +69,7 @@ std::string_view OpName(Op op) {
   return "?";
 }
 
-Result<Rule> ParseRule(const json& body, bool tenant_owned) {
+Result<Rule> ParseRule(const json& body, bool tenant_owned, bool allow_private) {
   if (!body.is_object()) return Status::InvalidArgument("body: expected a JSON object");
   JsonFields f(body, "alert rule");
   f.RejectUnknown({"name", "metric", "matchers", "op", "threshold", "for_seconds",
@@ -126,7 +126,11 @@ Result<Rule> ParseRule(const json& body, bool tenant_owned) {
         rcv.tenant_owned = tenant_owned;
         const std::string field =
             where + (rcv.kind == Receiver::Kind::kWebhook ? ".webhook" : ".email");
-        if (Status s = ValidateReceiver(rcv, field); !s.ok()) {
+        Status s = ValidateReceiver(rcv, field);
+        if (s.ok() && tenant_owned && !allow_private && rcv.kind == Receiver::Kind::kWebhook) {
+          s = CheckPublicHost(rcv.target, field);
+        }
+        if (!s.ok()) {
           std::string why = s.message();
           if (why.rfind(field + ": ", 0) == 0) why = why.substr(field.size() + 2);
           f.Fail(field, why);
@@ -171,7 +175,9 @@ Result<Rule> RuleFromStored(const std::string& key, const std::string& value) {
   const bool tenant_owned = body.contains("owner") && body["owner"].is_string();
   json fields = body;
   for (const char* k : {"id", "owner", "builtin", "created_at"}) fields.erase(k);
-  auto r = ParseRule(fields, tenant_owned);
+  // A stored rule passed the check it was made under; the flag may have changed since, and the
+  // send-time check still applies.
+  auto r = ParseRule(fields, tenant_owned, /*allow_private=*/true);
   if (!r.ok()) {
     return Status::DataLoss(fmt::format("stored alert rule {}: {}", key, r.status().message()));
   }

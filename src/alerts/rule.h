@@ -65,7 +65,9 @@ inline constexpr size_t kMaxRules = 10'000;
 // severity not critical/warning/info, a bad receiver URL or address, durations out of
 // 0..604800 s, a name not [A-Za-z_][A-Za-z0-9_]* of at most 128 bytes, more than 16 matchers,
 // annotations or receivers. Receivers of a tenant's rule (`tenant_owned`) are marked so.
-Result<Rule> ParseRule(const nlohmann::json& body, bool tenant_owned);
+// A tenant's webhook whose host is a numeric address outside the public ranges (or
+// "localhost") is refused here unless `allow_private`; names are checked at every send.
+Result<Rule> ParseRule(const nlohmann::json& body, bool tenant_owned, bool allow_private = false);
 // The API's and the store's form.
 nlohmann::json RuleJson(const Rule& r);
 // A stored rule; DataLoss naming `key` when malformed.

@@ -100,6 +100,9 @@ class Api {
   HttpStats http_stats() const { return http_stats_ ? http_stats_() : HttpStats{}; }
   bool ready() const { return ready_; }
   void set_ready(bool ready) { ready_ = ready; }
+  // Whether tenants' webhooks may name private addresses (--allow-private-receivers).
+  bool allow_private_receivers() const { return allow_private_receivers_; }
+  void set_allow_private_receivers(bool allow) { allow_private_receivers_ = allow; }
 
  private:
   struct Route {
@@ -129,6 +132,7 @@ class Api {
   Metrics metrics_;
   std::function<HttpStats()> http_stats_;
   std::atomic<bool> ready_{false};
+  bool allow_private_receivers_ = false;
   std::vector<Route> routes_;  // Fixed before serving starts.
 
   std::mutex sample_mu_;

@@ -187,11 +187,13 @@ void AddAlertRoutes(Api& table) {
   table.Add(
       "POST", "/v1/alert-rules", Access::kAnyToken, BodyKind::kJson, true,
       [](Api& api, std::shared_ptr<Call> call) {
-        // A tenant's receivers are checked against private addresses when sent.
+        // A tenant's receivers are checked against private addresses now when they are
+        // numeric, and at every send after DNS.
         const bool tenant = !call->principal.admin;
-        Result<alerts::Rule> rule = call->body_status.ok()
-                                        ? alerts::ParseRule(call->body, tenant)
-                                        : Result<alerts::Rule>(call->body_status);
+        Result<alerts::Rule> rule =
+            call->body_status.ok()
+                ? alerts::ParseRule(call->body, tenant, api.allow_private_receivers())
+                : Result<alerts::Rule>(call->body_status);
         api.Run<json>(
             call, rule.status(),
             {[rule](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {

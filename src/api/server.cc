@@ -22,6 +22,7 @@ struct ApiServer::Impl {
     AddGroupRoutes(api);
     AddConsoleRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
+    api.set_allow_private_receivers(options.allow_private_receivers);
   }
 };
 

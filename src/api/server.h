@@ -17,6 +17,8 @@ namespace tessera::api {
 struct ServerOptions {
   HttpOptions http;
   const Clock* clock = nullptr;  // Defaults to the system clock.
+  // --allow-private-receivers: tenants' webhooks may name private addresses.
+  bool allow_private_receivers = false;
 };
 
 class ApiServer {

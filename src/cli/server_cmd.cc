@@ -534,6 +534,7 @@ int RunServer(const ServerFlags& flags) {
   server_options.http.tls_key_file = flags.tls_key;
   server_options.http.limits.max_connections = flags.max_connections;
   server_options.http.limits.max_connections_per_address = flags.max_connections_per_address;
+  server_options.allow_private_receivers = flags.allow_private_receivers;
   core::CoreOptions options;
   options.catalog = &*catalog;
   options.fleet_file = flags.demo ? "" : flags.fleet;
