@@ -632,7 +632,10 @@ void State::AutoscaleGroups(store::Batch& batch) {
     if (g.metric_value) {
       const double ratio = *g.metric_value / a.target;
       if (std::abs(ratio - 1) > kAutoscaleTolerance) {
-        desired = static_cast<int>(std::ceil(current * ratio - 1e-9));
+        // In double, and bounded before the cast: a backlog of 2^40 against a target of 0.001
+        // asks for ~10^15 members, which no int holds.
+        const double wanted = std::ceil(current * ratio - 1e-9);
+        desired = wanted >= a.max ? a.max : wanted <= floor ? floor : static_cast<int>(wanted);
       }
       why = fmt::format("{} {:.1f} against a target of {:g} over {} member(s)",
                         AutoscaleMetricName(a.metric), *g.metric_value, a.target, current);

@@ -628,6 +628,20 @@ TEST_F(AutoscaleTest, TheBacklogScalesUpAtOnceAndDownOnlyAfterTheWindow) {
   EXPECT_EQ(audited, 3);
 }
 
+// At the limits the API allows (a backlog of 2^40 against a target of 0.001, then none), the
+// size goes to max and back to min: no overflow.
+TEST_F(AutoscaleTest, AHugeBacklogOrATinyTargetGoesToMaxWithoutOverflow) {
+  Autoscale a = OnBacklog(1, 3, 0.001);
+  a.scale_down_stabilization_seconds = 0;
+  const std::string id = Create(Scaled(2, a))["id"];
+  Backlog(id, int64_t{1} << 40);
+  Wait(15s);
+  EXPECT_EQ(Size(id), 3);
+  Backlog(id, 0);
+  Wait(15s);
+  EXPECT_EQ(Size(id), 1);
+}
+
 TEST_F(AutoscaleTest, GpuUtilizationFromTelemetryDrivesTheSize) {
   Autoscale a;
   a.min = 1;
