@@ -80,13 +80,7 @@ std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& nod
                       {"created_at", FormatRfc3339(node.created_at)},
                       {"drained", node.drained},
                       {"inventory", node.inventory}};
-  if (!node.unhealthy.empty()) {
-    nlohmann::json gpus = nlohmann::json::array();
-    for (const auto& [gpu, u] : node.unhealthy) {
-      gpus.push_back({{"gpu", gpu}, {"reason", u.reason}, {"since", FormatRfc3339(u.since)}});
-    }
-    j["unhealthy"] = std::move(gpus);
-  }
+  if (!node.unhealthy.empty()) j["unhealthy"] = node.UnhealthyJson();
   if (!node.dbe_cleared.empty()) {
     nlohmann::json cleared = nlohmann::json::array();
     for (const auto& [gpu, count] : node.dbe_cleared) {
@@ -95,6 +89,14 @@ std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& nod
     j["dbe_cleared"] = std::move(cleared);
   }
   return {std::string(kRecordPrefix) + node.name, DumpJson(j)};
+}
+
+nlohmann::json AgentNode::UnhealthyJson() const {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& [gpu, u] : unhealthy) {
+    gpus.push_back({{"gpu", gpu}, {"reason", u.reason}, {"since", FormatRfc3339(u.since)}});
+  }
+  return gpus;
 }
 
 size_t AgentNode::gpu_count() const {

@@ -140,6 +140,8 @@ struct AgentNode {
   size_t gpu_count() const;
   // Every one of its GPUs is out of service: the node is not_ready.
   bool all_gpus_unhealthy() const { return !unhealthy.empty() && unhealthy.size() >= gpu_count(); }
+  // `unhealthy` as stored and shown: [{"gpu", "reason", "since"}].
+  nlohmann::json UnhealthyJson() const;
   // Whether each tenant's workloads run apart; false until its agent run said so.
   bool isolated() const { return isolation == Isolation::kUid; }
 };

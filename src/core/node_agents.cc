@@ -535,11 +535,7 @@ nlohmann::json State::AgentJson(const std::string& name) const {
     j["backend"] = n.inventory.value("backend", "");
     j["driver_version"] = n.inventory.value("driver_version", "");
   }
-  nlohmann::json unhealthy = nlohmann::json::array();
-  for (const auto& [gpu, u] : n.unhealthy) {
-    unhealthy.push_back({{"gpu", gpu}, {"reason", u.reason}, {"since", FormatRfc3339(u.since)}});
-  }
-  j["unhealthy_gpus"] = std::move(unhealthy);
+  j["unhealthy_gpus"] = n.UnhealthyJson();
   if (n.telemetry) {
     j["telemetry"] = telemetry::ToJson(*n.telemetry);
     j["telemetry_at"] = FormatRfc3339(n.telemetry_at);
@@ -694,8 +690,7 @@ void State::TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& rea
   node.unhealthy[gpu] = {reason, clock_->Now()};
   ++counters_.gpus_unhealthy;
   spdlog::warn("node {}: GPU {} out of service: {}", node.name, gpu, reason);
-  node.info = NodeInfoOf(node);
-  ApplyNodeState(node);
+  GpuHealthChanged(node, batch);
   const std::string why =
       fmt::format("GPU {} of node {} out of service: {}", gpu, node.name, reason);
   const std::set<std::string> held = node.assigned;
@@ -706,6 +701,11 @@ void State::TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& rea
                                    [gpu](const GpuRef& g) { return g.index == gpu; });
     if (on_it) Displace(*inst, why, batch);
   }
+}
+
+void State::GpuHealthChanged(AgentNode& node, store::Batch& batch) {
+  node.info = NodeInfoOf(node);  // Its series' tessera_gpu_healthy.
+  ApplyNodeState(node);
   agents_.Changed(node);
   SaveNode(node, batch);
 }
@@ -734,11 +734,8 @@ Status State::SetGpuHealth(const std::string& name, int gpu, bool healthy,
     }
   }
   spdlog::info("node {}: GPU {} back in service", name, gpu);
-  node->info = NodeInfoOf(*node);
-  ApplyNodeState(*node);
+  GpuHealthChanged(*node, batch);
   CapacityFreed();
-  agents_.Changed(*node);
-  SaveNode(*node, batch);
   return Status::Ok();
 }
 

@@ -472,6 +472,8 @@ class State {
   // on it moves as on a node loss (billed to now), its reason naming the fault.
   void TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& reason,
                            store::Batch& batch);
+  // After `node.unhealthy` changed: its series, the fleet, its agent and the store follow.
+  void GpuHealthChanged(AgentNode& node, store::Batch& batch);
   // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
   void Displace(Instance& inst, const std::string& why, store::Batch& batch);
   void SaveNode(const AgentNode& node, store::Batch& batch);
