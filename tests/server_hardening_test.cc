@@ -48,6 +48,28 @@ TEST_F(HardeningTest, AnInvalidUtf8PathWithoutATokenIsA400AndTheServerServesOn) 
   EXPECT_EQ(Get("/healthz", "").status, 200);
 }
 
+// A body behind a transfer coding other than chunked has no knowable length: read as "no body",
+// its bytes would be served as a second, smuggled request. It is refused and the connection
+// closed, so nothing after it is read.
+TEST_F(HardeningTest, ATransferCodingOtherThanChunkedIsRefusedAndNothingIsSmuggled) {
+  const std::string smuggled = "GET /v1/nodes HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const auto& [coding, status] : std::vector<std::pair<std::string, int>>{
+           {"gzip", 400}, {"chunked, gzip", 400}, {"gzip, chunked", 501}}) {
+    auto c = Connect();
+    ASSERT_TRUE(c);
+    const std::string chunk = fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", smuggled.size(), smuggled);
+    ASSERT_TRUE(c->Send("POST /v1/tenants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + coding +
+                        "\r\nContent-Type: application/json\r\n\r\n" +
+                        (status == 501 ? chunk : smuggled)));
+    auto r = c->Read(5s);
+    ASSERT_TRUE(r) << coding;
+    EXPECT_EQ(r->status, status) << coding << ": " << r->body;
+    EXPECT_NE(r->body.find("Transfer-Encoding"), std::string::npos) << r->body;
+    EXPECT_TRUE(c->ClosedWithin(5s)) << coding << ": the connection stays open after the refusal";
+  }
+  EXPECT_EQ(Get("/healthz", "").status, 200);
+}
+
 TEST_F(HardeningTest, AnonymousWritesLeaveNoAuditRowsAndTheAuditLogStaysReadable) {
   const std::string token = NewTenant("acme", 4);
   const std::string bad_body = "{\"billing\": \"spot\xff\xfe\", \"instance_type\": \"x\"}";

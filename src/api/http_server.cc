@@ -415,6 +415,24 @@ class Session final : public SessionBase {
       }
       head.headers.emplace_back(std::move(name), std::string(field.value()));
     }
+    // RFC 9112 6.1: a request whose last transfer coding is not chunked has no knowable length
+    // (400, and the connection closes); chunked under another coding we do not implement (501).
+    // Read as "no body", the rest would be taken for the next request: a smuggled one.
+    if (auto te = msg.find(http::field::transfer_encoding); te != msg.end()) {
+      const std::string codings = EscapeForTerminal(std::string(te->value()));
+      if (!msg.chunked()) {
+        ++server_->counters.malformed;
+        return Fail(400, "invalid_argument",
+                    fmt::format("Transfer-Encoding '{}' does not end in chunked: the body's length "
+                                "cannot be known; send it chunked or with Content-Length",
+                                codings));
+      }
+      if (!beast::iequals(beast::string_view(te->value()), "chunked")) {
+        ++server_->counters.malformed;
+        return Fail(501, "not_implemented",
+                    fmt::format("Transfer-Encoding '{}': only chunked is implemented", codings));
+      }
+    }
     auto target = ParseTarget(head.target);
     if (!target.ok()) {
       ++server_->counters.malformed;
