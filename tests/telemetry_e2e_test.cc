@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "server_test_util.h"
+#include "testing/http_server.h"
 #include "testing/smtp_sink.h"
 
 namespace tessera {
@@ -39,7 +40,7 @@ class Webhook {
       res.status = 200;
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = testing::ServeInBackground(server_);
   }
   ~Webhook() {
     server_.stop();

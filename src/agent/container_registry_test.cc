@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/text.h"
+#include "testing/http_server.h"
 
 namespace tessera::agent {
 namespace {
@@ -87,9 +88,7 @@ class TokenRegistry {
       }
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // The socket listens from bind_to_any_port on; this only waits for the accept loop.
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    thread_ = testing::ServeInBackground(server_);
   }
   ~TokenRegistry() {
     server_.stop();

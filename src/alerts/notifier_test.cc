@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "testing/http_server.h"
 #include "testing/smtp_sink.h"
 #include "testing/testing.h"
 
@@ -73,7 +74,7 @@ class HookServer {
       res.set_content("answer " + std::to_string(res.status), "text/plain");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = testing::ServeInBackground(server_);
   }
   ~HookServer() {
     {

@@ -258,6 +258,10 @@ int RunAgent(const AgentFlags& flags) {
       return Fail(fmt::format("--metrics-listen: cannot listen on {}", flags.metrics_listen));
     }
     metrics_thread = std::thread([&metrics] { metrics.listen_after_bind(); });
+    // A stop() before the accept loop runs would be lost, and the join would wait for ever.
+    for (int i = 0; i < 5000 && !metrics.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   std::cout << "tessera agent: serving " << EscapeForTerminal(server) << " with the "
             << flags.backend << " backend (work in " << flags.work_dir << ")" << std::endl;
@@ -313,7 +317,8 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
                   "nvml the agent writes a spec of it when the node has none)")
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", flags->heartbeat_ms,
-                  "The longest between two reports, in milliseconds")
+                  "The longest between two reports, in milliseconds; the server's report "
+                  "period governs when shorter")
       ->check(CLI::Range(100, 30'000))
       ->capture_default_str();
   cmd->add_option("--metrics-listen", flags->metrics_listen,
