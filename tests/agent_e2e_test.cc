@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 class AgentTest : public ServerTest {
  protected:
   void SetUp() override {
-    StartServer({"--node-timeout", "4s", "--spot-notice", "2s"}, /*with_fleet=*/false);
+    StartServer(server_flags_, /*with_fleet=*/false);
     tenant_ = NewTenant("acme", 16);
   }
 
@@ -85,6 +85,9 @@ class AgentTest : public ServerTest {
     return WorkDir(node) + "/" + id + "-a" + std::to_string(attempt);
   }
 
+  // The protocol's timing, short: a silent node's work moves 9 s after its last report.
+  std::vector<std::string> server_flags_ = {"--node-timeout", "4s", "--outage-bound", "0s",
+                                            "--spot-notice",  "2s"};
   std::string tenant_;
   std::map<std::string, std::string> tokens_;
   std::map<std::string, std::unique_ptr<AgentProcess>> agents_;
@@ -369,7 +372,7 @@ TEST_F(AgentTest, AKilledServerKeepsWhatItAcknowledgedAndItsAgentsCarryOn) {
   ASSERT_TRUE(WaitState(id, "running"));
   server_->Stop(SIGKILL);
   // Same data, a new port: the agent is pointed at it by a restart of its own.
-  StartServer({"--node-timeout", "4s", "--spot-notice", "2s"}, /*with_fleet=*/false);
+  StartServer(server_flags_, /*with_fleet=*/false);
   agents_["gpu-01"]->Kill(SIGKILL);
   StartAgent("gpu-01");
   ASSERT_TRUE(WaitFor([&] { return NodeState("gpu-01") == "ready"; }, 10s));
@@ -378,6 +381,94 @@ TEST_F(AgentTest, AKilledServerKeepsWhatItAcknowledgedAndItsAgentsCarryOn) {
   EXPECT_TRUE(std::filesystem::exists(pids));
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
   EXPECT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
+}
+
+// The default outage bound (5 minutes): an idle node, a stopped server and a restarted one stop
+// no workload.
+class OutageTest : public AgentTest {
+ protected:
+  OutageTest() { server_flags_ = {"--node-timeout", "4s"}; }
+
+  // Whether the workload's heartbeat file changes within 2 s.
+  bool Beating(const std::string& node, const std::string& id) {
+    const std::string before = ReadFile(RunDir(node, id) + "/beat");
+    return WaitFor([&] { return ReadFile(RunDir(node, id) + "/beat") != before; }, 2s);
+  }
+
+  // Whether the node stays ready for all of `d`, asked every 250 ms.
+  bool StaysReady(const std::string& node, std::chrono::milliseconds d) {
+    bool ready = true;
+    WaitFor([&] { return !(ready = NodeState(node) == "ready"); }, d, 250ms);
+    return ready;
+  }
+
+  static constexpr const char* kBeat =
+      "echo $$ > pid; while true; do date +%s%N > beat; sleep 0.2; done";
+};
+
+TEST_F(OutageTest, AnIdleNodeAndAServerStoppedForAMinuteStopNothing) {
+  // The agent would wait 10 s at the server; the server's report period (2 s) governs.
+  Join("gpu-01", "H100-80GB:2", "exclusive", {"--heartbeat-ms", "10000"});
+  const std::string id = Create(H100(1, "on_demand"), kBeat);
+  ASSERT_TRUE(WaitState(id, "running"));
+  const std::string pid = ReadFile(RunDir("gpu-01", id) + "/pid");
+  EXPECT_TRUE(StaysReady("gpu-01", 60s)) << "an idle node flapped";
+  EXPECT_TRUE(Beating("gpu-01", id));
+  // Stopped, not killed: its port answers nothing for a minute.
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(60s);
+  const bool beating_while_stopped = Beating("gpu-01", id);
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  EXPECT_TRUE(beating_while_stopped) << "the workload stopped while the server was";
+  EXPECT_TRUE(StaysReady("gpu-01", 8s)) << "time the server was stopped counted as silence";
+  const json inst = Instance(id);
+  EXPECT_EQ(inst.value("state", ""), "running") << inst.dump();
+  EXPECT_EQ(inst.value("restarts", -1), 0) << inst.dump();
+  EXPECT_EQ(ReadFile(RunDir("gpu-01", id) + "/pid"), pid) << "the same process runs";
+  EXPECT_EQ(inst.dump().find("not_ready"), std::string::npos) << inst.dump();
+}
+
+TEST_F(OutageTest, AServerDownForHalfAMinuteComesBackAndNothingRestarts) {
+  Join("gpu-01");
+  const std::string id = Create(H100(1, "on_demand"), kBeat);
+  ASSERT_TRUE(WaitState(id, "running"));
+  const std::string pid = ReadFile(RunDir("gpu-01", id) + "/pid");
+  const int port = server_->port();
+  server_->Stop(SIGKILL);
+  std::this_thread::sleep_for(30s);
+  EXPECT_TRUE(Beating("gpu-01", id)) << "the workload stopped with the server";
+  // The same data and address; the agent, never restarted, finds it again.
+  server_ = std::make_unique<testing::ServerProcess>();
+  server_->SetListenPort(port);
+  std::vector<std::string> args = {"--data", dir_.File("data")};
+  args.insert(args.end(), server_flags_.begin(), server_flags_.end());
+  ASSERT_TRUE(server_->Start(args, kAdminToken)) << server_->output();
+  ASSERT_TRUE(WaitFor([&] { return NodeState("gpu-01") == "ready"; }, 10s))
+      << ReadFile(dir_.File("gpu-01.log"));
+  EXPECT_TRUE(StaysReady("gpu-01", 6s));
+  const json inst = Instance(id);
+  EXPECT_EQ(inst.value("state", ""), "running") << inst.dump();
+  EXPECT_EQ(inst.value("restarts", -1), 0) << inst.dump();
+  EXPECT_EQ(ReadFile(RunDir("gpu-01", id) + "/pid"), pid) << "the same process runs";
+  EXPECT_TRUE(Beating("gpu-01", id));
+}
+
+TEST_F(OutageTest, TimingsThatCannotWorkAreRefusedAtStartNamingTheRule) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--node-timeout", "3s"},
+       "--node-timeout 3.0s: must be at least twice the report period (2.0s)"},
+      {{"--report-period", "40s"}, "--report-period 40.0s: must be 100ms to 30s"},
+      {{"--outage-bound", "8d"}, "--outage-bound 691200.0s: must be 0 to 7 days"},
+      {{"--outage-bound", "soon"}, "--outage-bound: 'soon' is not a duration"}};
+  for (const auto& [flags, error] : cases) {
+    std::vector<std::string> args = {"server", "--listen", "127.0.0.1:0", "--data",
+                                     dir_.File("refused")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = testing::RunTessera(args);
+    EXPECT_EQ(r.exit_code, 2) << flags[0];
+    EXPECT_NE(r.err.find(error), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_.File("refused"))) << "nothing was touched";
+  }
 }
 
 }  // namespace

@@ -130,7 +130,8 @@ Agent::Agent(AgentOptions options, Transport transport, std::unique_ptr<GpuBacke
       transport_(std::move(transport)),
       gpus_(std::move(gpus)),
       workloads_(std::move(workloads)),
-      agent_id_(RandomId()) {
+      agent_id_(RandomId()),
+      period_(options_.heartbeat) {
   Adopt();
 }
 
@@ -196,6 +197,10 @@ Result<json> Agent::Exchange(const std::string& path, const json& body, millisec
   const auto sent = std::chrono::steady_clock::now();
   TESSERA_ASSIGN_OR_RETURN(json desired, Post(path, body, timeout));
   lease_ = milliseconds(desired.value("lease_ms", lease_.count()));
+  // The server's report period bounds the agent's: it renews leases no later than that.
+  period_ = std::min(
+      options_.heartbeat,
+      std::max(milliseconds(100), milliseconds(desired.value("heartbeat_ms", period_.count()))));
   // The lease counts from when the report was sent: the server saw it no earlier.
   workloads_->RenewLease(
       lease_ - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - sent));
@@ -566,13 +571,13 @@ Status Agent::Run() {
   while (!stop_) {
     const auto start = std::chrono::steady_clock::now();
     Status s = !registered          ? Register()
-               : options_.long_poll ? SyncOnce(options_.heartbeat)
+               : options_.long_poll ? SyncOnce(period_)
                                     : SyncOnce(milliseconds(0));
     if (s.ok()) {
       if (!registered) spdlog::info("registered node {} with the server", node_);
       registered = true;
       retry = kFirstRetry;
-      if (!options_.long_poll) std::this_thread::sleep_until(start + options_.heartbeat);
+      if (!options_.long_poll) std::this_thread::sleep_until(start + period_);
       continue;
     }
     if (s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument ||

@@ -43,8 +43,9 @@ Result<Transport> HttpTransport(const std::string& url, const std::string& token
                                 const std::string& ca_file = "");
 
 struct AgentOptions {
-  std::chrono::milliseconds heartbeat{2000};  // The longest the agent waits between reports.
-  size_t log_chunk_bytes = 64 << 10;          // Per workload per report.
+  // The longest the agent waits between reports, unless the server's answers say less.
+  std::chrono::milliseconds heartbeat{2000};
+  size_t log_chunk_bytes = 64 << 10;  // Per workload per report.
   // Wait at the server for news (the default), or report every heartbeat and sleep between
   // (how benchmarks time a bare report).
   bool long_poll = true;
@@ -133,7 +134,8 @@ class Agent {
   std::string node_;
   int64_t seq_ = 0;
   uint64_t generation_ = 0;
-  std::chrono::milliseconds lease_{5000};
+  std::chrono::milliseconds lease_{5000};   // As the server's last answer gave it.
+  std::chrono::milliseconds period_{2000};  // Between reports: the heartbeat or the server's.
   int gpu_count_ = 0;
   int64_t last_fault_ = 0;              // The last fault the server asked for that was injected.
   bool telemetry_due_ = false;          // Send telemetry with the next report, whatever its turn.

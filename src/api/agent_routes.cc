@@ -64,12 +64,15 @@ void AddAgentRoutes(Api& table) {
                        TESSERA_ASSIGN_OR_RETURN(bool now, s.SyncAgent(node, sync, b));
                        if (now) return std::optional<std::string>(DumpJson(s.DesiredState(node)));
                        core::State* state = &s;
-                       s.agents().Park(node, {sync.generation, a->clock().Now() + sync.wait,
-                                              [state, node, call, a] {
-                                                HttpResponse response;
-                                                response.body = DumpJson(state->DesiredState(node));
-                                                a->Reply(*call, std::move(response));
-                                              }});
+                       // The server's report period bounds the wait: the agent's lease is renewed
+                       // no later.
+                       const Duration wait = std::min(sync.wait, s.timing().report_period);
+                       s.agents().Park(
+                           node, {sync.generation, a->clock().Now() + wait, [state, node, call, a] {
+                                    HttpResponse response;
+                                    response.body = DumpJson(state->DesiredState(node));
+                                    a->Reply(*call, std::move(response));
+                                  }});
                        return std::optional<std::string>();
                      });
             });

@@ -123,7 +123,8 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   out += "# TYPE tessera_preemptions_total counter\n";
   out += fmt::format("tessera_preemptions_total {}\n", state.counters().preemptions);
   Gauge(out, "tessera_nodes_lost_total", "counter",
-        "Joined nodes whose agent missed its lease (their work moved).",
+        "Joined nodes that went silent for the node timeout (not_ready; their work moves once "
+        "their lease runs out).",
         state.counters().nodes_lost);
   Gauge(out, "tessera_gpus_unhealthy_total", "counter",
         "GPUs taken out of service since start (a fatal XID, lost, double-bit ECC, an operator).",

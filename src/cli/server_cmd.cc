@@ -50,6 +50,8 @@ struct ServerFlags {
   std::string instance_retention = "1h";
   std::string audit_retention = "90d";
   std::string node_timeout = "10s";
+  std::string report_period = "2s";
+  std::string outage_bound = "5m";
   std::string spot_notice = "30s";
   bool sim_agents = false;
   bool demo = false;
@@ -500,15 +502,18 @@ int RunServer(const ServerFlags& flags) {
   if (autoscale_interval.ok() && *autoscale_interval < std::chrono::milliseconds(100)) {
     autoscale_interval = Status::InvalidArgument("--autoscale-interval: at least 100ms");
   }
-  if (node_timeout.ok() && *node_timeout < std::chrono::seconds(2)) {
-    node_timeout = Status::InvalidArgument(
-        "--node-timeout: at least 2s (agents report every 2s; the lease is half of it)");
+  auto report_period = ParseDuration(flags.report_period, "--report-period");
+  auto outage_bound = ParseDuration(flags.outage_bound, "--outage-bound");
+  if (node_timeout.ok() && report_period.ok() && outage_bound.ok()) {
+    Status timing = core::CheckAgentTiming({*report_period, *node_timeout, *outage_bound});
+    if (!timing.ok()) node_timeout = std::move(timing);
   }
   alerts::NotifierOptions notify;
   Status notify_flags = NotifierFlags(flags, notify);
   for (const Status& s :
-       {instance_retention.status(), audit_retention.status(), node_timeout.status(),
-        spot_notice.status(), alert_interval.status(), autoscale_interval.status(), notify_flags}) {
+       {instance_retention.status(), audit_retention.status(), report_period.status(),
+        outage_bound.status(), node_timeout.status(), spot_notice.status(), alert_interval.status(),
+        autoscale_interval.status(), notify_flags}) {
     if (!s.ok()) {
       std::cerr << "tessera server: " << s.message() << "\n";
       return kExitUsage;
@@ -541,6 +546,8 @@ int RunServer(const ServerFlags& flags) {
   // Neither a fleet file nor the demo: an empty fleet, which joining agents fill.
   options.empty_fleet = !flags.demo && flags.fleet.empty();
   options.node_timeout = *node_timeout;
+  options.report_period = *report_period;
+  options.outage_bound = *outage_bound;
   options.spot_notice = *spot_notice;
   options.data_dir = flags.data;
   options.policy = flags.policy;
@@ -655,8 +662,16 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
                   "How long audit entries are kept; 0 keeps them for ever")
       ->capture_default_str();
   cmd->add_option("--node-timeout", flags->node_timeout,
-                  "A joined node that has not reported for this long is not_ready and its work "
-                  "moves (e.g. 10s)")
+                  "A joined node that has not reported for this long is not_ready; its work "
+                  "moves once its lease has run out (at least two report periods)")
+      ->capture_default_str();
+  cmd->add_option("--report-period", flags->report_period,
+                  "The longest an agent waits at the server between reports (100ms to 30s)")
+      ->capture_default_str();
+  cmd->add_option("--outage-bound", flags->outage_bound,
+                  "How long the server may be down with no workload stopped: agents' leases "
+                  "cover it plus the node timeout, and a silent node's work moves only then "
+                  "(0 to 7 days)")
       ->capture_default_str();
   cmd->add_option("--spot-notice", flags->spot_notice,
                   "Notice a preempted spot instance gets before its agent stops it (e.g. 30s, 2m)")

@@ -48,6 +48,9 @@ class FakeClock final : public Clock {
 // "2026-11-30T01:27:33.250Z" (milliseconds are printed only when non-zero).
 std::string FormatRfc3339(Time t);
 
+// A duration in seconds, for messages.
+inline double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
 // Parses the UTC forms FormatRfc3339 writes, plus numeric offsets such as "+02:00".
 Result<Time> ParseRfc3339(std::string_view s);
 

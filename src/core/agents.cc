@@ -16,6 +16,25 @@ std::optional<Isolation> ParseIsolation(std::string_view name) {
   return std::nullopt;
 }
 
+Status CheckAgentTiming(const AgentTiming& timing) {
+  using std::chrono::milliseconds;
+  if (timing.report_period < milliseconds(100) || timing.report_period > std::chrono::seconds(30)) {
+    return Status::InvalidArgument(fmt::format("--report-period {:.1f}s: must be 100ms to 30s",
+                                               Seconds(timing.report_period)));
+  }
+  if (timing.node_timeout < 2 * timing.report_period) {
+    return Status::InvalidArgument(fmt::format(
+        "--node-timeout {:.1f}s: must be at least twice the report period ({:.1f}s), so that one "
+        "late report never makes a node not_ready",
+        Seconds(timing.node_timeout), Seconds(timing.report_period)));
+  }
+  if (timing.outage_bound < Duration::zero() || timing.outage_bound > std::chrono::days(7)) {
+    return Status::InvalidArgument(
+        fmt::format("--outage-bound {:.1f}s: must be 0 to 7 days", Seconds(timing.outage_bound)));
+  }
+  return Status::Ok();
+}
+
 void AgentSupervisor::Notify(const Instance& inst, const std::string& node) {
   if (AgentNode* joined = Find(node)) {
     if (inst.node == node && IsActive(inst.state)) {
@@ -80,6 +99,7 @@ std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& nod
                       {"created_at", FormatRfc3339(node.created_at)},
                       {"drained", node.drained},
                       {"inventory", node.inventory}};
+  if (node.lost) j["lost"] = true;
   if (!node.unhealthy.empty()) j["unhealthy"] = node.UnhealthyJson();
   if (!node.dbe_cleared.empty()) {
     nlohmann::json cleared = nlohmann::json::array();
@@ -117,6 +137,7 @@ Result<AgentNode> AgentSupervisor::FromRecord(const std::string& key, const std:
   n.token_hash = f.String("token_hash");
   const std::string created = f.String("created_at");
   n.drained = f.Bool("drained", false);
+  n.lost = f.Bool("lost", false);
   if (const nlohmann::json* inv = f.Get("inventory", false)) n.inventory = *inv;
   if (const nlohmann::json* list = f.Get("unhealthy", false); list && list->is_array()) {
     for (size_t i = 0; i < list->size(); ++i) {

@@ -4,7 +4,8 @@
 //   joined     a `tessera agent` on a real server, which joined with a node token
 //              (POST /v1/nodes) and long-polls POST /v1/agent/sync (docs/agent.md). Its node
 //              keeps a lease by reporting; one that stops reporting for the node timeout is
-//              lost, and its work moves (State::ExpireLeases).
+//              not_ready, and its work moves once the lease it last got has surely run out
+//              (State::ExpireLeases, AgentTiming).
 //   simulated  fleet-file nodes under `tessera server --sim-agents`: the agent does at once what
 //              it is told, and its reports arrive within the same core round.
 // Nodes of a fleet file without --sim-agents have no agent: nothing runs there, so deleting an
@@ -40,6 +41,28 @@ enum class Isolation {
 };
 std::string_view IsolationName(Isolation isolation);  // "none", "uid".
 std::optional<Isolation> ParseIsolation(std::string_view name);
+
+// The agent protocol's timing, which the server dictates in every answer (docs/agent.md, "Leases
+// and fencing"):
+//   report_period  the longest an agent waits at the server between reports (heartbeat_ms);
+//   node_timeout   a node not heard for this long, while the server was up, is not_ready;
+//   outage_bound   how long the server may be down with every workload left running.
+// An agent's lease covers an outage and the node timeout after it; the work of a node that went
+// silent moves once that lease has run out and its workloads' kill grace has passed (fence).
+struct AgentTiming {
+  Duration report_period = std::chrono::seconds(2);
+  Duration node_timeout = std::chrono::seconds(10);
+  Duration outage_bound = std::chrono::minutes(5);
+
+  Duration lease() const { return outage_bound + node_timeout; }
+  // From the last report heard to when no copy of the node's work can still run: the lease,
+  // the shims' 2 s from SIGTERM to SIGKILL, and 3 s for a container runtime to tear down.
+  Duration fence() const { return lease() + std::chrono::seconds(5); }
+};
+// Refuses timings that cannot work, naming the flag and the rule: a report period of 100 ms to
+// 30 s, a node timeout of at least two report periods (one late report never makes a node
+// not_ready), an outage bound of 0 to 7 days.
+Status CheckAgentTiming(const AgentTiming& timing);
 
 // What an agent says happened to an instance.
 struct AgentReport {
@@ -114,11 +137,13 @@ struct AgentNode {
   // A fleet-file node served by one of the server's own simulated agents (--sim-agents): not
   // stored, its token made afresh at every start, and spot work on it has no notice period.
   bool simulated = false;
+  // Silent for the node timeout: not_ready, its work unbilled, and moved once its lease ran out.
+  // Stored: after a restart it stays so until its agent reports.
+  bool lost = false;
   // Not stored: rebuilt as its agent reports.
   std::string agent_id;     // The agent run that registered last.
   int64_t report_seq = -1;  // The last report accepted from agent_id.
   Time last_seen;
-  bool lost = false;  // Missed its lease: not_ready, its work moved.
   std::optional<bool> limits_enforced;
   std::string limits_note;
   // As the current agent run last reported it; none before it did (a run that has not reported

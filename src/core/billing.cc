@@ -29,9 +29,12 @@ void State::StartMeter(Instance& inst) {
   // The interval opens when the agent says the workload started: not before the attempt began
   // waiting, and never in the future of the server's clock.
   const Time now = clock_->Now();
-  const Time started = std::clamp(inst.started_at.value_or(now), inst.enqueued_at, now);
+  StartMeter(inst, std::clamp(inst.started_at.value_or(now), inst.enqueued_at, now));
+}
+
+void State::StartMeter(Instance& inst, Time since) {
   billing::Meter m;
-  m.since = billing::UnixSeconds(started);
+  m.since = billing::UnixSeconds(since);
   if (inst.reservation.empty()) {
     // The price in force now; a catalog changed since the instance was created counts.
     auto price = admission_.PriceOf(inst.shape, inst.billing);
@@ -50,9 +53,10 @@ void State::CloseMeter(Instance& inst, int64_t end, billing::Ending ending, stor
   }
 }
 
-void State::StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch) {
+void State::StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch,
+                      std::optional<int64_t> end) {
   if (!inst.meter) return;
-  CloseMeter(inst, billing::UnixSeconds(clock_->Now()), ending, batch);
+  CloseMeter(inst, end.value_or(billing::UnixSeconds(clock_->Now())), ending, batch);
   inst.meter.reset();
   metered_.erase({inst.tenant.str(), inst.id.str()});
 }

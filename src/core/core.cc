@@ -34,6 +34,8 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.sim_agents = options.sim_agents;
   state_options.retention = options.instance_retention;
   state_options.node_timeout = options.node_timeout;
+  state_options.report_period = options.report_period;
+  state_options.outage_bound = options.outage_bound;
   state_options.spot_notice = options.spot_notice;
   state_options.alert_interval = options.alert_interval;
   state_options.autoscale_interval = options.autoscale_interval;

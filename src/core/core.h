@@ -53,8 +53,11 @@ struct CoreOptions {
   std::string policy = "guarded-fgd";
   uint64_t seed = 42;
   bool sim_agents = false;
-  Duration node_timeout = std::chrono::seconds(10);  // A joined node's lease (docs/agent.md).
-  Duration spot_notice = std::chrono::seconds(30);   // A spot victim's notice on a joined node.
+  // The agent protocol's timing (core::AgentTiming, docs/agent.md).
+  Duration node_timeout = std::chrono::seconds(10);
+  Duration report_period = std::chrono::seconds(2);
+  Duration outage_bound = std::chrono::minutes(5);
+  Duration spot_notice = std::chrono::seconds(30);  // A spot victim's notice on a joined node.
   // How long an ended instance stays in memory (the store keeps it for billing and audit).
   Duration instance_retention = std::chrono::hours(1);
   // Alerts: how often rules are evaluated, the evaluator's options, and who delivers what they

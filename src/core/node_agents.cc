@@ -27,8 +27,6 @@ bool IsPrintableAscii(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
-double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
 // The node a registration describes, checked field by field against the catalog.
 Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const AgentNode& node,
                                           const nlohmann::json& inventory) {
@@ -248,7 +246,10 @@ Status State::AttachSimulatedAgent(const std::string& name, const std::string& t
   attached.drained = fleet_->node(index).state == fleet::NodeState::kDraining;
   // What recovery booked on the node is its agent's to run.
   instances_.ForEach([&](Instance& inst) {
-    if (inst.node == name && IsActive(inst.state)) attached.assigned.insert(inst.id.str());
+    if (inst.node != name || !IsActive(inst.state)) return;
+    attached.assigned.insert(inst.id.str());
+    // Its billing stopped when the node went silent before the restart: it resumes with a report.
+    if (inst.state == InstanceState::kRunning && !inst.meter) attached.lost = true;
   });
   ApplyNodeState(attached);  // Its agent runs real processes: one tenant until it says more.
   PublishNodeTokens();
@@ -311,10 +312,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   node->agent_id = reg.agent_id;
   node->report_seq = -1;
   node->last_seen = clock_->Now();
-  if (node->lost) {
-    node->lost = false;
-    CapacityFreed();
-  }
+  if (node->lost) NodeHeardAgain(*node, batch);
   ApplyNodeState(*node);
   agents_.Changed(*node);
   SaveNode(*node, batch);
@@ -344,13 +342,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   ++counters_.agent_reports;
   node->report_seq = sync.seq;
   node->last_seen = clock_->Now();
-  if (node->lost) {
-    node->lost = false;
-    spdlog::info("node {} reports again: ready", name);
-    ApplyNodeState(*node);
-    CapacityFreed();
-    agents_.Changed(*node);
-  }
+  if (node->lost) NodeHeardAgain(*node, batch);
   if (sync.limits_enforced) {
     node->limits_enforced = sync.limits_enforced;
     node->limits_note = sync.limits_note;
@@ -454,14 +446,15 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       workloads.push_back(std::move(w));
     }
   }
-  const auto lease =
-      std::chrono::duration_cast<std::chrono::milliseconds>(options_.node_timeout / 2);
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  const AgentTiming t = timing();
   return {{"protocol", 1},
           {"node", name},
           {"faults", node ? nlohmann::json(node->faults) : nlohmann::json::array()},
           {"generation", node ? node->generation : 0},
-          {"lease_ms", lease.count()},
-          {"heartbeat_ms", 2000},
+          {"lease_ms", duration_cast<milliseconds>(t.lease()).count()},
+          {"heartbeat_ms", duration_cast<milliseconds>(t.report_period).count()},
           {"workloads", std::move(workloads)}};
 }
 
@@ -654,22 +647,80 @@ void State::ReclaimSpot(const std::string& id, store::Batch& batch) {
 void State::ExpireLeases(store::Batch& batch) {
   const Time now = clock_->Now();
   if (now - last_lease_check_ < kLeaseCheckEvery) return;
-  last_lease_check_ = now;
-  for (auto& [name, node] : agents_.nodes()) {
-    if (!node.registered() || node.lost || now - node.last_seen <= options_.node_timeout) continue;
-    node.lost = true;
-    ++counters_.nodes_lost;
+  if (now - last_lease_check_ > options_.node_timeout) {
+    // No check for a whole node timeout: the server was stopped, suspended or stalled, and heard
+    // nobody meanwhile. Silence counts only from now, as after a start.
     spdlog::warn(
-        "node {} lost: no report for {:.1f} s (node timeout {:.1f} s); moving its {} "
-        "instance(s)",
-        name, Seconds(now - node.last_seen), Seconds(options_.node_timeout), node.assigned.size());
-    ApplyNodeState(node);
+        "no lease check for {:.1f} s: the server was not running; every node gets a "
+        "whole node timeout to report",
+        Seconds(now - last_lease_check_));
+    up_since_ = now;
+  }
+  last_lease_check_ = now;
+  const AgentTiming t = timing();
+  for (auto& [name, node] : agents_.nodes()) {
+    if (!node.registered()) continue;
+    const Time heard = std::max(node.last_seen, up_since_);
+    if (!node.lost && now - heard > t.node_timeout) NodeSilent(node, heard, batch);
+    if (!node.lost || node.assigned.empty() || now - heard < t.fence()) continue;
+    // Its lease ran out and its workloads' kill grace passed: no copy can still run there.
+    spdlog::warn("node {} lost: no report for {:.1f} s; moving its {} instance(s)", name,
+                 Seconds(now - heard), node.assigned.size());
+    const std::string why =
+        fmt::format("node lost: no report since {}", FormatRfc3339(node.last_seen));
     const std::set<std::string> held = node.assigned;
     for (const std::string& id : held) {
-      if (Instance* inst = instances_.Find(id)) Displace(*inst, "node lost", batch);
+      if (Instance* inst = instances_.Find(id)) Displace(*inst, why, batch);
     }
     agents_.Changed(node);
   }
+}
+
+void State::NodeSilent(AgentNode& node, Time heard, store::Batch& batch) {
+  node.lost = true;
+  ++counters_.nodes_lost;
+  const Time moves_at = heard + timing().fence();
+  spdlog::warn(
+      "node {} not_ready: no report for {:.1f} s (node timeout {:.1f} s); its {} instance(s) "
+      "move at {} unless it reports again",
+      node.name, Seconds(clock_->Now() - heard), Seconds(options_.node_timeout),
+      node.assigned.size(), FormatRfc3339(moves_at));
+  // What ran there is billed to the last report that showed it running.
+  const int64_t last = billing::UnixSeconds(node.last_seen);
+  const std::string why = fmt::format(
+      "node {} not_ready: no report since {}; billed to then; moves at {} unless the "
+      "node reports again",
+      node.name, FormatRfc3339(node.last_seen), FormatRfc3339(moves_at));
+  for (const std::string& id : node.assigned) {
+    Instance* inst = instances_.Find(id);
+    if (!inst || inst->node != node.name) continue;
+    if (inst->meter) {
+      StopMeter(*inst, billing::Ending::kPlatform, batch, std::max(inst->meter->since, last));
+    }
+    Note(*inst, why, batch);
+  }
+  ApplyNodeState(node);
+  agents_.Changed(node);
+  SaveNode(node, batch);
+}
+
+void State::NodeHeardAgain(AgentNode& node, store::Batch& batch) {
+  node.lost = false;
+  spdlog::info("node {} reports again: ready", node.name);
+  const Time now = clock_->Now();
+  for (const std::string& id : node.assigned) {
+    Instance* inst = instances_.Find(id);
+    if (!inst || inst->node != node.name || inst->state != InstanceState::kRunning || inst->meter) {
+      continue;
+    }
+    StartMeter(*inst, now);
+    inst->meter->billed = billing::kMinimumSeconds;  // A resumption is not a start.
+    Note(*inst, fmt::format("node {} reports again; billing resumes", node.name), batch);
+  }
+  ApplyNodeState(node);
+  CapacityFreed();
+  agents_.Changed(node);
+  SaveNode(node, batch);
 }
 
 void State::CheckGpuHealth(AgentNode& node, store::Batch& batch) {

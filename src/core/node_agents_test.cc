@@ -57,6 +57,10 @@ class NodeAgentsTest : public ::testing::Test {
 
   const Instance& Get(const std::string& id) { return *state_->instances().Find(id); }
 
+  static AgentReport Running(const Instance& inst) {
+    return {inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}, {}};
+  }
+
   void Tick() {
     state_->BeginRound();
     state_->EndRound(batch_);
@@ -152,28 +156,124 @@ TEST_F(NodeAgentsTest, ReportsMoveAnInstanceThroughItsStatesAndOnlyItsNodeMayRep
   EXPECT_NE(bad.status().message().find("history[4]"), std::string::npos) << bad.status().message();
 }
 
-TEST_F(NodeAgentsTest, ANodeThatStopsReportingIsLostAndItsWorkMovesOrIsPreempted) {
+TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceItsLeaseRanOut) {
   Join("gpu-1", 2);
   const Instance od = Create(TestH100(1, Billing::kOnDemand));
   const Instance spot = Create(TestH100(1, Billing::kSpot));
   ASSERT_EQ(od.node, "gpu-1");
   ASSERT_EQ(spot.node, "gpu-1");
   Join("gpu-2", 1);
-  clock_.Advance(9s);
-  ASSERT_TRUE(Report("gpu-2", 1).ok());
-  Tick();
-  EXPECT_EQ(Get(od.id.str()).state, InstanceState::kScheduled) << "within its lease";
+  ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
   clock_.Advance(2s);
-  ASSERT_TRUE(Report("gpu-2", 2).ok());
-  Tick();
-  EXPECT_EQ(state_->counters().nodes_lost, 1);
+  ASSERT_TRUE(Report("gpu-1", 2).ok());
+  const Time last = clock_.Now();
+  // The server dictates the timing: the lease covers a 5-minute outage and the node timeout.
+  const json desired = state_->DesiredState("gpu-1");
+  EXPECT_EQ(desired["lease_ms"], 310'000);
+  EXPECT_EQ(desired["heartbeat_ms"], 2'000);
+  int64_t seq = 0;
+  auto advance = [&](Duration d) {  // gpu-2 keeps reporting; gpu-1 says nothing.
+    for (Duration done{}; done < d; done += 2s) {
+      clock_.Advance(2s);
+      ASSERT_TRUE(Report("gpu-2", ++seq).ok());
+    }
+  };
+  advance(10s);
+  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready") << "within the node timeout";
+  advance(2s);
   EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
-  EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "on-demand work runs elsewhere at once";
+  EXPECT_EQ(state_->counters().nodes_lost, 1);
+  const Instance& silent = Get(od.id.str());
+  EXPECT_EQ(silent.state, InstanceState::kRunning) << "it may still run: nothing moves yet";
+  EXPECT_EQ(silent.node, "gpu-1");
+  EXPECT_FALSE(silent.meter.has_value());
+  EXPECT_NE(silent.reason.find("not_ready"), std::string::npos) << silent.reason;
+  EXPECT_NE(silent.reason.find("billed to then"), std::string::npos) << silent.reason;
+  ASSERT_FALSE(batch_.ledger.empty());
+  EXPECT_EQ(batch_.ledger.back().instance, od.id.str());
+  EXPECT_EQ(batch_.ledger.back().end, billing::UnixSeconds(last)) << "billed to its last report";
+  // Its lease (5 min 10 s) and the kill grace (5 s) from the last report: then it moves.
+  advance(5min + 2s);
+  EXPECT_EQ(Get(od.id.str()).node, "gpu-1") << "its old copy may still run until " << 5min + 15s;
+  advance(2s);
+  EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "on-demand work runs elsewhere once fenced";
   EXPECT_EQ(Get(od.id.str()).restarts, 1);
+  const auto& history = Get(od.id.str()).history;
+  EXPECT_TRUE(std::any_of(history.begin(), history.end(), [](const StateChange& c) {
+    return c.state == InstanceState::kPending && c.reason.starts_with("node lost: no report since");
+  })) << "its history says why it moved";
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPending) << "no room left for the spot";
   EXPECT_TRUE(Get(spot.id.str()).preempted_at.has_value());
   EXPECT_NE(state_->DesiredState("gpu-1").dump().find("\"workloads\":[]"), std::string::npos)
       << "when the lost node comes back, it is told to run nothing it held";
+  EXPECT_EQ(state_->counters().nodes_lost, 1) << "one silence, one loss";
+}
+
+TEST_F(NodeAgentsTest, ASilentNodeThatReportsBeforeItsFenceKeepsItsWorkAndBillingResumes) {
+  Join("gpu-1", 1);
+  const Instance od = Create(TestH100(1, Billing::kOnDemand));
+  ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
+  clock_.Advance(2s);
+  ASSERT_TRUE(Report("gpu-1", 2).ok());
+  clock_.Advance(2s);
+  ASSERT_TRUE(Report("gpu-1", 3).ok());  // It ran 4 s, as far as the server knows.
+  for (int i = 0; i < 48; ++i) {         // 4 minutes of silence, the server up and checking.
+    clock_.Advance(5s);
+    Tick();
+  }
+  ASSERT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
+  ASSERT_TRUE(Report("gpu-1", 4).ok());
+  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready");
+  const Instance& back = Get(od.id.str());
+  EXPECT_EQ(back.state, InstanceState::kRunning);
+  EXPECT_EQ(back.restarts, 0) << "nothing restarted";
+  ASSERT_TRUE(back.meter.has_value());
+  EXPECT_EQ(back.meter->since, billing::UnixSeconds(clock_.Now())) << "the silence is not billed";
+  EXPECT_NE(back.reason.find("billing resumes"), std::string::npos) << back.reason;
+  // A customer's stop soon after owes no minimum: the platform interrupted the start.
+  clock_.Advance(5s);
+  state_->BeginRound();
+  ASSERT_TRUE(
+      state_->DeleteInstance(*state_->tenants().Find(acme_.id.str()), od.id.str(), batch_).ok());
+  state_->EndRound(batch_);
+  int64_t billed = 0;
+  for (const store::LedgerRecord& l : batch_.ledger) {
+    if (l.instance == od.id.str()) billed += l.seconds;
+  }
+  EXPECT_EQ(billed, 4 + 5) << "to its last report before the silence, and from its return";
+}
+
+TEST_F(NodeAgentsTest, TimeTheServerWasNotRunningNeverCountsAsANodesSilence) {
+  Join("gpu-1", 1);
+  const Instance od = Create(TestH100(1, Billing::kOnDemand));
+  ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
+  clock_.Advance(60s);  // Stopped (SIGSTOP, a suspended VM): no round ran.
+  Tick();
+  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready") << "it gets a whole node timeout";
+  clock_.Advance(5s);
+  Tick();
+  clock_.Advance(6s);
+  Tick();
+  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready") << "silent while the server ran";
+  // Not ready is stored: after a restart the node stays so until its agent reports.
+  const auto [key, value] = AgentSupervisor::Record(*state_->agents().Find("gpu-1"));
+  auto restored = AgentSupervisor::FromRecord(key, value);
+  ASSERT_TRUE(restored.ok()) << restored.status().message();
+  EXPECT_TRUE(restored->lost);
+}
+
+TEST_F(NodeAgentsTest, TimingsThatCannotWorkAreRefusedNamingTheRule) {
+  EXPECT_TRUE(CheckAgentTiming({2s, 10s, 5min}).ok());
+  EXPECT_TRUE(CheckAgentTiming({2s, 4s, 0s}).ok());
+  const Status tight = CheckAgentTiming({2s, 3s, 5min});
+  EXPECT_EQ(tight.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tight.message().find("--node-timeout 3.0s: must be at least twice the report period"),
+            std::string::npos)
+      << tight.message();
+  EXPECT_NE(CheckAgentTiming({50ms, 10s, 5min}).message().find("--report-period"),
+            std::string::npos);
+  EXPECT_NE(CheckAgentTiming({2s, 10s, std::chrono::days(8)}).message().find("--outage-bound"),
+            std::string::npos);
 }
 
 TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsForIt) {

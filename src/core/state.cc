@@ -40,8 +40,10 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       usage_(catalog),
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
       agents_(options.sim_agents, options.simulated_notice),
+      last_lease_check_(clock->Now()),
       evaluator_(options.alerts),
-      started_at_(clock->Now()) {
+      started_at_(clock->Now()),
+      up_since_(clock->Now()) {
   auto sole_tenant = std::make_unique<sched::SoleTenantFilter>();
   sole_tenant_ = sole_tenant.get();
   scheduler_->AddFilter(std::move(sole_tenant));
@@ -257,13 +259,22 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   }
   if (!was_active && IsActive(to)) usage_.Add(inst.tenant.str(), inst.shape);
   inst.state = to;
-  inst.reason = std::move(reason);
   inst.pull.reset();  // A pull belongs to a scheduled attempt: it started, ended or moved.
-  inst.updated_at = clock_->Now();
-  if (inst.history.size() == kHistoryKept) inst.history.erase(inst.history.begin());
-  inst.history.push_back({inst.updated_at, to, inst.reason});
+  Record(inst, std::move(reason));
   if (!IsActive(to)) instances_.Ended(inst);
   if (was_active && !IsActive(to) && !inst.group.empty()) ended_members_.push_back(inst.id.str());
+}
+
+void State::Record(Instance& inst, std::string reason) {
+  inst.reason = std::move(reason);
+  inst.updated_at = clock_->Now();
+  if (inst.history.size() == kHistoryKept) inst.history.erase(inst.history.begin());
+  inst.history.push_back({inst.updated_at, inst.state, inst.reason});
+}
+
+void State::Note(Instance& inst, std::string reason, store::Batch& batch) {
+  Record(inst, std::move(reason));
+  Save(inst, batch);
 }
 
 void State::Save(const Instance& inst, store::Batch& batch) {

@@ -86,8 +86,11 @@ struct Counters {
 
 struct StateOptions {
   bool sim_agents = false;
-  // A joined node that has not reported for this long is lost (not_ready) and its work moves.
+  // A joined node that has not reported for this long is lost (not_ready); its work moves once
+  // its lease has run out (AgentTiming, which takes node_timeout from here).
   Duration node_timeout = std::chrono::seconds(10);
+  Duration report_period = std::chrono::seconds(2);
+  Duration outage_bound = std::chrono::minutes(5);
   // How long a spot victim on a node with an agent runs after its notice.
   Duration spot_notice = std::chrono::seconds(30);
   // How long an ended instance stays in memory (listed, and read without the store).
@@ -367,6 +370,9 @@ class State {
   const catalog::Catalog& catalog() const { return *catalog_; }
   const Clock& clock() const { return *clock_; }
   const StateOptions& options() const { return options_; }
+  AgentTiming timing() const {
+    return {options_.report_period, options_.node_timeout, options_.outage_bound};
+  }
   const InstanceTable& instances() const { return instances_; }
   const PendingQueue& queue() const { return queue_; }
   const Counters& counters() const { return counters_; }
@@ -376,8 +382,13 @@ class State {
  private:
   // Billing (billing.cc): the interval opens when `inst` starts running and closes, as a ledger
   // line in `batch`, when it stops; RollMeters cuts open intervals at each UTC midnight.
+  // Opens the interval at when the workload started (StartMeter), or at `since`: billing resumes
+  // when a silent node reports again.
   void StartMeter(Instance& inst);
-  void StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch);
+  void StartMeter(Instance& inst, Time since);
+  // Closes the interval now, or at Unix second `end`.
+  void StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch,
+                 std::optional<int64_t> end = std::nullopt);
   // Closes `inst`'s interval at `end` into the batch's ledger and counts the lines' spend.
   void CloseMeter(Instance& inst, int64_t end, billing::Ending ending, store::Batch& batch);
   // 403 budget_exceeded when the caller's hard-stop budget is spent and `billing` would spend.
@@ -464,8 +475,18 @@ class State {
   void RendezvousReserved(Instance& rank0, int port, store::Batch& batch);
   // Ends an instance whose workload is gone: frees its capacity and tells its agent.
   void Release(Instance& inst);
-  // Joined nodes that stopped reporting lose their lease: not_ready, and their work moves.
+  // Joined nodes that stopped reporting are not_ready, and their work moves once their lease has
+  // surely run out.
   void ExpireLeases(store::Batch& batch);
+  // `node` went silent (last heard at `heard`): not_ready, and billing for its running work
+  // stops at its last report.
+  void NodeSilent(AgentNode& node, Time heard, store::Batch& batch);
+  // A silent node reported again: ready, and billing resumes for what still runs there.
+  void NodeHeardAgain(AgentNode& node, store::Batch& batch);
+  // Records `reason` as the instance's latest word and in its history (Record), and with its state
+  // unchanged stores it (Note).
+  void Record(Instance& inst, std::string reason);
+  void Note(Instance& inst, std::string reason, store::Batch& batch);
   // Takes out of service the GPUs whose faults the node's last telemetry shows.
   void CheckGpuHealth(AgentNode& node, store::Batch& batch);
   // GPU `gpu` of `node` is out of service from now: nothing more is placed on it, and the work
@@ -531,6 +552,9 @@ class State {
   Outbox outbox_;
   Time last_alert_eval_;
   Time started_at_;
+  // When the server started, or last came back from a stall (ExpireLeases): no node counts as
+  // silent for time before it.
+  Time up_since_;
   int64_t next_rule_ = 1;
   // Billing: running instances with an open interval, the last midnight rolled, reservations
   // and the units active instances hold of each.

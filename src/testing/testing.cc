@@ -162,7 +162,8 @@ bool ServerProcess::Start(const std::vector<std::string>& args, const std::strin
     close(fds[0]);
     close(fds[1]);
     if (!admin_token.empty()) setenv("TESSERA_ADMIN_TOKEN", admin_token.c_str(), 1);
-    std::vector<std::string> all = {bin, "server", "--listen", listen_host_ + ":0"};
+    std::vector<std::string> all = {bin, "server", "--listen",
+                                    listen_host_ + ":" + std::to_string(listen_port_)};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());

@@ -124,12 +124,13 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
-  // Runs `tessera server --listen HOST:0 <args>` with TESSERA_ADMIN_TOKEN=admin_token (when
+  // Runs `tessera server --listen HOST:PORT <args>` with TESSERA_ADMIN_TOKEN=admin_token (when
   // not empty). Returns false, with the output so far in output(), when it exits or does not
   // print its URL within 20 seconds. url() is http:// or https:// 127.0.0.1 and the port.
   bool Start(const std::vector<std::string>& args, const std::string& admin_token);
-  // The host to listen on (default 127.0.0.1); call before Start.
+  // The host and port to listen on (default 127.0.0.1, a free port); call before Start.
   void SetListenHost(std::string host) { listen_host_ = std::move(host); }
+  void SetListenPort(int port) { listen_port_ = port; }
   // The binary to run (default TesseraBinary()); call before Start.
   void SetBinary(std::string path) { binary_ = std::move(path); }
   int pid() const { return pid_; }
@@ -147,6 +148,7 @@ class ServerProcess {
   int pid_ = -1;
   int out_fd_ = -1;
   std::string listen_host_ = "127.0.0.1";
+  int listen_port_ = 0;
   std::string binary_;
   std::string url_;
   int port_ = 0;
