@@ -79,6 +79,20 @@ TEST_F(ClientCliTest, BillingCommandsAndTheRecommender) {
   auto csv = Cli({"usage", "--group-by", "billing", "-o", "csv"}, token);
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
   EXPECT_EQ(csv.out.rfind("billing,seconds,amount_usd\non_demand,60,", 0), 0u) << csv.out;
+  // A reservation is a commitment: its count and term are never assumed, and it can be priced.
+  auto vague = Cli({"reservations", "create", "--type", "gpu.1xh100", "--term", "3y"}, token);
+  EXPECT_NE(vague.exit_code, 0);
+  EXPECT_NE(vague.err.find("--count"), std::string::npos) << vague.err;
+  auto priced = Cli({"reservations", "create", "--type", "gpu.1xh100", "--count", "2", "--term",
+                     "3y", "--dry-run"},
+                    token);
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  EXPECT_NE(priced.out.find("(dry run)"), std::string::npos) << priced.out;
+  EXPECT_NE(priced.out.find("COMMITMENT (USD)"), std::string::npos) << priced.out;
+  auto listed = Cli({"reservations", "list", "-o", "json"}, token);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(json::parse(listed.out)["reservations"].size(), 0u) << "a dry run reserves nothing";
+
   auto budget = Cli({"budgets", "set", tenant, "--monthly-usd", "250.50", "--hard-stop"}, token);
   ASSERT_EQ(budget.exit_code, 0) << budget.err;
   EXPECT_NE(budget.out.find("250.50"), std::string::npos) << budget.out;

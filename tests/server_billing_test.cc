@@ -173,6 +173,26 @@ TEST_F(ServerBillingTest, ReservationsAndBudgetsAnswerWithTheirCodes) {
   EXPECT_EQ(Call("DELETE", "/v1/reservations/" + resv.body["id"].get<std::string>(), acme).status,
             409)
       << "a started term is committed";
+  // A dry run prices the whole term and makes nothing; a reservation made in error is cancelled
+  // at no cost within its window.
+  auto preview =
+      Post("/v1/reservations", acme,
+           {{"instance_type", "gpu.1xh100"}, {"count", 1}, {"term", "1y"}, {"dry_run", true}});
+  ASSERT_EQ(preview.status, 200) << preview.raw;
+  EXPECT_FALSE(preview.body.contains("id"));
+  EXPECT_EQ(preview.body["dry_run"], true);
+  EXPECT_NEAR(std::stod(preview.body["commitment_usd"].get<std::string>()),
+              std::stod(preview.body["rate_usd_per_hour"].get<std::string>()) * 8760, 0.01)
+      << preview.raw;
+  EXPECT_EQ(Get("/v1/reservations", acme).body["reservations"].size(), 1u);
+  auto mistake = Post("/v1/reservations", acme,
+                      {{"instance_type", "gpu.1xh100"}, {"count", 1}, {"term", "1y"}});
+  ASSERT_EQ(mistake.status, 201) << mistake.raw;
+  EXPECT_TRUE(mistake.body.contains("cancellable_until")) << mistake.raw;
+  EXPECT_EQ(
+      Call("DELETE", "/v1/reservations/" + mistake.body["id"].get<std::string>(), acme).status, 200)
+      << "within five minutes of its making";
+  EXPECT_EQ(Get("/v1/reservations", acme).body["reservations"].size(), 1u);
   // Another tenant neither sees nor cancels it, nor sees its cost.
   const std::string beta = NewTenant("beta", 8);
   const std::string resv_id = resv.body["id"];
@@ -198,6 +218,15 @@ TEST_F(ServerBillingTest, ReservationsAndBudgetsAnswerWithTheirCodes) {
   auto listed = Get("/v1/budgets", kAdminToken);
   ASSERT_EQ(listed.body["budgets"].size(), 1u);
   EXPECT_EQ(listed.body["budgets"][0]["thresholds_crossed"], json::array({80, 100}));
+  // The operator's budget is not the tenant's to raise or delete.
+  json operators = {{"monthly_usd", "100"}, {"hard_stop", true}};
+  ASSERT_EQ(Call("PUT", "/v1/tenants/" + acme_id + "/budget", kAdminToken, &operators).status, 200);
+  json raised = {{"monthly_usd", "1000"}, {"hard_stop", true}};
+  auto raise = Call("PUT", "/v1/tenants/" + acme_id + "/budget", acme, &raised);
+  EXPECT_EQ(raise.status, 403) << raise.raw;
+  EXPECT_NE(raise.raw.find("the operator set this budget"), std::string::npos) << raise.raw;
+  EXPECT_EQ(Call("DELETE", "/v1/tenants/" + acme_id + "/budget", acme).status, 403);
+  EXPECT_EQ(Get("/v1/budgets", acme).body["budgets"][0]["set_by"], "operator");
   json fraction = {{"monthly_usd", 2.5}};
   auto float_refused = Call("PUT", "/v1/tenants/" + acme_id + "/budget", acme, &fraction);
   EXPECT_EQ(float_refused.status, 400);

@@ -117,7 +117,7 @@ Result<Report> Summarize(core::State& s, store::Store& store, const std::string&
 }
 
 json ReservationView(const core::State& s, const billing::Reservation& r) {
-  json j = billing::ToJson(r);
+  json j = billing::ToApiJson(r);
   j["used"] = s.ReservationUnitsUsed(r.id);
   return j;
 }
@@ -125,20 +125,27 @@ json ReservationView(const core::State& s, const billing::Reservation& r) {
 }  // namespace
 
 void AddBillingRoutes(Api& table) {
-  table.Add("POST", "/v1/reservations", Access::kTenant, BodyKind::kJson, true,
-            [](Api& api, std::shared_ptr<Call> call) {
-              Result<billing::ReservationRequest> req =
-                  call->body_status.ok() ? billing::ParseReservationRequest(call->body)
-                                         : Result<billing::ReservationRequest>(call->body_status);
-              api.Run<json>(call, req.status(),
-                            {[req](core::State& s, store::Batch& b,
-                                   const core::Tenant& caller) -> Result<json> {
-                               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
-                                                        s.CreateReservation(caller, *req, b));
-                               return ReservationView(s, r);
-                             },
-                             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
-            });
+  table.Add(
+      "POST", "/v1/reservations", Access::kTenant, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        Result<billing::ReservationRequest> req =
+            call->body_status.ok() ? billing::ParseReservationRequest(call->body)
+                                   : Result<billing::ReservationRequest>(call->body_status);
+        // A dry run answers 200 with what would be made, without an id.
+        const bool dry_run = req.ok() && req->dry_run;
+        api.Run<json>(
+            call, req.status(),
+            {[req](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
+                                        s.CreateReservation(caller, *req, b));
+               if (!req->dry_run) return ReservationView(s, r);
+               json j = billing::ToApiJson(r);
+               j.erase("id");
+               j["dry_run"] = true;
+               return j;
+             },
+             dry_run ? 200 : 201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+      });
   table.Add("GET", "/v1/reservations", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Run<json>(

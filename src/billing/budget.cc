@@ -12,8 +12,16 @@ using nlohmann::json;
 namespace {
 
 // The budget's fields from `j` into `b`, errors into `f`.
-void Read(JsonFields& f, Budget& b) {
-  f.RejectUnknown({"monthly_usd", "hard_stop"});
+// The API's form, or with `stored` the store's, which also says who set it.
+void Read(JsonFields& f, Budget& b, bool stored) {
+  if (stored) {
+    f.RejectUnknown({"monthly_usd", "hard_stop", "set_by"});
+    const std::string by = f.String("set_by", false);
+    if (!by.empty() && by != "operator" && by != "tenant") f.Fail("set_by", "operator or tenant");
+    b.by_operator = by == "operator";
+  } else {
+    f.RejectUnknown({"monthly_usd", "hard_stop"});
+  }
   b.hard_stop = f.Bool("hard_stop", false, false);
   const json* amount = f.Get("monthly_usd");
   if (!amount) return;
@@ -43,19 +51,21 @@ Result<Budget> ParseBudget(const json& body) {
   if (!body.is_object()) return Status::InvalidArgument("body: expected a JSON object");
   JsonFields f(body, "body");
   Budget b;
-  Read(f, b);
+  Read(f, b, false);
   TESSERA_RETURN_IF_ERROR(f.body_error());
   return b;
 }
 
 json ToJson(const Budget& b) {
-  return {{"monthly_usd", b.monthly.ToString(2)}, {"hard_stop", b.hard_stop}};
+  return {{"monthly_usd", b.monthly.ToString(2)},
+          {"hard_stop", b.hard_stop},
+          {"set_by", b.by_operator ? "operator" : "tenant"}};
 }
 
 Result<Budget> BudgetFromJson(const json& j, const std::string& where) {
   JsonFields f(j, where);
   Budget b;
-  Read(f, b);
+  Read(f, b, true);
   if (!f.ok()) return Status::DataLoss(f.first_error().message());
   return b;
 }

@@ -16,12 +16,16 @@ namespace tessera::billing {
 struct Budget {
   Money monthly;  // > 0.
   bool hard_stop = false;
+  // Set by the operator: its tenant may lower it or make it stricter, never raise, soften or
+  // delete it.
+  bool by_operator = false;
 };
 
 // PUT /v1/tenants/{id}/budget: {monthly_usd, hard_stop?}. monthly_usd is a decimal string
 // ("250.50") or a whole number, never a binary fraction; errors name the field.
 Result<Budget> ParseBudget(const nlohmann::json& body);
 
+// With "set_by": "operator" or "tenant".
 nlohmann::json ToJson(const Budget& b);
 // DataLoss naming `where` when the stored form is malformed.
 Result<Budget> BudgetFromJson(const nlohmann::json& j, const std::string& where);

@@ -28,7 +28,7 @@ std::string Timestamp(int64_t t) { return FormatRfc3339(Time(std::chrono::second
 Result<ReservationRequest> ParseReservationRequest(const json& body) {
   if (!body.is_object()) return Status::InvalidArgument("body: expected a JSON object");
   JsonFields f(body, "body");
-  f.RejectUnknown({"instance_type", "count", "term", "start"});
+  f.RejectUnknown({"instance_type", "count", "term", "start", "dry_run"});
   ReservationRequest r;
   r.instance_type = f.String("instance_type");
   r.count = static_cast<int>(f.Int("count", 1, kMaxReservationUnits));
@@ -45,8 +45,20 @@ Result<ReservationRequest> ParseReservationRequest(const json& body) {
       f.Fail("start", fmt::format("'{}' is not an RFC 3339 time", Quote(start, 40)));
     }
   }
+  r.dry_run = f.Bool("dry_run", false);
   TESSERA_RETURN_IF_ERROR(f.body_error());
   return r;
+}
+
+Money Reservation::commitment() const {
+  return rate.MulDiv(static_cast<int64_t>(count) * (end - start), 3600);
+}
+
+json ToApiJson(const Reservation& r) {
+  json j = ToJson(r);
+  j["commitment_usd"] = r.commitment().RoundedToCents().ToString(2);
+  j["cancellable_until"] = Timestamp(r.created_at + kCancelWindowSeconds);
+  return j;
 }
 
 json ToJson(const Reservation& r) {

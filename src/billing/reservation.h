@@ -18,6 +18,8 @@
 namespace tessera::billing {
 
 inline constexpr int kMaxReservationUnits = 10'000;
+// A reservation may be cancelled at no cost for this long after it was made, even once begun.
+inline constexpr int64_t kCancelWindowSeconds = 300;
 
 struct Reservation {
   std::string id;      // "resv-000001".
@@ -34,22 +36,28 @@ struct Reservation {
   int64_t unit_milli = 0;
 
   bool active(int64_t now) const { return start <= now && now < end; }
+  // What the whole term costs: every unit-hour of it at the rate.
+  Money commitment() const;
 };
 
 // A term's length: 365 days a year, as the clouds count a reservation's term.
 std::optional<int64_t> TermSeconds(std::string_view term);
 
-// What POST /v1/reservations takes: {instance_type, count, term, start?} (start: RFC 3339,
-// default now). Errors name the field.
+// What POST /v1/reservations takes: {instance_type, count, term, start?, dry_run?} (count and
+// term required; start: RFC 3339, default now; dry_run: price it, make nothing). Errors name the
+// field.
 struct ReservationRequest {
   std::string instance_type;
   int count = 0;
   std::string term;
   std::optional<int64_t> start;
+  bool dry_run = false;
 };
 Result<ReservationRequest> ParseReservationRequest(const nlohmann::json& body);
 
+// Its stored form. The API's adds commitment_usd and cancellable_until (ToApiJson).
 nlohmann::json ToJson(const Reservation& r);
+nlohmann::json ToApiJson(const Reservation& r);
 // DataLoss naming `where` when the stored form is malformed.
 Result<Reservation> ReservationFromJson(const nlohmann::json& j, const std::string& where);
 

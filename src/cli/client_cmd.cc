@@ -845,11 +845,13 @@ int ShowReport(const ClientFlags& f, const std::string& path) {
 }
 
 void PrintReservations(const json& list) {
-  Table t({"ID", "TYPE", "COUNT", "USED", "TERM", "START", "END", "RATE/H"});
+  Table t({"ID", "TYPE", "COUNT", "USED", "TERM", "START", "END", "RATE/H", "COMMITMENT (USD)",
+           "CANCELLABLE UNTIL"});
   for (const json& r : list) {
-    t.AddRow({Str(r, "id"), Str(r, "instance_type"), std::to_string(r["count"].get<int>()),
-              std::to_string(r["used"].get<int>()), Str(r, "term"), Str(r, "start"), Str(r, "end"),
-              Str(r, "rate_usd_per_hour")});
+    t.AddRow({r.value("dry_run", false) ? "(dry run)" : Str(r, "id"), Str(r, "instance_type"),
+              std::to_string(r.value("count", 0)), std::to_string(r.value("used", 0)),
+              Str(r, "term"), Str(r, "start"), Str(r, "end"), Str(r, "rate_usd_per_hour"),
+              Str(r, "commitment_usd"), Str(r, "cancellable_until")});
   }
   t.Print(std::cout);
 }
@@ -901,19 +903,23 @@ void RegisterBilling(CLI::App& app, Context& ctx) {
   CLI::App* resv = app.add_subcommand("reservations", "Reserve capacity for 1 or 3 years");
   resv->require_subcommand(1);
   struct ReserveFlags {
-    std::string type, term = "1y", start;
-    int count = 1;
+    std::string type, term, start;
+    int count = 0;
+    bool dry_run = false;
   };
   auto r = std::make_shared<ReserveFlags>();
   CLI::App* create = resv->add_subcommand("create", "Reserve units of an instance type");
   AddCommon(create, *f);
   create->add_option("--type", r->type, "Instance type, e.g. gpu.1xh100")->required();
-  create->add_option("--count", r->count, "Units");
-  create->add_option("--term", r->term, "1y or 3y")->check(CLI::IsMember({"1y", "3y"}));
+  create->add_option("--count", r->count, "Units")->required()->check(CLI::Range(1, 10'000));
+  create->add_option("--term", r->term, "1y or 3y")->required()->check(CLI::IsMember({"1y", "3y"}));
   create->add_option("--start", r->start, "RFC 3339 (default: now)");
+  create->add_flag("--dry-run", r->dry_run,
+                   "Show the price and the whole term's commitment; reserve nothing");
   create->callback([f, r, &ctx] {
     json body = {{"instance_type", r->type}, {"count", r->count}, {"term", r->term}};
     if (!r->start.empty()) body["start"] = r->start;
+    if (r->dry_run) body["dry_run"] = true;
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/reservations", &body),
                          [](const json& j) { PrintReservations(json::array({j})); });
   });

@@ -278,11 +278,52 @@ Result<billing::Reservation> State::CreateReservation(const Tenant& caller,
         static_cast<double>(capacity) / 1000, r.gpu_model, static_cast<double>(reserved) / 1000,
         r.count, r.instance_type));
   }
+  TESSERA_RETURN_IF_ERROR(AdmitReservation(caller, r));
+  if (req.dry_run) {
+    r.id.clear();  // Priced, checked, and not made.
+    return r;
+  }
   ++next_reservation_;
   reservations_.emplace(r.id, r);
   SaveReservation(r, batch);
   batch.settings.emplace_back(std::string(kNextReservation), std::to_string(next_reservation_));
   return r;
+}
+
+Status State::AdmitReservation(const Tenant& caller, const billing::Reservation& r) const {
+  if (caller.admin) return Status::Ok();
+  // The quota: the tenant's reservations over any part of this term, with this one, hold no more
+  // GPUs than it may use at once.
+  int64_t held = r.unit_milli * r.count;
+  for (const auto& [id, other] : reservations_) {
+    if (other.tenant == r.tenant && other.end > r.start && other.start < r.end) {
+      held += other.unit_milli * other.count;
+    }
+  }
+  if (held > caller.quota_gpu_milli) {
+    return Status::ResourceExhausted(fmt::format(
+        "quota exceeded by {} GPUs: tenant '{}' has a quota of {} GPUs, and its reservations over "
+        "this term with this one would hold {}",
+        Gpus(held - caller.quota_gpu_milli), caller.name, Gpus(caller.quota_gpu_milli),
+        Gpus(held)));
+  }
+  // A hard-stop budget: what the reservation bills this month must fit what is left of it.
+  auto budget = budgets_.find(caller.id.str());
+  if (budget == budgets_.end() || !budget->second.hard_stop) return Status::Ok();
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  std::vector<store::LedgerRecord> lines;
+  billing::ReservationLines(r, billing::MonthStart(now), billing::NextMonthStart(now), lines);
+  Money month;
+  for (const store::LedgerRecord& l : lines) month += Money::FromMicros(l.amount_micros);
+  const Money spent = MonthSpend(caller.id.str());
+  if (spent + month <= budget->second.monthly) return Status::Ok();
+  return Status::PermissionDenied(
+             fmt::format(
+                 "the reservation would bill {} USD this month; the monthly budget of {} "
+                 "USD has {} USD left",
+                 month.RoundedToCents().ToString(2), budget->second.monthly.ToString(2),
+                 std::max(Money(), budget->second.monthly - spent).RoundedToCents().ToString(2)))
+      .WithReason("budget_exceeded");
 }
 
 Status State::SizeReservation(billing::Reservation& r) {
@@ -351,10 +392,20 @@ Result<billing::Reservation> State::GetReservation(const Tenant& caller,
 
 Status State::DeleteReservation(const Tenant& caller, std::string_view id, store::Batch& batch) {
   TESSERA_ASSIGN_OR_RETURN(billing::Reservation r, GetReservation(caller, id));
-  if (billing::UnixSeconds(clock_->Now()) >= r.start) {
+  const int64_t now = billing::UnixSeconds(clock_->Now());
+  const int64_t window_end = r.created_at + billing::kCancelWindowSeconds;
+  if (now >= r.start && now >= window_end) {
+    return Status::FailedPrecondition(fmt::format(
+        "reservation '{}' began at {} and its {}-minute cancellation window closed at {}: its "
+        "term is committed and billed to its end",
+        r.id, FormatRfc3339(Time(std::chrono::seconds(r.start))),
+        billing::kCancelWindowSeconds / 60, FormatRfc3339(Time(std::chrono::seconds(window_end)))));
+  }
+  if (const int used = ReservationUnitsUsed(r.id); used > 0) {
     return Status::FailedPrecondition(
-        fmt::format("reservation '{}' began at {}: its term is committed and billed to its end",
-                    r.id, FormatRfc3339(Time(std::chrono::seconds(r.start)))));
+        fmt::format("reservation '{}' has {} unit(s) in use by reserved instances: delete them "
+                    "first",
+                    r.id, used));
   }
   reservations_.erase(r.id);
   batch.deleted_settings.push_back(std::string(kReservationPrefix) + r.id);
@@ -409,7 +460,7 @@ Status State::CheckBudget(const Tenant& caller, Billing billing) const {
   return Status::PermissionDenied(
              fmt::format("the monthly budget of {} USD is spent ({} USD this month) and stops new "
                          "on-demand and spot instances; running work goes on",
-                         it->second.monthly.ToString(2), use.spent.ToString(2)))
+                         it->second.monthly.ToString(2), use.spent.RoundedToCents().ToString(2)))
       .WithReason("budget_exceeded");
 }
 
@@ -419,15 +470,30 @@ Result<billing::Budget> State::SetBudget(const Tenant& caller, std::string_view 
   if (!t || !(caller.admin || caller.id == t->id)) {
     return Status::NotFound(fmt::format("tenant '{}' not found", Quote(tenant)));
   }
-  budgets_[t->id.str()] = budget;
-  batch.settings.emplace_back(std::string(kBudgetPrefix) + t->id.str(), DumpJson(ToJson(budget)));
-  return budget;
+  billing::Budget set = budget;
+  set.by_operator = caller.admin;
+  auto old = budgets_.find(t->id.str());
+  if (!caller.admin && old != budgets_.end() && old->second.by_operator) {
+    if (set.monthly > old->second.monthly || (old->second.hard_stop && !set.hard_stop)) {
+      return Status::PermissionDenied(fmt::format(
+          "the operator set this budget ({} USD a month{}): a tenant may lower it or make it a "
+          "hard stop, never raise or soften it",
+          old->second.monthly.ToString(2), old->second.hard_stop ? ", hard stop" : ""));
+    }
+    set.by_operator = true;  // Still the operator's: lowered, not taken over.
+  }
+  budgets_[t->id.str()] = set;
+  batch.settings.emplace_back(std::string(kBudgetPrefix) + t->id.str(), DumpJson(ToJson(set)));
+  return set;
 }
 
 Status State::DeleteBudget(const Tenant& caller, std::string_view tenant, store::Batch& batch) {
   const Tenant* t = tenants_.Find(tenant);
   if (!t || !(caller.admin || caller.id == t->id) || !budgets_.contains(t->id.str())) {
     return Status::NotFound(fmt::format("no budget for tenant '{}'", Quote(tenant)));
+  }
+  if (!caller.admin && budgets_.at(t->id.str()).by_operator) {
+    return Status::PermissionDenied("the operator set this budget: only the operator deletes it");
   }
   budgets_.erase(t->id.str());
   batch.deleted_settings.push_back(std::string(kBudgetPrefix) + t->id.str());

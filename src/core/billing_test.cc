@@ -155,6 +155,8 @@ class BillingTest : public ::testing::Test {
     state_->EndRound(batch_);
   }
 
+  const Tenant& Acme() { return *state_->tenants().Find(acme_.id.str()); }
+
   static Tenant Admin() {
     Tenant admin;
     admin.admin = true;
@@ -424,6 +426,75 @@ TEST_F(BillingTest, ReservedInstancesDrawOnAReservationThatBillsItsTerm) {
   auto later = Reserve("gpu.1xh100", 1, kNov30 + 30 * 86400);
   ASSERT_TRUE(later.ok()) << later.status().message();
   EXPECT_TRUE(state_->DeleteReservation(Admin(), later->id, batch_).ok());
+}
+
+// A reservation passes the same gate as an instance (quota, budget), can be priced without being
+// made, and cancelled at no cost for five minutes.
+TEST_F(BillingTest, AReservationPassesTheGateCanBePreviewedAndIsCancellableForFiveMinutes) {
+  ASSERT_TRUE(state_->UpdateTenant(acme_.id.str(), 1000, std::nullopt, batch_).ok());  // 1 GPU.
+  auto over = Reserve("gpu.1xh100", 2);
+  ASSERT_EQ(over.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("quota exceeded by 1 GPUs"), std::string::npos)
+      << over.status().message();
+
+  billing::ReservationRequest preview;
+  preview.instance_type = "gpu.1xh100";
+  preview.count = 1;
+  preview.term = "3y";
+  preview.dry_run = true;
+  auto priced = state_->CreateReservation(Acme(), preview, batch_);
+  ASSERT_TRUE(priced.ok()) << priced.status().message();
+  EXPECT_TRUE(priced->id.empty());
+  const Money rate = TestCatalog().FindPrice("gpu.1xh100")->reserved_3y_per_hour;
+  EXPECT_EQ(priced->commitment(), rate.MulDiv(3 * 365 * 24, 1)) << "every hour of three years";
+  EXPECT_TRUE(state_->ListReservations(Admin()).empty()) << "a dry run makes nothing";
+
+  // A hard-stop budget: what a reservation bills this month must fit what is left of it.
+  ASSERT_TRUE(state_->SetBudget(Admin(), acme_.id.str(), {*Money::Parse("10"), true}, batch_).ok());
+  auto spendy = Reserve("gpu.1xh100", 1);
+  EXPECT_EQ(spendy.status().reason(), "budget_exceeded") << spendy.status().message();
+  EXPECT_NE(spendy.status().message().find("this month"), std::string::npos);
+  ASSERT_TRUE(state_->DeleteBudget(Admin(), acme_.id.str(), batch_).ok());
+
+  auto r = Reserve("gpu.1xh100", 1);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(Reserve("gpu.1xh100", 1).status().code(), StatusCode::kResourceExhausted)
+      << "its reservations together hold at most the quota";
+  clock_.Advance(299s);
+  ASSERT_TRUE(state_->DeleteReservation(Acme(), r->id, batch_).ok()) << "within five minutes";
+  Commit();
+  int billed = 0;
+  ASSERT_TRUE(state_
+                  ->ScanBilling(*store_, acme_.id.str(), 0, INT64_MAX,
+                                [&](const store::LedgerRecord&, bool) { ++billed; })
+                  .ok());
+  EXPECT_EQ(billed, 0) << "a cancelled reservation bills nothing";
+  auto kept = Reserve("gpu.1xh100", 1);
+  ASSERT_TRUE(kept.ok());
+  clock_.Advance(301s);
+  const Status late = state_->DeleteReservation(Acme(), kept->id, batch_);
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.message().find("cancellation window closed"), std::string::npos) << late.message();
+}
+
+TEST_F(BillingTest, ATenantMayLowerButNeverRaiseOrDeleteTheOperatorsBudget) {
+  ASSERT_TRUE(
+      state_->SetBudget(Admin(), acme_.id.str(), {*Money::Parse("100"), true}, batch_).ok());
+  auto raised = state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("500"), true}, batch_);
+  EXPECT_EQ(raised.status().code(), StatusCode::kPermissionDenied);
+  auto softened = state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("50"), false}, batch_);
+  EXPECT_EQ(softened.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(state_->DeleteBudget(Acme(), acme_.id.str(), batch_).code(),
+            StatusCode::kPermissionDenied);
+  auto lowered = state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("50"), true}, batch_);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().message();
+  EXPECT_TRUE(lowered->by_operator) << "lowered, it is still the operator's";
+  EXPECT_EQ(state_->Budgets(Acme())["budgets"][0]["set_by"], "operator");
+  // Its own budget is the tenant's to change.
+  ASSERT_TRUE(state_->DeleteBudget(Admin(), acme_.id.str(), batch_).ok());
+  ASSERT_TRUE(state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("20"), true}, batch_).ok());
+  EXPECT_TRUE(state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("90"), false}, batch_).ok());
+  EXPECT_TRUE(state_->DeleteBudget(Acme(), acme_.id.str(), batch_).ok());
 }
 
 TEST_F(BillingTest, UnclaimedReservedCapacityRunsSpotButNotOnDemand) {

@@ -29,14 +29,6 @@ bool Ended(GroupState s) { return s != GroupState::kWaiting && s != GroupState::
 
 Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupRequest& req,
                                           store::Batch& batch) {
-  auto admitted = AdmitFor(caller, req.member, req.size);
-  if (!admitted.ok()) {
-    // What admission says of the shape is about the template; quota and budget are not.
-    const Status& s = admitted.status();
-    const bool shape =
-        s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
-    return shape ? s.WithPrefix("template") : s;
-  }
   Group g;
   g.id = fmt::format("grp-{:06}", next_group_++);
   g.tenant = caller.id;
@@ -54,10 +46,21 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
   return GroupView(stored);
 }
 
-Status State::AddMembers(Group& g, int from, int to, store::Batch& batch) {
+Result<Admitted> State::AdmitMembers(const Group& g, int count) {
   const Tenant* owner = tenants_.Find(g.tenant.str());
   if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
-  TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(g.spec.member));
+  auto admitted = AdmitFor(*owner, g.spec.member, count);
+  if (admitted.ok()) return admitted;
+  // What admission says of the shape is about the template; quota and budget are not.
+  const Status& s = admitted.status();
+  const bool shape =
+      s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
+  return shape ? s.WithPrefix("template") : s;
+}
+
+Status State::AddMembers(Group& g, int from, int to, store::Batch& batch) {
+  TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, to - from));
+  const Tenant* owner = tenants_.Find(g.tenant.str());
   if (g.spec.member.billing == Billing::kReserved) {
     // Every new member claims a unit: all of them, or none is made.
     TESSERA_RETURN_IF_ERROR(ClaimReservation(*owner, admitted.shape, to - from).status());
@@ -516,11 +519,6 @@ Result<nlohmann::json> State::ScaleGroup(const Tenant& caller, std::string_view 
     return Status::InvalidArgument(
         fmt::format("field 'size': {} is out of range [1, {}]", size, kMaxGroupSize));
   }
-  if (size > g.spec.size) {
-    const Tenant* owner = tenants_.Find(g.tenant.str());
-    if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
-    TESSERA_RETURN_IF_ERROR(AdmitFor(*owner, g.spec.member, size - g.spec.size).status());
-  }
   TESSERA_RETURN_IF_ERROR(Resize(g, size, "its group was scaled in", batch));
   return GroupView(g);
 }
@@ -530,11 +528,10 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
   if (!g.draining.empty()) {
     // Between attempts: the next one is made at the new size.
     if (size > g.spec.size) {
-      const Tenant* owner = tenants_.Find(g.tenant.str());
-      if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
-      TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(g.spec.member));
+      TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, size - g.spec.size));
       TESSERA_RETURN_IF_ERROR(
-          ClaimReservation(*owner, admitted.shape, size - g.spec.size).status());
+          ClaimReservation(*tenants_.Find(g.tenant.str()), admitted.shape, size - g.spec.size)
+              .status());
     }
   } else if (size > current) {
     TESSERA_RETURN_IF_ERROR(AddMembers(g, current, size, batch));

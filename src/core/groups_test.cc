@@ -642,6 +642,20 @@ TEST_F(AutoscaleTest, AHugeBacklogOrATinyTargetGoesToMaxWithoutOverflow) {
   EXPECT_EQ(Size(id), 1);
 }
 
+// Scaling out passes the same gate as creating: the tenant's quota holds its autoscaler too.
+TEST_F(AutoscaleTest, ScaleOutStopsAtTheTenantsQuotaAndSaysSo) {
+  ASSERT_TRUE(state_->UpdateTenant(acme_.id.str(), 3000, std::nullopt, batch_).ok());  // 3 GPUs.
+  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10)))["id"];
+  Backlog(id, 200);  // 6 wanted, one GPU each: 6 GPUs against a quota of 3.
+  Wait(15s);
+  EXPECT_EQ(Size(id), 2) << "all of the new members, or none";
+  const std::string decision = Get(id)["autoscale_status"]["last_decision"];
+  EXPECT_NE(decision.find("refused: quota exceeded by 3 GPUs"), std::string::npos) << decision;
+  EXPECT_EQ(state_->TenantGpuMilli(acme_.id), 2000);
+  auto scaled = state_->ScaleGroup(Acme(), id, 5, batch_);
+  EXPECT_EQ(scaled.status().code(), StatusCode::kResourceExhausted) << "the API's scale too";
+}
+
 TEST_F(AutoscaleTest, GpuUtilizationFromTelemetryDrivesTheSize) {
   Autoscale a;
   a.min = 1;

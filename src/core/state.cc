@@ -16,10 +16,6 @@ namespace {
 // Passes over the queue in one round: a stop an agent reports frees capacity for another pass.
 constexpr int kMaxPassesPerRound = 4;
 
-std::string Gpus(int64_t milli) {
-  return fmt::format("{:g}", static_cast<double>(milli) / fleet::kMilliPerGpu);
-}
-
 // Whose work `inst` is, as the scheduler knows sources (sched::Request::source).
 uint32_t SourceOf(const Instance& inst) {
   return static_cast<uint32_t>(TenantNumber(inst.tenant.str()));

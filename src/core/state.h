@@ -422,6 +422,10 @@ class State {
   void StartAttempt(Group& g, store::Batch& batch);
   // Pending members for ranks [from, to) of `g`, as one more attempt's or a scale-out's.
   Status AddMembers(Group& g, int from, int to, store::Batch& batch);
+  // The admission gate (AdmitFor: shape, quota, budget) for `count` more of g's members, as its
+  // owner; shape errors name the template. Every way a group grows passes it: create, scale,
+  // autoscale, restart.
+  Result<Admitted> AdmitMembers(const Group& g, int count);
   nlohmann::json GroupView(const Group& g) const;
   // Sets a group's size: new ranks wait to be placed, the highest ranks stop (`why`).
   Status Resize(Group& g, int size, const std::string& why, store::Batch& batch);
@@ -442,6 +446,10 @@ class State {
   void SaveReservation(const billing::Reservation& r, store::Batch& batch);
   // Fills the reservation's GPU model and unit size from the catalog.
   Status SizeReservation(billing::Reservation& r);
+  // The admission gate for a reservation (tenants; the operator's pass): its GPUs and those of
+  // the tenant's reservations overlapping its term fit the quota, and what it bills this month
+  // fits a hard-stop budget.
+  Status AdmitReservation(const Tenant& caller, const billing::Reservation& r) const;
   // Why on-demand `inst` (or `count` like it, a gang's) may not take capacity now: what is free
   // of its GPU model is held for active reservations' unclaimed units; "" when it may.
   std::string HeldForReservations(const Instance& inst, int64_t count = 1) const;

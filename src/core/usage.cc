@@ -1,6 +1,14 @@
 #include "core/usage.h"
 
+#include <fmt/format.h>
+
+#include "fleet/fleet.h"
+
 namespace tessera::core {
+
+std::string Gpus(int64_t milli) {
+  return fmt::format("{:g}", static_cast<double>(milli) / fleet::kMilliPerGpu);
+}
 
 int64_t MigSliceMilli(int64_t slices, int total) { return total > 0 ? slices * 1000 / total : 0; }
 

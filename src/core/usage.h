@@ -14,6 +14,9 @@
 
 namespace tessera::core {
 
+// Milli-GPUs as GPUs for messages: 2500 -> "2.5".
+std::string Gpus(int64_t milli);
+
 // floor(1000 * slices / total): milli-GPU of `slices` compute slices of a `total`-slice GPU.
 int64_t MigSliceMilli(int64_t slices, int total);
 
