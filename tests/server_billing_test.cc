@@ -201,14 +201,15 @@ TEST_F(ServerBillingTest, ReservationsAndBudgetsAnswerWithTheirCodes) {
   EXPECT_EQ(Get("/v1/reservations", beta).body["reservations"].size(), 0u);
   EXPECT_EQ(Get("/v1/reports/cost", beta).body["tenants"].size(), 0u);
   EXPECT_EQ(Get("/v1/budgets", beta).body["budgets"].size(), 0u);
-  // The month's reservation line is on the usage from the start.
+  // The month's reservation line is on the usage, for what of the term has passed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   auto usage = Get("/v1/usage?group_by=billing", acme);
   ASSERT_EQ(usage.status, 200);
   ASSERT_GE(usage.body["items"].size(), 1u);
   EXPECT_EQ(usage.body["items"][0]["billing"], "reserved");
 
-  // A budget already spent by the reservation stops new on-demand work with 403.
-  json budget = {{"monthly_usd", "1.00"}, {"hard_stop", true}};
+  // A budget already spent by the reservation (a second of it) stops new on-demand work with 403.
+  json budget = {{"monthly_usd", "0.0001"}, {"hard_stop", true}};
   auto set = Call("PUT", "/v1/tenants/" + acme_id + "/budget", acme, &budget);
   ASSERT_EQ(set.status, 200) << set.raw;
   EXPECT_EQ(set.body["stopping_new_instances"], true);

@@ -156,6 +156,11 @@ TEST(ReservationTest, TheWholeTermIsBilledInMonthlyLines) {
   lines.clear();
   ReservationLines(r, 0, r.start, lines);
   EXPECT_TRUE(lines.empty());
+  // What is owed on Dec 10: November's half day and nine days of December, nothing later.
+  lines.clear();
+  ReservationLines(r, 0, INT64_MAX, lines, kDec1 + 9 * kSecondsPerDay);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1].seconds, 2 * 9 * kSecondsPerDay) << "a term is billed as it passes";
 }
 
 // Parses the CSV a summary writes: every item row's amount, and the total row's.

@@ -102,11 +102,11 @@ Result<Reservation> ReservationFromJson(const json& j, const std::string& where)
 }
 
 void ReservationLines(const Reservation& r, int64_t from, int64_t to,
-                      std::vector<store::LedgerRecord>& out) {
+                      std::vector<store::LedgerRecord>& out, int64_t until) {
   for (int64_t month = MonthStart(std::max(r.start, from)); month < std::min(r.end, to);
        month = NextMonthStart(month)) {
     const int64_t start = std::max(month, r.start);
-    const int64_t end = std::min(NextMonthStart(month), r.end);
+    const int64_t end = std::min({NextMonthStart(month), r.end, until});
     if (start < from || start >= to || end <= start) continue;
     store::LedgerRecord l;
     l.tenant = r.tenant;

@@ -62,8 +62,9 @@ nlohmann::json ToApiJson(const Reservation& r);
 Result<Reservation> ReservationFromJson(const nlohmann::json& j, const std::string& where);
 
 // Appends the reservation's monthly lines whose start lies in [from, to): for each calendar month
-// of the term, the unit-seconds of the term inside it (count x seconds) at the unit-hour rate.
+// of the term, the unit-seconds of the term inside it (count x seconds) at the unit-hour rate,
+// counted only up to `until` (now, for what is owed: a term is billed as it passes).
 void ReservationLines(const Reservation& r, int64_t from, int64_t to,
-                      std::vector<store::LedgerRecord>& out);
+                      std::vector<store::LedgerRecord>& out, int64_t until = INT64_MAX);
 
 }  // namespace tessera::billing

@@ -97,10 +97,10 @@ void State::MeterUtilization(const AgentNode& node) {
 
 void State::AccruedLines(const std::string& tenant, int64_t from, int64_t to,
                          std::vector<store::LedgerRecord>& lines) const {
-  for (const auto& [id, r] : reservations_) {
-    if (tenant.empty() || r.tenant == tenant) billing::ReservationLines(r, from, to, lines);
-  }
   const int64_t now = billing::UnixSeconds(clock_->Now());
+  for (const auto& [id, r] : reservations_) {
+    if (tenant.empty() || r.tenant == tenant) billing::ReservationLines(r, from, to, lines, now);
+  }
   auto it = tenant.empty() ? metered_.begin() : metered_.lower_bound({tenant, ""});
   for (; it != metered_.end() && (tenant.empty() || it->first == tenant); ++it) {
     const Instance* inst = instances_.Find(it->second);
