@@ -252,5 +252,23 @@ TEST_F(ServerGroupsTest, KillNineMidScaleOutLeavesEachGroupWholeOrWaiting) {
   EXPECT_EQ(after["placed"], 1);
 }
 
+TEST_F(ServerGroupsTest, AnEndedGroupLeavesMemoryAfterTheRetentionAndTheStoreStillAnswers) {
+  ASSERT_EQ(server_->Stop(SIGTERM), 0) << server_->output();
+  StartServer({"--sim-agents", "--instance-retention", "1s"});
+  const std::string acme = NewTenant("acme", 8);
+  auto created = Post("/v1/groups", acme, Gang(2, 1, "echo done"));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  ASSERT_TRUE(WaitFor([&] { return Get("/v1/groups", acme).body["groups"].empty(); },
+                      std::chrono::seconds(15)))
+      << "an ended group leaves memory and lists: " << Get("/v1/groups", acme).raw;
+  auto archived = Get("/v1/groups/" + id, acme);
+  ASSERT_EQ(archived.status, 200) << archived.raw;
+  EXPECT_EQ(archived.body["state"], "succeeded");
+  EXPECT_EQ(archived.body["id"], id);
+  EXPECT_EQ(Get("/v1/groups/" + id, NewTenant("beta", 1)).status, 404)
+      << "another tenant does not see it in the store either";
+}
+
 }  // namespace
 }  // namespace tessera

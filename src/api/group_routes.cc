@@ -4,6 +4,7 @@
 #include "api/api.h"
 #include "api/codec.h"
 #include "api/routes.h"
+#include "common/text.h"
 #include "core/core.h"
 
 namespace tessera::api {
@@ -38,6 +39,21 @@ Result<int64_t> ParseBacklog(const json& body) {
 
 std::string GroupId(const json& j) { return j.value("id", ""); }
 
+// A group that ended and left memory, from the store, as its owner or the admin sees it;
+// NotFound as for an unknown one.
+Result<json> ArchivedGroup(core::Core& core, const core::Tenant& caller, const std::string& id) {
+  const Status unknown = Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
+  TESSERA_ASSIGN_OR_RETURN(auto record,
+                           core.store().GetSetting(std::string(core::State::kGroupPrefix) + id));
+  if (!record) return unknown;
+  TESSERA_ASSIGN_OR_RETURN(json doc, ParseJson(*record, "stored group " + id));
+  TESSERA_ASSIGN_OR_RETURN(core::Group g, core::GroupFromJson(doc, "stored group " + id));
+  if (!caller.admin && g.tenant != caller.id) return unknown;
+  json j = core::ToJson(g, core::Secrets::kHidden);
+  j.erase("seq");
+  return j;
+}
+
 }  // namespace
 
 void AddGroupRoutes(Api& table) {
@@ -63,9 +79,14 @@ void AddGroupRoutes(Api& table) {
             });
   table.Add("GET", "/v1/groups/{id}", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
+              core::Core* core = &api.core();
               api.Run<json>(call, Status::Ok(),
-                            {[call](core::State& s, store::Batch&, const core::Tenant& caller) {
-                               return s.GetGroup(caller, call->params[0]);
+                            {[call, core](core::State& s, store::Batch&,
+                                          const core::Tenant& caller) -> Result<json> {
+                               auto g = s.GetGroup(caller, call->params[0]);
+                               if (g.ok() || g.status().code() != StatusCode::kNotFound) return g;
+                               // Ended long enough ago to have left memory: the store still has it.
+                               return ArchivedGroup(*core, caller, call->params[0]);
                              },
                              200, Passthrough, nullptr});
             });

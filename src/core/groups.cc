@@ -667,6 +667,25 @@ void State::AutoscaleGroups(store::Batch& batch) {
   }
 }
 
+void State::EvictEndedGroups(Time cutoff) {
+  // A sweep a minute at most (or a retention, when shorter): ended groups wait an hour by default.
+  if (cutoff - last_group_sweep_ <
+      std::min<Duration>(std::chrono::minutes(1), options_.retention)) {
+    return;
+  }
+  last_group_sweep_ = cutoff;
+  std::erase_if(groups_, [&](const auto& entry) {
+    const Group& g = entry.second;
+    if (!Ended(g.state) || g.updated_at >= cutoff) return false;
+    for (const std::string& id : g.members) {  // Kept for it: they may go now.
+      if (const Instance* inst = instances_.Find(id); inst && !IsActive(inst->state)) {
+        instances_.Ended(*inst);
+      }
+    }
+    return true;
+  });
+}
+
 Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records) {
   for (const auto& [key, value] : records) {
     if (key == kNextGroup) {
@@ -677,6 +696,8 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(Group g, GroupFromJson(*j, "setting " + key));
     next_group_ = std::max(next_group_, g.seq + 1);
+    // As in a running server, an ended group stays in memory for the retention only.
+    if (Ended(g.state) && g.updated_at < clock_->Now() - options_.retention) continue;
     // The window's recommendations are gone with the last run: none is made up.
     if (g.spec.autoscale) {
       g.scale_down_after =

@@ -186,6 +186,66 @@ class GroupsTest : public ::testing::Test {
   std::map<std::string, std::pair<int, std::vector<std::vector<int>>>> nodes_;
 };
 
+// Ended work leaves memory after the retention (1 hour): 10,000 short instances with output and
+// 1,000 groups, run through their lives, leave no instance, log tail or group behind.
+TEST_F(GroupsTest, EndedInstancesTheirLogsAndEndedGroupsLeaveMemoryAfterTheRetention) {
+  Join("n1", 8, OneIsland(8));
+  Join("n2", 8, OneIsland(8));
+  // Each starts, prints a line and exits 0, in a round per node per step.
+  auto live = [&](const std::vector<Instance>& insts) {
+    for (const bool start : {true, false}) {
+      std::map<std::string, AgentSync> by_node;
+      for (const Instance& i : insts) {
+        AgentSync& s = by_node[i.node];
+        s.reports.push_back(start ? Report(i, InstanceState::kRunning)
+                                  : Report(i, InstanceState::kTerminated, 0));
+        if (!start) s.logs.push_back({i.id.str(), i.restarts, 0, std::string(200, 'x') + "\n"});
+      }
+      for (auto& [node, s] : by_node) {
+        s.agent_id = agent_;
+        s.seq = ++seq_[node];
+        state_->BeginRound();
+        ASSERT_TRUE(state_->SyncAgent(node, s, batch_).ok());
+        state_->EndRound(batch_);
+      }
+    }
+  };
+  for (int done = 0; done < 10'000; done += 16) {
+    std::vector<Instance> insts;
+    for (int i = 0; i < 16; ++i) {
+      state_->BeginRound();
+      auto inst = state_->CreateInstance(Acme(), TestH100(1), batch_);
+      state_->EndRound(batch_);
+      ASSERT_TRUE(inst.ok()) << inst.status().message();
+      insts.push_back(*state_->GetInstance(Acme(), inst->id.str()));
+    }
+    live(insts);
+    Commit();
+  }
+  for (int done = 0; done < 1'000; done += 8) {
+    std::vector<Instance> members;
+    for (int i = 0; i < 8; ++i) {
+      const json g = Create(Gang(2, 1, Topology::kAny));
+      members.push_back(Member(g, 0));
+      members.push_back(Member(g, 1));
+    }
+    live(members);
+    Commit();
+  }
+  EXPECT_EQ(state_->instances().size(), 12'000u);
+  EXPECT_EQ(state_->log_tails(), 12'000u);
+  ASSERT_EQ(state_->groups().size(), 1'000u);
+  EXPECT_EQ(state_->groups().begin()->second.state, GroupState::kSucceeded);
+  clock_.Advance(61min);
+  for (const auto& [node, shape] : nodes_) Sync(node);
+  EXPECT_EQ(state_->instances().size(), 0u);
+  EXPECT_EQ(state_->log_tails(), 0u) << "log tails leave with their instances";
+  EXPECT_EQ(state_->groups().size(), 0u) << "ended groups leave like ended instances";
+  // A restart does not bring them back.
+  Restart();
+  EXPECT_EQ(state_->groups().size(), 0u);
+}
+
 TEST_F(GroupsTest, AGangOfEightLandsOnOneEightGpuIslandOrWaitsHoldingNothing) {
   Join("split", 8, {{0, 1, 2, 3}, {4, 5, 6, 7}});  // Two islands of four.
   Join("whole", 8, OneIsland(8));

@@ -49,13 +49,14 @@ std::vector<const Instance*> InstanceTable::Page(const std::string& tenant, int6
   return out;
 }
 
-size_t InstanceTable::EvictEndedBefore(Time cutoff) {
+size_t InstanceTable::EvictEndedBefore(Time cutoff,
+                                       const std::function<bool(const Instance&)>& evict) {
   size_t evicted = 0;
   for (auto it = ended_.begin(); it != ended_.end() && it->first < cutoff;) {
     auto inst = by_seq_.find(it->second);
     // An instance may have left its terminal state since (a preempted one that restarts).
     if (inst != by_seq_.end() && !IsActive(inst->second.state) &&
-        inst->second.updated_at == it->first) {
+        inst->second.updated_at == it->first && (!evict || evict(inst->second))) {
       by_id_.erase(inst->second.id.str());
       auto t = by_tenant_.find(inst->second.tenant.str());
       t->second.erase(it->second);

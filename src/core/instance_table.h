@@ -34,8 +34,9 @@ class InstanceTable {
 
   // Notes that `inst` has just reached a terminal state, so eviction can find it without a scan.
   void Ended(const Instance& inst) { ended_.insert({inst.updated_at, inst.seq}); }
-  // Removes the instances that ended (a terminal state) before `cutoff`; returns how many.
-  size_t EvictEndedBefore(Time cutoff);
+  // Removes the instances that ended (a terminal state) before `cutoff`; returns how many. Each is
+  // first shown to `evict` (when set): false keeps it, until Ended lists it again.
+  size_t EvictEndedBefore(Time cutoff, const std::function<bool(const Instance&)>& evict = nullptr);
 
   // Every instance, in creation order.
   template <typename Fn>

@@ -214,8 +214,21 @@ void State::EndRound(store::Batch& batch) {
     if (queue_.HasUntried()) PlaceQueued(batch);
     if (groups) PlaceGroups(batch, /*spot=*/true);
   }
+  // Ended work leaves memory after the retention: instances with their log tails, and groups.
+  const Time cutoff = clock_->Now() - options_.retention;
   counters_.evicted +=
-      static_cast<int64_t>(instances_.EvictEndedBefore(clock_->Now() - options_.retention));
+      static_cast<int64_t>(instances_.EvictEndedBefore(cutoff, [this](const Instance& inst) {
+        // A member of a group's attempt stays while its group may still need its outcome; the
+        // group lists it again when it leaves (EvictEndedGroups).
+        auto g = inst.group.empty() ? groups_.end() : groups_.find(inst.group);
+        if (g != groups_.end() && std::find(g->second.members.begin(), g->second.members.end(),
+                                            inst.id.str()) != g->second.members.end()) {
+          return false;
+        }
+        logs_.erase(inst.id.str());
+        return true;
+      }));
+  EvictEndedGroups(cutoff);
   RollMeters(batch);
   EvaluateAlerts(batch);
 }

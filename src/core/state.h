@@ -341,6 +341,7 @@ class State {
   Result<nlohmann::json> SetGroupBacklog(const Tenant& caller, std::string_view id,
                                          int64_t pending);
   const std::map<std::string, Group>& groups() const { return groups_; }
+  size_t log_tails() const { return logs_.size(); }  // Instances whose output is in memory.
   // Rebuilds groups from their records (kGroupPrefix and kNextGroup), after the instances.
   Status RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records);
   static constexpr std::string_view kGroupPrefix = "group/";
@@ -433,6 +434,8 @@ class State {
   void AutoscaleGroups(store::Batch& batch);
   std::optional<double> GroupMetric(const Group& g) const;
   void SaveGroup(const Group& g, store::Batch& batch);
+  // Ended groups that ended before `cutoff` leave memory (the store keeps them).
+  void EvictEndedGroups(Time cutoff);
   // The lines `tenant` ("" = every tenant) owes beyond the ledger: its reservations' monthly
   // lines over [from, to) and its running instances' open intervals up to now, where only the
   // stretch that holds now is marked "open". Lines are not filtered by start.
@@ -582,6 +585,7 @@ class State {
   // Groups by id; whether capacity freed (or a group changed) since groups were last tried;
   // members that ended since the last SettleGroups.
   std::map<std::string, Group> groups_;
+  Time last_group_sweep_;  // EvictEndedGroups's last cutoff.
   int64_t next_group_ = 1;
   bool groups_retry_ = false;
   std::set<std::string> waiting_groups_;  // Groups that may have members to place.
