@@ -7,6 +7,7 @@
 
 #include "common/json.h"
 #include "common/text.h"
+#include "core/invariant.h"
 #include "core/state.h"
 
 namespace tessera::core {
@@ -216,7 +217,7 @@ bool State::PlaceableNow(const catalog::InstanceType& t, int units) {
     }
   }
   for (const fleet::Assignment& a : held) {
-    if (Status s = scheduler_->Release(a); !s.ok()) std::abort();  // Just booked: a bug.
+    CheckInvariant(scheduler_->Release(a), "releasing a trial booking");
   }
   return all;
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "common/text.h"
+#include "core/invariant.h"
 #include "core/state.h"
 
 namespace tessera::core {
@@ -194,7 +195,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       first ? static_cast<size_t>(std::max(1, g.spec.min_available - placed_before)) : 1;
   auto release_placed = [&] {
     for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
-      if (Status s = scheduler_->Release(it->second); !s.ok()) std::abort();  // Just booked.
+      CheckInvariant(scheduler_->Release(it->second), "releasing a gang member just booked");
     }
   };
   // Preemption, for on-demand gangs: the members that did not fit try the fewest spot victims
@@ -210,11 +211,12 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       if (!plan) break;
       for (Instance* v : plan->victims) {
         preemptor_.Untrack(v);
-        if (Status s = scheduler_->Release(*v->assignment); !s.ok()) std::abort();
+        CheckInvariant(scheduler_->Release(*v->assignment), "releasing a spot victim for a trial");
         victims.push_back(v);
       }
       auto a = scheduler_->ScheduleOn(req, plan->node);
-      if (!a) std::abort();  // The search showed it fits once the victims are gone.
+      // The search showed it fits once the victims are gone.
+      if (!a) InvariantBroken("a gang member did not fit where the preemption search placed it");
       placed.push_back({pending[i], *a});
     }
     counters_.preemption_searches = preemptor_.searches_total();
@@ -222,7 +224,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     release_placed();
     released = true;
     for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
-      if (Status s = scheduler_->Reserve(*(*it)->assignment); !s.ok()) std::abort();
+      CheckInvariant(scheduler_->Reserve(*(*it)->assignment), "booking a spot victim back");
       preemptor_.Track(*it);
     }
     if (placed.size() >= need) {
@@ -241,7 +243,8 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       }
       for (Instance* v : victims) Evict(*v, batch);
       for (const auto& [inst, a] : placed) {
-        if (Status s = scheduler_->Reserve(a); !s.ok()) std::abort();  // It fit without them.
+        // It fit without them.
+        CheckInvariant(scheduler_->Reserve(a), "booking a gang member where it fit");
       }
       released = false;
     }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdlib>
 
+#include "core/invariant.h"
 #include "mig/mig.h"
 
 namespace tessera::core {
@@ -121,8 +122,8 @@ bool Preemptor::FitsWithout(const sched::Request& req, fleet::NodeIndex node,
   if (trial) (void)scheduler_->Release(*trial);
   for (Instance* v : victims) {
     // Putting back exactly what was just released cannot fail; if it did, capacity would be
-    // booked twice or lost, so stop rather than go on.
-    if (!scheduler_->Reserve(*v->assignment).ok()) std::abort();
+    // booked twice or lost: the round fails and the core rebuilds from the store.
+    CheckInvariant(scheduler_->Reserve(*v->assignment), "booking a spot victim back");
   }
   return trial.has_value();
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "common/json.h"
+#include "core/invariant.h"
 #include "sched/plugins/sole_tenant.h"
 
 namespace tessera::core {
@@ -337,11 +338,8 @@ void State::Unbook(Instance& inst) {
     on_demand_milli_[inst.shape.gpu_model] -= GpuMilliOf(inst);
   // The scheduler refuses only what is not held, which would be a bookkeeping bug: surface it
   // loudly rather than leak or double-free capacity.
-  Status s = scheduler_->Release(*inst.assignment);
-  if (!s.ok()) {
-    spdlog::critical("releasing {}'s capacity failed: {}", inst.id.str(), s.message());
-    std::abort();
-  }
+  CheckInvariant(scheduler_->Release(*inst.assignment),
+                 fmt::format("releasing {}'s capacity", inst.id.str()));
   // Until now, even while stopping or preempting: its workload may run until its agent reported
   // the stop, so a node that cannot isolate tenants stays closed to the others until then.
   sole_tenant_->Release(inst.assignment->node, SourceOf(inst));
@@ -394,7 +392,7 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
       }
       a = scheduler_->ScheduleOn(req, plan->node);
       // The search showed it fits once the victims are gone; anything else is a bug.
-      if (!a) std::abort();
+      if (!a) InvariantBroken("an instance did not fit where the preemption search placed it");
     }
     counters_.preemption_searches = preemptor_.searches_total();
   }
