@@ -195,7 +195,7 @@ void Evaluator::Notify(const Rule& rule, Alert& a, Time now, std::vector<Deliver
   if (rule.operator_owned()) operator_changed_ = true;
   if (rule.notify.empty()) return;
   const AlertMessage m = Message(a);
-  for (const Receiver& r : rule.notify) out.push_back(Delivery{a.key, r, m});
+  for (const Receiver& r : rule.notify) out.push_back(Delivery{a.key, r, m, rule.owner});
 }
 
 void Evaluator::Hold(const Rule& rule, uint64_t rule_hash, const Target& t, uint64_t series_hash,

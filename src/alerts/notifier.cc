@@ -108,8 +108,14 @@ struct Notifier::Impl {
   // Worker -> what aborts its attempt in flight; each holds what it aborts alive. mu.
   std::map<int, std::function<void()>> cancels;
   NotifierCounters counters;  // Guarded by mu (queued unused).
-  StatusBook statuses;        // Guarded by mu.
-  int running = 0;            // Workers not yet returned; guarded by mu.
+  // Per tenant, its email bucket: tokens left and when they were counted. Guarded by mu.
+  struct Bucket {
+    double tokens = 0;
+    SteadyClock::time_point at;
+  };
+  std::map<std::string, Bucket> email_buckets;
+  StatusBook statuses;  // Guarded by mu.
+  int running = 0;      // Workers not yet returned; guarded by mu.
   std::condition_variable exited;
   std::vector<std::thread> workers;
 
@@ -122,6 +128,8 @@ struct Notifier::Impl {
   void Finish(Job job, const Status& outcome);  // mu held.
   Status Post(const Url& url, const std::string& body, const std::string& ip, int worker);
   Status Email(const Job& job, int worker);
+  // Takes one of the tenant's email tokens; false when its hourly rate is spent. mu held.
+  bool TakeEmailToken(const std::string& tenant);
   // Registers `cancel` for the worker's attempt; false when stopping (do not start).
   bool Register(int worker, std::function<void()> cancel);
   void Unregister(int worker);
@@ -132,6 +140,22 @@ struct Notifier::Impl {
     ~CancelScope() { impl->Unregister(worker); }
   };
 };
+
+bool Notifier::Impl::TakeEmailToken(const std::string& tenant) {
+  const int rate = options.tenant_emails_per_hour;
+  if (rate <= 0) return true;
+  const auto now = SteadyClock::now();
+  auto [it, fresh] = email_buckets.try_emplace(tenant, Bucket{static_cast<double>(rate), now});
+  Bucket& b = it->second;
+  if (!fresh) {
+    const double hours = std::chrono::duration<double, std::ratio<3600>>(now - b.at).count();
+    b.tokens = std::min<double>(rate, b.tokens + hours * rate);
+    b.at = now;
+  }
+  if (b.tokens < 1) return false;
+  b.tokens -= 1;
+  return true;
+}
 
 void Notifier::Impl::Enqueue(Job job) {
   const size_t limit = std::max<size_t>(options.max_queue, 1);
@@ -369,7 +393,15 @@ void Notifier::Send(Delivery delivery) {
   job.due = SteadyClock::now();
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->stopping) return;
-  impl_->statuses.Touch(job.delivery.alert_key, job.receiver);
+  DeliveryStatus& status = impl_->statuses.Touch(job.delivery.alert_key, job.receiver);
+  if (job.kind == JobKind::kEmail && !job.delivery.tenant.empty() &&
+      !impl_->TakeEmailToken(job.delivery.tenant)) {
+    impl_->counters.limited["email"]++;
+    status.failed++;
+    status.last_error = fmt::format("not sent: the tenant's rate of {} emails an hour is spent",
+                                    impl_->options.tenant_emails_per_hour);
+    return;
+  }
   impl_->Enqueue(std::move(job));
 }
 

@@ -55,6 +55,7 @@ struct Delivery {
   std::string alert_key;  // The alert's id (rule id + "/" + fingerprint), for Statuses().
   Receiver receiver;
   AlertMessage alert;
+  std::string tenant = {};  // Whose rule sent it; empty for the operator.s.
 };
 
 struct NotifierOptions {
@@ -69,6 +70,9 @@ struct NotifierOptions {
   std::chrono::milliseconds backoff{1000};  // Before the 2nd attempt; doubles, at most 60 s.
   int workers = 4;
   size_t max_queue = 10'000;  // Deliveries waiting; beyond it the oldest is dropped (counted).
+  // A tenant's emails through the operator's relay: at most this many an hour per tenant (a
+  // bucket of this size, refilled evenly), the rest refused and counted; 0: no limit.
+  int tenant_emails_per_hour = 60;
   // How long the Alertmanager keeps a firing alert it hears nothing more about (its endsAt is
   // now + lease), as Prometheus sets it: several resend intervals.
   std::chrono::seconds alertmanager_lease{240};
@@ -91,6 +95,7 @@ struct NotifierCounters {
   std::map<std::string, int64_t> failed;   // Given up after retries.
   std::map<std::string, int64_t> refused;  // Private address for a tenant receiver.
   std::map<std::string, int64_t> dropped;  // Queue full.
+  std::map<std::string, int64_t> limited;  // A tenant's email beyond its hourly rate.
   int64_t queued = 0;                      // Waiting now.
 };
 

@@ -551,6 +551,33 @@ TEST(Notifier, EmailReachesTheSmtpServer) {
   EXPECT_EQ(n.counters().sent["email"], 1);
 }
 
+// A tenant's rules send email through the operator's relay at a bounded rate: one tenant's flood
+// neither floods the relay nor spends another tenant's share, and the operator's own go through.
+TEST(Notifier, ATenantsEmailsGoThroughTheRelayAtABoundedRate) {
+  SmtpSink sink;
+  FakeClock clock;
+  NotifierOptions o = FastOptions();
+  o.smtp_host = "127.0.0.1";
+  o.smtp_port = sink.port();
+  o.tenant_emails_per_hour = 3;
+  Notifier n(o, &clock);
+  for (int i = 0; i < 10; ++i) {
+    n.Send({"flood/" + std::to_string(i), Mail("a@example.com"), Firing(), "tenant-000001"});
+  }
+  n.Send({"other", Mail("b@example.com"), Firing(), "tenant-000002"});
+  n.Send({"ops", Mail("ops@example.com"), Firing(), ""});
+  ASSERT_TRUE(sink.WaitForMessages(5, milliseconds(5000)));
+  ASSERT_TRUE(Eventually([&] { return n.counters().sent["email"] == 5; }));
+  EXPECT_EQ(n.counters().limited["email"], 7) << "three an hour for the flooding tenant";
+  EXPECT_EQ(StatusOf(n, "other")->sent, 1) << "another tenant's share is its own";
+  EXPECT_EQ(StatusOf(n, "ops")->sent, 1) << "the operator's emails are not limited";
+  const DeliveryStatus limited = *StatusOf(n, "flood/9");
+  EXPECT_EQ(limited.failed, 1);
+  EXPECT_THAT(limited.last_error, HasSubstr("rate of 3 emails an hour is spent"));
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_EQ(sink.messages().size(), 5u) << "nothing more reaches the relay";
+}
+
 TEST(Notifier, RefusedRecipientFailsNamingTheStep) {
   SmtpSink sink;
   sink.RefuseAt(SmtpSink::Step::kRcptTo, "550 5.1.1 no such user");

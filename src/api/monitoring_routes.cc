@@ -74,12 +74,14 @@ std::string AlertMetrics(const core::State& s, const alerts::Notifier* notifier)
   out +=
       "# HELP tessera_alert_notifications_total Alert messages by receiver kind and outcome "
       "(failed: given up after retries; refused: a tenant's receiver at a private address; "
-      "dropped: the queue was full).\n# TYPE tessera_alert_notifications_total counter\n";
+      "dropped: the queue was full; limited: a tenant's email beyond its hourly rate).\n"
+      "# TYPE tessera_alert_notifications_total counter\n";
   for (const char* kind : {"alertmanager", "webhook", "email"}) {
     for (const auto& [result, m] : {std::pair{"sent", &c.sent},
                                     {"failed", &c.failed},
                                     {"refused", &c.refused},
-                                    {"dropped", &c.dropped}}) {
+                                    {"dropped", &c.dropped},
+                                    {"limited", &c.limited}}) {
       auto it = m->find(kind);
       out += fmt::format("tessera_alert_notifications_total{{receiver=\"{}\",result=\"{}\"}} {}\n",
                          kind, result, it == m->end() ? 0 : it->second);

@@ -58,6 +58,7 @@ struct ServerFlags {
   std::string alertmanager;
   std::string smtp;
   std::string smtp_from;
+  int tenant_emails_per_hour = 60;
   bool allow_private_receivers = false;
   std::string alert_interval = "5s";
   std::string autoscale_interval = "15s";
@@ -468,6 +469,7 @@ Status NotifierFlags(const ServerFlags& flags, alerts::NotifierOptions& notify) 
     TESSERA_RETURN_IF_ERROR(alerts::ValidateReceiver(from, "--smtp-from"));
   }
   notify.smtp_from = flags.smtp_from;
+  notify.tenant_emails_per_hour = flags.tenant_emails_per_hour;
   notify.allow_private = flags.allow_private_receivers;
   notify.external_url = flags.external_url;
   while (!notify.external_url.empty() && notify.external_url.back() == '/') {
@@ -685,6 +687,10 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
                   "http://127.0.0.1:9093");
   cmd->add_option("--smtp", flags->smtp, "SMTP server for email receivers, HOST:PORT");
   cmd->add_option("--smtp-from", flags->smtp_from, "Sender address of alert emails");
+  cmd->add_option("--tenant-emails-per-hour", flags->tenant_emails_per_hour,
+                  "Alert emails each tenant may send through the relay an hour (0: no limit)")
+      ->check(CLI::Range(0, 100'000))
+      ->capture_default_str();
   cmd->add_flag("--allow-private-receivers", flags->allow_private_receivers,
                 "Let tenants' webhooks reach loopback, link-local and private addresses (off: "
                 "refused, after DNS, at send time)");
