@@ -154,6 +154,14 @@ NotifierOptions FastOptions() {
   return o;
 }
 
+// FastOptions, sending email through `sink`.
+NotifierOptions SmtpOptions(const SmtpSink& sink) {
+  NotifierOptions o = FastOptions();
+  o.smtp_host = "127.0.0.1";
+  o.smtp_port = sink.port();
+  return o;
+}
+
 std::optional<DeliveryStatus> StatusOf(const Notifier& n, const std::string& key) {
   const std::vector<DeliveryStatus> all = n.Statuses(key);
   if (all.empty()) return std::nullopt;
@@ -527,9 +535,7 @@ TEST(Notifier, OperatorWebhookToLoopbackIsDelivered) {
 TEST(Notifier, EmailReachesTheSmtpServer) {
   SmtpSink sink;
   FakeClock clock;
-  NotifierOptions o = FastOptions();
-  o.smtp_host = "127.0.0.1";
-  o.smtp_port = sink.port();
+  NotifierOptions o = SmtpOptions(sink);
   o.smtp_from = "alerts@tessera.example";
   Notifier n(o, &clock);
   const Receiver r = Mail("ops@example.com");
@@ -556,9 +562,7 @@ TEST(Notifier, EmailReachesTheSmtpServer) {
 TEST(Notifier, ATenantsEmailsGoThroughTheRelayAtABoundedRate) {
   SmtpSink sink;
   FakeClock clock;
-  NotifierOptions o = FastOptions();
-  o.smtp_host = "127.0.0.1";
-  o.smtp_port = sink.port();
+  NotifierOptions o = SmtpOptions(sink);
   o.tenant_emails_per_hour = 3;
   Notifier n(o, &clock);
   for (int i = 0; i < 10; ++i) {
@@ -582,9 +586,7 @@ TEST(Notifier, RefusedRecipientFailsNamingTheStep) {
   SmtpSink sink;
   sink.RefuseAt(SmtpSink::Step::kRcptTo, "550 5.1.1 no such user");
   FakeClock clock;
-  NotifierOptions o = FastOptions();
-  o.smtp_host = "127.0.0.1";
-  o.smtp_port = sink.port();
+  NotifierOptions o = SmtpOptions(sink);
   Notifier n(o, &clock);
   n.Send({"k", Mail("nobody@example.com"), Firing()});
   ASSERT_TRUE(Eventually([&] { return Settled(n, "k"); }));
@@ -678,10 +680,8 @@ TEST(Notifier, DestructorReturnsPromptlyWithASlowReceiverInFlight) {
   SmtpSink slow_smtp;
   slow_smtp.SetReplyDelay(milliseconds(10'000));
   FakeClock clock;
-  NotifierOptions o = FastOptions();
+  NotifierOptions o = SmtpOptions(slow_smtp);
   o.timeout = milliseconds(5000);
-  o.smtp_host = "127.0.0.1";
-  o.smtp_port = slow_smtp.port();
   auto n = std::make_unique<Notifier>(o, &clock);
   n->Send({"hook", Hook(slow.url()), Firing()});
   n->Send({"mail", Mail("ops@example.com"), Firing()});
