@@ -886,7 +886,8 @@ TEST_F(WorkloadContainerTest, AContainerRunsAsItsTenantsUidInItsWorkspaceAndRepo
   EXPECT_GE(dir.st_uid, kFirst);
   EXPECT_EQ(ReadOr(Dir("boxed") + "/kept"), "kept\n");
   EXPECT_NE(log.find("\n0\n"), std::string::npos) << "the agent's files are not in it:\n" << log;
-  EXPECT_FALSE(ContainerExists("tessera-boxed"));
+  // podman's --rm clean-up runs after the exit is seen (conmon starts it), so it may lag a moment.
+  EXPECT_TRUE(WaitFor([] { return !ContainerExists("tessera-boxed"); }, milliseconds(10'000)));
 }
 
 TEST_F(WorkloadContainerTest, AStopEndsTheContainerAndAFenceWithPodmanKilledLeavesNoContainer) {
@@ -897,7 +898,7 @@ TEST_F(WorkloadContainerTest, AStopEndsTheContainerAndAFenceWithPodmanKilledLeav
   ASSERT_TRUE(sup->Stop("stopped", milliseconds(5000)).ok());
   const WorkloadStatus stopped = WaitExited(*sup, "stopped", milliseconds(20'000));
   EXPECT_EQ(stopped.reason, "stopped");
-  EXPECT_FALSE(ContainerExists("tessera-stopped"));
+  EXPECT_TRUE(WaitFor([] { return !ContainerExists("tessera-stopped"); }, milliseconds(10'000)));
 
   // A command that ignores SIGTERM, and a lease that lapses: after the grace the shim's SIGKILL
   // ends podman, and the container's init with it.
