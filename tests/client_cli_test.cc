@@ -78,7 +78,9 @@ TEST_F(ClientCliTest, BillingCommandsAndTheRecommender) {
   EXPECT_NE(usage.out.find("TOTAL"), std::string::npos);
   auto csv = Cli({"usage", "--group-by", "billing", "-o", "csv"}, token);
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
-  EXPECT_EQ(csv.out.rfind("billing,seconds,amount_usd\non_demand,60,", 0), 0u) << csv.out;
+  EXPECT_EQ(csv.out.rfind("billing,seconds,reserved_unit_seconds,amount_usd\non_demand,60,0,", 0),
+            0u)
+      << csv.out;
   // A reservation is a commitment: its count and term are never assumed, and it can be priced.
   auto vague = Cli({"reservations", "create", "--type", "gpu.1xh100", "--term", "3y"}, token);
   EXPECT_NE(vague.exit_code, 0);

@@ -221,6 +221,47 @@ TEST(SummaryTest, TotalsAreTheExactSumOfTheLinesAndTheCsvParsesBack) {
   EXPECT_EQ(by_day.Items()[1].day, "2026-12-01");
 }
 
+// "Seconds" are time that ran: a reservation's term, used or not, is counted apart as unit-seconds,
+// so a tenant who reserved 2 units and ran 10 minutes on one sees 600 seconds, not a month.
+TEST(SummaryTest, SecondsAreTimeOfUseAndAReservationsTermIsCountedApart) {
+  Reservation r;
+  r.id = "resv-000001";
+  r.tenant = "tenant-000001";
+  r.instance_type = "gpu.1xh100";
+  r.count = 2;
+  r.term = "1y";
+  r.start = kNov30;
+  r.end = r.start + *TermSeconds("1y");
+  r.rate = Dollars("7.672959");
+  std::vector<store::LedgerRecord> lines;
+  ReservationLines(r, kNov30, kDec1, lines);
+  ASSERT_EQ(lines.size(), 1u);
+  Payer reserved = kPayer;
+  reserved.billing = "reserved";
+  reserved.reservation = r.id;
+  Meter m{kNov30 + 60, 0, Money()};
+  Close(m, reserved, kNov30 + 660, Ending::kCustomer, lines);
+  for (GroupBy by : {GroupBy::kType, GroupBy::kBilling, GroupBy::kDay}) {
+    Summary s(by);
+    for (const auto& l : lines) s.Add(l);
+    ASSERT_EQ(s.Items().size(), 1u);
+    EXPECT_EQ(s.Items()[0].seconds, 600);
+    EXPECT_EQ(s.Items()[0].reserved_unit_seconds, 2 * kSecondsPerDay);
+    EXPECT_EQ(s.ToJson()["items"][0]["seconds"], 600);
+    EXPECT_EQ(s.ToJson()["items"][0]["reserved_unit_seconds"], 2 * kSecondsPerDay);
+    const std::string csv = s.ToCsv();
+    EXPECT_NE(csv.find(fmt::format(",600,{},", 2 * kSecondsPerDay)), std::string::npos) << csv;
+  }
+  Summary by_instance(GroupBy::kInstance);
+  for (const auto& l : lines) by_instance.Add(l);
+  ASSERT_EQ(by_instance.Items().size(), 2u);
+  for (const Item& i : by_instance.Items()) {
+    EXPECT_EQ(i.instance.empty() ? i.reserved_unit_seconds : i.seconds,
+              i.instance.empty() ? 2 * kSecondsPerDay : 600);
+    EXPECT_EQ(i.instance.empty() ? i.seconds : i.reserved_unit_seconds, 0);
+  }
+}
+
 TEST(CodecTest, BadRequestsNameTheField) {
   struct Case {
     json body;

@@ -74,7 +74,9 @@ void Summary::Add(const store::LedgerRecord& l, bool open) {
     item.day = std::get<4>(key);
     if (by_ == GroupBy::kInstance) item.rate = Money::FromMicros(l.rate_micros);
   }
-  item.seconds += l.seconds;
+  // A reservation's own line names no instance.
+  (l.instance.empty() && !l.reservation.empty() ? item.reserved_unit_seconds : item.seconds) +=
+      l.seconds;
   item.amount += Money::FromMicros(l.amount_micros);
   item.open = item.open || open;
   total_ += Money::FromMicros(l.amount_micros);
@@ -111,6 +113,7 @@ json Summary::ToJson() const {
         break;
     }
     j["seconds"] = i.seconds;
+    if (i.reserved_unit_seconds > 0) j["reserved_unit_seconds"] = i.reserved_unit_seconds;
     j["amount_usd"] = Usd(i.amount);
     if (i.open) j["open"] = true;
     items.push_back(std::move(j));
@@ -122,16 +125,18 @@ std::string Summary::ToCsv() const {
   std::string out;
   switch (by_) {
     case GroupBy::kInstance:
-      out = "instance,instance_type,billing,reservation,rate_usd_per_hour,seconds,amount_usd\n";
+      out =
+          "instance,instance_type,billing,reservation,rate_usd_per_hour,seconds,reserved_unit_"
+          "seconds,amount_usd\n";
       break;
     case GroupBy::kType:
-      out = "instance_type,seconds,amount_usd\n";
+      out = "instance_type,seconds,reserved_unit_seconds,amount_usd\n";
       break;
     case GroupBy::kBilling:
-      out = "billing,seconds,amount_usd\n";
+      out = "billing,seconds,reserved_unit_seconds,amount_usd\n";
       break;
     case GroupBy::kDay:
-      out = "day,seconds,amount_usd\n";
+      out = "day,seconds,reserved_unit_seconds,amount_usd\n";
       break;
   }
   for (const auto& [key, i] : items_) {
@@ -150,9 +155,9 @@ std::string Summary::ToCsv() const {
         out += i.day + ",";
         break;
     }
-    out += fmt::format("{},{}\n", i.seconds, Usd(i.amount));
+    out += fmt::format("{},{},{}\n", i.seconds, i.reserved_unit_seconds, Usd(i.amount));
   }
-  const size_t columns = by_ == GroupBy::kInstance ? 7 : 3;
+  const size_t columns = by_ == GroupBy::kInstance ? 8 : 4;
   out += "total" + std::string(columns - 1, ',') + Usd(total_) + "\n";
   return out;
 }

@@ -30,7 +30,10 @@ struct Item {
   std::string reservation;    // kInstance.
   std::string day;            // kDay: "YYYY-MM-DD" (UTC).
   std::optional<Money> rate;  // kInstance: per hour (per unit-hour for a reservation).
-  int64_t seconds = 0;        // Billed seconds (unit-seconds for a reservation).
+  int64_t seconds = 0;        // Billed seconds of instances' use.
+  // A reservation's term as it passes: units x seconds, used or not. Never in `seconds`, so a
+  // sum of seconds is time that ran.
+  int64_t reserved_unit_seconds = 0;
   Money amount;
   bool open = false;  // Holds time of an interval still running, so it grows.
 };

@@ -817,12 +817,19 @@ void PrintReport(const json& body) {
       keys.push_back(key);
     }
   }
-  for (const char* title : {"SECONDS", "AMOUNT (USD)"}) header.emplace_back(title);
+  // Seconds of use; a reservation's term, used or not, in a column of its own where there is one.
+  const bool reserved = std::any_of(items.begin(), items.end(), [](const json& i) {
+    return i.contains("reserved_unit_seconds");
+  });
+  header.emplace_back("SECONDS USED");
+  if (reserved) header.emplace_back("RESERVED UNIT-SECONDS");
+  header.emplace_back("AMOUNT (USD)");
   Table t(header);
   for (const json& i : items) {
     std::vector<std::string> row;
     for (const char* key : keys) row.push_back(Str(i, key));
     row.push_back(std::to_string(i["seconds"].get<int64_t>()));
+    if (reserved) row.push_back(std::to_string(i.value("reserved_unit_seconds", int64_t{0})));
     row.push_back(Str(i, "amount_usd") + (i.value("open", false) ? " (running)" : ""));
     t.AddRow(std::move(row));
   }

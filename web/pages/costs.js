@@ -56,7 +56,7 @@ export default {
       }
       byType.replaceChildren(table(
           [{title: 'Instance type', cell: (r) => r.instance_type || '(custom)'},
-           {title: 'Hours', num: true, cell: (r) => (r.seconds / 3600).toFixed(2)},
+           {title: 'Hours used', num: true, cell: (r) => (r.seconds / 3600).toFixed(2)},
            {title: 'Cost', num: true, cell: (r) => usd(r.amount_usd)}],
           types.items, {empty: 'Nothing billed this month.'}));
       budgets.replaceChildren(budget.budgets.length
@@ -72,7 +72,8 @@ export default {
           [{title: 'Instance', cell: (l) => l.instance || l.reservation || '—'},
            {title: 'Type', cell: (l) => l.instance_type || '—'},
            {title: 'Billing', cell: (l) => l.billing},
-           {title: 'Seconds', num: true, cell: (l) => String(l.seconds)},
+           {title: 'Seconds', num: true,
+            cell: (l) => (l.reserved_unit_seconds ? `${l.reserved_unit_seconds} unit-s reserved` : String(l.seconds))},
            {title: 'Rate/h', num: true, cell: (l) => usd(l.rate_usd_per_hour)},
            {title: 'Amount', num: true, cell: (l) => `${usd(l.amount_usd)}${l.open ? ' (open)' : ''}`}],
           bill.items.slice(-200), {empty: 'No lines yet.',
