@@ -410,6 +410,7 @@ bool State::SettleGroups(store::Batch& batch) {
           if (other && IsActive(other->state)) g.draining.push_back(m);
         }
       }
+      ReleaseMembers(g.members);
       g.members.clear();
       if (g.draining.empty()) {
         StartAttempt(g, batch);
@@ -544,6 +545,7 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
       const std::string m = g.members[static_cast<size_t>(rank)];
       g.members.pop_back();
       if (Instance* inst = instances_.Find(m)) Stop(*inst, why, batch);
+      ReleaseMembers({m});
     }
   }
   g.spec.size = size;
@@ -680,13 +682,18 @@ void State::EvictEndedGroups(Time cutoff) {
   std::erase_if(groups_, [&](const auto& entry) {
     const Group& g = entry.second;
     if (!Ended(g.state) || g.updated_at >= cutoff) return false;
-    for (const std::string& id : g.members) {  // Kept for it: they may go now.
-      if (const Instance* inst = instances_.Find(id); inst && !IsActive(inst->state)) {
-        instances_.Ended(*inst);
-      }
-    }
+    ReleaseMembers(g.members);
     return true;
   });
+}
+
+void State::ReleaseMembers(const std::vector<std::string>& ids) {
+  // The eviction sweep kept them while their group listed them: they may go now.
+  for (const std::string& id : ids) {
+    if (const Instance* inst = instances_.Find(id); inst && !IsActive(inst->state)) {
+      instances_.Ended(*inst);
+    }
+  }
 }
 
 Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records) {

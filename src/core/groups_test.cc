@@ -246,6 +246,51 @@ TEST_F(GroupsTest, EndedInstancesTheirLogsAndEndedGroupsLeaveMemoryAfterTheReten
   EXPECT_EQ(state_->groups().size(), 0u);
 }
 
+// A member that ended while its group ran is kept as long as the group lists it; once a restart or
+// a scale-in drops it, it leaves memory after the retention like any ended instance, even though
+// the group itself lives on.
+TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
+  Join("n1", 8, OneIsland(8));
+  const json g = Create(Gang(3, 1, Topology::kAny));
+  ASSERT_EQ(g["state"], "running");
+  const std::string id = g["id"];
+  auto start = [&](const json& group) {
+    std::vector<Instance> ms;
+    for (int rank = 0; rank < 3; ++rank) ms.push_back(Member(group, rank));
+    AgentReport r0 = Report(ms[0], InstanceState::kRunning);
+    r0.port = 29500;
+    Sync("n1",
+         {r0, Report(ms[1], InstanceState::kRunning), Report(ms[2], InstanceState::kRunning)});
+    return ms;
+  };
+  auto kept = [&](const Instance& m) { return state_->instances().Find(m.id.str()) != nullptr; };
+  const std::vector<Instance> first = start(g);
+  Sync("n1", {Report(first[2], InstanceState::kTerminated, 0)});  // Rank 2 is done early.
+  clock_.Advance(61min);
+  Sync("n1");
+  EXPECT_TRUE(kept(first[2])) << "its group still lists it";
+  // Rank 1 fails: the group restarts whole and lists a new attempt.
+  Sync("n1", {Report(first[1], InstanceState::kFailed, 1)});
+  Sync("n1", {Report(first[0], InstanceState::kTerminated, 0)});
+  const json again = Get(id);
+  ASSERT_EQ(again["state"], "running") << again.dump();
+  const std::vector<Instance> second = start(again);
+  Sync("n1", {Report(second[2], InstanceState::kTerminated, 0)});
+  clock_.Advance(61min);
+  Sync("n1");
+  for (const Instance& m : first) EXPECT_FALSE(kept(m)) << m.id.str() << " of the last attempt";
+  EXPECT_TRUE(kept(second[2]));
+  // A scale-in drops the ended rank 2: it goes too, while ranks 0 and 1 run on.
+  state_->BeginRound();
+  ASSERT_TRUE(state_->ScaleGroup(Acme(), id, 2, batch_).ok());
+  state_->EndRound(batch_);
+  clock_.Advance(61min);
+  Sync("n1");
+  EXPECT_FALSE(kept(second[2]));
+  EXPECT_TRUE(kept(second[0]) && kept(second[1]));
+  EXPECT_EQ(state_->instances().size(), 2u);
+}
+
 TEST_F(GroupsTest, AGangOfEightLandsOnOneEightGpuIslandOrWaitsHoldingNothing) {
   Join("split", 8, {{0, 1, 2, 3}, {4, 5, 6, 7}});  // Two islands of four.
   Join("whole", 8, OneIsland(8));

@@ -436,6 +436,9 @@ class State {
   void SaveGroup(const Group& g, store::Batch& batch);
   // Ended groups that ended before `cutoff` leave memory (the store keeps them).
   void EvictEndedGroups(Time cutoff);
+  // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for
+  // eviction again: the sweep skipped them while the group listed them.
+  void ReleaseMembers(const std::vector<std::string>& ids);
   // The lines `tenant` ("" = every tenant) owes beyond the ledger: its reservations' monthly
   // lines over [from, to) and its running instances' open intervals up to now, where only the
   // stretch that holds now is marked "open". Lines are not filtered by start.
