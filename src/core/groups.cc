@@ -391,42 +391,50 @@ bool State::SettleGroups(store::Batch& batch) {
     // A member failed, was preempted or lost: the attempt ends for every member.
     const std::string why =
         fmt::format("rank {} ({}) {}: {}", inst->rank, id, StateName(inst->state), inst->reason);
-    for (const std::string& m : g.members) {
-      if (Instance* other = instances_.Find(m); other && other != inst) {
-        // The platform ends their runs, not their owner: billed to the second.
-        Stop(*other, "its group's attempt ended: " + why, batch, billing::Ending::kPlatform);
-      }
-    }
-    g.updated_at = clock_->Now();
     if (g.spec.restart) {
-      ++g.restarts;
-      g.state = GroupState::kWaiting;
-      g.reason = "restarting whole after " + why;
-      // Reserved members' units come back as the last attempt's members stop: the new attempt
-      // is made once they all have, and claims them again.
-      if (g.spec.member.billing == Billing::kReserved) {
-        for (const std::string& m : g.members) {
-          const Instance* other = instances_.Find(m);
-          if (other && IsActive(other->state)) g.draining.push_back(m);
+      RestartWhole(g, "its group's attempt ended: " + why, "restarting whole after " + why, batch);
+    } else {
+      for (const std::string& m : g.members) {
+        // The platform ends their runs, not their owner: billed to the second.
+        if (Instance* other = instances_.Find(m)) {
+          Stop(*other, "its group's attempt ended: " + why, batch, billing::Ending::kPlatform);
         }
       }
-      ReleaseMembers(g.members);
-      g.members.clear();
-      if (g.draining.empty()) {
-        StartAttempt(g, batch);
-      } else {
-        g.reason += fmt::format(
-            "; waiting for {} member(s) of the last attempt to stop and give back their "
-            "reservation units",
-            g.draining.size());
-      }
-    } else {
       g.state = GroupState::kFailed;
       g.reason = why;
+      g.updated_at = clock_->Now();
     }
     SaveGroup(g, batch);
   }
   return true;
+}
+
+void State::RestartWhole(Group& g, const std::string& why, std::string reason,
+                         store::Batch& batch) {
+  for (const std::string& m : g.members) {
+    // The platform ends their runs, not their owner: billed to the second.
+    if (Instance* other = instances_.Find(m)) Stop(*other, why, batch, billing::Ending::kPlatform);
+  }
+  ++g.restarts;
+  g.state = GroupState::kWaiting;
+  g.reason = std::move(reason);
+  g.updated_at = clock_->Now();
+  // The new attempt is made once the last one's members have all stopped: their GPUs, the owner's
+  // quota and a reserved gang's units come back first, so it is admitted as the first one was.
+  for (const std::string& m : g.members) {
+    const Instance* other = instances_.Find(m);
+    if (other && IsActive(other->state)) g.draining.push_back(m);
+  }
+  ReleaseMembers(g.members);
+  g.members.clear();
+  if (g.draining.empty()) {
+    StartAttempt(g, batch);
+  } else {
+    g.reason += fmt::format(
+        "; waiting for {} member(s) of the last attempt to stop and give back their GPUs{}",
+        g.draining.size(),
+        g.spec.member.billing == Billing::kReserved ? " and reservation units" : "");
+  }
 }
 
 void State::StartAttempt(Group& g, store::Batch& batch) {
@@ -533,9 +541,11 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
     // Between attempts: the next one is made at the new size.
     if (size > g.spec.size) {
       TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, size - g.spec.size));
-      TESSERA_RETURN_IF_ERROR(
-          ClaimReservation(*tenants_.Find(g.tenant.str()), admitted.shape, size - g.spec.size)
-              .status());
+      if (g.spec.member.billing == Billing::kReserved) {
+        TESSERA_RETURN_IF_ERROR(
+            ClaimReservation(*tenants_.Find(g.tenant.str()), admitted.shape, size - g.spec.size)
+                .status());
+      }
     }
   } else if (size > current) {
     TESSERA_RETURN_IF_ERROR(AddMembers(g, current, size, batch));

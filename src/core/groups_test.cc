@@ -291,6 +291,33 @@ TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
   EXPECT_EQ(state_->instances().size(), 2u);
 }
 
+// A gang that uses its owner's whole quota restarts after a failure: the new attempt is admitted
+// once the last one's members stopped, not beside them (which the quota would refuse).
+TEST_F(GroupsTest, AGangAtItsQuotaRestartsOnceTheLastAttemptStopped) {
+  Join("n1", 8, OneIsland(8));
+  state_->BeginRound();
+  const Tenant small = *state_->tenants().Create("small", 4000, "h-small", batch_);
+  state_->EndRound(batch_);
+  state_->BeginRound();
+  auto created = state_->CreateGroup(small, Gang(2, 2, Topology::kNode), batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  const std::string id = (*created)["id"];
+  auto member = [&](const json& g, int rank) {
+    return *state_->GetInstance(small, g["members"][rank]["instance"].get<std::string>());
+  };
+  const Instance r0 = member(*created, 0), r1 = member(*created, 1);
+  AgentReport started = Report(r0, InstanceState::kRunning);
+  started.port = 29500;
+  Sync("n1", {started, Report(r1, InstanceState::kRunning)});
+  Sync("n1", {Report(r1, InstanceState::kFailed, 1)});
+  Sync("n1", {Report(r0, InstanceState::kTerminated, 143)});
+  const json after = *state_->GetGroup(small, id);
+  EXPECT_EQ(after["state"], "running") << after.dump();
+  EXPECT_EQ(after["restarts"], 1);
+  EXPECT_EQ(after["placed"], 2) << after.dump();
+}
+
 TEST_F(GroupsTest, AGangOfEightLandsOnOneEightGpuIslandOrWaitsHoldingNothing) {
   Join("split", 8, {{0, 1, 2, 3}, {4, 5, 6, 7}});  // Two islands of four.
   Join("whole", 8, OneIsland(8));
@@ -379,10 +406,17 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   EXPECT_EQ(after["restarts"], 1);
   EXPECT_EQ(state_->GetInstance(Acme(), r0.id.str())->state, InstanceState::kStopping);
   EXPECT_EQ(state_->GetInstance(Acme(), r1.id.str())->state, InstanceState::kStopping);
-  for (const json& m : after["members"]) EXPECT_EQ(m["state"], "pending") << after.dump();
-  // Once the old members have stopped, the new attempt is placed.
-  Sync(r0.node, {Report(r0, InstanceState::kTerminated, 0)});
-  if (r1.node != r0.node) Sync(r1.node, {Report(r1, InstanceState::kTerminated, 0)});
+  EXPECT_EQ(after["state"], "waiting");
+  EXPECT_EQ(after["members"].size(), 0u) << "the new attempt waits for the last one to stop";
+  EXPECT_EQ(after["draining"].size(), 2u) << after.dump();
+  // Once the old members have stopped, the new attempt is made and placed.
+  if (r1.node != r0.node) {
+    Sync(r0.node, {Report(r0, InstanceState::kTerminated, 0)});
+    Sync(r1.node, {Report(r1, InstanceState::kTerminated, 0)});
+  } else {
+    Sync(r0.node,
+         {Report(r0, InstanceState::kTerminated, 0), Report(r1, InstanceState::kTerminated, 0)});
+  }
   after = Get(g["id"]);
   EXPECT_EQ(after["state"], "running") << after.dump();
   EXPECT_EQ(after["placed"], 3);

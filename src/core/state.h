@@ -439,6 +439,9 @@ class State {
   // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for
   // eviction again: the sweep skipped them while the group listed them.
   void ReleaseMembers(const std::vector<std::string>& ids);
+  // Stops the group's current attempt (saying `why` to each member) and makes a fresh one at
+  // spec.size once they all stopped; `reason` is the group's meanwhile.
+  void RestartWhole(Group& g, const std::string& why, std::string reason, store::Batch& batch);
   // The lines `tenant` ("" = every tenant) owes beyond the ledger: its reservations' monthly
   // lines over [from, to) and its running instances' open intervals up to now, where only the
   // stretch that holds now is marked "open". Lines are not filtered by start.
