@@ -215,10 +215,27 @@ TEST_F(AgentTest, AGangMeetsAtThePortRankZerosAgentReservedAndNoRankStartsBefore
   ASSERT_LT(first, 65530);
   const std::vector<std::string> range = {"--rendezvous-ports",
                                           fmt::format("{}-{}", first, first + 3)};
-  Join("n1", "H100-80GB:1", "exclusive", range);
+  // n1 advertises a name; n2 is reached where the server saw its calls come from.
+  std::vector<std::string> named = range;
+  named.insert(named.end(), {"--advertise-address", "localhost"});
+  Join("n1", "H100-80GB:1", "exclusive", named);
   Join("n2", "H100-80GB:1", "exclusive", range);
   json member = H100(1, "on_demand");
-  member["command"] = "echo $MASTER_PORT > port; sleep 30";
+  // Rank 0 listens on MASTER_PORT; rank 1 dials MASTER_ADDR:MASTER_PORT and says hello.
+  member["command"] = R"(echo $MASTER_ADDR:$MASTER_PORT > port; python3 -c '
+import os, socket, time
+port = int(os.environ["MASTER_PORT"])
+if os.environ["RANK"] == "0":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(); c, _ = s.accept()
+    open("met", "w").write(c.recv(16).decode())
+else:
+    for _ in range(200):
+        try:
+            socket.create_connection((os.environ["MASTER_ADDR"], port)).sendall(b"hello"); break
+        except OSError:
+            time.sleep(0.1)
+'; sleep 30)";
   auto g = Post("/v1/groups", tenant_,
                 {{"name", "ddp"},
                  {"size", 2},
@@ -237,8 +254,17 @@ TEST_F(AgentTest, AGangMeetsAtThePortRankZerosAgentReservedAndNoRankStartsBefore
     ports.push_back(ReadFile(file));
   }
   EXPECT_NE(shown[0]["node"], shown[1]["node"]) << "spread put both ranks on one node";
-  EXPECT_EQ(ports[0], ports[1]) << "the ranks do not meet at one port";
-  const int port = std::atoi(ports[0].c_str());
+  EXPECT_EQ(ports[0], ports[1]) << "the ranks do not meet at one address";
+  const std::string master = shown[0]["node"] == "n1" ? "localhost" : "127.0.0.1";
+  EXPECT_EQ(ports[0].substr(0, ports[0].find(':')), master) << "MASTER_ADDR is rank 0's address";
+  const std::string met = RunDir(shown[0]["node"], shown[0]["id"]) + "/met";
+  EXPECT_TRUE(WaitFor([&] { return ReadFile(met) == "hello"; }, 20s))
+      << "rank 1 did not reach rank 0 at MASTER_ADDR:MASTER_PORT";
+  auto nodes = Get("/v1/nodes", kAdminToken);
+  for (const json& n : nodes.body["nodes"]) {
+    EXPECT_EQ(n["agent"]["address"], n["id"] == "n1" ? "localhost" : "127.0.0.1") << n.dump();
+  }
+  const int port = std::atoi(ports[0].substr(ports[0].find(':') + 1).c_str());
   EXPECT_GT(port, first) << "the agent reserved a port in use";
   EXPECT_LE(port, first + 3);
   EXPECT_GE(shown[1]["started_at"].get<std::string>(), shown[0]["started_at"].get<std::string>())

@@ -163,8 +163,8 @@ Result<json> Agent::Post(const std::string& path, const json& body, milliseconds
 
 Status Agent::Register() {
   TESSERA_ASSIGN_OR_RETURN(Inventory inv, gpus_->ReadInventory());
-  const json body = {
-      {"protocol", kProtocol}, {"agent_id", agent_id_}, {"inventory", InventoryJson(inv)}};
+  json body = {{"protocol", kProtocol}, {"agent_id", agent_id_}, {"inventory", InventoryJson(inv)}};
+  if (!options_.advertise_address.empty()) body["advertise_address"] = options_.advertise_address;
   gpu_count_ = static_cast<int>(inv.gpus.size());
   TESSERA_ASSIGN_OR_RETURN(json desired, Exchange("/v1/agent/register", body, kSlack));
   node_ = desired.value("node", "");

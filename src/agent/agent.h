@@ -59,6 +59,9 @@ struct AgentOptions {
   // Real GPUs: a grant without a CDI device fails its container's start, naming it. Simulated
   // GPUs have no nodes: their containers get what a node's own spec names, else nothing.
   bool gpu_cdi_required = false;
+  // Where other nodes reach this one (a group's MASTER_ADDR when rank 0 runs here); empty: the
+  // address the server sees this agent's calls come from.
+  std::string advertise_address;
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",

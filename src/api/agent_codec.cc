@@ -31,10 +31,11 @@ Status CheckProtocol(JsonFields& f) {
 
 Result<core::AgentRegistration> ParseRegistration(const json& body) {
   JsonFields f(body, "body");
-  f.RejectUnknown({"protocol", "agent_id", "inventory"});
+  f.RejectUnknown({"protocol", "agent_id", "inventory", "advertise_address"});
   TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
   core::AgentRegistration r;
   r.agent_id = f.String("agent_id");
+  r.address = f.String("advertise_address", false);
   if (const json* inv = f.Get("inventory")) {
     if (!inv->is_object()) {
       f.Fail("inventory", "expected an object");

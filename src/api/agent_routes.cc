@@ -43,6 +43,10 @@ void AddAgentRoutes(Api& table) {
                              ? ParseRegistration(call->body)
                              : Result<core::AgentRegistration>(call->body_status);
               if (!reg.ok()) return api.ReplyError(*call, reg.status());
+              // Unless the agent says where other nodes reach it, where its call came from.
+              if (reg->address.empty() && IsHostAddress(call->request.peer)) {
+                reg->address = call->request.peer;
+              }
               AsNode(api, call,
                      [reg = std::move(*reg)](
                          core::State& s, store::Batch& b,

@@ -55,6 +55,7 @@ struct AgentFlags {
   double image_cache_gib = 100;
   std::vector<std::string> insecure_registries;
   std::string cdi_kind = "nvidia.com/gpu";
+  std::string advertise_address;
 };
 
 int Fail(const std::string& message) {
@@ -229,6 +230,7 @@ int RunAgent(const AgentFlags& flags) {
   if (!transport.ok()) return Fail(transport.status().message());
   agent::AgentOptions options;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
+  options.advertise_address = flags.advertise_address;
   if (Status s = SetUpContainers(flags, *gpus, options); !s.ok()) return Fail(s.message());
   agent::Agent agent(options, std::move(*transport), std::move(gpus), std::move(*workloads));
 
@@ -335,6 +337,14 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--cgroup-root", flags->cgroup_root,
                   "cgroup v2 directory for workloads' limits (default: beside the agent's own; "
                   "'none' to not try)");
+  cmd->add_option("--advertise-address", flags->advertise_address,
+                  "The IP address or DNS name other nodes reach this one at (a group's "
+                  "MASTER_ADDR); default: the address the server sees the agent's calls come from")
+      ->check([](const std::string& v) {
+        return IsHostAddress(v)
+                   ? std::string()
+                   : "--advertise-address: " + Quote(v) + " is not an IP address or a DNS name";
+      });
   cmd->add_option("--rendezvous-ports", flags->rendezvous_ports,
                   "TCP ports the agent reserves for groups' rank 0 (MASTER_PORT), FIRST-LAST; "
                   "keep them outside the kernel's ephemeral range")

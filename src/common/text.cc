@@ -1,5 +1,6 @@
 #include "common/text.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
@@ -170,6 +171,27 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
     if (next == std::string_view::npos) return out;
     at = next + 1;
   }
+}
+
+bool IsHostAddress(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  const std::string text(s);
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) return true;
+  for (std::string_view label : Split(s, '.')) {
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    }
+  }
+  return true;  // Dotted IPv4 is a name of digit labels too.
+}
+
+std::string HostPort(std::string_view host, int port) {
+  return host.find(':') != std::string_view::npos ? fmt::format("[{}]:{}", host, port)
+                                                  : fmt::format("{}:{}", host, port);
 }
 
 }  // namespace tessera

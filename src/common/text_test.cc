@@ -34,6 +34,19 @@ TEST(TextTest, SplitKeepsEmptyFields) {
   EXPECT_EQ(Split("x,", ','), (std::vector<std::string_view>{"x", ""}));
 }
 
+TEST(TextTest, HostAddressesAreLiteralsOrDnsNames) {
+  for (const char* ok : {"10.0.0.5", "fd00::1", "::1", "gpu-07", "gpu-07.dc1.example.com"}) {
+    EXPECT_TRUE(IsHostAddress(ok)) << ok;
+  }
+  for (const char* bad : {"", "-gpu", "gpu-", "a..b", "gpu_07", "10.0.0.5:80", "a b", "[fd00::1]",
+                          "\xff", "http://x"}) {
+    EXPECT_FALSE(IsHostAddress(bad)) << bad;
+  }
+  EXPECT_FALSE(IsHostAddress(std::string(254, 'a')));
+  EXPECT_EQ(HostPort("10.0.0.5", 29500), "10.0.0.5:29500");
+  EXPECT_EQ(HostPort("fd00::1", 29500), "[fd00::1]:29500");
+}
+
 TEST(TextTest, EscapesWhatATerminalWouldActOn) {
   EXPECT_EQ(EscapeForTerminal("train-01"), "train-01");
   EXPECT_EQ(EscapeForTerminal("caf\xc3\xa9"), "caf\xc3\xa9");

@@ -100,6 +100,7 @@ std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& nod
                       {"drained", node.drained},
                       {"inventory", node.inventory}};
   if (node.lost) j["lost"] = true;
+  if (!node.address.empty()) j["address"] = node.address;
   if (!node.unhealthy.empty()) j["unhealthy"] = node.UnhealthyJson();
   if (!node.dbe_cleared.empty()) {
     nlohmann::json cleared = nlohmann::json::array();
@@ -138,6 +139,7 @@ Result<AgentNode> AgentSupervisor::FromRecord(const std::string& key, const std:
   const std::string created = f.String("created_at");
   n.drained = f.Bool("drained", false);
   n.lost = f.Bool("lost", false);
+  n.address = f.String("address", false);
   if (const nlohmann::json* inv = f.Get("inventory", false)) n.inventory = *inv;
   if (const nlohmann::json* list = f.Get("unhealthy", false); list && list->is_array()) {
     for (size_t i = 0; i < list->size(); ++i) {

@@ -88,6 +88,9 @@ struct PullReport {
 struct AgentRegistration {
   std::string agent_id;  // Unique per agent run.
   nlohmann::json inventory;
+  // Where other nodes reach this one (groups' MASTER_ADDR): the agent's --advertise-address, else
+  // the address the server saw its registration come from. Empty: the node's name.
+  std::string address{};
 };
 
 // New bytes of a workload's log, shipped by its agent.
@@ -140,6 +143,7 @@ struct AgentNode {
   // Silent for the node timeout: not_ready, its work unbilled, and moved once its lease ran out.
   // Stored: after a restart it stays so until its agent reports.
   bool lost = false;
+  std::string address;  // As its agent last registered (AgentRegistration::address).
   // Not stored: rebuilt as its agent reports.
   std::string agent_id;     // The agent run that registered last.
   int64_t report_seq = -1;  // The last report accepted from agent_id.

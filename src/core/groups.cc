@@ -271,14 +271,16 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   for (const auto& [inst, a] : placed) {
     if (inst != rank0) continue;
     rank0_placed = true;
-    master = fleet_->node(a.node).name;
-    const AgentNode* agent = agents_.Find(master);
+    const std::string& node = fleet_->node(a.node).name;
+    master = NodeAddress(node);
+    const AgentNode* agent = agents_.Find(node);
     if (!agent || !agent->registered() || (rank0->command.empty() && rank0->image.empty())) {
       port = std::to_string(kMasterPortBase + static_cast<int>(g.seq % kMasterPorts));
     }
   }
   if (!rank0_placed && rank0) {
-    master = rank0->node;
+    auto addr = rank0->group_env.find("MASTER_ADDR");
+    master = addr != rank0->group_env.end() ? addr->second : NodeAddress(rank0->node);
     auto known = rank0->group_env.find("MASTER_PORT");
     if (known != rank0->group_env.end()) port = known->second;
   }
@@ -695,6 +697,11 @@ void State::EvictEndedGroups(Time cutoff) {
     ReleaseMembers(g.members);
     return true;
   });
+}
+
+std::string State::NodeAddress(const std::string& node) const {
+  auto it = agents_.nodes().find(node);
+  return it != agents_.nodes().end() && !it->second.address.empty() ? it->second.address : node;
 }
 
 void State::ReleaseMembers(const std::vector<std::string>& ids) {

@@ -390,7 +390,7 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   EXPECT_FALSE(w1.contains("reserve_port"));
   EXPECT_EQ(env["WORLD_SIZE"], "3");
   EXPECT_EQ(env["RANK"], "1");
-  EXPECT_EQ(env["MASTER_ADDR"], r0.node);
+  EXPECT_EQ(env["MASTER_ADDR"], r0.node) << "an agent that gave no address: its node's name";
   EXPECT_EQ(env["MASTER_PORT"], "29517");
   EXPECT_EQ(env["TESSERA_GROUP"], g["id"]);
   EXPECT_EQ(env["LOCAL_RANK"], r0.node == r1.node ? "1" : "0");
@@ -424,6 +424,29 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   // A new attempt meets at a port rank 0's agent reserves anew.
   EXPECT_EQ(Workload(Member(after, 0)).value("reserve_port", ""), "MASTER_PORT");
   EXPECT_TRUE(Workload(Member(after, 1)).is_null());
+}
+
+// MASTER_ADDR is where other nodes reach rank 0's node: the address its agent registered with.
+TEST_F(GroupsTest, MasterAddrIsRankZerosAdvertisedAddress) {
+  Join("n1", 8, OneIsland(8));
+  AgentRegistration bad{agent_, Inventory("n1", 8, OneIsland(8)), "gpu 07"};
+  const Status refused = state_->RegisterAgent("n1", bad, batch_);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("advertise_address"), std::string::npos) << refused.message();
+  ASSERT_TRUE(
+      state_->RegisterAgent("n1", {agent_, Inventory("n1", 8, OneIsland(8)), "10.0.0.7"}, batch_)
+          .ok());
+  EXPECT_EQ(state_->AgentJson("n1")["address"], "10.0.0.7");
+  const json g = Create(Gang(2, 1, Topology::kNode));
+  const Instance r0 = Member(g, 0), r1 = Member(g, 1);
+  AgentReport started = Report(r0, InstanceState::kRunning);
+  started.port = 29500;
+  Sync("n1", {started});
+  EXPECT_EQ(Workload(r1)["env"]["MASTER_ADDR"], "10.0.0.7");
+  EXPECT_EQ(Workload(r0)["env"]["MASTER_ADDR"], "10.0.0.7");
+  // The members' records keep it across a restart of the server.
+  Restart();
+  EXPECT_EQ(Workload(r1)["env"]["MASTER_ADDR"], "10.0.0.7");
 }
 
 // A template's image, pull policy and registry credentials go to every member's desired state,

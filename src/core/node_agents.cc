@@ -300,8 +300,13 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
     CapacityFreed();
     spdlog::info("node {} joined: {}", name, Describe(spec));
   }
+  if (!reg.address.empty() && !IsHostAddress(reg.address)) {
+    return Status::InvalidArgument(fmt::format(
+        "field 'advertise_address': {} is not an IP address or a DNS name", Quote(reg.address)));
+  }
   node->inventory = reg.inventory;
   node->info = NodeInfoOf(*node);
+  node->address = reg.address;
   if (node->agent_id != reg.agent_id) {
     spdlog::info("node {}: agent run {} registered", name, Quote(reg.agent_id));
     // A new run may have lost its powers (restarted as another user): what the last one said
@@ -514,6 +519,7 @@ nlohmann::json State::AgentJson(const std::string& name) const {
                                 : n.lost || n.all_gpus_unhealthy() ? "not_ready"
                                                                    : "ready"},
                       {"labels", n.labels},
+                      {"address", n.address.empty() ? n.name : n.address},
                       {"joined_at", FormatRfc3339(n.created_at)},
                       {"last_report_at", FormatRfc3339(n.last_seen)},
                       {"limits_enforced",

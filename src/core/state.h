@@ -439,6 +439,8 @@ class State {
   // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for
   // eviction again: the sweep skipped them while the group listed them.
   void ReleaseMembers(const std::vector<std::string>& ids);
+  // Where other nodes reach `node`: its agent's address, else its name.
+  std::string NodeAddress(const std::string& node) const;
   // Stops the group's current attempt (saying `why` to each member) and makes a fresh one at
   // spec.size once they all stopped; `reason` is the group's meanwhile.
   void RestartWhole(Group& g, const std::string& why, std::string reason, store::Batch& batch);
