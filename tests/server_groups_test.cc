@@ -147,21 +147,31 @@ TEST_F(ServerGroupsTest, TheCliCreatesListsScalesAndDeletesGroups) {
     args.insert(args.end(), {"--url", server_->url(), "--token", acme});
     return testing::RunTessera(args);
   };
-  auto created =
-      run({"groups",      "create",    "--name", "web", "--size",  "2", "--placement",  "spread",
-           "--gpu-model", "H100-80GB", "--gpus", "1",   "--vcpus", "2", "--memory-mib", "1024",
-           "--command",   "sleep 60",  "-o",     "json"});
+  auto created = run({"groups",      "create", "--name",       "web",       "--size",    "2",
+                      "--placement", "spread", "--gpu-model",  "H100-80GB", "--gpus",    "1",
+                      "--vcpus",     "2",      "--memory-mib", "1024",      "--command", "sleep 60",
+                      "--elastic",   "1:2",    "-o",           "json"});
   ASSERT_EQ(created.exit_code, 0) << created.err;
   const json g = json::parse(created.out);
   EXPECT_EQ(g["name"], "web");
+  EXPECT_EQ(g["elastic"], json({{"min", 1}, {"max", 2}}));
   EXPECT_EQ(g["placement"], "spread");
   const std::string id = g["id"];
   auto list = run({"groups", "list"});
   EXPECT_EQ(list.exit_code, 0);
   EXPECT_NE(list.out.find(id), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find(" 1:2 "), std::string::npos) << list.out;
   auto scaled = run({"groups", "scale", id, "1", "-o", "json"});
   ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
   EXPECT_EQ(json::parse(scaled.out)["members"].size(), 1u);
+  EXPECT_EQ(json::parse(scaled.out)["restarts"], 0) << "an elastic group resizes in place";
+  auto beyond = run({"groups", "scale", id, "3"});
+  EXPECT_NE(beyond.exit_code, 0);
+  EXPECT_NE(beyond.err.find("elastic [min, max] = [1, 2]"), std::string::npos) << beyond.err;
+  auto vague = run({"groups", "create", "--size", "2", "--gpu-model", "H100-80GB", "--gpus", "1",
+                    "--elastic", "2-8"});
+  EXPECT_NE(vague.exit_code, 0);
+  EXPECT_NE(vague.err.find("MIN:MAX"), std::string::npos) << vague.err;
   auto shown = run({"groups", "get", id});
   EXPECT_NE(shown.out.find("RANK"), std::string::npos) << shown.out;
   EXPECT_EQ(run({"groups", "delete", id}).exit_code, 0);

@@ -497,6 +497,11 @@ void Agent::Apply(const json& desired) {
         spec.cpu_milli = w.value("cpu_milli", int64_t{0});
         spec.memory_mib = w.value("memory_mib", int64_t{0});
         spec.reserve_port = w.value("reserve_port", "");
+        if (w.contains("port_env") && w["port_env"].is_array()) {
+          for (const json& name : w["port_env"]) {
+            if (name.is_string()) spec.port_env.push_back(name.get<std::string>());
+          }
+        }
         if (image.empty()) {
           StartNow(k, spec);
         } else {

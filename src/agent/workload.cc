@@ -509,7 +509,17 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   if (!spec.reserve_port.empty()) {
     TESSERA_ASSIGN_OR_RETURN(port, ReservePort(spec.id));
     with_port = spec;
-    with_port.env.emplace_back(spec.reserve_port, std::to_string(port));
+    const std::string text = std::to_string(port);
+    for (auto& [name, value] : with_port.env) {
+      if (std::find(spec.port_env.begin(), spec.port_env.end(), name) == spec.port_env.end()) {
+        continue;
+      }
+      for (size_t at = value.find("{port}"); at != std::string::npos;
+           at = value.find("{port}", at + text.size())) {
+        value.replace(at, 6, text);
+      }
+    }
+    with_port.env.emplace_back(spec.reserve_port, text);
     run = &with_port;
   }
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> env, BuildEnv(*run, dir));

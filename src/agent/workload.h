@@ -54,6 +54,8 @@ struct WorkloadSpec {
   // When set, a free TCP port of the node's rendezvous range is reserved for the workload while it
   // runs and given to it in this variable (rank 0 of a group gets MASTER_PORT).
   std::string reserve_port;
+  // With reserve_port: variables of `env` whose "{port}" is that port (an endpoint, "host:{port}").
+  std::vector<std::string> port_env;
 };
 
 enum class WorkloadPhase { kRunning, kExited };

@@ -445,9 +445,13 @@ TEST_F(WorkloadTest, ReservesAFreeRendezvousPortForEachRunningWorkload) {
   o.last_port = taken + 3;
   auto sup = OpenSup(o);
   auto start = [&](const std::string& id) {
-    WorkloadSpec spec =
-        Spec(id, "echo $MASTER_PORT > port; while [ ! -f go ]; do sleep 0.02; done");
+    WorkloadSpec spec = Spec(id,
+                             "echo $MASTER_PORT > port; echo $PET_RDZV_ENDPOINT > endpoint; "
+                             "while [ ! -f go ]; do sleep 0.02; done");
     spec.reserve_port = "MASTER_PORT";
+    // An elastic gang's rank 0: its endpoint is filled in with the port.
+    spec.env.emplace_back("PET_RDZV_ENDPOINT", "10.0.0.7:{port}");
+    spec.port_env = {"PET_RDZV_ENDPOINT"};
     return sup->Start(spec);
   };
   ASSERT_TRUE(start("a").ok());
@@ -459,6 +463,7 @@ TEST_F(WorkloadTest, ReservesAFreeRendezvousPortForEachRunningWorkload) {
   EXPECT_NE(a, b) << "two running workloads share a reserved port";
   EXPECT_TRUE(WaitFor([&] { return ReadOr(Dir("a") + "/port") == std::to_string(a) + "\n"; }))
       << "the workload does not see its port in MASTER_PORT";
+  EXPECT_EQ(ReadOr(Dir("a") + "/endpoint"), fmt::format("10.0.0.7:{}\n", a));
   // A restarted agent still knows which ports its workloads hold.
   sup.reset();
   sup = OpenSup(o);

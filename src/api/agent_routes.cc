@@ -44,7 +44,8 @@ void AddAgentRoutes(Api& table) {
                              : Result<core::AgentRegistration>(call->body_status);
               if (!reg.ok()) return api.ReplyError(*call, reg.status());
               // Unless the agent says where other nodes reach it, where its call came from.
-              if (reg->address.empty() && IsHostAddress(call->request.peer)) {
+              if (reg->address.empty() && call->request.peer != kInProcessPeer &&
+                  IsHostAddress(call->request.peer)) {
                 reg->address = call->request.peer;
               }
               AsNode(api, call,

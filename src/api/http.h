@@ -53,6 +53,9 @@ struct HttpOptions {
   std::string tls_key_file;
 };
 
+// The peer of a call made inside the server (its simulated agents): no address.
+inline constexpr std::string_view kInProcessPeer = "in-process";
+
 // One request. At the head stage `body` is empty.
 struct HttpRequest {
   std::string method;                                        // As sent: "GET", "POST", ...
@@ -61,7 +64,7 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;  // Names lower-case; values UTF-8.
   std::string body;
   bool has_body = false;  // A body follows the head (known at the head stage).
-  std::string peer;       // The client's address, e.g. "127.0.0.1".
+  std::string peer;       // The client's address, e.g. "127.0.0.1", or kInProcessPeer.
 
   // The value of header `name` (lower-case), or nullptr when absent.
   const std::string* Header(std::string_view name) const;

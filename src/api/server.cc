@@ -55,7 +55,7 @@ void ApiServer::Dispatch(const std::string& method, const std::string& target,
   request.parsed = std::move(*parsed);
   request.headers = {{"authorization", "Bearer " + token}, {"content-type", "application/json"}};
   request.has_body = !body.empty();
-  request.peer = "in-process";
+  request.peer = std::string(kInProcessPeer);
   HeadDecision decision = impl_->api.OnHead(request);
   if (decision.refuse) return deliver(std::move(*decision.refuse));
   request.body = std::move(body);

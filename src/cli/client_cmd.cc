@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -1027,9 +1028,13 @@ void RegisterRecommend(CLI::App& app, Context& ctx) {
 }
 
 void PrintGroups(const json& list) {
-  Table t({"ID", "NAME", "STATE", "SIZE", "PLACED", "TOPOLOGY", "RESTARTS", "REASON"});
+  Table t({"ID", "NAME", "STATE", "SIZE", "ELASTIC", "PLACED", "TOPOLOGY", "RESTARTS", "REASON"});
   for (const json& g : list) {
+    const json elastic = g.value("elastic", json(false));
     t.AddRow({Str(g, "id"), Str(g, "name"), Str(g, "state"), std::to_string(g["size"].get<int>()),
+              elastic.is_object()
+                  ? fmt::format("{}:{}", elastic.value("min", 0), elastic.value("max", 0))
+                  : "no",
               std::to_string(g["placed"].get<int>()),
               Str(g, "topology") + "/" + Str(g, "placement"),
               std::to_string(g["restarts"].get<int>()), Str(g, "reason")});
@@ -1054,7 +1059,7 @@ void RegisterGroups(CLI::App& app, Context& ctx) {
   struct GroupFlags {
     CreateFlags member;
     int size = 1, min_available = 0;
-    std::string placement = "pack", topology = "any";
+    std::string placement = "pack", topology = "any", elastic;
   };
   auto g = std::make_shared<GroupFlags>();
   CLI::App* create = groups->add_subcommand("create", "Create a group from an instance template");
@@ -1066,6 +1071,9 @@ void RegisterGroups(CLI::App& app, Context& ctx) {
       ->check(CLI::IsMember({"pack", "spread"}));
   create->add_option("--topology", g->topology, "nvlink, node or any")
       ->check(CLI::IsMember({"nvlink", "node", "any"}));
+  create->add_option("--elastic", g->elastic,
+                     "MIN:MAX: resize within it without a restart, members getting torchrun's "
+                     "elastic rendezvous (default: a resize restarts the gang whole)");
   create->callback([f, g, &ctx] {
     std::optional<json> member = CreateBodyWithLabels(g->member);
     if (!member) {
@@ -1082,6 +1090,21 @@ void RegisterGroups(CLI::App& app, Context& ctx) {
       body["template"].erase("name");
     }
     if (g->min_available > 0) body["min_available"] = g->min_available;
+    if (!g->elastic.empty()) {
+      const auto colon = g->elastic.find(':');
+      int lo = 0, hi = 0;
+      const char* text = g->elastic.c_str();
+      if (colon == std::string::npos ||
+          std::from_chars(text, text + colon, lo).ptr != text + colon ||
+          std::from_chars(text + colon + 1, text + g->elastic.size(), hi).ptr !=
+              text + g->elastic.size()) {
+        std::cerr << "--elastic: " << EscapeForTerminal(g->elastic)
+                  << " is not MIN:MAX (e.g. 2:8)\n";
+        ctx.exit_code = kExitUsage;
+        return;
+      }
+      body["elastic"] = {{"min", lo}, {"max", hi}};
+    }
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/groups", &body), PrintMembers);
   });
   CLI::App* list = groups->add_subcommand("list", "List groups (an admin sees all)");

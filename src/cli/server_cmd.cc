@@ -391,6 +391,7 @@ class DemoLoad {
       a.target = 10;
       a.scale_down_stabilization_seconds = 60;
       g.autoscale = a;
+      g.elastic = core::Elastic{a.min, a.max};  // Replicas: a resize restarts none.
       TESSERA_ASSIGN_OR_RETURN(nlohmann::json made, s.CreateGroup(*demo, g, b));
       return made["id"].get<std::string>();
     });

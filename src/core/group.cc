@@ -105,6 +105,38 @@ std::optional<Autoscale> ReadAutoscale(JsonFields& f, const nlohmann::json& body
   return out;
 }
 
+// `elastic`: false, or {"min", "max"}; absent, an autoscaled group is elastic over its autoscale
+// range. Errors name "elastic.<field>", or "size" outside the range.
+std::optional<Elastic> ReadElastic(JsonFields& f, const nlohmann::json& body, int size,
+                                   const std::optional<Autoscale>& autoscale) {
+  const nlohmann::json* raw =
+      body.is_object() && body.contains("elastic") ? &body["elastic"] : nullptr;
+  if (raw == nullptr) {
+    if (!autoscale) return std::nullopt;
+    return Elastic{autoscale->min, autoscale->max};
+  }
+  if (raw->is_boolean() && !raw->get<bool>()) return std::nullopt;
+  if (!raw->is_object()) {
+    f.Fail("elastic", "is neither false nor {\"min\": m, \"max\": n}");
+    return std::nullopt;
+  }
+  JsonFields e = f.Object("elastic");
+  e.RejectUnknown({"min", "max"});
+  Elastic out;
+  out.min = static_cast<int>(e.Int("min", 1, kMaxGroupSize));
+  out.max = static_cast<int>(e.Int("max", 1, kMaxGroupSize));
+  if (e.ok() && out.max < out.min) e.Fail("max", fmt::format("is less than min ({})", out.min));
+  if (!e.ok() || !f.ok()) return std::nullopt;
+  if (size < out.min || size > out.max) {
+    f.Fail("size",
+           fmt::format("{} is outside elastic's [min, max] = [{}, {}]", size, out.min, out.max));
+  } else if (autoscale && (autoscale->min < out.min || autoscale->max > out.max)) {
+    f.Fail("elastic", fmt::format("[{}, {}] does not hold autoscale's [{}, {}]", out.min, out.max,
+                                  autoscale->min, autoscale->max));
+  }
+  return out;
+}
+
 nlohmann::json AutoscaleJson(const Autoscale& a) {
   nlohmann::json schedule = nlohmann::json::array();
   for (const ScheduleEntry& e : a.schedule) {
@@ -146,7 +178,7 @@ std::optional<GroupState> ParseGroupState(std::string_view s) {
 
 Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body) {
   f.RejectUnknown({"name", "template", "size", "placement", "topology", "min_available", "restart",
-                   "autoscale"});
+                   "autoscale", "elastic"});
   GroupRequest r;
   r.name = f.String("name", false);
   if (!r.name.empty() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
@@ -173,6 +205,7 @@ Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body)
     f.Fail("size", fmt::format("{} is outside autoscale's [min, max] = [{}, {}]", r.size,
                                r.autoscale->min, r.autoscale->max));
   }
+  if (f.ok()) r.elastic = ReadElastic(f, body, r.size, r.autoscale);
   JsonFields t = f.Object("template");
   if (!t.absent()) {
     auto member = ReadCreateInstance(t, body["template"]);
@@ -203,6 +236,9 @@ nlohmann::json ToJson(const Group& g, Secrets secrets) {
   if (!g.reason.empty()) j["reason"] = g.reason;
   if (!g.draining.empty()) j["draining"] = g.draining;
   if (g.spec.autoscale) j["autoscale"] = AutoscaleJson(*g.spec.autoscale);
+  j["elastic"] = g.spec.elastic
+                     ? nlohmann::json{{"min", g.spec.elastic->min}, {"max", g.spec.elastic->max}}
+                     : nlohmann::json(false);
   return j;
 }
 
@@ -214,7 +250,7 @@ Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where) {
   // The request's fields, read as POST /v1/groups reads them.
   nlohmann::json request = nlohmann::json::object();
   for (const char* key : {"name", "template", "size", "placement", "topology", "min_available",
-                          "restart", "autoscale"}) {
+                          "restart", "autoscale", "elastic"}) {
     if (j.is_object() && j.contains(key)) request[key] = j[key];
   }
   JsonFields rf(request, where);

@@ -56,6 +56,13 @@ struct Autoscale {
 };
 inline constexpr double kAutoscaleTolerance = 0.1;
 
+// A gang whose size may change while it runs (docs/groups.md): members get torchrun's elastic
+// rendezvous (--nnodes=min:max, c10d at rank 0's node) and a resize within [min, max] restarts
+// nothing. Without it, a resize of a gang that runs something restarts it whole at the new size.
+struct Elastic {
+  int min = 1, max = 1;
+};
+
 // POST /v1/groups.
 struct GroupRequest {
   std::string name;
@@ -66,6 +73,8 @@ struct GroupRequest {
   Topology topology = Topology::kAny;
   bool restart = true;  // Restart the whole group when a member fails or is preempted.
   std::optional<Autoscale> autoscale;
+  // Absent: `elastic: false`, except an autoscaled group's default, its autoscale [min, max].
+  std::optional<Elastic> elastic;
 };
 
 // Reads a group request from `body`; errors name the field ("template.gpus", "size").

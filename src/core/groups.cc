@@ -26,6 +26,13 @@ constexpr size_t kGangSearches = 64;
 
 bool Ended(GroupState s) { return s != GroupState::kWaiting && s != GroupState::kRunning; }
 
+// Rank 0's endpoint before its agent reserved the port: the agent fills in {port}
+// (the desired state's port_env, docs/agent.md).
+std::string HostPortTemplate(const std::string& host) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{{port}}", host)
+                                             : fmt::format("{}:{{port}}", host);
+}
+
 }  // namespace
 
 Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupRequest& req,
@@ -293,13 +300,25 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       ++local_size;
       if (m->rank < inst->rank) ++local_rank;
     }
-    inst->group_env = {{"WORLD_SIZE", std::to_string(g.spec.size)},
-                       {"RANK", std::to_string(inst->rank)},
-                       {"LOCAL_RANK", std::to_string(local_rank)},
-                       {"LOCAL_WORLD_SIZE", std::to_string(local_size)},
-                       {"MASTER_ADDR", master},
+    inst->group_env = {{"MASTER_ADDR", master},
                        {"TESSERA_GROUP", g.id},
                        {"TESSERA_GROUP_RESTARTS", std::to_string(g.restarts)}};
+    if (g.spec.elastic) {
+      // torchrun reads its flags from PET_*: --nnodes=min:max --rdzv-backend=c10d
+      // --rdzv-endpoint=rank 0's node --rdzv-id=the attempt. It numbers the workers itself, and
+      // a size that changes leaves no WORLD_SIZE to go stale.
+      inst->group_env["PET_NNODES"] =
+          fmt::format("{}:{}", g.spec.elastic->min, g.spec.elastic->max);
+      inst->group_env["PET_RDZV_BACKEND"] = "c10d";
+      inst->group_env["PET_RDZV_ID"] = fmt::format("{}-{}", g.id, g.restarts);
+      inst->group_env["PET_RDZV_ENDPOINT"] =
+          port.empty() ? HostPortTemplate(master) : HostPort(master, std::stoi(port));
+    } else {
+      inst->group_env["WORLD_SIZE"] = std::to_string(g.spec.size);
+      inst->group_env["RANK"] = std::to_string(inst->rank);
+      inst->group_env["LOCAL_RANK"] = std::to_string(local_rank);
+      inst->group_env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
+    }
     if (!port.empty()) inst->group_env["MASTER_PORT"] = port;
     Transition(*inst, InstanceState::kScheduled, "", batch);
     agents_.Notify(*inst, inst->node);
@@ -325,6 +344,9 @@ void State::RendezvousReserved(Instance& rank0, int port, store::Batch& batch) {
     Instance* m = instances_.Find(id);
     if (!m || !m->assignment || !AwaitsRendezvous(*m)) continue;
     m->group_env["MASTER_PORT"] = text;
+    if (auto e = m->group_env.find("PET_RDZV_ENDPOINT"); e != m->group_env.end()) {
+      e->second = HostPort(m->group_env["MASTER_ADDR"], port);
+    }
     if (m != &rank0) {
       agents_.Notify(*m, m->node);
       Save(*m, batch);
@@ -538,15 +560,28 @@ Result<nlohmann::json> State::ScaleGroup(const Tenant& caller, std::string_view 
 }
 
 Status State::Resize(Group& g, int size, const std::string& why, store::Batch& batch) {
+  const int from = g.spec.size;
+  if (g.spec.elastic && (size < g.spec.elastic->min || size > g.spec.elastic->max)) {
+    return Status::InvalidArgument(
+        fmt::format("field 'size': {} is outside the group's elastic [min, max] = [{}, {}]", size,
+                    g.spec.elastic->min, g.spec.elastic->max));
+  }
   const int current = static_cast<int>(g.members.size());
-  if (!g.draining.empty()) {
-    // Between attempts: the next one is made at the new size.
-    if (size > g.spec.size) {
-      TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, size - g.spec.size));
+  // Whether the attempt's world has begun: a member placed, so it may run with the old size.
+  const bool started = std::any_of(g.members.begin(), g.members.end(), [&](const std::string& m) {
+    const Instance* inst = instances_.Find(m);
+    return inst && inst->state != InstanceState::kPending;
+  });
+  const bool runs = !g.spec.member.command.empty() || !g.spec.member.image.empty();
+  const bool restart = g.draining.empty() && !g.spec.elastic && started && runs;
+  if (!g.draining.empty() || restart) {
+    // The next attempt is made at the new size: what it adds must pass the gate now.
+    const int base = restart ? current : from;
+    if (size > base) {
+      TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, size - base));
       if (g.spec.member.billing == Billing::kReserved) {
         TESSERA_RETURN_IF_ERROR(
-            ClaimReservation(*tenants_.Find(g.tenant.str()), admitted.shape, size - g.spec.size)
-                .status());
+            ClaimReservation(*tenants_.Find(g.tenant.str()), admitted.shape, size - base).status());
       }
     }
   } else if (size > current) {
@@ -560,10 +595,19 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
       ReleaseMembers({m});
     }
   }
+  // A gang placed whole stays whole at its new size.
+  g.spec.min_available = g.spec.min_available == from ? size : std::min(g.spec.min_available, size);
   g.spec.size = size;
-  g.spec.min_available = std::min(g.spec.min_available, size);
   g.updated_at = clock_->Now();
-  PlaceGang(g, batch);
+  if (restart) {
+    // Every rank of a world that is not elastic must agree on WORLD_SIZE: a new world.
+    RestartWhole(
+        g, fmt::format("its group was resized from {} to {}, and is not elastic", from, size),
+        fmt::format("restarting whole at size {} (was {}): the group is not elastic", size, from),
+        batch);
+  } else {
+    PlaceGang(g, batch);
+  }
   SaveGroup(g, batch);
   return Status::Ok();
 }

@@ -521,16 +521,39 @@ TEST_F(GroupsTest, WithoutRestartAFailedMemberFailsTheGroup) {
   EXPECT_EQ(state_->GetInstance(Acme(), Member(g, 1).id.str())->state, InstanceState::kStopping);
 }
 
-TEST_F(GroupsTest, ScalingAddsRanksAsAGangAndRemovesTheNewestFirst) {
+// An elastic gang resizes in place: new ranks are placed as a gang, the newest stop first, and no
+// member restarts. Its members get torchrun's elastic rendezvous, not a WORLD_SIZE to go stale.
+TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   Join("n1", 8, OneIsland(8));
-  const json g = Create(Gang(2, 2, Topology::kNode));
+  GroupRequest req = Gang(2, 2, Topology::kNode);
+  req.elastic = Elastic{1, 4};
+  const json g = Create(req);
   const std::string id = g["id"];
+  const Instance r0 = Member(g, 0);
+  // Rank 0's agent writes the port it reserves into the endpoint.
+  const json w0 = Workload(r0);
+  EXPECT_EQ(w0["env"]["PET_RDZV_ENDPOINT"], "n1:{port}");
+  EXPECT_EQ(w0["port_env"], json::array({"PET_RDZV_ENDPOINT"}));
+  AgentReport started = Report(r0, InstanceState::kRunning);
+  started.port = 29501;
+  Sync("n1", {started, Report(Member(g, 1), InstanceState::kRunning)});
+  const json env = Workload(Member(g, 1))["env"];
+  EXPECT_EQ(env["PET_NNODES"], "1:4");
+  EXPECT_EQ(env["PET_RDZV_BACKEND"], "c10d");
+  EXPECT_EQ(env["PET_RDZV_ENDPOINT"], "n1:29501");
+  EXPECT_EQ(env["PET_RDZV_ID"], id + "-0");
+  EXPECT_FALSE(env.contains("WORLD_SIZE")) << env.dump();
+  EXPECT_FALSE(env.contains("RANK"));
   state_->BeginRound();
   auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(grown.ok()) << grown.status().message();
   EXPECT_EQ((*grown)["placed"], 4);
+  EXPECT_EQ((*grown)["restarts"], 0);
   EXPECT_EQ(FreeGpus("n1"), 0);
+  EXPECT_EQ(Workload(Member(*grown, 3))["env"]["PET_RDZV_ENDPOINT"], "n1:29501")
+      << "a new rank meets the running ones";
+  EXPECT_EQ(state_->GetInstance(Acme(), r0.id.str())->state, InstanceState::kRunning);
   const Instance newest = Member(*grown, 3);
   state_->BeginRound();
   auto shrunk = state_->ScaleGroup(Acme(), id, 3, batch_);
@@ -538,11 +561,67 @@ TEST_F(GroupsTest, ScalingAddsRanksAsAGangAndRemovesTheNewestFirst) {
   ASSERT_TRUE(shrunk.ok());
   EXPECT_EQ((*shrunk)["members"].size(), 3u);
   EXPECT_EQ(state_->GetInstance(Acme(), newest.id.str())->state, InstanceState::kStopping);
+  // Outside its range: refused, naming it.
+  state_->BeginRound();
+  auto outside = state_->ScaleGroup(Acme(), id, 5, batch_);
+  state_->EndRound(batch_);
+  EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.status().message().find("elastic [min, max] = [1, 4]"), std::string::npos)
+      << outside.status().message();
   // A member is not deleted on its own.
   state_->BeginRound();
   auto refused = state_->DeleteInstance(Acme(), Member(g, 0).id.str(), batch_);
   state_->EndRound(batch_);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A gang that is not elastic never runs ranks that disagree on WORLD_SIZE: a resize stops the
+// running world and starts a new one, whole, at the new size.
+TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
+  Join("n1", 8, OneIsland(8));
+  const json g = Create(Gang(2, 2, Topology::kNode));
+  const std::string id = g["id"];
+  const Instance r0 = Member(g, 0), r1 = Member(g, 1);
+  AgentReport started = Report(r0, InstanceState::kRunning);
+  started.port = 29501;
+  Sync("n1", {started, Report(r1, InstanceState::kRunning)});
+  EXPECT_EQ(Workload(r1)["env"]["WORLD_SIZE"], "2");
+  state_->BeginRound();
+  auto grown = state_->ScaleGroup(Acme(), id, 3, batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(grown.ok()) << grown.status().message();
+  EXPECT_EQ((*grown)["restarts"], 1);
+  EXPECT_EQ((*grown)["state"], "waiting");
+  EXPECT_NE((*grown)["reason"].get<std::string>().find("restarting whole at size 3 (was 2)"),
+            std::string::npos)
+      << grown->dump();
+  for (const Instance& m : {r0, r1}) {
+    const Instance now = *state_->GetInstance(Acme(), m.id.str());
+    EXPECT_EQ(now.state, InstanceState::kStopping);
+    EXPECT_NE(now.reason.find("resized from 2 to 3"), std::string::npos) << now.reason;
+  }
+  Sync("n1",
+       {Report(r0, InstanceState::kTerminated, 143), Report(r1, InstanceState::kTerminated, 143)});
+  const json after = Get(id);
+  ASSERT_EQ(after["state"], "running") << after.dump();
+  EXPECT_EQ(after["placed"], 3);
+  const Instance n0 = Member(after, 0);
+  AgentReport again = Report(n0, InstanceState::kRunning);
+  again.port = 29502;
+  Sync("n1", {again});
+  for (int rank = 0; rank < 3; ++rank) {
+    const json env = Workload(Member(after, rank))["env"];
+    EXPECT_EQ(env["WORLD_SIZE"], "3") << rank;
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["TESSERA_GROUP_RESTARTS"], "1");
+  }
+  // A resize the quota refuses changes nothing.
+  state_->BeginRound();
+  auto huge = state_->ScaleGroup(Acme(), id, 1024, batch_);
+  state_->EndRound(batch_);
+  EXPECT_FALSE(huge.ok());
+  EXPECT_EQ(Get(id)["size"], 3);
+  EXPECT_EQ(Get(id)["restarts"], 1);
 }
 
 TEST_F(GroupsTest, AfterARestartAGroupIsWholeOrStillWaitingNeverHalfPlaced) {
@@ -725,6 +804,7 @@ class AutoscaleTest : public GroupsTest {
   static GroupRequest Scaled(int size, Autoscale a) {
     GroupRequest g = Gang(size, 1, Topology::kAny);
     g.min_available = 1;
+    g.elastic = Elastic{a.min, a.max};  // What the API gives an autoscaled group by default.
     g.autoscale = std::move(a);
     return g;
   }
@@ -912,6 +992,57 @@ TEST(AutoscaleSpecTest, ErrorsNameTheField) {
   json outside = base;
   outside["size"] = 9;
   EXPECT_NE(read(outside).message().find("size"), std::string::npos);
+}
+
+// `elastic` is false or {min, max}; an autoscaled group is elastic over its range unless it says
+// otherwise; errors name the field.
+TEST(ElasticSpecTest, DefaultsAndErrorsNameTheField) {
+  auto read = [](const json& body) -> Result<GroupRequest> {
+    JsonFields f(body, "body");
+    auto r = ReadGroupRequest(f, body);
+    if (!f.ok()) return f.body_error();
+    return r;
+  };
+  const json gang = {
+      {"size", 2},
+      {"template",
+       {{"billing", "on_demand"}, {"instance_type", "gpu.1xh100"}, {"command", "torchrun t.py"}}}};
+  ASSERT_TRUE(read(gang).ok()) << read(gang).status().message();
+  EXPECT_FALSE(read(gang)->elastic) << "a gang is not elastic unless it says so";
+  json scaled = gang;
+  scaled["autoscale"] = {{"min", 1}, {"max", 6}, {"metric", "pending"}, {"target", 10}};
+  ASSERT_TRUE(read(scaled)->elastic);
+  EXPECT_EQ(read(scaled)->elastic->max, 6) << "replicas resize in place";
+  scaled["elastic"] = false;
+  EXPECT_FALSE(read(scaled)->elastic) << "unless they say not to";
+  json elastic = gang;
+  elastic["elastic"] = {{"min", 2}, {"max", 8}};
+  ASSERT_TRUE(read(elastic).ok());
+  EXPECT_EQ(read(elastic)->elastic->min, 2);
+  const auto message = [&](json body) { return read(body).status().message(); };
+  json bad = gang;
+  bad["elastic"] = true;
+  EXPECT_NE(message(bad).find("'elastic'"), std::string::npos) << message(bad);
+  bad["elastic"] = {{"min", 3}, {"max", 2}};
+  EXPECT_NE(message(bad).find("elastic.max"), std::string::npos) << message(bad);
+  bad["elastic"] = {{"min", 1}, {"max", 4}, {"step", 1}};
+  EXPECT_NE(message(bad).find("step"), std::string::npos) << message(bad);
+  bad["elastic"] = {{"min", 3}, {"max", 4}};
+  EXPECT_NE(message(bad).find("'size'"), std::string::npos) << message(bad);
+  json narrow = scaled;
+  narrow["elastic"] = {{"min", 1}, {"max", 4}};
+  EXPECT_NE(message(narrow).find("does not hold autoscale's [1, 6]"), std::string::npos)
+      << message(narrow);
+  // The stored form says which, and reads back the same.
+  Group g;
+  g.id = "grp-000001";
+  g.tenant = *TenantId::Parse("tenant-000001");
+  g.spec = *read(elastic);
+  const json stored = ToJson(g, Secrets::kIncluded);
+  EXPECT_EQ(stored["elastic"], json({{"min", 2}, {"max", 8}}));
+  auto back = GroupFromJson(stored, "test");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->spec.elastic->max, 8);
 }
 
 TEST(CronTest, MatchesAndFindsThePreviousFiring) {

@@ -430,6 +430,10 @@ nlohmann::json State::DesiredState(const std::string& name) const {
             // Rank 0 reserves the group's port as it starts; the others start once it has.
             if (inst->rank != 0) continue;
             w["reserve_port"] = "MASTER_PORT";
+            // An elastic gang's endpoint names the port too: the agent writes it in.
+            if (inst->group_env.count("PET_RDZV_ENDPOINT")) {
+              w["port_env"] = nlohmann::json::array({"PET_RDZV_ENDPOINT"});
+            }
           }
       }
       nlohmann::json load = nlohmann::json::array();
