@@ -271,6 +271,47 @@ else:
       << "rank 1 started before rank 0 reserved the port";
 }
 
+// A running gang scaled from 2 to 3 is one world again: every rank of the new attempt sees
+// WORLD_SIZE=3 (before, the new rank did while the old ones kept 2, and torchrun hung).
+TEST_F(AgentTest, AResizedGangThatIsNotElasticRunsAsOneWorldAtItsNewSize) {
+  Join("n1", "H100-80GB:4");
+  json member = H100(1, "on_demand");
+  member["command"] = "echo $RANK/$WORLD_SIZE > world; sleep 60";
+  auto g = Post("/v1/groups", tenant_, {{"name", "ddp"}, {"size", 2}, {"template", member}});
+  ASSERT_EQ(g.status, 201) << g.raw;
+  const std::string id = g.body["id"];
+  auto worlds = [&](const json& group) {
+    std::vector<std::string> out;
+    for (const json& m : group["members"]) {
+      const std::string inst = m["instance"];
+      if (!WaitState(inst, "running", 20s)) return out;
+      const std::string file = RunDir("n1", inst) + "/world";
+      WaitFor([&] { return !ReadFile(file).empty(); }, 10s);
+      out.push_back(ReadFile(file));
+    }
+    return out;
+  };
+  EXPECT_EQ(worlds(g.body), (std::vector<std::string>{"0/2\n", "1/2\n"}));
+  const json size = {{"size", 3}};
+  auto scaled = Call("PATCH", "/v1/groups/" + id, tenant_, &size);
+  ASSERT_EQ(scaled.status, 200) << scaled.raw;
+  json after;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        after = Get("/v1/groups/" + id, tenant_).body;
+        return after["state"] == "running" && after["placed"] == 3;
+      },
+      30s))
+      << after.dump();
+  EXPECT_EQ(after["restarts"], 1);
+  EXPECT_EQ(worlds(after), (std::vector<std::string>{"0/3\n", "1/3\n", "2/3\n"}));
+  for (const json& m : g.body["members"]) {
+    const json old = Instance(m["instance"]);
+    EXPECT_EQ(old["state"], "terminated") << old.dump();
+    EXPECT_NE(old.value("reason", "").find("resized from 2 to 3"), std::string::npos) << old.dump();
+  }
+}
+
 TEST_F(AgentTest, ExitCodesEndInstancesAndTheirLogsComeBack) {
   Join("gpu-01");
   const std::string ok = Create(H100(1, "on_demand"), "echo hello from tessera; exit 0");
