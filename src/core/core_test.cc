@@ -113,6 +113,10 @@ class FailingStore final : public store::Store {
                     const std::function<void(const store::LedgerRecord&)>& fn) override {
     return inner_->ScanLedger(tenant, from, to, fn);
   }
+  int64_t LastLedgerSeq() const override { return inner_->LastLedgerSeq(); }
+  Result<std::unique_ptr<store::LedgerReader>> OpenLedgerReader() override {
+    return inner_->OpenLedgerReader();
+  }
   Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
       const std::string& prefix) override {
     if (fail_reads) return Status::DataLoss("I/O error (injected)");

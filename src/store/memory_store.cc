@@ -3,10 +3,41 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <mutex>
 
 namespace tessera::store {
 
 namespace {
+
+// The ledger, shared with readers on other threads.
+struct SharedLedger {
+  std::mutex mu;
+  std::vector<LedgerRecord> lines;  // Guarded by mu.
+
+  Status Scan(const std::string& tenant, int64_t from, int64_t to, int64_t max_seq,
+              const std::function<void(const LedgerRecord&)>& fn) {
+    std::lock_guard lock(mu);
+    for (const LedgerRecord& l : lines) {
+      if (l.seq <= max_seq && (tenant.empty() || l.tenant == tenant) && l.start >= from &&
+          l.start < to) {
+        fn(l);
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+class MemoryLedgerReader final : public LedgerReader {
+ public:
+  explicit MemoryLedgerReader(std::shared_ptr<SharedLedger> ledger) : ledger_(std::move(ledger)) {}
+  Status Scan(const std::string& tenant, int64_t from, int64_t to, int64_t max_seq,
+              const std::function<void(const LedgerRecord&)>& fn) override {
+    return ledger_->Scan(tenant, from, to, max_seq, fn);
+  }
+
+ private:
+  std::shared_ptr<SharedLedger> ledger_;
+};
 
 class MemoryStore final : public Store {
  public:
@@ -28,9 +59,10 @@ class MemoryStore final : public Store {
     }
     for (const auto& [k, v] : batch.settings) settings_[k] = v;
     for (const std::string& k : batch.deleted_settings) settings_.erase(k);
+    std::lock_guard lock(ledger_->mu);
     for (LedgerRecord l : batch.ledger) {
-      l.seq = static_cast<int64_t>(ledger_.size()) + 1;
-      ledger_.push_back(std::move(l));
+      l.seq = static_cast<int64_t>(ledger_->lines.size()) + 1;
+      ledger_->lines.push_back(std::move(l));
     }
     return Status::Ok();
   }
@@ -73,10 +105,16 @@ class MemoryStore final : public Store {
 
   Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
                     const std::function<void(const LedgerRecord&)>& fn) override {
-    for (const LedgerRecord& l : ledger_) {
-      if ((tenant.empty() || l.tenant == tenant) && l.start >= from && l.start < to) fn(l);
-    }
-    return Status::Ok();
+    return ledger_->Scan(tenant, from, to, INT64_MAX, fn);
+  }
+
+  int64_t LastLedgerSeq() const override {
+    std::lock_guard lock(ledger_->mu);
+    return static_cast<int64_t>(ledger_->lines.size());
+  }
+
+  Result<std::unique_ptr<LedgerReader>> OpenLedgerReader() override {
+    return std::unique_ptr<LedgerReader>(std::make_unique<MemoryLedgerReader>(ledger_));
   }
 
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
@@ -101,7 +139,7 @@ class MemoryStore final : public Store {
   std::vector<AuditRecord> audit_;
   int64_t next_seq_ = 1;
   std::map<std::string, std::string> settings_;
-  std::vector<LedgerRecord> ledger_;
+  std::shared_ptr<SharedLedger> ledger_ = std::make_shared<SharedLedger>();
 };
 
 }  // namespace

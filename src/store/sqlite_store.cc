@@ -104,6 +104,69 @@ class Connection {
   sqlite3* db_;
 };
 
+// Every ledger line of `tenant` ("" every tenant) starting in [from, to), up to seq `max_seq`,
+// through `db`. Errors name `path`.
+Status ScanLedgerRows(sqlite3* db, const std::string& path, const std::string& tenant, int64_t from,
+                      int64_t to, int64_t max_seq,
+                      const std::function<void(const LedgerRecord&)>& fn) {
+  constexpr const char* kColumns =
+      "SELECT seq,tenant,instance,instance_type,billing,reservation,start,end,seconds,"
+      "rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds FROM "
+      "ledger ";
+  // No ORDER BY: sums need no order, and sorting a month of lines costs more than reading them.
+  const std::string sql =
+      std::string(kColumns) + (tenant.empty() ? "WHERE start>=?2 AND start<?3 AND seq<=?4"
+                                              : "WHERE tenant=?1 AND start>=?2 AND start<?3 AND "
+                                                "seq<=?4");
+  auto failed = [&](const char* what) {
+    return Status::DataLoss(fmt::format("{}: {}: {}", path, what, sqlite3_errmsg(db)));
+  };
+  Stmt q;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, q.addr(), nullptr) != SQLITE_OK) {
+    return failed("preparing a statement");
+  }
+  if (!tenant.empty()) q.Bind(1, tenant);
+  q.Bind(2, from);
+  q.Bind(3, to);
+  q.Bind(4, max_seq);
+  LedgerRecord l;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(q.get())) == SQLITE_ROW) {
+    l.seq = q.Int(0);
+    l.tenant = q.Text(1);
+    l.instance = q.Text(2);
+    l.instance_type = q.Text(3);
+    l.billing = q.Text(4);
+    l.reservation = q.Text(5);
+    l.start = q.Int(6);
+    l.end = q.Int(7);
+    l.seconds = q.Int(8);
+    l.rate_micros = q.Int(9);
+    l.amount_micros = q.Int(10);
+    l.note = q.Text(11);
+    l.gpu_milli = q.Int(12);
+    l.util_pct_seconds = q.Int(13);
+    l.util_observed_seconds = q.Int(14);
+    fn(l);
+  }
+  return rc == SQLITE_DONE ? Status::Ok() : failed("reading the ledger");
+}
+
+// A read-only connection of its own, for billing reads on another thread. WAL lets it read while
+// the store's connection commits.
+class SqliteLedgerReader final : public LedgerReader {
+ public:
+  SqliteLedgerReader(sqlite3* db, std::string path) : conn_(db), path_(std::move(path)) {}
+  Status Scan(const std::string& tenant, int64_t from, int64_t to, int64_t max_seq,
+              const std::function<void(const LedgerRecord&)>& fn) override {
+    return ScanLedgerRows(conn_.get(), path_, tenant, from, to, max_seq, fn);
+  }
+
+ private:
+  Connection conn_;
+  std::string path_;
+};
+
 class SqliteStore final : public Store {
  public:
   SqliteStore(sqlite3* db, std::string path, int lock_fd)
@@ -233,40 +296,12 @@ class SqliteStore final : public Store {
 
   Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
                     const std::function<void(const LedgerRecord&)>& fn) override {
-    Stmt q;
-    constexpr const char* kColumns =
-        "SELECT seq,tenant,instance,instance_type,billing,reservation,start,end,seconds,"
-        "rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds FROM "
-        "ledger ";
-    // No ORDER BY: sums need no order, and sorting a month of lines costs more than reading them.
-    const std::string sql =
-        std::string(kColumns) + (tenant.empty() ? "WHERE start>=?2 AND start<?3"
-                                                : "WHERE tenant=?1 AND start>=?2 AND start<?3");
-    TESSERA_RETURN_IF_ERROR(PrepareOne(sql.c_str(), q));
-    if (!tenant.empty()) q.Bind(1, tenant);
-    q.Bind(2, from);
-    q.Bind(3, to);
-    LedgerRecord l;
-    while (sqlite3_step(q.get()) == SQLITE_ROW) {
-      l.seq = q.Int(0);
-      l.tenant = q.Text(1);
-      l.instance = q.Text(2);
-      l.instance_type = q.Text(3);
-      l.billing = q.Text(4);
-      l.reservation = q.Text(5);
-      l.start = q.Int(6);
-      l.end = q.Int(7);
-      l.seconds = q.Int(8);
-      l.rate_micros = q.Int(9);
-      l.amount_micros = q.Int(10);
-      l.note = q.Text(11);
-      l.gpu_milli = q.Int(12);
-      l.util_pct_seconds = q.Int(13);
-      l.util_observed_seconds = q.Int(14);
-      fn(l);
-    }
-    return Check(sqlite3_errcode(db_), "reading the ledger");
+    return ScanLedgerRows(db_, path_, tenant, from, to, INT64_MAX, fn);
   }
+
+  int64_t LastLedgerSeq() const override { return next_ledger_seq_ - 1; }
+
+  Result<std::unique_ptr<LedgerReader>> OpenLedgerReader() override;
 
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     Stmt q;
@@ -495,6 +530,22 @@ Result<std::string> PragmaValue(sqlite3* db, const std::string& path, const char
 }
 
 }  // namespace
+
+Result<std::unique_ptr<LedgerReader>> SqliteStore::OpenLedgerReader() {
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  auto reader = std::make_unique<SqliteLedgerReader>(db, path_);  // Owns db, even on error.
+  if (rc != SQLITE_OK) {
+    return Status::DataLoss(
+        fmt::format("{}: cannot open for reading: {}", path_, db ? sqlite3_errmsg(db) : ""));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  for (const char* pragma : {"PRAGMA mmap_size=4294967296", "PRAGMA cache_size=-65536"}) {
+    TESSERA_RETURN_IF_ERROR(PragmaValue(db, path_, pragma).status());
+  }
+  return std::unique_ptr<LedgerReader>(std::move(reader));
+}
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir) {
   std::error_code ec;

@@ -81,6 +81,18 @@ struct Batch {
   }
 };
 
+// Reads the ledger on a thread other than the store's own (billing reads, off the core thread),
+// through a connection of its own: each scan sees what was committed before it began. One thread
+// at a time.
+class LedgerReader {
+ public:
+  virtual ~LedgerReader() = default;
+  // As Store::ScanLedger, of the lines with seq <= max_seq only, so that a scan sees the ledger
+  // as it was when max_seq was its last line (what the core's snapshot of open lines matches).
+  virtual Status Scan(const std::string& tenant, int64_t from, int64_t to, int64_t max_seq,
+                      const std::function<void(const LedgerRecord&)>& fn) = 0;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -105,6 +117,11 @@ class Store {
   // [from, to) (Unix seconds), in no particular order.
   virtual Status ScanLedger(const std::string& tenant, int64_t from, int64_t to,
                             const std::function<void(const LedgerRecord&)>& fn) = 0;
+  // The seq of the last ledger line committed; 0 when none was.
+  virtual int64_t LastLedgerSeq() const = 0;
+  // A reader of this store's ledger for another thread; it may outlive nothing of the store's
+  // but must be destroyed before it.
+  virtual Result<std::unique_ptr<LedgerReader>> OpenLedgerReader() = 0;
 
   // A setting's value, or nullopt when unset.
   virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;

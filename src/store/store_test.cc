@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "common/ids.h"
 #include "testing/testing.h"
@@ -118,6 +120,48 @@ TEST(SqliteStoreTest, LedgerLinesKeepIncreasingSeqsAcrossFailuresAndReopens) {
   EXPECT_EQ(mine[2].seq, 4) << "after a reopen, seqs go on from the last";
   EXPECT_EQ(Scan(**s, "tenant-000001", 100, 300).size(), 1u) << "[from, to) by start";
   EXPECT_EQ(Scan(**s, "", 0, 1000).size(), 4u) << "every tenant's";
+}
+
+// A reader on another thread sees the ledger up to the seq it is given, while the store commits.
+TEST(SqliteStoreTest, ALedgerReaderOnAnotherThreadSeesLinesUpToItsSeq) {
+  testing::TempDir dir;
+  auto s = OpenSqliteStore(dir.path());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->LastLedgerSeq(), 0);
+  Batch first;
+  first.ledger = {Line("tenant-000001", 100, 1), Line("tenant-000001", 50, 2)};
+  ASSERT_TRUE((*s)->Commit(first).ok());
+  const int64_t seen = (*s)->LastLedgerSeq();
+  EXPECT_EQ(seen, 2);
+  auto reader = (*s)->OpenLedgerReader();
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  std::atomic<bool> stop = false;
+  std::thread writer([&] {
+    for (int i = 0; i < 200 && !stop; ++i) {
+      Batch more;
+      more.ledger = {Line("tenant-000001", 200 + i, 1)};
+      ASSERT_TRUE((*s)->Commit(more).ok());
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    int64_t lines = 0, amount = 0;
+    ASSERT_TRUE((*reader)
+                    ->Scan("tenant-000001", 0, 10'000, seen,
+                           [&](const LedgerRecord& l) {
+                             ++lines;
+                             amount += l.amount_micros;
+                           })
+                    .ok());
+    EXPECT_EQ(lines, 2);
+    EXPECT_EQ(amount, 3) << "a scan up to seq 2 sees those two lines, whatever is committed since";
+  }
+  stop = true;
+  writer.join();
+  int64_t all = 0;
+  ASSERT_TRUE((*reader)
+                  ->Scan("", 0, 10'000, (*s)->LastLedgerSeq(), [&](const LedgerRecord&) { ++all; })
+                  .ok());
+  EXPECT_EQ(all, (*s)->LastLedgerSeq());
 }
 
 TEST(SqliteStoreTest, ALedgerKeptByTheEarlierLayoutMovesOverWhole) {
