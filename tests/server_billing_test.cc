@@ -107,6 +107,30 @@ TEST_F(ServerBillingTest, UsageAndInvoicesBillARunAndOnlyItsTenantSeesThem) {
   EXPECT_NE(bad.raw.find("group_by"), std::string::npos);
   EXPECT_EQ(Get("/v1/usage?from=yesterday", acme).status, 400);
   EXPECT_EQ(Get("/v1/invoices/2026-13", acme).status, 400);
+  // A period is at most 366 days: a longer one is asked for in parts.
+  auto long_period = Get("/v1/usage?from=2024-01-01&to=2026-01-01", acme);
+  EXPECT_EQ(long_period.status, 400);
+  EXPECT_NE(long_period.raw.find("366 days"), std::string::npos) << long_period.raw;
+  EXPECT_EQ(Get("/v1/usage?limit=0", acme).status, 400);
+  // Items come in pages; the total is the whole period's.
+  const std::string second = RunOne(acme);
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + second, acme).status, 200);
+  AwaitState(acme, second, "terminated");
+  auto first_page = Get("/v1/usage?limit=1", acme);
+  ASSERT_EQ(first_page.status, 200) << first_page.raw;
+  ASSERT_EQ(first_page.body["items"].size(), 1u);
+  EXPECT_EQ(first_page.body["items_total"], 2);
+  const std::string token = first_page.body.value("next_page_token", "");
+  ASSERT_FALSE(token.empty()) << first_page.raw;
+  auto second_page = Get("/v1/usage?limit=1&page_token=" + token, acme);
+  ASSERT_EQ(second_page.body["items"].size(), 1u) << second_page.raw;
+  EXPECT_FALSE(second_page.body.contains("next_page_token"));
+  EXPECT_NE(first_page.body["items"][0]["instance"], second_page.body["items"][0]["instance"]);
+  EXPECT_EQ(first_page.body["total_usd"], second_page.body["total_usd"]);
+  EXPECT_EQ(first_page.body["total_usd"], Get("/v1/usage", acme).body["total_usd"]);
+  invoice = Get("/v1/invoices/" + month, acme);
+  admin = Get("/v1/invoices/" + month + "?tenant=" + acme_id, kAdminToken);
+  EXPECT_EQ(admin.raw, invoice.raw);
 
   // With nothing running, the month's invoice is the same bytes across a restart.
   ASSERT_EQ(server_->Stop(SIGTERM), 0) << server_->output();

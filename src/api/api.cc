@@ -73,7 +73,8 @@ HttpResponse JsonResponse(int status, const nlohmann::json& body) {
 
 std::string Actor(const core::Tenant& t) { return t.admin ? "admin" : t.id.str(); }
 
-Status PageParams(const Target& target, int64_t& after, size_t& limit) {
+Status PageParams(const Target& target, int64_t& after, size_t& limit, int64_t default_limit,
+                  int64_t max_limit) {
   auto number = [](const std::string& text, int64_t max) -> std::optional<int64_t> {
     int64_t v = 0;
     const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -83,12 +84,12 @@ Status PageParams(const Target& target, int64_t& after, size_t& limit) {
     return v;
   };
   after = 0;
-  limit = 100;
+  limit = static_cast<size_t>(default_limit);
   if (const std::string* text = target.Param("limit")) {
-    auto v = number(*text, 1000);
+    auto v = number(*text, max_limit);
     if (!v || *v == 0) {
       return Status::InvalidArgument(fmt::format(
-          "query parameter 'limit': '{}' is not an integer in [1, 1000]", Quote(*text)));
+          "query parameter 'limit': '{}' is not an integer in [1, {}]", Quote(*text), max_limit));
     }
     limit = static_cast<size_t>(*v);
   }

@@ -150,10 +150,11 @@ inline nlohmann::json Passthrough(const nlohmann::json& j) { return j; }
 // The actor an audit record names: "admin", a tenant id.
 std::string Actor(const core::Tenant& t);
 
-// A list route's page: query parameters `limit` (1..1000, default 100) and `page_token` (as a
-// previous page's next_page_token gave it) into the position to start after and the size.
-// InvalidArgument naming the parameter.
-Status PageParams(const Target& target, int64_t& after, size_t& limit);
+// A list route's page: query parameters `limit` (1..max_limit, default default_limit) and
+// `page_token` (as a previous page's next_page_token gave it) into the position to start after
+// and the size. InvalidArgument naming the parameter.
+Status PageParams(const Target& target, int64_t& after, size_t& limit, int64_t default_limit = 100,
+                  int64_t max_limit = 1000);
 // The next_page_token for a page that ended at position `after`.
 std::string PageToken(int64_t after);
 

@@ -1,6 +1,7 @@
-// Billing (docs/billing.md): reservations, usage and invoices. Ledger lines are read on the core
-// thread, in the command, so what an answer sums is what is durable plus what running instances
-// accrued up to the same instant.
+// Billing (docs/billing.md): reservations, usage and invoices. A billing read takes a snapshot on
+// the core thread (the ledger's last seq, and what running instances accrued up to that instant)
+// and scans the ledger up to that seq on a billing-read thread (core::LedgerReads): what an
+// answer sums is what one instant held, and no scan ever runs on the core thread.
 #include <fmt/format.h>
 
 #include "api/api.h"
@@ -43,14 +44,26 @@ Status TimeParam(const Target& target, const char* name, int64_t& out) {
                   Quote(*text, 40)));
 }
 
+// The most items one usage answer lists; `limit` and `page_token` page through more.
+constexpr int64_t kMaxItems = 10'000;
+
+// The longest period one billing read covers: a year and a day (a leap year's whole).
+constexpr int64_t kMaxPeriodDays = 366;
+
 // The period [from, to) of `from` and `to` query parameters: by default from the start of the
-// month to now. InvalidArgument naming the parameter.
+// month to now; at most kMaxPeriodDays. InvalidArgument naming the parameter.
 Status PeriodParams(const Target& target, int64_t now, int64_t& from, int64_t& to) {
   from = billing::MonthStart(now);
   to = now + 1;
   TESSERA_RETURN_IF_ERROR(TimeParam(target, "from", from));
   TESSERA_RETURN_IF_ERROR(TimeParam(target, "to", to));
   if (to <= from) return Status::InvalidArgument("query parameter 'to': must be after 'from'");
+  if (to - from > kMaxPeriodDays * billing::kSecondsPerDay) {
+    return Status::InvalidArgument(
+        fmt::format("query parameter 'to': a period is at most {} days; ask for a longer one in "
+                    "parts",
+                    kMaxPeriodDays));
+  }
   return Status::Ok();
 }
 
@@ -85,35 +98,82 @@ bool WantsCsv(const Call& call) {
   return accept && accept->find("text/csv") != std::string::npos;
 }
 
-// A billing answer: the summary's JSON with `extra` fields, or its CSV.
-struct Report {
-  json body;
-  std::string csv;
-};
-
-HttpResponse ReportResponse(const Report& r, bool csv) {
-  if (!csv) return JsonResponse(200, r.body);
+HttpResponse CsvResponse(std::string body) {
   HttpResponse out;
   out.content_type = "text/csv; charset=utf-8";
-  out.body = r.csv;
+  out.body = std::move(body);
   return out;
 }
 
-// The caller's lines over [from, to) summed by `by`: its CSV, or its JSON for `fill` to add to.
-Result<Report> Summarize(core::State& s, store::Store& store, const std::string& tenant,
-                         int64_t from, int64_t to, billing::GroupBy by, bool csv,
-                         const std::function<void(const billing::Summary&, json&)>& fill) {
+// What a billing read takes from the core: the snapshot of its lines, and what else its answer
+// needs of that instant.
+struct BillingRead {
+  core::BillingSnapshot snap;
+  int64_t now = 0;                       // Unix seconds at the snapshot.
+  std::map<std::string, int64_t> fleet;  // The admin's cost report: milli-GPUs per GPU model.
+};
+
+// Runs a billing read: `take` on the core thread as the caller (unless `refusal` answers first),
+// then `finish` on a billing-read thread, whose answer is sent. A tenant whose earlier reads are
+// still waiting gets 503 rather than a longer queue.
+void ReadBilling(
+    Api& api, std::shared_ptr<Call> call, Status refusal,
+    std::function<Result<BillingRead>(core::State&, store::Store&, const core::Tenant&)> take,
+    std::function<Result<HttpResponse>(store::LedgerReader&, const BillingRead&)> finish) {
+  if (!refusal.ok()) return api.ReplyError(*call, refusal);
+  Api* a = &api;
+  core::Core* core = &api.core();
+  core->Submit<BillingRead>(
+      [call, take = std::move(take), core](core::State& s, store::Batch&) -> Result<BillingRead> {
+        auto caller = s.tenants().Authenticate(call->token_hash);
+        if (!caller.ok()) return caller.status();
+        return take(s, core->store(), **caller);
+      },
+      [a, call, finish = std::move(finish), core](Result<BillingRead> r) {
+        // On the core thread: the scan goes to a billing-read thread.
+        if (!r.ok()) return a->ReplyError(*call, r.status());
+        auto read = std::make_shared<const BillingRead>(std::move(*r));
+        const bool queued = core->ReadLedger(
+            read->snap.tenant, [a, call, finish, read](store::LedgerReader& reader) {
+              Result<HttpResponse> out = Status::Internal("the billing read did not run");
+              try {
+                out = finish(reader, *read);
+              } catch (const std::exception& e) {
+                out = Status::Internal(fmt::format("the billing read failed: {}", e.what()));
+              }
+              if (!out.ok()) return a->ReplyError(*call, out.status());
+              a->Reply(*call, std::move(*out));
+            });
+        if (!queued) {
+          a->ReplyError(*call, Status::Unavailable(
+                                   "this tenant's earlier billing reads are still running: retry "
+                                   "once they are answered"));
+        }
+      });
+}
+
+// The read's lines summed by `by`.
+Result<billing::Summary> Summarize(store::LedgerReader& reader, const BillingRead& read,
+                                   billing::GroupBy by) {
   billing::Summary sum(by);
-  TESSERA_RETURN_IF_ERROR(s.ScanBilling(
-      store, tenant, from, to, [&](const store::LedgerRecord& l, bool open) { sum.Add(l, open); }));
-  Report r;
-  if (csv) {
-    r.csv = sum.ToCsv();
-  } else {
-    r.body = sum.ToJson();
-    fill(sum, r.body);
+  TESSERA_RETURN_IF_ERROR(
+      read.snap.Scan(reader, [&](const store::LedgerRecord& l, bool open) { sum.Add(l, open); }));
+  return sum;
+}
+
+// Keeps the page of `body`'s items after position `after`, at most `limit`, and says where the
+// next page starts. The total stays the whole period's.
+void PageItems(json& body, int64_t after, size_t limit) {
+  json& items = body["items"];
+  const size_t begin = std::min(items.size(), static_cast<size_t>(after));
+  const size_t end = std::min(items.size(), begin + limit);
+  if (begin > 0 || end < items.size()) {
+    json page(json::value_t::array);
+    for (size_t i = begin; i < end; ++i) page.push_back(std::move(items[i]));
+    if (end < items.size()) body["next_page_token"] = PageToken(static_cast<int64_t>(end));
+    body["items_total"] = items.size();
+    items = std::move(page);
   }
-  return r;
 }
 
 json ReservationView(const core::State& s, const billing::Reservation& r) {
@@ -227,9 +287,13 @@ void AddBillingRoutes(Api& table) {
   table.Add(
       "GET", "/v1/usage", Access::kAnyToken, BodyKind::kNone, false,
       [](Api& api, std::shared_ptr<Call> call) {
-        int64_t from = 0, to = 0;
+        int64_t from = 0, to = 0, after = 0;
+        size_t limit = 0;
         Status refusal =
             PeriodParams(call->request.parsed, billing::UnixSeconds(api.clock().Now()), from, to);
+        if (refusal.ok()) {
+          refusal = PageParams(call->request.parsed, after, limit, kMaxItems, kMaxItems);
+        }
         billing::GroupBy by = billing::GroupBy::kInstance;
         if (const std::string* g = call->request.parsed.Param("group_by"); g && refusal.ok()) {
           if (auto parsed = billing::ParseGroupBy(*g)) {
@@ -243,55 +307,63 @@ void AddBillingRoutes(Api& table) {
         const std::string* tenant_param = call->request.parsed.Param("tenant");
         const std::string asked = tenant_param ? *tenant_param : "";
         const bool csv = WantsCsv(*call);
-        Api* a = &api;
-        api.Run<Report>(
-            call, refusal,
-            {[a, from, to, by, asked, csv](core::State& s, store::Batch&,
-                                           const core::Tenant& caller) -> Result<Report> {
-               TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, true));
-               return Summarize(s, a->core().store(), tenant, from, to, by, csv,
-                                [&](const billing::Summary&, json& body) {
-                                  body["tenant"] = tenant.empty() ? json(nullptr) : json(tenant);
-                                  PutPeriod(body, from, to);
-                                });
-             },
-             200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
+        ReadBilling(
+            api, call, refusal,
+            [from, to, asked](core::State& s, store::Store& store,
+                              const core::Tenant& caller) -> Result<BillingRead> {
+              TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, true));
+              return BillingRead{s.SnapshotBilling(store, tenant, from, to), 0, {}};
+            },
+            [by, csv, after, limit](store::LedgerReader& reader,
+                                    const BillingRead& read) -> Result<HttpResponse> {
+              TESSERA_ASSIGN_OR_RETURN(billing::Summary sum, Summarize(reader, read, by));
+              if (csv) return CsvResponse(sum.ToCsv());
+              json body = sum.ToJson();
+              PageItems(body, after, limit);
+              body["tenant"] = read.snap.tenant.empty() ? json(nullptr) : json(read.snap.tenant);
+              PutPeriod(body, read.snap.from, read.snap.to);
+              return JsonResponse(200, body);
+            });
       });
 
   // The cost report: per tenant and instance type, with utilization and what spot or a
   // reservation would have saved; the admin's also has the idle capacity per GPU model.
-  table.Add(
-      "GET", "/v1/reports/cost", Access::kAnyToken, BodyKind::kNone, false,
-      [](Api& api, std::shared_ptr<Call> call) {
-        int64_t from = 0, to = 0;
-        Status refusal =
-            PeriodParams(call->request.parsed, billing::UnixSeconds(api.clock().Now()), from, to);
-        Api* a = &api;
-        api.Run<json>(call, refusal,
-                      {[a, from, to](core::State& s, store::Batch&,
-                                     const core::Tenant& caller) -> Result<json> {
-                         // Idle capacity and reservation sizing count the period up to now.
-                         const int64_t now_s = billing::UnixSeconds(s.clock().Now());
-                         billing::CostReport report(&s.catalog(), from, std::min(to, now_s + 1));
-                         TESSERA_RETURN_IF_ERROR(s.ScanBilling(
-                             a->core().store(), caller.admin ? "" : caller.id.str(), from, to,
-                             [&](const store::LedgerRecord& l, bool) { report.Add(l); }));
-                         if (caller.admin) {
-                           // Capacity nobody paid for, over the period up to now.
-                           std::map<std::string, int64_t> fleet;
-                           for (const catalog::GpuModel& g : s.catalog().gpus()) {
-                             if (int64_t milli = s.FleetMilliOf(g.id); milli > 0) {
-                               fleet[g.id] = milli;
-                             }
-                           }
-                           report.SetFleet(std::move(fleet));
-                         }
-                         json j = report.ToJson();
-                         PutPeriod(j, from, to);
-                         return j;
-                       },
-                       200, Passthrough, nullptr});
-      });
+  table.Add("GET", "/v1/reports/cost", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              int64_t from = 0, to = 0;
+              Status refusal = PeriodParams(call->request.parsed,
+                                            billing::UnixSeconds(api.clock().Now()), from, to);
+              const catalog::Catalog* catalog = &api.catalog();
+              ReadBilling(
+                  api, call, refusal,
+                  [from, to](core::State& s, store::Store& store,
+                             const core::Tenant& caller) -> Result<BillingRead> {
+                    BillingRead read{
+                        s.SnapshotBilling(store, caller.admin ? "" : caller.id.str(), from, to),
+                        billing::UnixSeconds(s.clock().Now()),
+                        {}};
+                    if (caller.admin) {
+                      // Capacity nobody paid for, over the period up to now.
+                      for (const catalog::GpuModel& g : s.catalog().gpus()) {
+                        if (int64_t milli = s.FleetMilliOf(g.id); milli > 0)
+                          read.fleet[g.id] = milli;
+                      }
+                    }
+                    return read;
+                  },
+                  [catalog](store::LedgerReader& reader,
+                            const BillingRead& read) -> Result<HttpResponse> {
+                    // Idle capacity and reservation sizing count the period up to now.
+                    billing::CostReport report(catalog, read.snap.from,
+                                               std::min(read.snap.to, read.now + 1));
+                    TESSERA_RETURN_IF_ERROR(read.snap.Scan(
+                        reader, [&](const store::LedgerRecord& l, bool) { report.Add(l); }));
+                    if (!read.fleet.empty()) report.SetFleet(read.fleet);
+                    json j = report.ToJson();
+                    PutPeriod(j, read.snap.from, read.snap.to);
+                    return JsonResponse(200, j);
+                  });
+            });
 
   // The recommender: ranked offers for a workload, and whether the fleet could place each now.
   table.Add("GET", "/v1/recommend", Access::kAnyToken, BodyKind::kNone, false,
@@ -320,29 +392,32 @@ void AddBillingRoutes(Api& table) {
         const std::string* tenant_param = call->request.parsed.Param("tenant");
         const std::string asked = tenant_param ? *tenant_param : "";
         const bool csv = WantsCsv(*call);
-        Api* a = &api;
         const int64_t from = month.value_or(0);
-        api.Run<Report>(
-            call, refusal,
-            {[a, from, asked, csv](core::State& s, store::Batch&,
-                                   const core::Tenant& caller) -> Result<Report> {
-               TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, false));
-               const int64_t to = billing::NextMonthStart(from);
-               const int64_t now = billing::UnixSeconds(s.clock().Now());
-               if (from > now) {
-                 return Status::FailedPrecondition(
-                     fmt::format("the invoice for {} does not exist yet: the month has not begun",
-                                 billing::MonthName(from)));
-               }
-               return Summarize(s, a->core().store(), tenant, from, to, billing::GroupBy::kInstance,
-                                csv, [&](const billing::Summary& sum, json& body) {
-                                  body["tenant"] = tenant;
-                                  body["month"] = billing::MonthName(from);
-                                  body["status"] = to <= now ? "final" : "open";
-                                  body["lines"] = sum.lines();
-                                });
-             },
-             200, nullptr, nullptr, [csv](const Report& r) { return ReportResponse(r, csv); }});
+        ReadBilling(
+            api, call, refusal,
+            [from, asked](core::State& s, store::Store& store,
+                          const core::Tenant& caller) -> Result<BillingRead> {
+              TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, false));
+              const int64_t now = billing::UnixSeconds(s.clock().Now());
+              if (from > now) {
+                return Status::FailedPrecondition(
+                    fmt::format("the invoice for {} does not exist yet: the month has not begun",
+                                billing::MonthName(from)));
+              }
+              return BillingRead{
+                  s.SnapshotBilling(store, tenant, from, billing::NextMonthStart(from)), now, {}};
+            },
+            [csv](store::LedgerReader& reader, const BillingRead& read) -> Result<HttpResponse> {
+              TESSERA_ASSIGN_OR_RETURN(billing::Summary sum,
+                                       Summarize(reader, read, billing::GroupBy::kInstance));
+              if (csv) return CsvResponse(sum.ToCsv());
+              json body = sum.ToJson();
+              body["tenant"] = read.snap.tenant;
+              body["month"] = billing::MonthName(read.snap.from);
+              body["status"] = read.snap.to <= read.now ? "final" : "open";
+              body["lines"] = sum.lines();
+              return JsonResponse(200, body);
+            });
       });
 }
 

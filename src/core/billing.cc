@@ -115,16 +115,21 @@ void State::AccruedLines(const std::string& tenant, int64_t from, int64_t to,
   }
 }
 
-Status State::ScanBilling(
-    store::Store& store, const std::string& tenant, int64_t from, int64_t to,
+BillingSnapshot State::SnapshotBilling(const store::Store& store, const std::string& tenant,
+                                       int64_t from, int64_t to) const {
+  BillingSnapshot snap{tenant, from, to, store.LastLedgerSeq(), {}};
+  AccruedLines(tenant, from, to, snap.beyond);
+  std::erase_if(snap.beyond,
+                [&](const store::LedgerRecord& l) { return l.start < from || l.start >= to; });
+  return snap;
+}
+
+Status BillingSnapshot::Scan(
+    store::LedgerReader& reader,
     const std::function<void(const store::LedgerRecord&, bool open)>& fn) const {
   TESSERA_RETURN_IF_ERROR(
-      store.ScanLedger(tenant, from, to, [&](const store::LedgerRecord& l) { fn(l, false); }));
-  std::vector<store::LedgerRecord> lines;
-  AccruedLines(tenant, from, to, lines);
-  for (const store::LedgerRecord& l : lines) {
-    if (l.start >= from && l.start < to) fn(l, l.note == "open");
-  }
+      reader.Scan(tenant, from, to, max_seq, [&](const store::LedgerRecord& l) { fn(l, false); }));
+  for (const store::LedgerRecord& l : beyond) fn(l, l.note == "open");
   return Status::Ok();
 }
 

@@ -137,7 +137,11 @@ Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options,
   spdlog::info("{}", report.Summary());
   // What recovery changed is durable before anything is served.
   if (!reconciled.empty()) TESSERA_RETURN_IF_ERROR(store->Commit(reconciled));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<LedgerReads> reads,
+      LedgerReads::Start(*store, options.ledger_read_threads, options.ledger_reads_per_tenant));
   std::unique_ptr<Core> core(new Core(options, std::move(store), std::move(state)));
+  core->reads_ = std::move(reads);
   // Place whatever was queued before the restart, and let agents catch up.
   auto settled = core->Run<bool>([](State&, store::Batch&) -> Result<bool> { return true; });
   if (!settled.ok()) return settled.status();

@@ -23,6 +23,7 @@
 #include "catalog/catalog.h"
 #include "common/clock.h"
 #include "common/result.h"
+#include "core/ledger_reads.h"
 #include "core/state.h"
 #include "store/store.h"
 
@@ -68,6 +69,10 @@ struct CoreOptions {
   alerts::Notifier* notifier = nullptr;
   // How long audit entries are kept; zero keeps them for ever.
   Duration audit_retention = std::chrono::hours(24 * 90);
+  // Billing reads (usage, invoices, cost reports) run on these threads, not the core's; a tenant
+  // may have this many waiting or running at once.
+  int ledger_read_threads = 2;
+  size_t ledger_reads_per_tenant = 4;
 };
 
 class Core {
@@ -116,6 +121,12 @@ class Core {
   // The store, for reads inside a command (the audit log). Core thread only.
   store::Store& store() { return *store_; }
 
+  // Runs `job` on a billing-read thread with a ledger reader of its own (LedgerReads). Any
+  // thread. False, running nothing, when `tenant` has its share of reads waiting already.
+  bool ReadLedger(const std::string& tenant, LedgerReads::Job job) {
+    return reads_->Submit(tenant, std::move(job));
+  }
+
  private:
   struct Command {
     std::function<void(State&, store::Batch&)> apply;
@@ -137,6 +148,7 @@ class Core {
 
   CoreOptions options_;
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<LedgerReads> reads_;  // Destroyed before the store its readers read.
   std::unique_ptr<State> state_;
 
   std::atomic<std::shared_ptr<const PrincipalIndex>> principals_;

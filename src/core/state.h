@@ -131,6 +131,21 @@ struct ListQuery {
   size_t limit = 100;
 };
 
+// A billing read's view of one instant, taken on the core thread: the ledger's last seq then,
+// and the billing lines of `tenant` ("" = every tenant) starting in [from, to) that the ledger
+// does not hold (reservations' monthly lines, what running instances accrued up to then). Read
+// with a ledger reader up to that seq, on any thread, it is exactly what the core saw.
+struct BillingSnapshot {
+  std::string tenant;
+  int64_t from = 0, to = 0;
+  int64_t max_seq = 0;
+  std::vector<store::LedgerRecord> beyond;  // Note "open": a stretch still running.
+
+  // Calls `fn` with every line: the ledger's, then `beyond` (open = the stretch still runs).
+  Status Scan(store::LedgerReader& reader,
+              const std::function<void(const store::LedgerRecord&, bool open)>& fn) const;
+};
+
 class State {
  public:
   // `catalog` and `clock` must outlive the state.
@@ -272,11 +287,9 @@ class State {
 
   // Billing (billing.cc, docs/billing.md). Running instances are metered into the store's
   // ledger in the batch that changes their state.
-  // Calls `fn` with every billing line of `tenant` ("" = all) that starts in [from, to): the
-  // ledger's, the reservations' monthly lines, and, with open = true, what running instances
-  // have accrued up to now and the ledger does not hold yet.
-  Status ScanBilling(store::Store& store, const std::string& tenant, int64_t from, int64_t to,
-                     const std::function<void(const store::LedgerRecord&, bool open)>& fn) const;
+  // A billing read's view of this instant, for a ledger reader off the core thread to finish.
+  BillingSnapshot SnapshotBilling(const store::Store& store, const std::string& tenant,
+                                  int64_t from, int64_t to) const;
   // Reservations: a tenant's own (the admin's: all). Creating one checks that the fleet could
   // host every active reservation of the GPU model at once; ResourceExhausted otherwise.
   Result<billing::Reservation> CreateReservation(const Tenant& caller,
