@@ -344,13 +344,14 @@ TEST(RuleTest, ATenantsWebhookMustNameAPublicHost) {
 
 TEST(RuleTest, BuiltinRulesAndTemplates) {
   auto rules = BuiltinRules(Time{});
-  ASSERT_EQ(rules.size(), 8u);
+  ASSERT_EQ(rules.size(), 9u);
   std::set<std::string> metrics;
   for (const Rule& r : rules) metrics.insert(std::string(telemetry::Info(r.metric).name));
   EXPECT_EQ(metrics, (std::set<std::string>{
                          "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "tessera_node_ready",
                          "tessera_gpu_healthy", "tessera_gpu_fb_used_percent",
-                         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "tessera_tenant_budget_used_percent"}));
+                         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "tessera_tenant_budget_used_percent",
+                         "tessera_instance_interrupted"}));
   EXPECT_EQ(ExpandTemplate("{{$value}} on {{ $labels.x }} {{ other }} {{", {{"x", "y"}}, 85.25),
             "85.25 on y {{ other }} {{");
 }

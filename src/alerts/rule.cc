@@ -232,6 +232,12 @@ std::vector<Rule> BuiltinRules(Time now) {
                        "critical",
                        "{{ $value }} double-bit ECC errors on GPU {{ $labels.gpu }} of "
                        "{{ $labels.Hostname }}"));
+  // A platform fault moved a tenant's instance: its owner sees it (its tenant label).
+  rules.push_back(make("instance-interrupted", "InstanceInterrupted", Field::kInstanceInterrupted,
+                       Op::kGt, 0, 0, "warning",
+                       "Instance {{ $labels.tessera_instance }} of tenant {{ $labels.tenant }} was "
+                       "interrupted on {{ $labels.Hostname }}: {{ $labels.cause }}; it restarts "
+                       "elsewhere"));
   // Budgets: the notices at 80% and 100% of a tenant's monthly budget.
   rules.push_back(make("budget-80", "BudgetAlmostSpent", Field::kBudgetUsedPercent, Op::kGe, 80, 0,
                        "warning",

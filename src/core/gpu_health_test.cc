@@ -9,6 +9,8 @@
 
 #include <cctype>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "billing/meter.h"
 #include "core/core.h"
@@ -239,6 +241,70 @@ TEST_F(GpuHealthTest, AFatalXidMovesTheWorkBillsItToTheFaultAndNothingLandsThere
   EXPECT_EQ(back.state, InstanceState::kScheduled);
   EXPECT_EQ(back.gpus[0].index, sick);
   EXPECT_EQ(Health(7, true).code(), StatusCode::kNotFound);
+}
+
+// The owner of an instance a fault moved is told: a series of its own for 15 minutes, the
+// built-in InstanceInterrupted alert in its list (not in another tenant's), and its own rule on
+// the series notifies its webhook.
+TEST_F(GpuHealthTest, TheOwnerOfAnInstanceAFaultMovedSeesItAndIsAlerted) {
+  ASSERT_TRUE(state_->RestoreAlerts({}, {}, {}, batch_).ok());  // A store's first start.
+  const Tenant& acme = *state_->tenants().Find(acme_.id.str());
+  const Tenant beta = *state_->tenants().Create("beta", 8000, "h-beta", batch_);
+  const std::string hook = "https://hooks.example.com/acme";
+  const json body = {{"name", "MyWorkMoved"},
+                     {"metric", "tessera_instance_interrupted"},
+                     {"op", ">"},
+                     {"threshold", 0},
+                     {"notify", json::array({{{"webhook", hook}}})}};
+  auto rule = alerts::ParseRule(body, /*tenant_owned=*/true);
+  ASSERT_TRUE(rule.ok()) << rule.status().message();
+  state_->BeginRound();
+  ASSERT_TRUE(state_->CreateAlertRule(acme, *rule, batch_).ok());
+  state_->EndRound(batch_);
+  const Instance inst = Running();
+  const int sick = inst.gpus[0].index;
+  clock_.Advance(10s);
+  Sync({}, Readings({{sick, 79}}));
+  int shown = 0;
+  for (const telemetry::Target& t : state_->Targets()) {
+    if (!t.has(telemetry::Field::kInstanceInterrupted)) continue;
+    ++shown;
+    EXPECT_EQ(t.tenant, acme_.id.str());
+    std::map<std::string, std::string> labels;
+    for (const telemetry::Label& l : t.labels) labels[l.name] = l.value;
+    EXPECT_EQ(labels.at("tessera_instance"), inst.id.str());
+    EXPECT_EQ(labels.at("cause"), "gpu_unhealthy");
+    EXPECT_EQ(labels.at("gpu"), std::to_string(sick));
+    EXPECT_THAT(labels.at("fault"), HasSubstr("XID 79"));
+    EXPECT_EQ(labels.at("Hostname"), "gpu-1");
+  }
+  EXPECT_EQ(shown, 1);
+  clock_.Advance(6s);  // The next evaluation.
+  Sync({});
+  std::set<std::string> seen;
+  for (const alerts::Alert& a : state_->ListAlerts(acme)) {
+    if (a.state == alerts::AlertState::kFiring) seen.insert(a.labels.at("alertname"));
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"InstanceInterrupted", "MyWorkMoved"}));
+  for (const alerts::Alert& a : state_->ListAlerts(beta)) {
+    ADD_FAILURE() << "beta sees acme's alert " << a.key;
+  }
+  int told = 0;
+  for (const alerts::Delivery& d : state_->TakeOutbox().deliveries) {
+    if (d.receiver.target == hook) ++told;
+  }
+  EXPECT_EQ(told, 1) << "acme's webhook hears of it";
+  // Fifteen minutes on, the series is gone and the alerts resolve.
+  clock_.Advance(16min);
+  Sync({});
+  clock_.Advance(6s);
+  Sync({});
+  for (const telemetry::Target& t : state_->Targets()) {
+    EXPECT_FALSE(t.has(telemetry::Field::kInstanceInterrupted));
+  }
+  for (const alerts::Alert& a : state_->ListAlerts(acme)) {
+    EXPECT_EQ(a.state, alerts::AlertState::kResolved) << a.key;
+  }
 }
 
 TEST_F(GpuHealthTest, ALostGpuAndAnOperatorsWordTakeGpusOutAndAllOutIsNotReady) {

@@ -94,10 +94,13 @@ TEST(LedgerReadsTest, TenantsTakeTurnsAndOneTenantsBacklogIsBounded) {
     }
     std::this_thread::sleep_for(10ms);
   }
-  std::lock_guard lock(mu);
-  EXPECT_EQ(order, (std::vector<std::string>{"a1", "a2", "b1", "a3"}));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(order, (std::vector<std::string>{"a1", "a2", "b1", "a3"}));
+  }
   // Once A's jobs ran, A may queue again.
   EXPECT_TRUE((*reads)->Submit("a", job("a5", false)));
+  reads->reset();  // Joins the thread while what its jobs touch still exists.
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "common/json.h"
 #include "core/state.h"
@@ -55,6 +56,18 @@ std::vector<telemetry::Target> State::Targets() const {
       }
     }
     telemetry::NodeTargets(*node.info, node.telemetry.get(), holders, !node.lost, out);
+  }
+  // One series per instance a fault moved lately: its owner's to see and alert on.
+  for (const Interruption& i : interruptions_) {
+    telemetry::Target t;
+    t.labels = {{"Hostname", i.node}, {"cause", i.cause}};
+    if (!i.fault.empty()) t.labels.push_back({"fault", i.fault});
+    if (i.gpu >= 0) t.labels.push_back({"gpu", std::to_string(i.gpu)});
+    t.labels.push_back({"tenant", i.tenant});
+    t.labels.push_back({"tessera_instance", i.instance});
+    t.tenant = i.tenant;
+    t.set(telemetry::Field::kInstanceInterrupted, 1);
+    out.push_back(std::move(t));
   }
   // One series per budget: the tenant's spend this month in percent of it.
   for (const auto& [tenant, budget] : budgets_) {
@@ -192,9 +205,17 @@ Status State::DeleteAlertRule(const Tenant& caller, std::string_view id, store::
 }
 
 std::vector<alerts::Alert> State::ListAlerts(const Tenant& caller) const {
+  // A tenant sees its own rules' alerts, and the built-in rules' on its own series (its instance
+  // interrupted, its GPU hot, its budget spent): never an operator's own rule's.
+  auto sees = [&](const alerts::Alert& a) {
+    if (caller.admin || a.owner == caller.id.str()) return true;
+    if (!a.owner.empty() || a.rule_id.rfind("builtin-", 0) != 0) return false;
+    auto tenant = a.labels.find("tenant");
+    return tenant != a.labels.end() && tenant->second == caller.id.str();
+  };
   std::vector<alerts::Alert> out;
   for (const auto& [key, a] : evaluator_.alerts()) {
-    if (caller.admin || a.owner == caller.id.str()) out.push_back(a);
+    if (sees(a)) out.push_back(a);
   }
   std::stable_sort(out.begin(), out.end(), [](const alerts::Alert& a, const alerts::Alert& b) {
     return static_cast<int>(a.state == alerts::AlertState::kFiring ? 0 : 1) <
@@ -207,10 +228,24 @@ Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string
                             const std::vector<std::pair<std::string, std::string>>& alerts,
                             const std::vector<std::pair<std::string, std::string>>& meta,
                             store::Batch& batch) {
-  bool seed_builtin = true, seed_budget = true;
+  // Each built-in is added once per store, by the mark of the release that brought it: a store
+  // seeded before a later one existed gets it on its first start since, and an operator who
+  // deleted one keeps it deleted.
+  auto seed_key = [](const alerts::Rule& r) {
+    switch (r.metric) {
+      case telemetry::Field::kBudgetUsedPercent:
+        return kBudgetRulesSeeded;
+      case telemetry::Field::kInstanceInterrupted:
+        return kInterruptedRuleSeeded;
+      default:
+        return kBuiltinSeeded;
+    }
+  };
+  std::set<std::string_view> seeded;
   for (const auto& [key, value] : meta) {
-    if (key == kBuiltinSeeded) seed_builtin = false;
-    if (key == kBudgetRulesSeeded) seed_budget = false;
+    for (std::string_view mark : {kBuiltinSeeded, kBudgetRulesSeeded, kInterruptedRuleSeeded}) {
+      if (key == mark) seeded.insert(mark);
+    }
     if (key == kNextRule) next_rule_ = std::max<int64_t>(next_rule_, std::atoll(value.c_str()));
   }
   for (const auto& [key, value] : rules) {
@@ -227,17 +262,13 @@ Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string
     }
     evaluator_.Restore(std::move(a));
   }
-  // Each built-in is added once per store; the budget rules came later, so a store seeded before
-  // them gets them on its first start since.
-  if (seed_builtin || seed_budget) {
-    for (alerts::Rule& r : alerts::BuiltinRules(clock_->Now())) {
-      const bool budget = r.metric == telemetry::Field::kBudgetUsedPercent;
-      if (!(budget ? seed_budget : seed_builtin)) continue;
-      batch.settings.emplace_back(std::string(kRulePrefix) + r.id, DumpJson(alerts::RuleJson(r)));
-      evaluator_.Put(std::move(r));
-    }
-    batch.settings.emplace_back(std::string(kBuiltinSeeded), "1");
-    batch.settings.emplace_back(std::string(kBudgetRulesSeeded), "1");
+  for (alerts::Rule& r : alerts::BuiltinRules(clock_->Now())) {
+    if (seeded.contains(seed_key(r))) continue;
+    batch.settings.emplace_back(std::string(kRulePrefix) + r.id, DumpJson(alerts::RuleJson(r)));
+    evaluator_.Put(std::move(r));
+  }
+  for (std::string_view mark : {kBuiltinSeeded, kBudgetRulesSeeded, kInterruptedRuleSeeded}) {
+    if (!seeded.contains(mark)) batch.settings.emplace_back(std::string(mark), "1");
   }
   return Status::Ok();
 }

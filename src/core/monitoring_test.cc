@@ -649,14 +649,28 @@ TEST_F(MonitoringTest, AStoreSeededBeforeTheBudgetRulesGetsThemOnce) {
   std::vector<std::string> names;
   for (const alerts::Rule& r : state_->ListAlertRules(Admin())) names.push_back(r.name);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent", "InstanceInterrupted"}));
   EXPECT_EQ(SettingOf(batch_, std::string(State::kBudgetRulesSeeded)), "1");
+  EXPECT_EQ(SettingOf(batch_, std::string(State::kInterruptedRuleSeeded)), "1");
+  // Seeded by a release with the budget rules but not the interrupted one: that one alone.
   state_ = NewState();
   batch_ = {};
   ASSERT_TRUE(state_
                   ->RestoreAlerts({}, {},
                                   {{std::string(State::kBuiltinSeeded), "1"},
                                    {std::string(State::kBudgetRulesSeeded), "1"}},
+                                  batch_)
+                  .ok());
+  ASSERT_EQ(state_->ListAlertRules(Admin()).size(), 1u);
+  EXPECT_EQ(state_->ListAlertRules(Admin())[0].name, "InstanceInterrupted");
+  state_ = NewState();
+  batch_ = {};
+  ASSERT_TRUE(state_
+                  ->RestoreAlerts({}, {},
+                                  {{std::string(State::kBuiltinSeeded), "1"},
+                                   {std::string(State::kBudgetRulesSeeded), "1"},
+                                   {std::string(State::kInterruptedRuleSeeded), "1"}},
                                   batch_)
                   .ok());
   EXPECT_TRUE(state_->ListAlertRules(Admin()).empty()) << "nothing is seeded twice";
@@ -670,9 +684,9 @@ TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain
   EXPECT_EQ(names,
             (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent", "GpuEccDoubleBitError",
                                       "GpuFramebufferFull", "GpuTemperatureHigh", "GpuUnhealthy",
-                                      "GpuXidError", "NodeNotReady"}));
+                                      "GpuXidError", "InstanceInterrupted", "NodeNotReady"}));
   EXPECT_EQ(SettingOf(batch_, std::string(State::kBuiltinSeeded)), "1");
-  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), 8u);
+  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), 9u);
   EXPECT_TRUE(state_->ListAlertRules(acme_).empty()) << "the built-in rules are the operator's";
 
   clock_.Advance(kNodeTimeout + 1s);
@@ -684,7 +698,16 @@ TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain
   ASSERT_TRUE(rule.ok());
   clock_.Advance(1s);  // Create's round evaluated the built-in rules just now.
   Report("gpu-1", Readings({95}));
-  auto before = state_->ListAlerts(acme_);
+  // Acme's rule's alerts; acme also sees the built-in GpuTemperatureHigh on its own GPU.
+  auto own = [&] {
+    std::vector<alerts::Alert> out;
+    for (const alerts::Alert& alert : state_->ListAlerts(acme_)) {
+      if (alert.rule_id == rule->id) out.push_back(alert);
+    }
+    return out;
+  };
+  EXPECT_EQ(state_->ListAlerts(acme_).size(), 2u);
+  auto before = own();
   ASSERT_EQ(before.size(), 1u);
   ASSERT_EQ(before[0].state, alerts::AlertState::kFiring);
   ASSERT_EQ(To(state_->TakeOutbox().deliveries, hook).size(), 1u);
@@ -696,12 +719,12 @@ TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain
   EXPECT_TRUE(KeysWithPrefix(batch_, State::kRulePrefix).empty())
       << "no built-in rule is seeded again, the deleted one least of all";
   EXPECT_FALSE(SettingOf(batch_, std::string(State::kBuiltinSeeded)).has_value());
-  EXPECT_EQ(state_->ListAlertRules(Admin()).size(), 8u) << "7 built-in rules and acme's";
+  EXPECT_EQ(state_->ListAlertRules(Admin()).size(), 9u) << "8 built-in rules and acme's";
   EXPECT_EQ(state_->GetAlertRule(Admin(), "builtin-xid").status().code(), StatusCode::kNotFound);
   auto restored = state_->GetAlertRule(acme_, rule->id);
   ASSERT_TRUE(restored.ok()) << "acme's rule is acme's after the restart";
   EXPECT_EQ(restored->notify.size(), 1u);
-  auto after = state_->ListAlerts(acme_);
+  auto after = own();
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after[0].key, before[0].key);
   EXPECT_EQ(after[0].state, alerts::AlertState::kFiring);
@@ -712,7 +735,7 @@ TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain
   const int64_t evaluations = state_->counters().alert_evaluations;
   Report("gpu-1", Readings({96}));
   ASSERT_GT(state_->counters().alert_evaluations, evaluations);
-  after = state_->ListAlerts(acme_);
+  after = own();
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after[0].key, before[0].key) << "the same alert, not a second one";
   EXPECT_EQ(after[0].state, alerts::AlertState::kFiring);

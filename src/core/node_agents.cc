@@ -683,7 +683,10 @@ void State::ExpireLeases(store::Batch& batch) {
         fmt::format("node lost: no report since {}", FormatRfc3339(node.last_seen));
     const std::set<std::string> held = node.assigned;
     for (const std::string& id : held) {
-      if (Instance* inst = instances_.Find(id)) Displace(*inst, why, batch);
+      Instance* inst = instances_.Find(id);
+      if (!inst) continue;
+      if (inst->assignment && inst->node == name) NoteInterruption(*inst, "node_lost", -1, "");
+      Displace(*inst, why, batch);
     }
     agents_.Changed(node);
   }
@@ -763,8 +766,17 @@ void State::TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& rea
     if (!inst || !inst->assignment || inst->node != node.name) continue;
     const bool on_it = std::any_of(inst->gpus.begin(), inst->gpus.end(),
                                    [gpu](const GpuRef& g) { return g.index == gpu; });
-    if (on_it) Displace(*inst, why, batch);
+    if (!on_it) continue;
+    NoteInterruption(*inst, "gpu_unhealthy", gpu, reason);
+    Displace(*inst, why, batch);
   }
+}
+
+void State::NoteInterruption(const Instance& inst, std::string cause, int gpu, std::string fault) {
+  constexpr size_t kMaxShown = 10'000;  // A fleet-wide outage shows the newest.
+  if (interruptions_.size() == kMaxShown) interruptions_.pop_front();
+  interruptions_.push_back({clock_->Now(), inst.tenant.str(), inst.id.str(), inst.node,
+                            std::move(cause), std::move(fault), gpu});
 }
 
 void State::GpuHealthChanged(AgentNode& node, store::Batch& batch) {

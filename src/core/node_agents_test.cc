@@ -2,6 +2,8 @@
 // reports and their refusals, the lease, node loss, spot notice, and the logs agents ship.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/core_test_util.h"
 #include "core/state.h"
 #include "fleet/fleet.h"
@@ -202,6 +204,17 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   EXPECT_TRUE(std::any_of(history.begin(), history.end(), [](const StateChange& c) {
     return c.state == InstanceState::kPending && c.reason.starts_with("node lost: no report since");
   })) << "its history says why it moved";
+  std::set<std::string> interrupted;  // Their owners' series (and alerts) say so too.
+  for (const telemetry::Target& t : state_->Targets()) {
+    if (!t.has(telemetry::Field::kInstanceInterrupted)) continue;
+    for (const telemetry::Label& l : t.labels) {
+      if (l.name == "tessera_instance") interrupted.insert(l.value);
+      if (l.name == "cause") {
+        EXPECT_EQ(l.value, "node_lost");
+      }
+    }
+  }
+  EXPECT_EQ(interrupted, (std::set<std::string>{od.id.str(), spot.id.str()}));
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPending) << "no room left for the spot";
   EXPECT_TRUE(Get(spot.id.str()).preempted_at.has_value());
   EXPECT_NE(state_->DesiredState("gpu-1").dump().find("\"workloads\":[]"), std::string::npos)

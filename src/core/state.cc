@@ -230,6 +230,10 @@ void State::EndRound(store::Batch& batch) {
         return true;
       }));
   EvictEndedGroups(cutoff);
+  while (!interruptions_.empty() &&
+         interruptions_.front().at < clock_->Now() - kInterruptionShown) {
+    interruptions_.pop_front();
+  }
   RollMeters(batch);
   EvaluateAlerts(batch);
 }

@@ -16,6 +16,7 @@
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -284,6 +285,9 @@ class State {
   static constexpr std::string_view kBuiltinSeeded = "alerts/builtin_seeded";
   static constexpr std::string_view kNextRule = "alerts/next_rule";
   static constexpr std::string_view kBudgetRulesSeeded = "alerts/budget_rules_seeded";
+  static constexpr std::string_view kInterruptedRuleSeeded = "alerts/interrupted_rule_seeded";
+  // How long an instance a fault moved shows in tessera_instance_interrupted.
+  static constexpr Duration kInterruptionShown = std::chrono::minutes(15);
 
   // Billing (billing.cc, docs/billing.md). Running instances are metered into the store's
   // ledger in the batch that changes their state.
@@ -452,6 +456,9 @@ class State {
   // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for
   // eviction again: the sweep skipped them while the group listed them.
   void ReleaseMembers(const std::vector<std::string>& ids);
+  // Shows `inst`'s owner that a fault (`cause`: gpu_unhealthy, node_lost) moved it, on `gpu`
+  // (-1: the node) for `fault` (the XID's name, or ""), before it moves.
+  void NoteInterruption(const Instance& inst, std::string cause, int gpu, std::string fault);
   // Where other nodes reach `node`: its agent's address, else its name.
   std::string NodeAddress(const std::string& node) const;
   // Stops the group's current attempt (saying `why` to each member) and makes a fresh one at
@@ -607,6 +614,14 @@ class State {
   // members that ended since the last SettleGroups.
   std::map<std::string, Group> groups_;
   Time last_group_sweep_;  // EvictEndedGroups's last cutoff.
+  // Instances a platform fault moved (a GPU out of service, a lost node), newest last, for
+  // kInterruptionShown: their owners' tessera_instance_interrupted series.
+  struct Interruption {
+    Time at;
+    std::string tenant, instance, node, cause, fault;
+    int gpu = -1;
+  };
+  std::deque<Interruption> interruptions_;
   int64_t next_group_ = 1;
   bool groups_retry_ = false;
   std::set<std::string> waiting_groups_;  // Groups that may have members to place.

@@ -42,6 +42,9 @@ constexpr std::array<FieldInfo, kFieldCount> kFields = {{
      "fatal fault (Tessera)."},
     {"tessera_tenant_budget_used_percent", "gauge",
      "The tenant's spend this month, in percent of its monthly budget (Tessera)."},
+    {"tessera_instance_interrupted", "gauge",
+     "1 for 15 minutes after the platform moved the instance off a GPU that went out of service "
+     "or a node that was lost (Tessera)."},
 }};
 
 constexpr int64_t kBytesPerKib = 1024;

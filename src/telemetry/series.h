@@ -43,8 +43,9 @@ enum class Field : uint8_t {
   kGpuHealthy,         // Tessera's: 0 while the server holds the GPU out of service, else 1
                        // (on GPU targets, once the node reported since the server started).
   kBudgetUsedPercent,  // Tessera's: a tenant's spend this month over its budget (tenant targets).
+  kInstanceInterrupted,  // Tessera's: 1 for a while after a fault moved an instance (its targets).
 };
-inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kBudgetUsedPercent) + 1;
+inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kInstanceInterrupted) + 1;
 
 struct FieldInfo {
   std::string_view name;  // e.g. "DCGM_FI_DEV_GPU_UTIL".

@@ -121,8 +121,12 @@ TEST(SeriesTest, ExpositionIsDcgmExportersFormat) {
   EXPECT_NE(out.find("tessera_node_ready{Hostname=\"node-1\"} 0\n"), std::string::npos);
   // Every name once, HELP and TYPE before its samples.
   for (size_t f = 0; f < kFieldCount; ++f) {
-    // A budget is a tenant's series, which the core adds to the node's (core/monitoring.cc).
-    if (static_cast<Field>(f) == Field::kBudgetUsedPercent) continue;
+    // A budget's and an interrupted instance's are series the core adds to the node's
+    // (core/monitoring.cc).
+    if (static_cast<Field>(f) == Field::kBudgetUsedPercent ||
+        static_cast<Field>(f) == Field::kInstanceInterrupted) {
+      continue;
+    }
     const std::string name(Info(static_cast<Field>(f)).name);
     const size_t help = out.find("# HELP " + name + " ");
     ASSERT_NE(help, std::string::npos) << name;
