@@ -490,6 +490,20 @@ TEST_F(TelemetryTest, AFatalXidTakesTheGpuOutOfServiceUntilTheOperatorClearsIt) 
       },
       10s))
       << Dump(Alerts(kAdminToken));
+  // Its owner sees it: the built-in InstanceInterrupted alert on its instance, in its own list.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (const json& a : Alerts(acme, "?state=firing")) {
+          if (a["labels"].value("alertname", "") == "InstanceInterrupted" &&
+              a["labels"].value("tessera_instance", "") == id &&
+              a["labels"].value("cause", "") == "gpu_unhealthy") {
+            return true;
+          }
+        }
+        return false;
+      },
+      10s))
+      << Dump(Alerts(acme));
   // A whole GPU of the node is free only while the sick one counts: new work for it waits.
   auto more = Post("/v1/instances", acme, H100(1, "on_demand"));
   ASSERT_EQ(more.status, 201) << more.raw;

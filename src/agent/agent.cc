@@ -279,16 +279,23 @@ json Agent::Report(milliseconds wait) {
   // The server hosts one tenant at a time on a node whose workloads are not apart ("none").
   body["isolation"] = {{"mode", workloads_->isolation()}, {"note", workloads_->isolation_note()}};
   // Telemetry every kTelemetryEvery reports (10 s at the default heartbeat, finer than
-  // dcgm-exporter's default 30 s), and at once when a GPU reports an XID event.
-  // An injected fault shows in the next report too.
+  // dcgm-exporter's default 30 s), and at once when a GPU reports an XID event, is lost or found,
+  // or counts a new double-bit error: the server takes a sick GPU out of service, and bills its
+  // work, as of the report that shows it. An injected fault shows in the next report too.
   auto t = gpus_->Sample();
   if (t.ok()) {
     std::lock_guard lock(metrics_mu_);
     metrics_sample_ = *t;
   }
-  if (t.ok() && (seq_ % kTelemetryEvery == 1 || !t->xids.empty() || telemetry_due_)) {
-    body["telemetry"] = telemetry::ToJson(*t);
-    telemetry_due_ = false;
+  if (t.ok()) {
+    std::vector<std::pair<bool, int64_t>> faults;
+    for (const telemetry::GpuSample& g : t->gpus) faults.emplace_back(g.lost, g.ecc_dbe_total);
+    if (seq_ % kTelemetryEvery == 1 || !t->xids.empty() || telemetry_due_ ||
+        faults != sent_faults_) {
+      body["telemetry"] = telemetry::ToJson(*t);
+      telemetry_due_ = false;
+      sent_faults_ = std::move(faults);
+    }
   }
   return body;
 }

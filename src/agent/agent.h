@@ -140,9 +140,12 @@ class Agent {
   std::chrono::milliseconds lease_{5000};   // As the server's last answer gave it.
   std::chrono::milliseconds period_{2000};  // Between reports: the heartbeat or the server's.
   int gpu_count_ = 0;
-  int64_t last_fault_ = 0;              // The last fault the server asked for that was injected.
-  bool telemetry_due_ = false;          // Send telemetry with the next report, whatever its turn.
-  std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
+  int64_t last_fault_ = 0;      // The last fault the server asked for that was injected.
+  bool telemetry_due_ = false;  // Send telemetry with the next report, whatever its turn.
+  // Per GPU, whether it was lost and its double-bit ECC count, as last sent: a change is a fault
+  // the server must hear of in this report, not at the next turn.
+  std::vector<std::pair<bool, int64_t>> sent_faults_;
+  std::map<std::string, Known> known_;       // By workload key, "<instance>-a<attempt>".
   std::map<std::string, bool> image_shell_;  // ImageHasShell's answers.
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
