@@ -234,7 +234,10 @@ TEST_F(ServerGroupsTest, KillNineMidScaleOutLeavesEachGroupWholeOrWaiting) {
   const std::string acme = NewTenant("acme", 8);
   // The fleet's H100 node has two GPUs: a gang of one member of one GPU, scaled out to two while
   // a gang of two waits for both GPUs, and the server killed the moment the change is answered.
-  auto small = Post("/v1/groups", acme, Gang(1, 1, "sleep 60"));
+  // The first is elastic: its scale-out adds a member beside the running one.
+  json elastic = Gang(1, 1, "sleep 60");
+  elastic["elastic"] = {{"min", 1}, {"max", 2}};
+  auto small = Post("/v1/groups", acme, elastic);
   ASSERT_EQ(small.status, 201) << small.raw;
   auto pair = Post("/v1/groups", acme, Gang(1, 2, "sleep 60"));
   ASSERT_EQ(pair.status, 201) << pair.raw;

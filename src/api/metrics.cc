@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "telemetry/series.h"
 
 namespace tessera::api {
@@ -12,9 +14,18 @@ std::string EscapeLabel(const std::string& v) {
   return out;
 }
 
+std::string_view MethodLabel(std::string_view method) {
+  for (std::string_view known : {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}) {
+    if (method == known) return known;
+  }
+  return "other";
+}
+
 void Metrics::CountRequest(const std::string& method, const std::string& route, int status) {
+  // Every label is from a fixed set, whatever a client sends: a method Tessera knows or "other",
+  // a route's pattern (or "unmatched"), an HTTP status.
   std::lock_guard<std::mutex> lock(mu_);
-  ++requests_[{method, route, status}];
+  ++requests_[{std::string(MethodLabel(method)), route, std::clamp(status, 100, 599)}];
 }
 
 void Metrics::CountRefusal(const std::string& reason) {

@@ -37,6 +37,10 @@ class Metrics {
   std::map<std::string, int64_t> refusals_;                                // Guarded by mu_.
 };
 
+// The method as tessera_api_requests_total labels it: one HTTP defines and Tessera serves, else
+// "other", so made-up methods never add series.
+std::string_view MethodLabel(std::string_view method);
+
 // Escapes a Prometheus label value (backslash, double quote, newline).
 std::string EscapeLabel(const std::string& v);
 
