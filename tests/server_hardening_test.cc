@@ -5,6 +5,7 @@
 
 #include <iostream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "server_test_util.h"
@@ -68,6 +69,31 @@ TEST_F(HardeningTest, ATransferCodingOtherThanChunkedIsRefusedAndNothingIsSmuggl
     EXPECT_TRUE(c->ClosedWithin(5s)) << coding << ": the connection stays open after the refusal";
   }
   EXPECT_EQ(Get("/healthz", "").status, 200);
+}
+
+// Methods a client makes up never become series: tessera_api_requests_total labels them
+// "other", so 300 of them add one series, not 300.
+TEST_F(HardeningTest, MadeUpMethodsAddNoMetricSeries) {
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(c->Send(HttpRequestText(fmt::format("BREW{}", i), "/v1/instances")));
+    auto r = c->Read(5s);
+    ASSERT_TRUE(r) << i;
+    EXPECT_GE(r->status, 400) << i;
+  }
+  auto metrics = Get("/metrics", kAdminToken);
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.raw.find("BREW"), std::string::npos) << "a made-up method became a label";
+  int64_t other = 0;
+  std::istringstream lines(metrics.raw);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("tessera_api_requests_total{", 0) == 0 &&
+        line.find("method=\"other\"") != std::string::npos) {
+      other += std::stoll(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  EXPECT_EQ(other, 300) << metrics.raw.substr(0, 4000);
 }
 
 TEST_F(HardeningTest, AnonymousWritesLeaveNoAuditRowsAndTheAuditLogStaysReadable) {

@@ -413,6 +413,14 @@ class Session final : public SessionBase {
         return Fail(400, "invalid_argument",
                     fmt::format("header '{}' is not valid UTF-8", EscapeForTerminal(name)));
       }
+      // A field that must be single (RFC 9110 5.3; 9112 3.2 for Host) is refused when repeated:
+      // "first wins" here and "last wins" in a proxy in front would be two requests in one.
+      for (std::string_view single : {"authorization", "host", "content-type"}) {
+        if (name != single || !head.Header(single)) continue;
+        ++server_->counters.malformed;
+        return Fail(400, "invalid_argument",
+                    fmt::format("header '{}' appears more than once; send it once", name));
+      }
       head.headers.emplace_back(std::move(name), std::string(field.value()));
     }
     // RFC 9112 6.1: a request whose last transfer coding is not chunked has no knowable length
@@ -549,10 +557,12 @@ class Session final : public SessionBase {
     }
     if (ec == http::error::header_limit) {
       ++server_->counters.too_large;
-      // Without a line end in what was read, the request line alone is over the limit.
+      // The parser has the request line once it knows the method; before that, without a line
+      // end in what was read, the request line alone is over the limit. Else a header field is.
       const auto data = buffer_.data();
       const std::string_view seen(static_cast<const char*>(data.data()), data.size());
-      if (seen.find("\r\n") == std::string_view::npos) {
+      if (head_parser_->get().method_string().empty() &&
+          seen.find("\r\n") == std::string_view::npos) {
         return Fail(414, "uri_too_long",
                     fmt::format("the request line is over {} bytes", limits_.max_header_bytes));
       }
