@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "common/ids.h"
 #include "common/json.h"
 #include "common/text.h"
@@ -54,12 +56,17 @@ Status BodyStatus(const JsonFields& f) { return f.body_error(); }
 
 namespace {
 
-// A quota in GPUs (fractions allowed), as milli-GPU.
+// A quota in GPUs (fractions allowed, in whole milli-GPUs: the unit every share is counted in),
+// as milli-GPU. A finer amount is refused rather than rounded without a word.
 int64_t QuotaMilli(JsonFields& f, bool required) {
   JsonFields q = f.Object("quota", required);
   q.RejectUnknown({"gpus"});
   const double gpus = q.Number("gpus", 0, 1e6, !q.absent());
-  return static_cast<int64_t>(gpus * 1000 + 0.5);
+  const double milli = gpus * 1000;
+  if (q.ok() && std::abs(milli - std::round(milli)) > 1e-6) {
+    q.Fail("gpus", fmt::format("{} is finer than the unit, a thousandth of a GPU", gpus));
+  }
+  return static_cast<int64_t>(std::llround(milli));
 }
 
 }  // namespace

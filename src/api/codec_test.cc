@@ -55,6 +55,13 @@ TEST(CodecTest, ObjectsWhereObjectsBelongAndIntegersAsSent) {
   EXPECT_EQ(gpus.status().message(), "field 'quota.gpus': expected a number, found string");
   auto ok = ParseCreateTenant({{"name", "acme"}, {"quota", {{"gpus", 2.5}}}});
   EXPECT_EQ(ok->quota_gpu_milli, 2500);
+  EXPECT_EQ(ParseCreateTenant({{"name", "acme"}, {"quota", {{"gpus", 0.001}}}})->quota_gpu_milli,
+            1);
+  auto fine = ParseCreateTenant({{"name", "acme"}, {"quota", {{"gpus", 0.0001}}}});
+  EXPECT_EQ(fine.status().message(),
+            "field 'quota.gpus': 0.0001 is finer than the unit, a thousandth of a GPU")
+      << "not stored as 0 without a word";
+  EXPECT_FALSE(ParseUpdateTenant({{"quota", {{"gpus", 2.5005}}}}).ok());
   auto huge = ParseCreateInstance(*ParseJson(
       R"({"billing":"spot","gpu_model":"H100-80GB","gpus":18446744073709551615,"vcpus":1,)"
       R"("memory_mib":1})",
