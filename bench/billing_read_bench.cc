@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "store/store.h"
+#include "testing/open_loop.h"
 #include "testing/testing.h"
 
 namespace tessera {
@@ -87,32 +88,6 @@ void SeedLedger(const std::string& data, const std::string& tenant, int64_t line
   }
 }
 
-// p50 and p99 latency, in ms, of creations sent at `rate` per second for `seconds` (open loop).
-std::pair<double, double> Creates(const std::string& url, const std::string& token, double rate,
-                                  double seconds) {
-  const int requests = static_cast<int>(rate * seconds);
-  std::vector<double> latencies(static_cast<size_t>(requests));
-  std::vector<std::thread> senders;
-  const auto start = Clock::now();
-  std::atomic<int> next{0};
-  for (int c = 0; c < 8; ++c) {
-    senders.emplace_back([&] {
-      httplib::Client client(url);
-      const httplib::Headers h = {{"Authorization", "Bearer " + token}};
-      for (int i; (i = next++) < requests;) {
-        const auto due = start + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(i / rate));
-        std::this_thread::sleep_until(due);
-        auto r = client.Post("/v1/instances", h, kShare, "application/json");
-        latencies[static_cast<size_t>(i)] =
-            r && r->status == 201 ? std::chrono::duration<double>(Clock::now() - due).count() : 1e9;
-      }
-    });
-  }
-  for (auto& t : senders) t.join();
-  return {Percentile(latencies, 0.5) * 1e3, Percentile(latencies, 0.99) * 1e3};
-}
-
 }  // namespace
 }  // namespace tessera
 
@@ -148,7 +123,9 @@ int main(int argc, char** argv) {
   auto once = probe.Get("/v1/usage?group_by=type", a_auth);
   if (!once || once->status != 200) Die("A's usage failed: " + (once ? once->body : "no answer"));
 
-  const auto [alone_p50, alone_p99] = Creates(url, b_token, rate, seconds);
+  const int creates = static_cast<int>(rate * seconds);
+  const auto [alone_p50, alone_p99] =
+      testing::OpenLoopPosts(url, b_token, "/v1/instances", kShare, creates, rate, 8);
 
   std::atomic<bool> stop{false};
   std::atomic<int> refused{0};
@@ -171,7 +148,8 @@ int main(int argc, char** argv) {
       }
     });
   }
-  const auto [busy_p50, busy_p99] = Creates(url, b_token, rate, seconds);
+  const auto [busy_p50, busy_p99] =
+      testing::OpenLoopPosts(url, b_token, "/v1/instances", kShare, creates, rate, 8);
   stop = true;
   for (auto& t : readers) t.join();
 

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/open_loop.h"
 #include "testing/raw_http.h"
 #include "testing/testing.h"
 
@@ -88,32 +89,6 @@ double Throughput(const std::string& url, const std::string& token, int requests
   return requests / secs;
 }
 
-// p50 and p99 latency, in ms, of creations sent at `rate` per second whatever happened to earlier
-// ones (open loop): a request's latency counts from when it was due.
-std::pair<double, double> FixedRate(const std::string& url, const std::string& token, int requests,
-                                    double rate) {
-  std::vector<double> latencies(static_cast<size_t>(requests));
-  std::vector<std::thread> senders;
-  const auto start = Clock::now();
-  std::atomic<int> next{0};
-  for (int c = 0; c < 16; ++c) {
-    senders.emplace_back([&] {
-      httplib::Client client(url);
-      const httplib::Headers h = {{"Authorization", "Bearer " + token}};
-      for (int i; (i = next++) < requests;) {
-        const auto due = start + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(i / rate));
-        std::this_thread::sleep_until(due);
-        auto r = client.Post("/v1/instances", h, kShare, "application/json");
-        latencies[static_cast<size_t>(i)] =
-            r && r->status == 201 ? std::chrono::duration<double>(Clock::now() - due).count() : 1e9;
-      }
-    });
-  }
-  for (auto& t : senders) t.join();
-  return {Percentile(latencies, 0.5) * 1e3, Percentile(latencies, 0.99) * 1e3};
-}
-
 // Seconds from process start to /readyz with what `data` holds.
 double StartUp(const std::string& bin, const std::string& data, const std::string& fleet) {
   const auto start = Clock::now();
@@ -155,7 +130,8 @@ Figures Round(const std::string& bin, int requests, double rate) {
     const double cpu_before = testing::CpuSeconds(server.pid());
     f.creates_per_s = Throughput(server.url(), token, requests);
     f.cpu_ms_per_1k = (testing::CpuSeconds(server.pid()) - cpu_before) * 1e6 / requests;
-    std::tie(f.p50_ms, f.p99_ms) = FixedRate(server.url(), token, std::min(requests, 5000), rate);
+    std::tie(f.p50_ms, f.p99_ms) = testing::OpenLoopPosts(
+        server.url(), token, "/v1/instances", kShare, std::min(requests, 5000), rate, 16);
     server.Stop(SIGTERM);
   }
   f.startup_s = StartUp(bin, data, fleet);

@@ -123,16 +123,22 @@ TEST(MeterTest, AmountsRoundHalfToEvenToTheMicroDollar) {
   EXPECT_EQ(Amount(Dollars("98.32"), 1).micros(), 27'311);
 }
 
-TEST(ReservationTest, TheWholeTermIsBilledInMonthlyLines) {
+// Two gpu.1xh100 units for a year from `start`, at the catalog's one-year rate.
+Reservation TwoH100sForAYear(int64_t start) {
   Reservation r;
   r.id = "resv-000001";
   r.tenant = "tenant-000001";
   r.instance_type = "gpu.1xh100";
   r.count = 2;
   r.term = "1y";
-  r.start = kNov30 + 12 * 3600;  // Nov 30 noon.
-  r.end = r.start + *TermSeconds("1y");
+  r.start = start;
+  r.end = start + *TermSeconds("1y");
   r.rate = Dollars("7.672959");
+  return r;
+}
+
+TEST(ReservationTest, TheWholeTermIsBilledInMonthlyLines) {
+  const Reservation r = TwoH100sForAYear(kNov30 + 12 * 3600);  // From Nov 30 noon.
   std::vector<store::LedgerRecord> lines;
   ReservationLines(r, 0, INT64_MAX, lines);
   ASSERT_EQ(lines.size(), 13u) << "half a day of November, 11 whole months, then the rest";
@@ -224,15 +230,7 @@ TEST(SummaryTest, TotalsAreTheExactSumOfTheLinesAndTheCsvParsesBack) {
 // "Seconds" are time that ran: a reservation's term, used or not, is counted apart as unit-seconds,
 // so a tenant who reserved 2 units and ran 10 minutes on one sees 600 seconds, not a month.
 TEST(SummaryTest, SecondsAreTimeOfUseAndAReservationsTermIsCountedApart) {
-  Reservation r;
-  r.id = "resv-000001";
-  r.tenant = "tenant-000001";
-  r.instance_type = "gpu.1xh100";
-  r.count = 2;
-  r.term = "1y";
-  r.start = kNov30;
-  r.end = r.start + *TermSeconds("1y");
-  r.rate = Dollars("7.672959");
+  const Reservation r = TwoH100sForAYear(kNov30);
   std::vector<store::LedgerRecord> lines;
   ReservationLines(r, kNov30, kDec1, lines);
   ASSERT_EQ(lines.size(), 1u);
