@@ -58,7 +58,9 @@ struct Rule {
 };
 
 inline constexpr size_t kMaxRulesPerTenant = 200;
-inline constexpr size_t kMaxRules = 10'000;
+inline constexpr size_t kMaxTenantRules = 10'000;  // All tenants' together.
+// The operator's own (the built-in ones included), never taken by tenants' rules.
+inline constexpr size_t kMaxOperatorRules = 1'000;
 
 // A rule from a POST /v1/alert-rules body (id, owner and created_at are the caller's to set).
 // InvalidArgument naming the field: an unknown metric (listing the known ones), a bad op, a

@@ -166,7 +166,8 @@ Result<core::AgentSync> ParseSync(json& body) {
       core::WorkloadLog log;
       log.instance = l.String("id");
       log.attempt = static_cast<int>(l.Int("attempt", 0, INT32_MAX));
-      log.offset = l.Int("offset", 0, INT64_MAX);
+      // The offset plus a report's bytes stays an int64: a log's end can never overflow.
+      log.offset = l.Int("offset", 0, INT64_MAX - static_cast<int64_t>(kMaxLogBytes));
       const std::string text = l.String("data_base64");
       TESSERA_RETURN_IF_ERROR(BodyStatus(l));
       auto data = Base64Decode(text);

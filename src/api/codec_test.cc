@@ -161,6 +161,26 @@ TEST(CodecTest, ImageFieldsOfAnInstanceAndATemplateAreCheckedNamingTheField) {
   }
 }
 
+// A log's offset leaves room for a report's bytes: its end can never overflow.
+TEST(CodecTest, ALogOffsetNearTheEndOfInt64IsRefused) {
+  auto sync = [](int64_t offset) {
+    json body = {{"protocol", 1},
+                 {"agent_id", "a1"},
+                 {"seq", 1},
+                 {"generation", 0},
+                 {"logs", json::array({{{"id", "inst-000001"},
+                                        {"attempt", 0},
+                                        {"offset", offset},
+                                        {"data_base64", "aGk="}}})}};
+    return ParseSync(body);
+  };
+  EXPECT_TRUE(sync(1'000'000).ok());
+  auto huge = sync(INT64_MAX - 3);  // Seen in a trial: 2^63 - 3.
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("field 'offset'"), std::string::npos)
+      << huge.status().message();
+}
+
 // A report of a workload whose image is still being pulled: {"state": "pulling", "pull": {...}}.
 TEST(CodecTest, APullingReportCarriesItsProgressAndErrorsNameTheField) {
   auto sync = [](json report) {

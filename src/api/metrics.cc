@@ -145,6 +145,10 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   Gauge(out, "tessera_agent_reports_refused_total", "counter",
         "Agent reports refused (replayed, superseded or malformed).",
         state.counters().agent_reports_refused);
+  Gauge(out, "tessera_agent_times_clamped_total", "counter",
+        "Workload start times agents reported before the instance was scheduled or in the "
+        "future, taken as the nearest time that can be.",
+        state.counters().agent_times_clamped);
 
   // Groups, and what autoscaled ones follow: one family at a time, as the format requires.
   struct Family {

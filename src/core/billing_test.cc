@@ -25,11 +25,12 @@ constexpr int64_t kNov30 = 1'795'996'800;  // 2026-11-30T00:00:00Z.
 
 Time At(int64_t unix_seconds) { return Time(std::chrono::seconds(unix_seconds)); }
 
-json Inventory(int gpus, const std::string& model, bool mig = false) {
+// A node's GPUs; their UUIDs are the node's own, as a GPU is in one node.
+json Inventory(int gpus, const std::string& model, bool mig, const std::string& node) {
   json list = json::array();
   for (int i = 0; i < gpus; ++i) {
     list.push_back({{"index", i},
-                    {"uuid", "GPU-" + std::to_string(i)},
+                    {"uuid", "GPU-" + node + "-" + std::to_string(i)},
                     {"model", model},
                     {"mig_enabled", mig}});
   }
@@ -80,11 +81,12 @@ class BillingTest : public ::testing::Test {
     const auto created =
         mode == catalog::SharingMode::kMig ? catalog::SharingMode::kExclusive : mode;
     ASSERT_TRUE(state_->CreateAgentNode(name, {}, created, "token-" + name, batch_).ok());
-    ASSERT_TRUE(
-        state_
-            ->RegisterAgent(
-                name, {agent_, Inventory(gpus, model, mode == catalog::SharingMode::kMig)}, batch_)
-            .ok());
+    ASSERT_TRUE(state_
+                    ->RegisterAgent(
+                        name,
+                        {agent_, Inventory(gpus, model, mode == catalog::SharingMode::kMig, name)},
+                        batch_)
+                    .ok());
     nodes_.push_back(name);
   }
 
@@ -200,7 +202,9 @@ class BillingTest : public ::testing::Test {
     agent_ = "a2";
     ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
     for (const char* node : {"gpu-1"}) {
-      ASSERT_TRUE(state_->RegisterAgent(node, {agent_, Inventory(2, "H100-80GB")}, batch_).ok());
+      ASSERT_TRUE(
+          state_->RegisterAgent(node, {agent_, Inventory(2, "H100-80GB", false, node)}, batch_)
+              .ok());
     }
   }
 

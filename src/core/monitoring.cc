@@ -165,11 +165,19 @@ json State::TopInstances(const Tenant& caller) const {
 Result<alerts::Rule> State::CreateAlertRule(const Tenant& caller, alerts::Rule rule,
                                             store::Batch& batch) {
   rule.owner = caller.admin ? "" : caller.id.str();
-  if (evaluator_.rules().size() >= alerts::kMaxRules ||
-      (!caller.admin && evaluator_.rules_of(rule.owner) >= alerts::kMaxRulesPerTenant)) {
+  // Tenants' rules and the operator's are capped apart: tenants cannot lock the operator out.
+  const size_t operators = evaluator_.rules_of("");
+  if (caller.admin && operators >= alerts::kMaxOperatorRules) {
     return Status::ResourceExhausted(
-        fmt::format("too many alert rules: at most {} a tenant and {} in all; delete one first",
-                    alerts::kMaxRulesPerTenant, alerts::kMaxRules));
+        fmt::format("too many alert rules: the operator has at most {}; delete one first",
+                    alerts::kMaxOperatorRules));
+  }
+  if (!caller.admin && (evaluator_.rules().size() - operators >= alerts::kMaxTenantRules ||
+                        evaluator_.rules_of(rule.owner) >= alerts::kMaxRulesPerTenant)) {
+    return Status::ResourceExhausted(fmt::format(
+        "too many alert rules: at most {} a tenant and {} for all tenants together; delete one "
+        "first",
+        alerts::kMaxRulesPerTenant, alerts::kMaxTenantRules));
   }
   rule.id = fmt::format("rule-{:06d}", next_rule_++);
   rule.created_at = clock_->Now();

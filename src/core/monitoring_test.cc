@@ -456,6 +456,25 @@ TEST_F(MonitoringTest, ATenantHasAtMostMaxRulesPerTenantAndOthersAreNotCounted) 
       << "a deleted rule frees its place";
 }
 
+// Tenants together cannot fill the rule table and lock the operator out: their cap and the
+// operator's are apart.
+TEST_F(MonitoringTest, TenantsRulesAndTheOperatorsAreCappedApart) {
+  const size_t tenants = alerts::kMaxTenantRules / alerts::kMaxRulesPerTenant;
+  for (size_t t = 0; t < tenants; ++t) {
+    const Tenant tenant =
+        *state_->tenants().Create(fmt::format("t{}", t), 1000, fmt::format("h-t{}", t), batch_);
+    for (size_t i = 0; i < alerts::kMaxRulesPerTenant; ++i) {
+      ASSERT_TRUE(state_->CreateAlertRule(tenant, HotRule("Hot", "", true), batch_).ok()) << t;
+    }
+  }
+  auto full = state_->CreateAlertRule(acme_, HotRule("Hot", "", true), batch_);
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("for all tenants together"), std::string::npos)
+      << full.status().message();
+  EXPECT_TRUE(state_->CreateAlertRule(Admin(), HotRule("Hot", "", false), batch_).ok())
+      << "the operator's rules are not tenants' to take";
+}
+
 TEST_F(MonitoringTest, ARuleFiresOnAHotGpuResolvesWhenItCoolsAndATenantsOnlyOnItsOwn) {
   clock_.Advance(kNodeTimeout + 1s);  // Past the start's settling period.
   Join("gpu-1", 2);

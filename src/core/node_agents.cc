@@ -27,15 +27,27 @@ bool IsPrintableAscii(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
+// Printable ASCII, spaces allowed (a GPU's name: "NVIDIA H100 80GB HBM3").
+bool IsPrintableText(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
 // The node a registration describes, checked field by field against the catalog.
 Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const AgentNode& node,
                                           const nlohmann::json& inventory) {
   JsonFields f(inventory, "inventory");
   f.RejectUnknown({"backend", "driver_version", "cpu_milli", "memory_mib", "gpus", "nvlink_islands",
                    "hostname"});
-  f.String("backend", false);
-  f.String("driver_version", false);
-  f.String("hostname", false);
+  // Words of the inventory become series' labels and API fields: short and printable.
+  auto text = [](JsonFields& on, const char* key, size_t max) {
+    const std::string v = on.String(key, false);
+    if (on.ok() && (v.size() > max || !IsPrintableText(v))) {
+      on.Fail(key, fmt::format("must be at most {} printable ASCII characters", max));
+    }
+  };
+  text(f, "backend", 32);
+  text(f, "driver_version", 64);
+  text(f, "hostname", 253);
   fleet::NodeSpec spec;
   spec.name = node.name;
   spec.cpu_milli = f.Int("cpu_milli", 1000, int64_t{100'000} * 1000);
@@ -55,6 +67,9 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
       const int64_t index = g.Int("index", 0, fleet::kMaxGpusPerNode - 1);
       const std::string uuid = g.String("uuid");
       const std::string name = g.String("name", false);
+      if (g.ok() && (name.size() > 256 || !IsPrintableText(name))) {
+        g.Fail("name", "must be at most 256 printable ASCII characters");
+      }
       const std::string model = g.String("model");
       g.Int("memory_mib", 0, int64_t{1} << 24, false);
       const bool mig = g.Bool("mig_enabled", false);
@@ -76,7 +91,7 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
         }
       }
       g.Get("nvlink_peers", false);
-      g.String("pci_bus_id", false);
+      text(g, "pci_bus_id", 32);
       if (!g.ok()) return g.first_error();
       if (index != static_cast<int64_t>(i)) g.Fail("index", fmt::format("is {}, not {}", index, i));
       if (uuid.empty() || uuid.size() > kMaxUuid || !IsPrintableAscii(uuid)) {
@@ -273,8 +288,26 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   if (reg.agent_id.empty() || reg.agent_id.size() > 64 || !IsPrintableAscii(reg.agent_id)) {
     return Status::InvalidArgument("field 'agent_id': must be 1-64 printable ASCII characters");
   }
+  if (!reg.address.empty() && !IsHostAddress(reg.address)) {
+    return Status::InvalidArgument(fmt::format(
+        "field 'advertise_address': {} is not an IP address or a DNS name", Quote(reg.address)));
+  }
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeSpec spec,
                            SpecFromInventory(*catalog_, *node, reg.inventory));
+  // A GPU is in one node: a UUID another node holds is a copied inventory or a lying agent.
+  for (size_t n = 0; n < fleet_->size(); ++n) {
+    const fleet::Node& other = fleet_->node(fleet::NodeIndex(static_cast<uint32_t>(n)));
+    if (other.name == name) continue;
+    for (const fleet::Gpu& g : other.gpus) {
+      if (g.uuid.empty()) continue;
+      if (auto it = std::find(spec.gpu_uuids.begin(), spec.gpu_uuids.end(), g.uuid);
+          it != spec.gpu_uuids.end()) {
+        return Status::FailedPrecondition(fmt::format(
+            "field 'inventory.gpus[{}].uuid': '{}' is a GPU of node '{}'; a GPU is in one node",
+            it - spec.gpu_uuids.begin(), Quote(g.uuid), other.name));
+      }
+    }
+  }
   if (auto existing = fleet_->Find(name); existing.ok()) {
     const fleet::Node& n = fleet_->node(*existing);
     const bool same = node->simulated
@@ -299,10 +332,6 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
     admission_.FleetChanged();
     CapacityFreed();
     spdlog::info("node {} joined: {}", name, Describe(spec));
-  }
-  if (!reg.address.empty() && !IsHostAddress(reg.address)) {
-    return Status::InvalidArgument(fmt::format(
-        "field 'advertise_address': {} is not an IP address or a DNS name", Quote(reg.address)));
   }
   node->inventory = reg.inventory;
   node->info = NodeInfoOf(*node);
@@ -343,6 +372,26 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     ++counters_.agent_reports_refused;
     return Status::FailedPrecondition(fmt::format(
         "report {} replayed: reports up to {} were applied already", sync.seq, node->report_seq));
+  }
+  if (sync.telemetry) {
+    // Readings of GPUs the node does not have would become series of GPUs nobody has.
+    const size_t gpus = node->gpu_count();
+    for (size_t i = 0; i < sync.telemetry->gpus.size(); ++i) {
+      if (static_cast<size_t>(sync.telemetry->gpus[i].index) >= gpus) {
+        ++counters_.agent_reports_refused;
+        return Status::InvalidArgument(
+            fmt::format("field 'telemetry.gpus[{}].index': {} is not a GPU of node '{}' ({} GPUs)",
+                        i, sync.telemetry->gpus[i].index, name, gpus));
+      }
+    }
+    for (size_t i = 0; i < sync.telemetry->xids.size(); ++i) {
+      if (sync.telemetry->xids[i].gpu >= static_cast<int>(gpus)) {
+        ++counters_.agent_reports_refused;
+        return Status::InvalidArgument(
+            fmt::format("field 'telemetry.xids[{}].gpu': {} is not a GPU of node '{}' ({} GPUs)", i,
+                        sync.telemetry->xids[i].gpu, name, gpus));
+      }
+    }
   }
   ++counters_.agent_reports;
   node->report_seq = sync.seq;
@@ -575,7 +624,14 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
   if (report.state == InstanceState::kRunning) {
     if (report.port) RendezvousReserved(inst, *report.port, batch);
     if (inst.state != InstanceState::kScheduled) return false;
-    inst.started_at = report.started_at.value_or(now);
+    // A start before the instance was scheduled or after now is the agent's clock, or a lie:
+    // clamped to the time it can have been, and counted.
+    Time started = report.started_at.value_or(now);
+    if (started < inst.updated_at || started > now) {
+      started = std::clamp(started, inst.updated_at, now);
+      ++counters_.agent_times_clamped;
+    }
+    inst.started_at = started;
     Transition(inst, InstanceState::kRunning, "", batch);
     counters_.start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
     return true;

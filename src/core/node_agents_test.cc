@@ -101,6 +101,55 @@ TEST_F(NodeAgentsTest, RegistrationAddsTheNodeAsItsAgentDescribesItOrSaysWhatIsW
   auto changed = state_->RegisterAgent("gpu-1", {"a3", TestInventory(4)}, batch_);
   EXPECT_EQ(changed.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(changed.message().find("4 x H100-80GB"), std::string::npos) << changed.message();
+
+  // What a node token claims is checked as tenant input is, and a refusal adds nothing.
+  ASSERT_TRUE(
+      state_->CreateAgentNode("gpu-2", {}, catalog::SharingMode::kExclusive, "t3", batch_).ok());
+  json loud = TestInventory(1, "H100-80GB", "v");
+  loud["gpus"][0]["name"] = std::string(990'000, 'N');  // It would label every series.
+  auto named = state_->RegisterAgent("gpu-2", {"b1", loud}, batch_);
+  EXPECT_EQ(named.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(named.message().find("gpus[0]: field 'name'"), std::string::npos) << named.message();
+  auto copied = state_->RegisterAgent("gpu-2", {"b1", TestInventory(2)}, batch_);
+  EXPECT_EQ(copied.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(copied.message().find("'u0' is a GPU of node 'gpu-1'"), std::string::npos)
+      << copied.message();
+  auto nowhere = state_->RegisterAgent(
+      "gpu-2", {"b1", TestInventory(1, "H100-80GB", "v"), "no where"}, batch_);
+  EXPECT_EQ(nowhere.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(nowhere.message().find("advertise_address"), std::string::npos) << nowhere.message();
+  EXPECT_EQ(state_->fleet().size(), 1u) << "no refused registration joined the fleet";
+}
+
+// A report's times and GPUs are the node's to tell, within what can be: a start before the
+// instance was scheduled (or in the future) is clamped and counted, readings of a GPU the node
+// does not have are refused naming the field.
+TEST_F(NodeAgentsTest, WhatAReportClaimsIsClampedOrRefusedNeverStoredAsSent) {
+  Join("gpu-1", 1);
+  const Instance inst = Create(TestH100(1));
+  clock_.Advance(5s);
+  AgentReport ancient = Running(inst);
+  ancient.started_at = Time(std::chrono::seconds(-62'135'596'800));  // Year 1.
+  ASSERT_TRUE(Report("gpu-1", 1, {ancient}).ok());
+  const Instance& running = Get(inst.id.str());
+  ASSERT_EQ(running.state, InstanceState::kRunning);
+  EXPECT_EQ(*running.started_at, inst.updated_at) << "no earlier than it was scheduled";
+  EXPECT_EQ(state_->counters().agent_times_clamped, 1);
+  EXPECT_GE(state_->counters().start_latency.sum, 0) << "no negative start latency";
+  AgentSync s;
+  s.agent_id = "a1";
+  s.seq = 2;
+  auto t = std::make_shared<telemetry::Telemetry>();
+  t->gpus.resize(2);
+  t->gpus[1].index = 1;  // The node has one GPU.
+  s.telemetry = t;
+  state_->BeginRound();
+  auto refused = state_->SyncAgent("gpu-1", s, batch_);
+  state_->EndRound(batch_);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("telemetry.gpus[1].index"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(state_->counters().agent_reports_refused, 1);
 }
 
 TEST_F(NodeAgentsTest, ReplayedAndSupersededReportsAreRefusedAndChangeNothing) {

@@ -82,6 +82,7 @@ struct Counters {
   int64_t gpus_unhealthy = 0;  // GPUs taken out of service (by a fault or an operator).
   int64_t agent_reports = 0;
   int64_t agent_reports_refused = 0;
+  int64_t agent_times_clamped = 0;  // Reports' start times before the schedule or in the future.
   int64_t alert_evaluations = 0;
 };
 
