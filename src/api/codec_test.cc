@@ -84,15 +84,15 @@ TEST(CodecTest, TenantUpdatesAndTokenRotations) {
   EXPECT_FALSE(ParseRotateToken({{"grace_seconds", -1}}).ok());
 }
 
+// An agent's report with `key` set to `value` beside the fields every report has.
+Result<core::AgentSync> SyncWith(const std::string& key, json value) {
+  json body = {{"protocol", 1}, {"agent_id", "a1"}, {"seq", 1}, {"generation", 0}};
+  body[key] = std::move(value);
+  return ParseSync(body);
+}
+
 TEST(CodecTest, AnAgentsIsolationIsUidOrNoneAndErrorsNameTheField) {
-  auto sync = [](json isolation) {
-    json body = {{"protocol", 1},
-                 {"agent_id", "a1"},
-                 {"seq", 1},
-                 {"generation", 0},
-                 {"isolation", std::move(isolation)}};
-    return ParseSync(body);
-  };
+  auto sync = [](json isolation) { return SyncWith("isolation", std::move(isolation)); };
   auto uid = sync({{"mode", "uid"}, {"note", "one uid per tenant"}});
   ASSERT_TRUE(uid.ok()) << uid.status().message();
   EXPECT_EQ(uid->isolation, core::Isolation::kUid);
@@ -164,15 +164,10 @@ TEST(CodecTest, ImageFieldsOfAnInstanceAndATemplateAreCheckedNamingTheField) {
 // A log's offset leaves room for a report's bytes: its end can never overflow.
 TEST(CodecTest, ALogOffsetNearTheEndOfInt64IsRefused) {
   auto sync = [](int64_t offset) {
-    json body = {{"protocol", 1},
-                 {"agent_id", "a1"},
-                 {"seq", 1},
-                 {"generation", 0},
-                 {"logs", json::array({{{"id", "inst-000001"},
-                                        {"attempt", 0},
-                                        {"offset", offset},
-                                        {"data_base64", "aGk="}}})}};
-    return ParseSync(body);
+    return SyncWith("logs", json::array({{{"id", "inst-000001"},
+                                          {"attempt", 0},
+                                          {"offset", offset},
+                                          {"data_base64", "aGk="}}}));
   };
   EXPECT_TRUE(sync(1'000'000).ok());
   auto huge = sync(INT64_MAX - 3);  // Seen in a trial: 2^63 - 3.
@@ -183,14 +178,7 @@ TEST(CodecTest, ALogOffsetNearTheEndOfInt64IsRefused) {
 
 // A report of a workload whose image is still being pulled: {"state": "pulling", "pull": {...}}.
 TEST(CodecTest, APullingReportCarriesItsProgressAndErrorsNameTheField) {
-  auto sync = [](json report) {
-    json body = {{"protocol", 1},
-                 {"agent_id", "a1"},
-                 {"seq", 1},
-                 {"generation", 0},
-                 {"workloads", json::array({std::move(report)})}};
-    return ParseSync(body);
-  };
+  auto sync = [](json report) { return SyncWith("workloads", json::array({std::move(report)})); };
   auto pulling = [](json pull) {
     return json{{"id", "inst-000001"}, {"attempt", 2}, {"state", "pulling"}, {"pull", pull}};
   };
