@@ -96,6 +96,65 @@ TEST_F(HardeningTest, MadeUpMethodsAddNoMetricSeries) {
   EXPECT_EQ(other, 300) << metrics.raw.substr(0, 4000);
 }
 
+// The value of the unlabelled series `name` in the server's /metrics, or -1.
+int64_t MetricValue(const std::string& text, const std::string& name) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + " ", 0) == 0) return std::stoll(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+TEST_F(HardeningTest, BodiesHeldBackHoldOnlyTheirTenantsShareAndNeverTheAgentsOrTheOperators) {
+  // Sixteen tenants each announce sixteen bodies of 1 MiB and send none, all from one address.
+  auto announce = [&](const std::string& token) {
+    auto c = Connect();
+    EXPECT_TRUE(
+        c->Send("POST /v1/instances HTTP/1.1\r\nHost: h\r\nContent-Type: "
+                "application/json\r\nAuthorization: Bearer " +
+                token + "\r\nContent-Length: 1048576\r\n\r\n"));
+    return c;
+  };
+  std::vector<std::string> hogs;
+  for (int t = 0; t < 16; ++t) hogs.push_back(NewTenant(fmt::format("hog{}", t), 1));
+  const std::string bob = NewTenant("bob", 1);
+  auto node = Post("/v1/nodes", kAdminToken, {{"name", "n9"}, {"sharing", "exclusive"}});
+  ASSERT_EQ(node.status, 201) << node.raw;
+  const std::string node_token = node.body.value("token", "");
+  std::vector<std::unique_ptr<RawConnection>> held;
+  for (int i = 0; i < 16; ++i) held.push_back(announce(hogs[0]));
+  auto bytes_held = [&] {
+    return MetricValue(Get("/metrics", kAdminToken).raw,
+                       "tessera_http_request_body_bytes_in_flight");
+  };
+  for (int i = 0; i < 200 && bytes_held() < (16 << 20); ++i) std::this_thread::sleep_for(10ms);
+  // A seventeenth body of the same tenant passes its share: 429, at once.
+  auto over = announce(hogs[0]);
+  auto r = over->Read(5s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(Body(*r)["error"]["code"], "too_many_requests");
+  EXPECT_NE(r->body.find("share of 16777216 bytes"), std::string::npos) << r->body;
+  // Another tenant on the same address is served.
+  auto created = Post("/v1/instances", bob, H100(1, "spot"));
+  EXPECT_EQ(created.status, 201) << created.raw;
+  // The other fifteen fill the tenants' pool of 256 MiB: now a tenant waits (503)...
+  for (int t = 1; t < 16; ++t) {
+    for (int i = 0; i < 16; ++i) held.push_back(announce(hogs[static_cast<size_t>(t)]));
+  }
+  for (int i = 0; i < 200 && bytes_held() < (256 << 20); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(Post("/v1/instances", bob, H100(1, "spot")).status, 503);
+  // ...but an agent's report and the operator's requests draw on their own pool: read and judged.
+  auto report = Post("/v1/agent/register", node_token, {{"protocol", 1}});
+  EXPECT_EQ(report.status, 400) << report.raw;
+  auto disable =
+      Patch("/v1/tenants/" + Get("/v1/tenants", kAdminToken).body["tenants"][0].value("id", ""),
+            kAdminToken, {{"disabled", true}});
+  EXPECT_EQ(disable.status, 200) << disable.raw;
+  auto metrics = Get("/metrics", kAdminToken).raw;
+  EXPECT_NE(metrics.find("tessera_http_refused_total{reason=\"body_share\"} 1"), std::string::npos);
+}
+
 TEST_F(HardeningTest, AnonymousWritesLeaveNoAuditRowsAndTheAuditLogStaysReadable) {
   const std::string token = NewTenant("acme", 4);
   const std::string bad_body = "{\"billing\": \"spot\xff\xfe\", \"instance_type\": \"x\"}";

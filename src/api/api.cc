@@ -228,6 +228,15 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
     }
   }
   decision.max_body = kIgnoredBodyBytes;
+  // Each principal's bodies count against its own share of the body budget, and the agents' and
+  // the operator's against a pool of their own: no tenant can starve another, the nodes, or the
+  // operator acting against it (docs/http.md). A public route's caller is known by its address.
+  if (route->access != Access::kPublic) {
+    decision.budget_key = !principal.node.empty() ? "node " + principal.node
+                          : principal.admin       ? std::string("admin")
+                                                  : "tenant " + principal.tenant.str();
+    decision.reserved = !principal.node.empty() || principal.admin;
+  }
   if (route->body != BodyKind::kNone) {
     decision.max_body = SIZE_MAX;  // The HTTP layer's limit (1 MiB) applies.
     const std::string* type = head.Header("content-type");

@@ -60,7 +60,56 @@ struct Liveness {
 struct Counters {
   std::atomic<int64_t> open{0}, accepted{0}, refused_total{0}, refused_address{0},
       refused_overloaded{0}, timeouts{0}, too_large{0}, malformed{0}, exceptions{0}, in_flight{0},
-      body_bytes{0};
+      refused_body_share{0};
+};
+
+// The bodies held in memory: two pools (the reserved one for agents), and each caller's share.
+class BodyBudget {
+ public:
+  explicit BodyBudget(const HttpLimits& limits) : limits_(limits) {}
+
+  enum class Verdict { kOk, kPoolFull, kShareFull };
+
+  // Counts `bytes` against `key`'s share and its pool, unless either would pass its limit.
+  Verdict Reserve(const std::string& key, bool reserved, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t& pool = pools_[reserved ? 1 : 0];
+    if (pool + bytes > PoolLimit(reserved)) return Verdict::kPoolFull;
+    size_t& mine = by_key_[key];
+    if (mine + bytes > Share(reserved)) {
+      if (mine == 0) by_key_.erase(key);
+      return Verdict::kShareFull;
+    }
+    mine += bytes;
+    pool += bytes;
+    return Verdict::kOk;
+  }
+
+  size_t PoolLimit(bool reserved) const {
+    return reserved ? limits_.reserved_body_bytes_in_flight : limits_.max_body_bytes_in_flight;
+  }
+  size_t Share(bool reserved) const {
+    return std::min(limits_.max_body_bytes_per_caller, PoolLimit(reserved));
+  }
+
+  void Release(const std::string& key, bool reserved, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pools_[reserved ? 1 : 0] -= bytes;
+    if (auto it = by_key_.find(key); it != by_key_.end() && (it->second -= bytes) == 0) {
+      by_key_.erase(it);
+    }
+  }
+
+  int64_t InFlight() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(pools_[0] + pools_[1]);
+  }
+
+ private:
+  const HttpLimits& limits_;
+  mutable std::mutex mu_;
+  size_t pools_[2] = {0, 0};                        // Guarded by mu_.
+  std::unordered_map<std::string, size_t> by_key_;  // Guarded by mu_; no zero entries.
 };
 
 struct StreamState;
@@ -215,6 +264,7 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::shared_ptr<Liveness> live = std::make_shared<Liveness>();
   Counters counters;
+  BodyBudget bodies{options.limits};
 
   std::mutex mu;
   std::unordered_map<uint64_t, std::shared_ptr<SessionBase>> sessions;  // Guarded by mu.
@@ -330,7 +380,7 @@ class Session final : public SessionBase {
     if (!awaiting_) return;
     awaiting_ = false;
     --server_->counters.in_flight;
-    server_->counters.body_bytes -= static_cast<int64_t>(reserved_body_);
+    if (reserved_body_ > 0) server_->bodies.Release(body_key_, body_reserved_, reserved_body_);
     reserved_body_ = 0;
   }
 
@@ -469,14 +519,27 @@ class Session final : public SessionBase {
       return Fail(413, "payload_too_large",
                   fmt::format("the body is {} bytes; the limit is {}", *length, max_body));
     }
-    // Bodies held in memory are bounded too: a chunked one counts at its limit.
+    // Bodies held in memory are bounded too, in all and per caller: a chunked one counts at its
+    // limit.
     const size_t reserve = body_follows ? (length ? static_cast<size_t>(*length) : max_body) : 0;
-    if (server_->counters.body_bytes + static_cast<int64_t>(reserve) >
-        static_cast<int64_t>(limits_.max_body_bytes_in_flight)) {
-      return Overloaded(body_follows, "too many request bodies in flight; retry");
+    if (reserve > 0) {
+      body_key_ = decision.budget_key.empty() ? "address " + address_ : decision.budget_key;
+      body_reserved_ = decision.reserved;
+      switch (server_->bodies.Reserve(body_key_, body_reserved_, reserve)) {
+        case BodyBudget::Verdict::kOk:
+          break;
+        case BodyBudget::Verdict::kPoolFull:
+          return Overloaded(body_follows, "too many request bodies in flight; retry");
+        case BodyBudget::Verdict::kShareFull:
+          ++server_->counters.refused_body_share;
+          return Busy(429, "too_many_requests", body_follows,
+                      fmt::format("this caller's request bodies in flight would pass its share "
+                                  "of {} bytes; send those bodies or close their connections, "
+                                  "then retry",
+                                  server_->bodies.Share(body_reserved_)));
+      }
     }
     ++server_->counters.in_flight;
-    server_->counters.body_bytes += static_cast<int64_t>(reserve);
     reserved_body_ = reserve;
     awaiting_ = true;
     max_body_ = max_body;
@@ -499,14 +562,38 @@ class Session final : public SessionBase {
   }
 
   void ReadBody() {
-    Arm(limits_.body_timeout);
-    http::async_read(stream_, buffer_, *body_parser_,
-                     [self = Self()](beast::error_code ec, size_t) {
-                       if (ec) return self->OnReadError(ec, /*in_head=*/false);
-                       self->request_.body = self->body_parser_->release().body();
-                       self->body_parser_.reset();
-                       self->Dispatch();
-                     });
+    body_started_ = std::chrono::steady_clock::now();
+    body_read_ = 0;
+    ReadMoreBody();
+  }
+
+  // Reads the body piece by piece, each piece under the deadline its progress allows: the whole
+  // body within body_timeout, and after body_rate_grace at least min_body_rate bytes a second on
+  // average. So a caller cannot hold its share of the body budget by sending nothing.
+  void ReadMoreBody() {
+    using std::chrono::milliseconds;
+    milliseconds allowed = limits_.body_timeout;
+    if (limits_.min_body_rate > 0) {
+      allowed = std::min(allowed, limits_.body_rate_grace +
+                                      milliseconds(body_read_ * 1000 / limits_.min_body_rate));
+    }
+    const auto left =
+        std::chrono::ceil<milliseconds>(body_started_ + allowed - std::chrono::steady_clock::now());
+    if (left <= milliseconds(0)) {
+      timed_out_ = true;
+      return OnReadError(beast::error::timeout, /*in_head=*/false);
+    }
+    Arm(left);
+    http::async_read_some(stream_, buffer_, *body_parser_,
+                          [self = Self()](beast::error_code ec, size_t n) {
+                            if (ec) return self->OnReadError(ec, /*in_head=*/false);
+                            self->body_read_ += n;
+                            if (!self->body_parser_->is_done()) return self->ReadMoreBody();
+                            self->Disarm();
+                            self->request_.body = self->body_parser_->release().body();
+                            self->body_parser_.reset();
+                            self->Dispatch();
+                          });
   }
 
   void Dispatch() {
@@ -550,10 +637,20 @@ class Session final : public SessionBase {
     keep_alive_ = false;
     if (ec == beast::error::timeout) {
       ++server_->counters.timeouts;
-      return Fail(
-          408, "request_timeout",
-          in_head ? fmt::format("the request head took over {} ms", limits_.header_timeout.count())
-                  : fmt::format("the body took over {} ms", limits_.body_timeout.count()));
+      std::string message;
+      if (in_head) {
+        message = fmt::format("the request head took over {} ms", limits_.header_timeout.count());
+      } else if (std::chrono::steady_clock::now() - body_started_ < limits_.body_timeout) {
+        message = fmt::format(
+            "the body arrived slower than {} bytes a second ({} bytes in {} ms); send it faster",
+            limits_.min_body_rate, body_read_,
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  body_started_)
+                .count());
+      } else {
+        message = fmt::format("the body took over {} ms", limits_.body_timeout.count());
+      }
+      return Fail(408, "request_timeout", message);
     }
     if (ec == http::error::header_limit) {
       ++server_->counters.too_large;
@@ -582,8 +679,12 @@ class Session final : public SessionBase {
   // read ends the connection.
   void Overloaded(bool body_follows, std::string_view message) {
     ++server_->counters.refused_overloaded;
+    Busy(503, "overloaded", body_follows, message);
+  }
+  // The same with another status (429 for a caller over its own share).
+  void Busy(int status, std::string_view code, bool body_follows, std::string_view message) {
     if (body_follows) keep_alive_ = false;
-    HttpResponse busy = ErrorResponse(503, "overloaded", message);
+    HttpResponse busy = ErrorResponse(status, code, message);
     busy.headers.emplace_back("Retry-After", "1");
     Write(std::move(busy));
   }
@@ -691,7 +792,11 @@ class Session final : public SessionBase {
   bool keep_alive_ = true;
   bool awaiting_ = false;  // A handler holds the request and owes an answer.
   size_t max_body_ = 0;
-  size_t reserved_body_ = 0;  // Counted in counters.body_bytes while awaiting_.
+  size_t reserved_body_ = 0;    // Counted in the server's BodyBudget while awaiting_,
+  std::string body_key_;        // against this caller's share
+  bool body_reserved_ = false;  // and this pool.
+  std::chrono::steady_clock::time_point body_started_;
+  size_t body_read_ = 0;
   RequestHandler handler_;
   HttpRequest request_;
   // A chunked response in progress.
@@ -914,8 +1019,18 @@ void HttpServer::Stop() {
 
 HttpStats HttpServer::Stats() const {
   const Counters& c = impl_->counters;
-  return {c.open,     c.accepted,  c.refused_total, c.refused_address, c.refused_overloaded,
-          c.timeouts, c.too_large, c.malformed,     c.exceptions,      c.in_flight};
+  return {c.open,
+          c.accepted,
+          c.refused_total,
+          c.refused_address,
+          c.refused_overloaded,
+          c.timeouts,
+          c.too_large,
+          c.malformed,
+          c.exceptions,
+          c.in_flight,
+          impl_->bodies.InFlight(),
+          c.refused_body_share};
 }
 
 }  // namespace tessera::api

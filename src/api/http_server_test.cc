@@ -1,5 +1,6 @@
 // The HTTP layer on a real loopback socket: limits, time-outs, the head stage, the barrier, long
 // polls, streams and TLS, driven byte by byte through raw connections.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -303,6 +304,122 @@ TEST_F(HttpServerTest, BodiesHeldInMemoryAreBoundedInAll) {
   for (int i = 0; i < 200 && server_->Stats().in_flight < 1; ++i) std::this_thread::sleep_for(5ms);
   AnswerHeld();
   EXPECT_EQ(c->Read(2s)->status, 200) << "the first body's bytes were released with its answer";
+}
+
+// The head of a POST announcing `length` bytes from caller `who` (an agent when `agent`).
+std::string AnnouncedBody(const std::string& who, size_t length, bool agent = false) {
+  return fmt::format(
+      "POST /{} HTTP/1.1\r\nHost: h\r\nX-Who: {}\r\n{}Content-Type: application/json\r\n"
+      "Content-Length: {}\r\n\r\n",
+      who, who, agent ? "X-Agent: 1\r\n" : "", length);
+}
+
+TEST_F(HttpServerTest, ACallerHoldsOnlyItsShareOfTheBodyBudgetAndAgentsHaveAPoolOfTheirOwn) {
+  HttpLimits limits;
+  limits.max_body_bytes_in_flight = 8000;
+  limits.max_body_bytes_per_caller = 2000;
+  limits.reserved_body_bytes_in_flight = 4000;
+  limits.min_body_rate = 0;  // Here the holders may wait; the rate has its own test.
+  Start(limits, nullptr, [](const HttpRequest& head) {
+    HeadDecision d;
+    if (const std::string* who = head.Header("x-who")) d.budget_key = *who;
+    d.reserved = head.Header("x-agent") != nullptr;
+    return d;
+  });
+  auto wait_for_bytes = [&](int64_t bytes) {
+    for (int i = 0; i < 400 && server_->Stats().body_bytes_in_flight < bytes; ++i) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return server_->Stats().body_bytes_in_flight;
+  };
+  // Caller a announces eight bodies of 1,000 bytes and sends none: it holds its 2,000, no more.
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  for (int i = 0; i < 2; ++i) {
+    holders.push_back(Connect());
+    ASSERT_TRUE(holders.back()->Send(AnnouncedBody("a", 1000)));
+  }
+  ASSERT_EQ(wait_for_bytes(2000), 2000);
+  for (int i = 0; i < 6; ++i) {
+    auto c = Connect();
+    ASSERT_TRUE(c->Send(AnnouncedBody("a", 1000)));
+    auto r = c->Read(2s);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 429);
+    EXPECT_EQ(ErrorCode(*r), "too_many_requests");
+    EXPECT_EQ(r->headers["retry-after"], "1");
+    EXPECT_NE(r->body.find("share of 2000 bytes"), std::string::npos) << r->body;
+  }
+  // Another caller is served meanwhile.
+  auto b = Connect();
+  ASSERT_TRUE(b->Send(AnnouncedBody("b", 1000) + std::string(1000, 'b')));
+  auto served = b->Read(2s);
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200);
+  // Callers c, d and e take the rest of the pool: the next caller is refused, 503...
+  for (const char* who : {"c", "c", "d", "d", "e", "e"}) {
+    holders.push_back(Connect());
+    ASSERT_TRUE(holders.back()->Send(AnnouncedBody(who, 1000)));
+  }
+  ASSERT_EQ(wait_for_bytes(8000), 8000);
+  auto f = Connect();
+  ASSERT_TRUE(f->Send(AnnouncedBody("f", 1000) + std::string(1000, 'f')));
+  auto full = f->Read(2s);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 503);
+  EXPECT_EQ(ErrorCode(*full), "overloaded");
+  // ...but an agent's body draws on its own pool.
+  auto agent = Connect();
+  ASSERT_TRUE(agent->Send(AnnouncedBody("node-1", 1000, true) + std::string(1000, 'n')));
+  auto synced = agent->Read(2s);
+  ASSERT_TRUE(synced);
+  EXPECT_EQ(synced->status, 200);
+  // Closing the holders gives every byte back.
+  holders.clear();
+  for (int i = 0; i < 400 && server_->Stats().body_bytes_in_flight > 0; ++i) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(server_->Stats().body_bytes_in_flight, 0);
+}
+
+TEST_F(HttpServerTest, ABodyThatStallsOrTricklesIsCutOffAtTheMinimumRate) {
+  HttpLimits limits;
+  limits.body_timeout = 30s;
+  limits.body_rate_grace = 300ms;
+  limits.min_body_rate = 10'000;
+  Start(limits);
+  const auto started = std::chrono::steady_clock::now();
+  // Ten bytes of a 100,000-byte body, then nothing.
+  auto stall = Connect();
+  ASSERT_TRUE(stall->Send(AnnouncedBody("a", 100'000) + "0123456789"));
+  // One byte every 50 ms: never idle, but 20 bytes a second.
+  auto trickle = Connect();
+  ASSERT_TRUE(trickle->Send(AnnouncedBody("a", 100'000)));
+  std::atomic<bool> stop{false};
+  std::thread dribble([&] {
+    while (!stop && trickle->Send("x")) std::this_thread::sleep_for(50ms);
+  });
+  // 100,000 bytes in ten pieces over a second: slower than the grace, faster than the rate.
+  auto steady = Connect();
+  ASSERT_TRUE(steady->Send(AnnouncedBody("b", 100'000)));
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(steady->Send(std::string(10'000, 's')));
+    std::this_thread::sleep_for(100ms);
+  }
+  auto ok = steady->Read(2s);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(ok->body)["bytes"], 100'000);
+  for (auto* c : {stall.get(), trickle.get()}) {
+    auto r = c->Read(3s);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 408);
+    EXPECT_NE(r->body.find("slower than 10000 bytes a second"), std::string::npos) << r->body;
+  }
+  stop = true;
+  dribble.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s)
+      << "cut off long before the 30 s body timeout";
+  EXPECT_EQ(server_->Stats().body_bytes_in_flight, 0);
 }
 
 TEST_F(HttpServerTest, AHandlerThatThrowsOrForgetsToAnswerGets500AndServingGoesOn) {

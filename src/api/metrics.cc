@@ -56,12 +56,16 @@ void HttpSection(std::string& out, const HttpStats& h) {
         h.connections_accepted);
   Gauge(out, "tessera_http_requests_in_flight", "gauge",
         "Requests read and not yet answered (long polls included).", h.in_flight);
+  Gauge(out, "tessera_http_request_body_bytes_in_flight", "gauge",
+        "Bytes of request bodies announced or read and not yet answered (docs/http.md).",
+        h.body_bytes_in_flight);
   out +=
       "# HELP tessera_http_refused_total Connections and requests the HTTP layer refused, by "
       "reason.\n# TYPE tessera_http_refused_total counter\n";
   for (const auto& [reason, n] : {std::pair{"connection_limit", h.refused_total_limit},
                                   {"address_connection_limit", h.refused_address_limit},
                                   {"overloaded", h.refused_overloaded},
+                                  {"body_share", h.refused_body_share},
                                   {"timeout", h.timeouts},
                                   {"too_large", h.too_large},
                                   {"malformed", h.malformed}}) {
