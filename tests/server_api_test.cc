@@ -333,6 +333,106 @@ TEST_F(ServerTest, ListsComeInStablePages) {
       << "the client follows every page";
 }
 
+TEST_F(ServerTest, UnknownQueryParametersAreRefusedNamingThem) {
+  const std::string token = NewTenant("acme", 4);
+  auto created = Post("/v1/instances", token, H100(1, "on_demand"));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  ASSERT_EQ(AwaitState(token, id, "running"), "running");
+
+  struct Case {
+    std::string method, path, message;
+  };
+  const std::vector<Case> cases = {
+      {"GET", "/v1/instances?foo=bar",
+       "query parameter 'foo' is not known here; GET /v1/instances takes limit, page_token, "
+       "state, label_selector"},
+      {"GET", "/v1/instances?state=running&limt=5",
+       "query parameter 'limt' is not known here; GET /v1/instances takes limit, page_token, "
+       "state, label_selector"},
+      {"GET", "/v1/instances/" + id + "?verbose=1",
+       "query parameter 'verbose' is not known here; GET /v1/instances/{id} takes no query "
+       "parameters"},
+      {"DELETE", "/v1/instances/" + id + "?force=true",
+       "query parameter 'force' is not known here; DELETE /v1/instances/{id} takes no query "
+       "parameters"},
+      {"POST", "/v1/instances?dry_run=true&x=1",
+       "query parameter 'dry_run' is not known here; POST /v1/instances takes no query "
+       "parameters (1 more unknown)"},
+      {"GET", "/v1/usage?group_by=day&form=2024-01-01",
+       "query parameter 'form' is not known here; GET /v1/usage takes from, to, group_by, tenant, "
+       "limit, page_token"},
+      {"GET", "/healthz?probe=1",
+       "query parameter 'probe' is not known here; GET /healthz takes no query parameters"},
+  };
+  const json body = H100(1, "on_demand");
+  for (const Case& c : cases) {
+    auto r = Call(c.method, c.path, c.path == "/healthz?probe=1" ? "" : token,
+                  c.method == "POST" ? &body : nullptr);
+    EXPECT_EQ(r.status, 400) << c.method << " " << c.path << " -> " << r.raw;
+    EXPECT_EQ(r.body["error"]["code"], "invalid_argument") << r.raw;
+    EXPECT_EQ(r.body["error"]["message"], c.message) << r.raw;
+  }
+  // The token comes first, as for an unknown body field: a stranger learns nothing more.
+  EXPECT_EQ(Get("/v1/instances?foo=bar", "").status, 401);
+  // A refused request changes nothing, and a refused mutation is audited like any other.
+  EXPECT_EQ(Get("/v1/instances/" + id, token).body["state"], "running");
+  EXPECT_EQ(Get("/v1/instances", token).body["instances"].size(), 1u);
+  const json entries = Get("/v1/audit", kAdminToken).body["entries"];
+  ASSERT_FALSE(entries.empty());
+  const json& last = entries.back();
+  EXPECT_EQ(last["action"], "POST /v1/instances") << entries.dump();
+  EXPECT_EQ(last["status"], 400);
+  EXPECT_NE(last["detail"].get<std::string>().find("'dry_run'"), std::string::npos);
+  EXPECT_EQ(entries[entries.size() - 2]["action"], "DELETE /v1/instances/" + id);
+  EXPECT_EQ(entries[entries.size() - 2]["status"], 400);
+  // The console's files take any query (links and cache-busters carry them).
+  EXPECT_EQ(Get("/?utm_source=mail", "").status, 200);
+  EXPECT_EQ(Get("/console/app.js?v=2", "").status, 200);
+  // Counted under the route's pattern, without its query.
+  EXPECT_NE(Get("/metrics", kAdminToken)
+                .raw.find("tessera_api_requests_total{method=\"GET\",route=\"/v1/instances\","
+                          "code=\"400\"} 2"),
+            std::string::npos);
+}
+
+TEST_F(ServerTest, EveryQueryParameterARouteDeclaresIsTaken) {
+  const std::string token = NewTenant("acme", 4);
+  const std::string tenant = Get("/v1/whoami", token).body["tenant"]["id"];
+  auto created = Post(
+      "/v1/instances", token,
+      {{"billing", "on_demand"}, {"instance_type", "gpu.1xh100"}, {"labels", {{"team", "ml"}}}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  ASSERT_EQ(AwaitState(token, id, "running"), "running");
+  // What the CLI and the console send, and every other parameter each route reads.
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"/v1/instances?limit=5&page_token=p0&state=running&label_selector=team%3Dml", token},
+      {"/v1/instances/" + id + "/logs?tail=10", token},
+      {"/v1/instances/" + id + "/logs?after=0", token},
+      {"/v1/instances/" + id + "/metrics?window=15m", token},
+      {"/v1/tenants?limit=5&page_token=p0", kAdminToken},
+      {"/v1/nodes?limit=1&page_token=p0", kAdminToken},
+      {"/v1/nodes/node-h100-01?window=1h", kAdminToken},
+      {"/v1/audit?after=0&limit=5", kAdminToken},
+      {"/v1/alerts?state=firing", token},
+      {"/v1/usage?from=2024-01-01&to=2024-12-31&group_by=day&tenant=" + tenant +
+           "&limit=5&page_token=p0",
+       kAdminToken},
+      {"/v1/usage?group_by=instance&tenant=" + tenant, token},
+      {"/v1/reports/cost?from=2024-01-01&to=2024-02-01", token},
+      {"/v1/recommend?workload=training&gpu_memory_gib=40&gpus=1&hours_per_month=100&months=1&"
+       "budget_usd=100000&interruptible=false&nvlink=false",
+       token},
+      {"/v1/recommend?workload=inference&model_params_b=7", token},
+      {"/v1/invoices/2024-01?tenant=" + tenant, kAdminToken},
+  };
+  for (const auto& [path, who] : calls) {
+    auto r = Get(path, who);
+    EXPECT_EQ(r.status, 200) << path << " -> " << r.raw;
+  }
+}
+
 TEST_F(ServerTest, UnknownRoutesAnswerJson404) {
   auto r = Get("/v1/nope", kAdminToken);
   EXPECT_EQ(r.status, 404);

@@ -17,7 +17,7 @@ using nlohmann::json;
 
 void AddNodeRoutes(Api& table) {
   table.Add(
-      "GET", "/v1/nodes", Access::kAdmin, BodyKind::kNone, false,
+      "GET", "/v1/nodes?limit&page_token", Access::kAdmin, BodyKind::kNone, false,
       [](Api& api, std::shared_ptr<Call> call) {
         int64_t after = 0;
         size_t limit = 0;
@@ -182,7 +182,7 @@ void AddObservabilityRoutes(Api& table) {
                 return api.Reply(*call, ErrorResponse(503, "unavailable", "starting"));
               api.Reply(*call, JsonResponse(200, {{"status", "ready"}}));
             });
-  table.Add("GET", "/v1/audit", Access::kAdmin, BodyKind::kNone, false,
+  table.Add("GET", "/v1/audit?after&limit", Access::kAdmin, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               int64_t after = 0;
               int64_t limit = 100;

@@ -131,9 +131,41 @@ Api::Api(const catalog::Catalog* catalog, const Clock* clock) : catalog_(catalog
 
 void Api::Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
               Handler handler) {
+  std::vector<std::string> query;
+  bool any_query = false;
+  if (const size_t mark = pattern.find('?'); mark != std::string::npos) {
+    for (std::string_view name : Split(std::string_view(pattern).substr(mark + 1), '&')) {
+      if (name == "*") {
+        any_query = true;
+      } else if (!name.empty()) {
+        query.emplace_back(name);
+      }
+    }
+    pattern.resize(mark);
+  }
   std::vector<std::string> segments = Segments(pattern);
-  routes_.push_back({std::move(method), std::move(pattern), std::move(segments), access, body,
-                     audited, std::move(handler)});
+  routes_.push_back({std::move(method), std::move(pattern), std::move(segments), std::move(query),
+                     any_query, access, body, audited, std::move(handler)});
+}
+
+Status Api::CheckQuery(const Route& route, const Target& target) {
+  if (route.any_query) return Status::Ok();
+  const std::string* unknown = nullptr;
+  size_t more = 0;
+  for (const auto& [name, value] : target.query) {
+    if (std::find(route.query.begin(), route.query.end(), name) != route.query.end()) continue;
+    if (unknown) {
+      ++more;
+    } else {
+      unknown = &name;
+    }
+  }
+  if (!unknown) return Status::Ok();
+  const std::string takes = route.query.empty() ? std::string("no query parameters")
+                                                : fmt::format("{}", fmt::join(route.query, ", "));
+  return Status::InvalidArgument(fmt::format(
+      "query parameter '{}' is not known here; {} {} takes {}{}", Quote(*unknown), route.method,
+      route.pattern, takes, more > 0 ? fmt::format(" ({} more unknown)", more) : ""));
 }
 
 const Api::Route* Api::Match(const HttpRequest& head, std::vector<std::string>& params,
@@ -226,6 +258,13 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
       metrics_.CountRequest(head.method, route->pattern, 403);
       return decision;
     }
+  }
+  // After the token, as an unknown body field is refused only for a known caller.
+  if (Status query = CheckQuery(*route, head.parsed); !query.ok()) {
+    decision.refuse = StatusResponse(query);
+    if (route->audited) AuditAsync(principal, head, 400, query.message());
+    metrics_.CountRequest(head.method, route->pattern, 400);
+    return decision;
   }
   decision.max_body = kIgnoredBodyBytes;
   // Each principal's bodies count against its own share of the body budget, and the agents' and

@@ -1,7 +1,8 @@
 // The API between the HTTP layer and the core: the route table, and the path every request
 // takes through it. At the head stage, before a byte of the body is read, a request is matched
 // to a route (404, 405), its token is checked against the principal index the core publishes
-// (401, 403; no durable write, only a counter and a sampled log line), and a JSON route's media
+// (401, 403; no durable write, only a counter and a sampled log line), a query parameter the
+// route does not take is refused (400, as an unknown body field is), and a JSON route's media
 // type and announced length are checked (415, 413). Then the body is parsed (400 naming the
 // field) and the route's operation runs as one command on the core, which checks the token again
 // (it may have been revoked since), runs the operation and, for a mutating route, appends the
@@ -74,7 +75,9 @@ class Api {
   // `catalog` and `clock` must outlive this; set_core before serving.
   Api(const catalog::Catalog* catalog, const Clock* clock);
 
-  // Registers a route; `pattern` segments in braces ("{id}") match any one segment.
+  // Registers a route; `pattern` segments in braces ("{id}") match any one segment. The pattern
+  // ends in the query parameters the route takes, if any ("/v1/instances?limit&page_token"); a
+  // request with any other is refused with 400 naming it. "?*" takes any (the console's files).
   void Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
            Handler handler);
 
@@ -107,8 +110,10 @@ class Api {
  private:
   struct Route {
     std::string method;
-    std::string pattern;
+    std::string pattern;  // Without its query part: "/v1/instances/{id}".
     std::vector<std::string> segments;
+    std::vector<std::string> query;  // The query parameters it takes, in the pattern's order.
+    bool any_query = false;          // "?*": any parameter is taken (and may be ignored).
     Access access;
     BodyKind body;
     bool audited;
@@ -118,6 +123,8 @@ class Api {
   // The route and its parameters for a path, and the methods the path allows.
   const Route* Match(const HttpRequest& head, std::vector<std::string>& params,
                      std::vector<std::string>& allowed) const;
+  // InvalidArgument naming the first query parameter of `target` that `route` does not take.
+  static Status CheckQuery(const Route& route, const Target& target);
   // The principal behind the request's bearer token, or the refusal to answer (401, 403).
   Result<core::Principal> Authenticate(const HttpRequest& head, std::string& token_hash);
   // Appends one audit record in its own core round (for refusals answered before the core ran).

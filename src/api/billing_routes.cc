@@ -285,8 +285,8 @@ void AddBillingRoutes(Api& table) {
   // Usage over [from, to): lines are counted where they start, and never cross a UTC day, so
   // day-aligned periods are exact.
   table.Add(
-      "GET", "/v1/usage", Access::kAnyToken, BodyKind::kNone, false,
-      [](Api& api, std::shared_ptr<Call> call) {
+      "GET", "/v1/usage?from&to&group_by&tenant&limit&page_token", Access::kAnyToken,
+      BodyKind::kNone, false, [](Api& api, std::shared_ptr<Call> call) {
         int64_t from = 0, to = 0, after = 0;
         size_t limit = 0;
         Status refusal =
@@ -328,7 +328,7 @@ void AddBillingRoutes(Api& table) {
 
   // The cost report: per tenant and instance type, with utilization and what spot or a
   // reservation would have saved; the admin's also has the idle capacity per GPU model.
-  table.Add("GET", "/v1/reports/cost", Access::kAnyToken, BodyKind::kNone, false,
+  table.Add("GET", "/v1/reports/cost?from&to", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               int64_t from = 0, to = 0;
               Status refusal = PeriodParams(call->request.parsed,
@@ -366,8 +366,10 @@ void AddBillingRoutes(Api& table) {
             });
 
   // The recommender: ranked offers for a workload, and whether the fleet could place each now.
-  table.Add("GET", "/v1/recommend", Access::kAnyToken, BodyKind::kNone, false,
-            [](Api& api, std::shared_ptr<Call> call) {
+  table.Add("GET",
+            "/v1/recommend?workload&gpu_memory_gib&model_params_b&gpus&hours_per_month&months&"
+            "budget_usd&interruptible&nvlink",
+            Access::kAnyToken, BodyKind::kNone, false, [](Api& api, std::shared_ptr<Call> call) {
               auto query = billing::ParseRecommendQuery(
                   [call](std::string_view name) { return call->request.parsed.Param(name); });
               api.Run<json>(
@@ -383,7 +385,7 @@ void AddBillingRoutes(Api& table) {
 
   // A month's invoice. A closed month's is final: the same lines, so the same bytes, every time.
   table.Add(
-      "GET", "/v1/invoices/{month}", Access::kAnyToken, BodyKind::kNone, false,
+      "GET", "/v1/invoices/{month}?tenant", Access::kAnyToken, BodyKind::kNone, false,
       [](Api& api, std::shared_ptr<Call> call) {
         const std::optional<int64_t> month = billing::ParseMonth(call->params[0]);
         Status refusal = month ? Status::Ok()

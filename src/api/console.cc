@@ -86,15 +86,15 @@ HttpResponse Serve(const HttpRequest& request, std::string_view path) {
 }  // namespace
 
 void AddConsoleRoutes(Api& table) {
-  table.Add("GET", "/", Access::kPublic, BodyKind::kNone, false,
+  table.Add("GET", "/?*", Access::kPublic, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Reply(*call, Serve(call->request, "index.html"));
             });
-  table.Add("GET", "/console/{file}", Access::kPublic, BodyKind::kNone, false,
+  table.Add("GET", "/console/{file}?*", Access::kPublic, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Reply(*call, Serve(call->request, call->params[0]));
             });
-  table.Add("GET", "/console/{dir}/{file}", Access::kPublic, BodyKind::kNone, false,
+  table.Add("GET", "/console/{dir}/{file}?*", Access::kPublic, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Reply(*call, Serve(call->request, call->params[0] + "/" + call->params[1]));
             });

@@ -52,8 +52,8 @@ void AddInstanceRoutes(Api& table) {
                    },
                    201, Render, AuditTarget});
             });
-  table.Add("GET", "/v1/instances", Access::kAnyToken, BodyKind::kNone, false,
-            [](Api& api, std::shared_ptr<Call> call) {
+  table.Add("GET", "/v1/instances?limit&page_token&state&label_selector", Access::kAnyToken,
+            BodyKind::kNone, false, [](Api& api, std::shared_ptr<Call> call) {
               core::ListQuery query;
               Status refusal = PageParams(call->request.parsed, query.after_seq, query.limit);
               if (const std::string* text = call->request.parsed.Param("state")) {
@@ -104,7 +104,7 @@ void AddInstanceRoutes(Api& table) {
                    },
                    200, Render, nullptr});
             });
-  table.Add("GET", "/v1/instances/{id}/logs", Access::kAnyToken, BodyKind::kNone, false,
+  table.Add("GET", "/v1/instances/{id}/logs?tail&after", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               auto id = InstanceIdParam(*call);
               if (!id.ok()) return api.ReplyError(*call, id.status());

@@ -126,7 +126,7 @@ void AddMetricsRoutes(Api& table) {
                     });
                   });
             });
-  table.Add("GET", "/v1/instances/{id}/metrics", Access::kAnyToken, BodyKind::kNone, false,
+  table.Add("GET", "/v1/instances/{id}/metrics?window", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               Duration window = std::chrono::minutes(15);
               Status refusal = WindowParam(call->request.parsed, window);
@@ -146,7 +146,7 @@ void AddMetricsRoutes(Api& table) {
                    200, Passthrough, nullptr});
             });
   table.Add(
-      "GET", "/v1/nodes/{id}", Access::kAdmin, BodyKind::kNone, false,
+      "GET", "/v1/nodes/{id}?window", Access::kAdmin, BodyKind::kNone, false,
       [](Api& api, std::shared_ptr<Call> call) {
         Duration window = std::chrono::minutes(15);
         Status refusal = WindowParam(call->request.parsed, window);
@@ -239,7 +239,7 @@ void AddAlertRoutes(Api& table) {
                              },
                              200, Passthrough, [](const json& j) { return j.value("id", ""); }});
             });
-  table.Add("GET", "/v1/alerts", Access::kAnyToken, BodyKind::kNone, false,
+  table.Add("GET", "/v1/alerts?state", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               std::optional<std::string> state;
               Status refusal;

@@ -50,7 +50,7 @@ void AddTenantRoutes(Api& table) {
              },
              201, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
-  table.Add("GET", "/v1/tenants", Access::kAdmin, BodyKind::kNone, false,
+  table.Add("GET", "/v1/tenants?limit&page_token", Access::kAdmin, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               int64_t after = 0;
               size_t limit = 0;
