@@ -155,6 +155,45 @@ TEST_F(HardeningTest, BodiesHeldBackHoldOnlyTheirTenantsShareAndNeverTheAgentsOr
   EXPECT_NE(metrics.find("tessera_http_refused_total{reason=\"body_share\"} 1"), std::string::npos);
 }
 
+TEST_F(HardeningTest, RefusedRequestsAddBoundedAuditRowsAtTheirCallersRate) {
+  const std::string token = NewTenant("acme", 4);
+  const auto started = std::chrono::steady_clock::now();
+  auto c = Connect();
+  const std::string id(7000, 'z');
+  for (int i = 0; i < 250; ++i) {
+    ASSERT_TRUE(c->Send(HttpRequestText("DELETE", "/v1/instances/" + id, token)));
+    auto r = c->Read(5s);
+    ASSERT_TRUE(r) << i;
+    ASSERT_EQ(r->status, 404) << i;
+  }
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started)
+          .count();
+  // Acme's rows: its first 100 refusals, then about one a second; each under 2 KB.
+  auto audit = Get("/v1/audit?limit=1000", kAdminToken);
+  ASSERT_EQ(audit.status, 200) << audit.raw.substr(0, 300);
+  int rows = 0;
+  for (const json& e : audit.body["entries"]) {
+    if (e.value("action", "").rfind("DELETE /v1/instances/", 0) != 0) continue;
+    ++rows;
+    EXPECT_LT(e.dump().size(), 2000u) << e.dump().substr(0, 200);
+  }
+  EXPECT_GE(rows, 100);
+  EXPECT_LE(rows, 100 + seconds + 1);
+  // The rest are counted.
+  EXPECT_EQ(
+      MetricValue(Get("/metrics", kAdminToken).raw, "tessera_audit_refusals_unrecorded_total"),
+      250 - rows);
+  // An accepted request is recorded whatever the rate, and says how many were not.
+  auto created = Post("/v1/instances", token, H100(1, "spot"));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  auto last = Get("/v1/audit?limit=1000", kAdminToken).body["entries"].back();
+  EXPECT_EQ(last.value("action", ""), "POST /v1/instances");
+  EXPECT_NE(last.value("detail", "").find(fmt::format("({} refused requests", 250 - rows)),
+            std::string::npos)
+      << last.dump();
+}
+
 TEST_F(HardeningTest, AnonymousWritesLeaveNoAuditRowsAndTheAuditLogStaysReadable) {
   const std::string token = NewTenant("acme", 4);
   const std::string bad_body = "{\"billing\": \"spot\xff\xfe\", \"instance_type\": \"x\"}";

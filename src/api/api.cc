@@ -326,11 +326,19 @@ void Api::AuditAsync(const core::Principal& who, const HttpRequest& head, int st
                             status,
                             detail};
   core_->Submit<bool>(
-      [record = std::move(record)](core::State&, store::Batch& b) -> Result<bool> {
-        b.audit.push_back(record);
+      [this, record = std::move(record)](core::State&, store::Batch& b) -> Result<bool> {
+        Audit(b, record);
         return true;
       },
       [](Result<bool>) {});
+}
+
+void Api::Audit(store::Batch& batch, store::AuditRecord row) {
+  if (auto admitted = audit_gate_.Admit(std::move(row), clock_->Now())) {
+    batch.audit.push_back(std::move(*admitted));
+  } else {
+    metrics_.CountUnrecordedAudit();
+  }
 }
 
 void Api::SampleAnonymous(const HttpRequest& head, const std::string& why) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "api/audit.h"
 #include "api/http.h"
 #include "api/metrics.h"
 #include "catalog/catalog.h"
@@ -127,6 +128,9 @@ class Api {
   static Status CheckQuery(const Route& route, const Target& target);
   // The principal behind the request's bearer token, or the refusal to answer (401, 403).
   Result<core::Principal> Authenticate(const HttpRequest& head, std::string& token_hash);
+  // Appends `row` to `batch` as the audit gate admits it (cut to size; a refusal past its
+  // caller's rate is counted instead).
+  void Audit(store::Batch& batch, store::AuditRecord row);
   // Appends one audit record in its own core round (for refusals answered before the core ran).
   void AuditAsync(const core::Principal& who, const HttpRequest& head, int status,
                   const std::string& detail);
@@ -137,6 +141,7 @@ class Api {
   const catalog::Catalog* catalog_;
   const Clock* clock_;
   Metrics metrics_;
+  AuditGate audit_gate_;
   std::function<HttpStats()> http_stats_;
   std::atomic<bool> ready_{false};
   bool allow_private_receivers_ = false;
@@ -184,10 +189,10 @@ void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
         Result<T> out = refusal.ok() ? shared_op->run(s, b, **caller) : Result<T>(refusal);
         if (call->audited) {
           const int status = out.ok() ? shared_op->ok_status : StatusResponse(out.status()).status;
-          b.audit.push_back({0, FormatRfc3339(clock_->Now()), Actor(**caller),
-                             call->request.method + " " + call->request.parsed.path,
-                             out.ok() && shared_op->target ? shared_op->target(*out) : "", status,
-                             out.ok() ? "" : out.status().message()});
+          Audit(b, {0, FormatRfc3339(clock_->Now()), Actor(**caller),
+                    call->request.method + " " + call->request.parsed.path,
+                    out.ok() && shared_op->target ? shared_op->target(*out) : "", status,
+                    out.ok() ? "" : out.status().message()});
         }
         return out;
       },

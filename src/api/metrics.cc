@@ -28,6 +28,11 @@ void Metrics::CountRequest(const std::string& method, const std::string& route, 
   ++requests_[{std::string(MethodLabel(method)), route, std::clamp(status, 100, 599)}];
 }
 
+void Metrics::CountUnrecordedAudit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++unrecorded_audit_;
+}
+
 void Metrics::CountRefusal(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   ++refusals_[reason];
@@ -201,6 +206,9 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
             state.counters().start_latency);
   HttpSection(out, http);
   std::lock_guard<std::mutex> lock(mu_);
+  Gauge(out, "tessera_audit_refusals_unrecorded_total", "counter",
+        "Refused requests the audit log did not record: their caller was over its rate.",
+        unrecorded_audit_);
   out += "# HELP tessera_api_refused_total Requests refused before their route ran, by reason.\n";
   out += "# TYPE tessera_api_refused_total counter\n";
   for (const auto& [reason, n] : refusals_) {

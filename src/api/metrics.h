@@ -27,6 +27,9 @@ class Metrics {
   // (no valid token), "disabled" (a disabled tenant's token).
   void CountRefusal(const std::string& reason);
 
+  // Counts a refused request the audit log did not record (its caller was over its rate).
+  void CountUnrecordedAudit();
+
   // The whole exposition. `state` is read on the core thread by the caller; `http` is the HTTP
   // layer's counters.
   std::string Render(const core::State& state, const HttpStats& http) const;
@@ -35,6 +38,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::tuple<std::string, std::string, int>, int64_t> requests_;  // Guarded by mu_.
   std::map<std::string, int64_t> refusals_;                                // Guarded by mu_.
+  int64_t unrecorded_audit_ = 0;                                           // Guarded by mu_.
 };
 
 // The method as tessera_api_requests_total labels it: one HTTP defines and Tessera serves, else
