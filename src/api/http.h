@@ -41,11 +41,13 @@ struct HttpLimits {
   size_t max_connections_per_address = 1'024;  // From one client address: 429 beyond.
   size_t max_in_flight = 4'096;  // Requests handed to handlers, not yet answered: 503 beyond.
   size_t max_body_bytes_in_flight = 256 << 20;  // Their bodies, announced or read: 503 beyond.
-  // What one caller (HeadDecision::budget_key) may hold of that: 503 beyond. So a caller that
-  // announces bodies and sends nothing holds its share, not the whole budget.
+  // What one caller (HeadDecision::budget_key) may hold of those: 429 beyond. So a caller that
+  // announces bodies and sends nothing, or floods requests, holds its share, not the server.
+  size_t max_in_flight_per_caller = 1'024;
   size_t max_body_bytes_per_caller = 16 << 20;
-  // Bodies of HeadDecision::reserved requests (the agents') are counted in a pool of their own,
-  // which the others never draw on; the per-caller share applies there too.
+  // HeadDecision::reserved requests (the agents' long polls, the operator's) are counted in a
+  // pool of their own, which the others never draw on; the per-caller shares apply there too.
+  size_t reserved_in_flight = 16'384;
   size_t reserved_body_bytes_in_flight = 64 << 20;
   // Once a body has begun: after body_rate_grace it must keep arriving at min_body_rate bytes a
   // second on average (408 below), as well as end within body_timeout. 0 turns the rate off.
@@ -144,10 +146,11 @@ struct HeadDecision {
   std::optional<HttpResponse> refuse;
   size_t max_body = 0;
   RequestHandler handler;
-  // Whose share of the body budget the body counts against: the authenticated principal. Empty:
-  // the client's address.
+  // Whose share of the requests and bodies in flight the request counts against: the
+  // authenticated principal. Empty: the client's address.
   std::string budget_key;
-  // The body counts against the reserved pool (HttpLimits::reserved_body_bytes_in_flight).
+  // The request counts against the reserved pool (HttpLimits::reserved_in_flight and
+  // reserved_body_bytes_in_flight).
   bool reserved = false;
 };
 // Runs on an I/O thread for every request whose head passed the limits and whose target parsed.
@@ -160,14 +163,14 @@ struct HttpStats {
   int64_t connections_accepted = 0;
   int64_t refused_total_limit = 0;    // Connections over max_connections.
   int64_t refused_address_limit = 0;  // Connections over max_connections_per_address.
-  int64_t refused_overloaded = 0;     // Requests over max_in_flight or a body budget.
+  int64_t refused_overloaded = 0;     // Requests over a pool's requests or bytes in flight.
   int64_t timeouts = 0;               // Headers, bodies or writes too slow; idle closes excluded.
   int64_t too_large = 0;              // 413, 414 and 431 answers.
   int64_t malformed = 0;              // 400 answers of this layer (bad HTTP, bad target).
   int64_t handler_exceptions = 0;     // Exceptions caught at the barrier.
   int64_t in_flight = 0;
   int64_t body_bytes_in_flight = 0;  // Announced or read, in both pools.
-  int64_t refused_body_share = 0;    // Requests whose caller held its share of the body budget.
+  int64_t refused_share = 0;         // Requests whose caller held its share of either.
 };
 
 class HttpServer {

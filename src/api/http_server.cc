@@ -60,56 +60,76 @@ struct Liveness {
 struct Counters {
   std::atomic<int64_t> open{0}, accepted{0}, refused_total{0}, refused_address{0},
       refused_overloaded{0}, timeouts{0}, too_large{0}, malformed{0}, exceptions{0}, in_flight{0},
-      refused_body_share{0};
+      refused_share{0};
 };
 
-// The bodies held in memory: two pools (the reserved one for agents), and each caller's share.
-class BodyBudget {
+// What requests in flight hold, a place each and their bodies' bytes, in two pools (the reserved
+// one for agents and the operator), and each caller's share of its pool.
+class InFlight {
  public:
-  explicit BodyBudget(const HttpLimits& limits) : limits_(limits) {}
+  explicit InFlight(const HttpLimits& limits) : limits_(limits) {}
 
-  enum class Verdict { kOk, kPoolFull, kShareFull };
+  struct Held {
+    size_t requests = 0, bytes = 0;
+  };
+  enum class Verdict { kOk, kPoolRequests, kPoolBytes, kShareRequests, kShareBytes };
 
-  // Counts `bytes` against `key`'s share and its pool, unless either would pass its limit.
-  Verdict Reserve(const std::string& key, bool reserved, size_t bytes) {
+  // Counts a request with `bytes` of body against `key`'s share and its pool, unless that would
+  // pass a limit.
+  Verdict Take(const std::string& key, bool reserved, size_t bytes) {
+    const Held pool_limit = Limit(reserved), share = Share(reserved);
     std::lock_guard<std::mutex> lock(mu_);
-    size_t& pool = pools_[reserved ? 1 : 0];
-    if (pool + bytes > PoolLimit(reserved)) return Verdict::kPoolFull;
-    size_t& mine = by_key_[key];
-    if (mine + bytes > Share(reserved)) {
-      if (mine == 0) by_key_.erase(key);
-      return Verdict::kShareFull;
+    Held& pool = pools_[reserved ? 1 : 0];
+    if (pool.requests + 1 > pool_limit.requests) return Verdict::kPoolRequests;
+    if (pool.bytes + bytes > pool_limit.bytes) return Verdict::kPoolBytes;
+    auto [it, fresh] = by_key_.try_emplace(key);
+    Held& mine = it->second;
+    const Verdict v = mine.requests + 1 > share.requests ? Verdict::kShareRequests
+                      : mine.bytes + bytes > share.bytes ? Verdict::kShareBytes
+                                                         : Verdict::kOk;
+    if (v != Verdict::kOk) {
+      if (fresh) by_key_.erase(it);
+      return v;
     }
-    mine += bytes;
-    pool += bytes;
-    return Verdict::kOk;
+    ++mine.requests;
+    mine.bytes += bytes;
+    ++pool.requests;
+    pool.bytes += bytes;
+    return v;
   }
 
-  size_t PoolLimit(bool reserved) const {
-    return reserved ? limits_.reserved_body_bytes_in_flight : limits_.max_body_bytes_in_flight;
-  }
-  size_t Share(bool reserved) const {
-    return std::min(limits_.max_body_bytes_per_caller, PoolLimit(reserved));
-  }
-
-  void Release(const std::string& key, bool reserved, size_t bytes) {
+  // Gives back what Take counted.
+  void Give(const std::string& key, bool reserved, size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    pools_[reserved ? 1 : 0] -= bytes;
-    if (auto it = by_key_.find(key); it != by_key_.end() && (it->second -= bytes) == 0) {
-      by_key_.erase(it);
+    Held& pool = pools_[reserved ? 1 : 0];
+    --pool.requests;
+    pool.bytes -= bytes;
+    if (auto it = by_key_.find(key); it != by_key_.end()) {
+      it->second.bytes -= bytes;
+      if (--it->second.requests == 0) by_key_.erase(it);
     }
   }
 
-  int64_t InFlight() const {
+  Held Limit(bool reserved) const {
+    return reserved ? Held{limits_.reserved_in_flight, limits_.reserved_body_bytes_in_flight}
+                    : Held{limits_.max_in_flight, limits_.max_body_bytes_in_flight};
+  }
+  Held Share(bool reserved) const {
+    const Held pool = Limit(reserved);
+    return {std::min(limits_.max_in_flight_per_caller, pool.requests),
+            std::min(limits_.max_body_bytes_per_caller, pool.bytes)};
+  }
+
+  Held Total() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int64_t>(pools_[0] + pools_[1]);
+    return {pools_[0].requests + pools_[1].requests, pools_[0].bytes + pools_[1].bytes};
   }
 
  private:
   const HttpLimits& limits_;
   mutable std::mutex mu_;
-  size_t pools_[2] = {0, 0};                        // Guarded by mu_.
-  std::unordered_map<std::string, size_t> by_key_;  // Guarded by mu_; no zero entries.
+  Held pools_[2];                                 // Guarded by mu_.
+  std::unordered_map<std::string, Held> by_key_;  // Guarded by mu_; no entry without a request.
 };
 
 struct StreamState;
@@ -264,7 +284,7 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::shared_ptr<Liveness> live = std::make_shared<Liveness>();
   Counters counters;
-  BodyBudget bodies{options.limits};
+  InFlight in_flight{options.limits};
 
   std::mutex mu;
   std::unordered_map<uint64_t, std::shared_ptr<SessionBase>> sessions;  // Guarded by mu.
@@ -380,7 +400,7 @@ class Session final : public SessionBase {
     if (!awaiting_) return;
     awaiting_ = false;
     --server_->counters.in_flight;
-    if (reserved_body_ > 0) server_->bodies.Release(body_key_, body_reserved_, reserved_body_);
+    server_->in_flight.Give(caller_, reserved_, reserved_body_);
     reserved_body_ = 0;
   }
 
@@ -509,9 +529,6 @@ class Session final : public SessionBase {
       if (body_follows) keep_alive_ = false;  // The body is not read; the connection ends.
       return Write(std::move(*decision.refuse));
     }
-    if (server_->counters.in_flight >= static_cast<int64_t>(limits_.max_in_flight)) {
-      return Overloaded(body_follows, "too many requests in flight; retry");
-    }
     const size_t max_body = std::min(decision.max_body, limits_.max_body_bytes);
     const auto length = head_parser_->content_length();
     if (length && *length > max_body) {
@@ -519,25 +536,33 @@ class Session final : public SessionBase {
       return Fail(413, "payload_too_large",
                   fmt::format("the body is {} bytes; the limit is {}", *length, max_body));
     }
-    // Bodies held in memory are bounded too, in all and per caller: a chunked one counts at its
-    // limit.
+    // Requests in flight and their bodies held in memory are bounded, in all and per caller,
+    // before a byte of the body is read: a body counts at its announced length, a chunked one at
+    // its limit.
     const size_t reserve = body_follows ? (length ? static_cast<size_t>(*length) : max_body) : 0;
-    if (reserve > 0) {
-      body_key_ = decision.budget_key.empty() ? "address " + address_ : decision.budget_key;
-      body_reserved_ = decision.reserved;
-      switch (server_->bodies.Reserve(body_key_, body_reserved_, reserve)) {
-        case BodyBudget::Verdict::kOk:
-          break;
-        case BodyBudget::Verdict::kPoolFull:
-          return Overloaded(body_follows, "too many request bodies in flight; retry");
-        case BodyBudget::Verdict::kShareFull:
-          ++server_->counters.refused_body_share;
-          return Busy(429, "too_many_requests", body_follows,
-                      fmt::format("this caller's request bodies in flight would pass its share "
-                                  "of {} bytes; send those bodies or close their connections, "
-                                  "then retry",
-                                  server_->bodies.Share(body_reserved_)));
-      }
+    caller_ = decision.budget_key.empty() ? "address " + address_ : decision.budget_key;
+    reserved_ = decision.reserved;
+    const InFlight::Held share = server_->in_flight.Share(reserved_);
+    switch (server_->in_flight.Take(caller_, reserved_, reserve)) {
+      case InFlight::Verdict::kOk:
+        break;
+      case InFlight::Verdict::kPoolRequests:
+        return Overloaded(body_follows, "too many requests in flight; retry");
+      case InFlight::Verdict::kPoolBytes:
+        return Overloaded(body_follows, "too many request bodies in flight; retry");
+      case InFlight::Verdict::kShareRequests:
+        ++server_->counters.refused_share;
+        return Busy(429, "too_many_requests", body_follows,
+                    fmt::format("this caller has {} requests in flight, its share; wait for "
+                                "their answers, then retry",
+                                share.requests));
+      case InFlight::Verdict::kShareBytes:
+        ++server_->counters.refused_share;
+        return Busy(429, "too_many_requests", body_follows,
+                    fmt::format("this caller's request bodies in flight would pass its share of "
+                                "{} bytes; send those bodies or close their connections, then "
+                                "retry",
+                                share.bytes));
     }
     ++server_->counters.in_flight;
     reserved_body_ = reserve;
@@ -792,9 +817,9 @@ class Session final : public SessionBase {
   bool keep_alive_ = true;
   bool awaiting_ = false;  // A handler holds the request and owes an answer.
   size_t max_body_ = 0;
-  size_t reserved_body_ = 0;    // Counted in the server's BodyBudget while awaiting_,
-  std::string body_key_;        // against this caller's share
-  bool body_reserved_ = false;  // and this pool.
+  size_t reserved_body_ = 0;  // Counted in the server's InFlight while awaiting_,
+  std::string caller_;        // against this caller's share
+  bool reserved_ = false;     // and this pool.
   std::chrono::steady_clock::time_point body_started_;
   size_t body_read_ = 0;
   RequestHandler handler_;
@@ -1029,8 +1054,8 @@ HttpStats HttpServer::Stats() const {
           c.malformed,
           c.exceptions,
           c.in_flight,
-          impl_->bodies.InFlight(),
-          c.refused_body_share};
+          static_cast<int64_t>(impl_->in_flight.Total().bytes),
+          c.refused_share};
 }
 
 }  // namespace tessera::api

@@ -381,6 +381,63 @@ TEST_F(HttpServerTest, ACallerHoldsOnlyItsShareOfTheBodyBudgetAndAgentsHaveAPool
   EXPECT_EQ(server_->Stats().body_bytes_in_flight, 0);
 }
 
+TEST_F(HttpServerTest, ACallerHoldsOnlyItsShareOfTheRequestsInFlightAndAgentsHaveTheirOwn) {
+  HttpLimits limits;
+  limits.max_in_flight = 4;
+  limits.max_in_flight_per_caller = 2;
+  limits.reserved_in_flight = 2;
+  Start(limits, Hold(), [](const HttpRequest& head) {
+    HeadDecision d;
+    if (const std::string* who = head.Header("x-who")) d.budget_key = *who;
+    d.reserved = head.Header("x-agent") != nullptr;
+    return d;
+  });
+  auto wait = [](const std::string& who, bool agent = false) {
+    return HttpRequestText("GET", "/wait", "", "",
+                           "X-Who: " + who + "\r\n" + (agent ? "X-Agent: 1\r\n" : ""));
+  };
+  auto held_in_flight = [&](int64_t n) {
+    for (int i = 0; i < 400 && server_->Stats().in_flight < n; ++i) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return server_->Stats().in_flight;
+  };
+  std::vector<std::unique_ptr<RawConnection>> held;
+  for (const char* who : {"a", "a"}) {
+    held.push_back(Connect());
+    ASSERT_TRUE(held.back()->Send(wait(who)));
+  }
+  ASSERT_EQ(held_in_flight(2), 2);
+  auto third = Connect();
+  ASSERT_TRUE(third->Send(wait("a")));
+  auto r = third->Read(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("2 requests in flight, its share"), std::string::npos) << r->body;
+  // Caller b takes the rest of the pool; then c waits (503), but an agent does not.
+  for (const char* who : {"b", "b"}) {
+    held.push_back(Connect());
+    ASSERT_TRUE(held.back()->Send(wait(who)));
+  }
+  ASSERT_EQ(held_in_flight(4), 4);
+  auto c = Connect();
+  ASSERT_TRUE(c->Send(wait("c")));
+  auto full = c->Read(2s);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 503);
+  held.push_back(Connect());
+  ASSERT_TRUE(held.back()->Send(wait("node-1", true)));
+  EXPECT_EQ(held_in_flight(5), 5) << "the agent's long poll is held in its own pool";
+  AnswerHeld();
+  for (auto& h : held) {
+    auto answer = h->Read(2s);
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 200);
+  }
+  EXPECT_EQ(server_->Stats().in_flight, 0);
+  EXPECT_EQ(server_->Stats().refused_share, 1);
+}
+
 TEST_F(HttpServerTest, ABodyThatStallsOrTricklesIsCutOffAtTheMinimumRate) {
   HttpLimits limits;
   limits.body_timeout = 30s;

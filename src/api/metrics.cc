@@ -70,7 +70,7 @@ void HttpSection(std::string& out, const HttpStats& h) {
   for (const auto& [reason, n] : {std::pair{"connection_limit", h.refused_total_limit},
                                   {"address_connection_limit", h.refused_address_limit},
                                   {"overloaded", h.refused_overloaded},
-                                  {"body_share", h.refused_body_share},
+                                  {"caller_share", h.refused_share},
                                   {"timeout", h.timeouts},
                                   {"too_large", h.too_large},
                                   {"malformed", h.malformed}}) {
