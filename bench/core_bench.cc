@@ -9,12 +9,20 @@
 //                            four on one island, so every trial fails. The pass spends its whole
 //                            attempt budget and the round its whole search budget;
 //   BM_Round/restore         recovery of 80,000 running instances (start-up);
-//   BM_Gangs                 1,000 gangs of 2-64 NVLinked GPUs placed whole, one round each.
+//   BM_Gangs                 1,000 gangs of 2-64 NVLinked GPUs placed whole, one round each;
+//   BM_Rotate/*/N            one token rotation of a tenant that rotated N times before, each
+//                            predecessor still in its grace, beside 1,000 other tenants
+//                            (docs/api.md): its cost must not grow with N.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "catalog/catalog.h"
 #include "common/json.h"
+#include "core/core.h"
 #include "core/state.h"
 #include "fleet/fleet_file.h"
 
@@ -225,6 +233,78 @@ void BM_Gangs(benchmark::State& bs) {
   bs.SetItemsProcessed(bs.iterations() * 1000);
 }
 
+// A token hash as the API makes them: 64 hex digits.
+std::string Hash(int64_t n) { return fmt::format("{:064x}", n); }
+
+constexpr int kOtherTenants = 1000;
+
+// Each iteration rotates once more and advances the clock a second; the grace is `prior` seconds,
+// so the tenant keeps `prior` predecessors in their grace throughout (unless a cap retires them).
+// The core thread's part: the rotation, its stored record and its answer.
+void BM_RotateCoreThread(benchmark::State& bs) {
+  const int prior = static_cast<int>(bs.range(0));
+  const Duration grace = std::chrono::seconds(prior);
+  FakeClock clock;
+  Tenants tenants(&clock);
+  store::Batch setup;
+  for (int i = 0; i < kOtherTenants; ++i) {
+    (void)tenants.Create(fmt::format("other-{}", i), 1000, Hash(i), setup);
+  }
+  const std::string id = tenants.Create("rotor", 1000, Hash(-1), setup)->id.str();
+  int64_t next = kOtherTenants;
+  for (int i = 0; i < prior; ++i, clock.Advance(std::chrono::seconds(1))) {
+    (void)tenants.Rotate(id, Hash(next++), grace, setup);
+  }
+  for (auto _ : bs) {
+    store::Batch batch;
+    auto t = tenants.Rotate(id, Hash(next++), grace, batch);
+    benchmark::DoNotOptimize(ToJson(*t).dump());
+    clock.Advance(std::chrono::seconds(1));
+  }
+  bs.counters["live_tokens"] = static_cast<double>(tenants.Find(id)->tokens.size());
+  bs.counters["index"] = static_cast<double>(tenants.index()->size());
+}
+
+// The whole command through the core on SQLite: the rotation and its durable commit.
+void BM_RotateDurable(benchmark::State& bs) {
+  const int prior = static_cast<int>(bs.range(0));
+  const Duration grace = std::chrono::seconds(prior);
+  std::string dir = (std::filesystem::temp_directory_path() / "rotate-bench-XXXXXX").string();
+  if (!mkdtemp(dir.data())) return bs.SkipWithError("mkdtemp failed");
+  spdlog::set_level(spdlog::level::warn);  // Start-up's summary is not a figure.
+  FakeClock clock;
+  CoreOptions options;
+  options.catalog = &TheCatalog();
+  options.empty_fleet = true;
+  options.data_dir = dir;
+  options.clock = &clock;
+  {
+    auto core = Core::Start(options);
+    if (!core.ok()) return bs.SkipWithError(core.status().message().c_str());
+    int64_t next = kOtherTenants;
+    auto id = (*core)->Run<std::string>([&](State& s, store::Batch& b) -> Result<std::string> {
+      for (int i = 0; i < kOtherTenants; ++i) {
+        (void)s.tenants().Create(fmt::format("other-{}", i), 1000, Hash(i), b);
+      }
+      const std::string rotor = s.tenants().Create("rotor", 1000, Hash(-1), b)->id.str();
+      for (int i = 0; i < prior; ++i, clock.Advance(std::chrono::seconds(1))) {
+        (void)s.tenants().Rotate(rotor, Hash(next++), grace, b);
+      }
+      return rotor;
+    });
+    if (!id.ok()) return bs.SkipWithError(id.status().message().c_str());
+    for (auto _ : bs) {
+      auto done = (*core)->Run<std::string>([&](State& s, store::Batch& b) -> Result<std::string> {
+        TESSERA_ASSIGN_OR_RETURN(Tenant t, s.tenants().Rotate(*id, Hash(next++), grace, b));
+        return ToJson(t).dump();
+      });
+      if (!done.ok()) return bs.SkipWithError(done.status().message().c_str());
+      clock.Advance(std::chrono::seconds(1));
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 BENCHMARK(BM_RoundCreate)->Name("BM_Round/create")->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RoundFreedWorst)->Name("BM_Round/freed_worst")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Restore)->Name("BM_Round/restore")->Unit(benchmark::kMillisecond)->Iterations(1);
@@ -232,6 +312,17 @@ BENCHMARK(BM_Gangs)
     ->Name("BM_Gangs/1000_on_10000_nodes")
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
+BENCHMARK(BM_RotateCoreThread)
+    ->Name("BM_Rotate/core_thread")
+    ->Arg(10)
+    ->Arg(1000)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RotateDurable)
+    ->Name("BM_Rotate/durable")
+    ->Arg(10)
+    ->Arg(1000)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace tessera::core

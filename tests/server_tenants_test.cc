@@ -56,6 +56,33 @@ TEST_F(TenantLifecycleTest, ARotatedTokenKeepsWorkingForItsGraceOrStopsAtOnce) {
   EXPECT_EQ(Get("/v1/tenants/" + id, third).body["name"], "acme");
 }
 
+TEST_F(TenantLifecycleTest, RotationsPastTheCapLeaveOnlyTheNewestTokensAcrossARestart) {
+  // 2,856 rotations once left 2,857 valid tokens, and each rotation slowed with their count.
+  auto created = Post("/v1/tenants", kAdminToken, {{"name", "acme"}, {"quota", {{"gpus", 4}}}});
+  ASSERT_EQ(created.status, 201);
+  const std::string id = created.body["id"];
+  std::vector<std::string> tokens = {created.body["token"]};
+  constexpr size_t kCap = 8, kRotations = 11;
+  for (size_t i = 0; i < kRotations; ++i) {
+    auto rotated = Post("/v1/tenants/" + id + "/tokens", tokens.back(), {{"grace_seconds", 600}});
+    ASSERT_EQ(rotated.status, 201) << "a rotation always succeeds: " << rotated.raw;
+    EXPECT_LE(rotated.body["tokens"].size(), kCap) << rotated.raw;
+    tokens.push_back(rotated.body["token"]);
+  }
+  const auto check = [&](const std::string& when) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const bool live = i + kCap >= tokens.size();  // The newest kCap.
+      EXPECT_EQ(Get("/v1/instances", tokens[i]).status, live ? 200 : 401)
+          << "token " << i << " " << when;
+    }
+    EXPECT_EQ(Get("/v1/tenants/" + id, kAdminToken).body["tokens"].size(), kCap) << when;
+  };
+  check("after the rotations");
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  StartServer();
+  check("after a restart");
+}
+
 TEST_F(TenantLifecycleTest, QuotaChangesAndADisabledTenantStopsQueuing) {
   auto created = Post("/v1/tenants", kAdminToken, {{"name", "acme"}, {"quota", {{"gpus", 1}}}});
   const std::string id = created.body["id"];

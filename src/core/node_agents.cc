@@ -233,7 +233,7 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   node.last_seen = node.created_at;
   AgentNode& stored = agents_.nodes().emplace(name, std::move(node)).first->second;
   SaveNode(stored, batch);
-  PublishNodeTokens();
+  tenants_.SetNodeToken(name, token_hash);
   return stored;
 }
 
@@ -267,7 +267,7 @@ Status State::AttachSimulatedAgent(const std::string& name, const std::string& t
     if (inst.state == InstanceState::kRunning && !inst.meter) attached.lost = true;
   });
   ApplyNodeState(attached);  // Its agent runs real processes: one tenant until it says more.
-  PublishNodeTokens();
+  tenants_.SetNodeToken(name, token_hash);
   return Status::Ok();
 }
 
@@ -277,7 +277,7 @@ Status State::RotateAgentNodeToken(const std::string& name, const std::string& t
   if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
   node->token_hash = token_hash;
   SaveNode(*node, batch);
-  PublishNodeTokens();
+  tenants_.SetNodeToken(name, token_hash);  // The previous token stops at once.
   return Status::Ok();
 }
 
@@ -611,10 +611,10 @@ Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::st
     }
     if (node.registered()) node.info = NodeInfoOf(node);
     const std::string name = node.name;
-    agents_.nodes().emplace(name, std::move(node));
-    ApplyNodeState(agents_.nodes().at(name));
+    const AgentNode& restored = agents_.nodes().emplace(name, std::move(node)).first->second;
+    ApplyNodeState(restored);
+    tenants_.SetNodeToken(name, restored.token_hash);
   }
-  PublishNodeTokens();
   return Status::Ok();
 }
 
@@ -874,12 +874,6 @@ Status State::SetGpuHealth(const std::string& name, int gpu, bool healthy,
 void State::SaveNode(const AgentNode& node, store::Batch& batch) {
   if (node.simulated) return;  // Made afresh from the fleet file at every start.
   batch.settings.push_back(AgentSupervisor::Record(node));
-}
-
-void State::PublishNodeTokens() {
-  std::map<std::string, std::string> tokens;
-  for (const auto& [name, node] : agents_.nodes()) tokens[node.token_hash] = name;
-  tenants_.SetNodeTokens(std::move(tokens));
 }
 
 void State::ApplyNodeState(const AgentNode& node) {

@@ -538,7 +538,6 @@ class State {
   // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
   void Displace(Instance& inst, const std::string& why, store::Batch& batch);
   void SaveNode(const AgentNode& node, store::Batch& batch);
-  void PublishNodeTokens();
   // Evaluates the alert rules when the interval passed; stores what changed.
   void EvaluateAlerts(store::Batch& batch);
   // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.

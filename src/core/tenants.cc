@@ -11,9 +11,20 @@ namespace tessera::core {
 
 namespace {
 
-// Drops the tokens whose grace has ended.
+// Drops the tokens whose grace has ended, and the oldest beyond kMaxLiveTokens. Tokens are in
+// creation order, and so in order of their ends: a rotation gives every earlier token an end no
+// later than the one it gives the token it replaces.
 void Prune(Tenant& t, Time now) {
   std::erase_if(t.tokens, [&](const Token& k) { return k.expires_at && *k.expires_at <= now; });
+  if (t.tokens.size() > kMaxLiveTokens) {
+    t.tokens.erase(t.tokens.begin(), t.tokens.end() - static_cast<ptrdiff_t>(kMaxLiveTokens));
+  }
+}
+
+std::vector<std::string> Hashes(const Tenant& t) {
+  std::vector<std::string> out;
+  for (const Token& k : t.tokens) out.push_back(k.hash);
+  return out;
 }
 
 }  // namespace
@@ -26,25 +37,10 @@ int64_t TenantNumber(std::string_view id) {
   return ec == std::errc() && ptr == id.data() + id.size() ? n : 0;
 }
 
-Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view token_hash, Time now) {
-  // The lookup is keyed by the token's SHA-256: its timing can tell nothing about the token.
-  auto it = index.find(std::string(token_hash));
-  if (it == index.end()) return Status::Unauthenticated("invalid token");
-  const Principal& p = it->second;
-  if (p.expires_at && *p.expires_at <= now) {
-    return Status::Unauthenticated("this token was replaced and its grace period has ended");
-  }
-  if (p.disabled) {
-    return Status::PermissionDenied(fmt::format("tenant '{}' is disabled", p.tenant.str()));
-  }
-  return p;
-}
-
 Tenants::Tenants(const Clock* clock) : clock_(clock) {
   admin_.id = TenantId::Unchecked("admin");
   admin_.name = "admin";
   admin_.admin = true;
-  Rebuild();
 }
 
 Status Tenants::Restore(const std::vector<store::TenantRecord>& records) {
@@ -54,9 +50,19 @@ Status Tenants::Restore(const std::vector<store::TenantRecord>& records) {
     auto t = TenantFromStoredJson(*j, rec.token_hash);
     if (!t.ok()) return Status::DataLoss(t.status().message());
     next_tenant_ = std::max(next_tenant_, TenantNumber(t->id.str()) + 1);
+    // A record from before the cap may hold more tokens: the newest stay, as at a rotation. The
+    // record itself is rewritten at the tenant's next change; until then every start keeps the
+    // same ones.
+    Prune(*t, clock_->Now());
     by_id_[t->id.str()] = std::move(*t);
   }
-  Rebuild();
+  std::vector<PrincipalIndex::Change> changes;
+  for (const auto& [id, t] : by_id_) {
+    for (const Token& k : t.tokens) {
+      changes.push_back({k.hash, Principal{t.id, false, t.disabled, k.expires_at, ""}});
+    }
+  }
+  index_ = index_->With(changes);
   return Status::Ok();
 }
 
@@ -66,8 +72,11 @@ void Tenants::SetAdminTokenHash(const std::string& hash, store::Batch& batch) {
 }
 
 void Tenants::RestoreAdminTokenHash(const std::string& hash) {
+  std::vector<PrincipalIndex::Change> changes;
+  if (!admin_hash_.empty()) changes.push_back({admin_hash_, std::nullopt});
+  if (!hash.empty()) changes.push_back({hash, Principal{admin_.id, true, false, {}, ""}});
   admin_hash_ = hash;
-  Rebuild();
+  index_ = index_->With(changes);
 }
 
 Result<Tenant> Tenants::Create(const std::string& name, int64_t quota_gpu_milli,
@@ -85,7 +94,7 @@ Result<Tenant> Tenants::Create(const std::string& name, int64_t quota_gpu_milli,
   t.tokens.push_back({token_hash, t.created_at, std::nullopt});
   Tenant& stored = by_id_[t.id.str()] = std::move(t);
   Save(stored, batch);
-  Rebuild();
+  Reindex(stored, {});
   return stored;
 }
 
@@ -108,10 +117,11 @@ Result<Tenant> Tenants::Update(std::string_view id, std::optional<int64_t> quota
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return Status::NotFound(fmt::format("tenant '{}' not found", id));
   Tenant& t = it->second;
+  const std::vector<std::string> before = Hashes(t);
   if (quota_gpu_milli) t.quota_gpu_milli = *quota_gpu_milli;
   if (disabled) t.disabled = *disabled;
   Save(t, batch);
-  Rebuild();
+  Reindex(t, before);
   return t;
 }
 
@@ -120,15 +130,15 @@ Result<Tenant> Tenants::Rotate(std::string_view id, const std::string& new_hash,
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return Status::NotFound(fmt::format("tenant '{}' not found", id));
   Tenant& t = it->second;
+  const std::vector<std::string> before = Hashes(t);
   const Time now = clock_->Now();
   const Time end = now + std::clamp(grace, Duration::zero(), kMaxTokenGrace);
   for (Token& k : t.tokens) {
     if (!k.expires_at || *k.expires_at > end) k.expires_at = end;
   }
-  Prune(t, now);
   t.tokens.push_back({new_hash, now, std::nullopt});
-  Save(t, batch);
-  Rebuild();
+  Save(t, batch);  // Drops ended tokens, and the oldest beyond the cap.
+  Reindex(t, before);
   return t;
 }
 
@@ -149,23 +159,32 @@ void Tenants::Save(Tenant& t, store::Batch& batch) {
   batch.tenants.push_back({t.id.str(), t.name, current, ToStoredJson(t).dump()});
 }
 
-void Tenants::Rebuild() {
-  auto index = std::make_shared<PrincipalIndex>();
-  if (!admin_hash_.empty()) (*index)[admin_hash_] = Principal{admin_.id, true, false, {}, ""};
-  for (const auto& [id, t] : by_id_) {
-    for (const Token& k : t.tokens) {
-      (*index)[k.hash] = Principal{t.id, false, t.disabled, k.expires_at, ""};
-    }
+void Tenants::Reindex(const Tenant& t, const std::vector<std::string>& before) {
+  std::vector<PrincipalIndex::Change> changes;
+  for (const std::string& hash : before) {
+    const bool kept = std::any_of(t.tokens.begin(), t.tokens.end(),
+                                  [&](const Token& k) { return k.hash == hash; });
+    if (!kept) changes.push_back({hash, std::nullopt});
   }
-  for (const auto& [hash, node] : node_tokens_) {
-    (*index)[hash] = Principal{TenantId(), false, false, {}, node};
+  for (const Token& k : t.tokens) {
+    changes.push_back({k.hash, Principal{t.id, false, t.disabled, k.expires_at, ""}});
   }
-  index_ = std::move(index);
+  index_ = index_->With(changes);
 }
 
-void Tenants::SetNodeTokens(std::map<std::string, std::string> hash_to_node) {
-  node_tokens_ = std::move(hash_to_node);
-  Rebuild();
+void Tenants::SetNodeToken(const std::string& node, const std::string& hash) {
+  std::vector<PrincipalIndex::Change> changes;
+  auto it = node_tokens_.find(node);
+  if (it != node_tokens_.end()) {
+    if (it->second == hash) return;
+    changes.push_back({it->second, std::nullopt});
+    node_tokens_.erase(it);
+  }
+  if (!hash.empty()) {
+    node_tokens_[node] = hash;
+    changes.push_back({hash, Principal{TenantId(), false, false, {}, node}});
+  }
+  index_ = index_->With(changes);
 }
 
 nlohmann::json ToJson(const Tenant& t, std::optional<int64_t> gpu_milli_in_use) {

@@ -1,9 +1,11 @@
 // Tenants and the tokens that act for them, and the operator's (admin) token. Tenants owns who
 // may call the API: it creates tenants, changes their quota or disables them, rotates their
-// tokens (the replaced token keeps working for a grace period, or stops at once), and keeps the
-// principal index: token hash -> who it acts for. The index is an immutable snapshot rebuilt on
-// every change, so the core can hand it to the HTTP threads, which then authenticate a request
-// before reading its body and without a core round. Only token hashes are held, never tokens.
+// tokens (the replaced token keeps working for a grace period, or stops at once; a tenant holds
+// at most kMaxLiveTokens), and keeps the principal index: token hash -> who it acts for. Every
+// change publishes a new immutable index (principal_index.h) that shares what it did not change
+// with the one before, so the core can hand it to the HTTP threads, which then authenticate a
+// request before reading its body and without a core round; a change costs what it touches, not
+// the size of the index. Only token hashes are held, never tokens.
 // Thread-safety: Tenants belongs to the core thread; a published PrincipalIndex is immutable and
 // may be read from any thread.
 #pragma once
@@ -14,12 +16,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/result.h"
+#include "core/principal_index.h"
 #include "store/store.h"
 
 namespace tessera::core {
@@ -40,27 +42,14 @@ struct Tenant {
   bool admin = false;         // The operator; not stored as a tenant.
 };
 
-// Who a token acts for, as the index holds it.
-struct Principal {
-  TenantId tenant;  // "admin" for the operator.
-  bool admin = false;
-  bool disabled = false;
-  std::optional<Time> expires_at;
-  std::string node;  // A node token's node (docs/agent.md); empty for the admin and tenants.
-};
-
-// Token hash -> principal.
-using PrincipalIndex = std::unordered_map<std::string, Principal>;
-
-// The principal `token_hash` acts for at `now`. Unauthenticated for an unknown or expired token,
-// PermissionDenied for a disabled tenant. The one rule for the HTTP threads and the core alike.
-Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view token_hash, Time now);
-
 // The number in "tenant-000042" (42), or 0 when there is none: tenants are listed in this order.
 int64_t TenantNumber(std::string_view id);
 
 // The longest grace period a replaced token may keep.
 inline constexpr Duration kMaxTokenGrace = std::chrono::hours(24 * 30);
+// The most tokens of one tenant that authenticate at once: the current one and its newest
+// predecessors in their grace. A rotation past it retires the oldest predecessor at once.
+inline constexpr size_t kMaxLiveTokens = 8;
 
 class Tenants {
  public:
@@ -86,30 +75,35 @@ class Tenants {
   Result<Tenant> Update(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                         std::optional<bool> disabled, store::Batch& batch);
   // Makes `new_hash` the tenant's token. The previous tokens stop at now + grace (0: at once);
-  // tokens already in a shorter grace keep it. NotFound for an unknown id.
+  // tokens already in a shorter grace keep it. Beyond kMaxLiveTokens the oldest stop at once: a
+  // rotation always succeeds, so a tenant whose token leaked can always rotate. Costs the same
+  // however often the tenant rotated before. NotFound for an unknown id.
   Result<Tenant> Rotate(std::string_view id, const std::string& new_hash, Duration grace,
                         store::Batch& batch);
 
   // The authoritative check on the core thread: the tenant (or the operator) behind a token.
   Result<const Tenant*> Authenticate(std::string_view token_hash) const;
 
-  // Node tokens (hash -> node name) join the index; they act only as their node.
-  void SetNodeTokens(std::map<std::string, std::string> hash_to_node);
+  // Makes `hash` node `node`'s token in the index (it acts only as its node), replacing the
+  // node's previous token at once; an empty hash removes the node's token.
+  void SetNodeToken(const std::string& node, const std::string& hash);
 
   // The current index; a new object after every change, so a pointer compare tells.
   const std::shared_ptr<const PrincipalIndex>& index() const { return index_; }
 
  private:
-  void Rebuild();
+  // Publishes `t`'s tokens in a new index; `before` are the hashes it had, and those it no
+  // longer has leave the index.
+  void Reindex(const Tenant& t, const std::vector<std::string>& before);
   void Save(Tenant& t, store::Batch& batch);
 
   const Clock* clock_;
   Tenant admin_;
   std::string admin_hash_;
   std::map<std::string, Tenant, std::less<>> by_id_;
-  std::map<std::string, std::string> node_tokens_;  // Hash -> node.
+  std::map<std::string, std::string> node_tokens_;  // Node -> its token's hash.
   int64_t next_tenant_ = 1;
-  std::shared_ptr<const PrincipalIndex> index_;
+  std::shared_ptr<const PrincipalIndex> index_ = std::make_shared<const PrincipalIndex>();
 };
 
 // The API form of a tenant (no token hashes); `gpus_in_use` in milli-GPU when known.

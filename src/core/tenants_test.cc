@@ -1,5 +1,6 @@
 #include "core/tenants.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace tessera::core {
@@ -58,6 +59,85 @@ TEST_F(TenantsTest, ARotatedTokenWorksUntilItsGraceEnds) {
   EXPECT_EQ(tenants_.Find(t->id.str())->tokens.size(), 1u) << "ended tokens are dropped";
   EXPECT_EQ(tenants_.Rotate("tenant-999999", "x", 1h, batch_).status().code(),
             StatusCode::kNotFound);
+}
+
+TEST_F(TenantsTest, RotationsPastTheCapRetireTheOldestPredecessorsAtOnce) {
+  // 2,856 rotations in their grace once left 2,857 tokens that all worked.
+  auto t = tenants_.Create("acme", 1000, "h0", batch_);
+  const int rotations = 20;
+  for (int i = 1; i <= rotations; ++i) {
+    auto r = tenants_.Rotate(t->id.str(), fmt::format("h{}", i), 1h, batch_);
+    ASSERT_TRUE(r.ok()) << "a rotation always succeeds";
+    EXPECT_LE(r->tokens.size(), kMaxLiveTokens);
+  }
+  const int oldest_live = rotations - static_cast<int>(kMaxLiveTokens) + 1;  // h13.
+  for (int i = 0; i <= rotations; ++i) {
+    const std::string hash = fmt::format("h{}", i);
+    EXPECT_EQ(Who(hash).ok(), i >= oldest_live) << hash;
+  }
+  EXPECT_EQ(Who("h0").status().message(), "invalid token") << "retired, not merely expired";
+  EXPECT_EQ(tenants_.index()->size(), kMaxLiveTokens) << "retired tokens leave the index";
+  EXPECT_EQ(tenants_.Find(t->id.str())->tokens.back().hash, "h20") << "the newest is current";
+  // The store holds the same tokens: a restart keeps exactly these.
+  Tenants restored(&clock_);
+  ASSERT_TRUE(restored.Restore({batch_.tenants.back()}).ok());
+  for (int i = 0; i <= rotations; ++i) {
+    const std::string hash = fmt::format("h{}", i);
+    EXPECT_EQ(Authenticate(*restored.index(), hash, clock_.Now()).ok(), i >= oldest_live) << hash;
+  }
+  // A record from before the cap, with every predecessor still in its grace, keeps the newest.
+  nlohmann::json doc = nlohmann::json::parse(batch_.tenants.back().doc);
+  nlohmann::json many = nlohmann::json::array();
+  for (int i = 0; i < 30; ++i) {
+    nlohmann::json k = {{"hash", fmt::format("old{}", i)},
+                        {"created_at", FormatRfc3339(clock_.Now())}};
+    if (i < 29) k["expires_at"] = FormatRfc3339(clock_.Now() + 1h);
+    many.push_back(std::move(k));
+  }
+  doc["tokens"] = many;
+  store::TenantRecord legacy = batch_.tenants.back();
+  legacy.doc = doc.dump();
+  Tenants upgraded(&clock_);
+  ASSERT_TRUE(upgraded.Restore({legacy}).ok());
+  EXPECT_EQ(upgraded.index()->size(), kMaxLiveTokens);
+  EXPECT_TRUE(Authenticate(*upgraded.index(), "old29", clock_.Now()).ok());
+  EXPECT_TRUE(Authenticate(*upgraded.index(), "old22", clock_.Now()).ok());
+  EXPECT_FALSE(Authenticate(*upgraded.index(), "old21", clock_.Now()).ok());
+}
+
+TEST_F(TenantsTest, ARotationChangesOnlyItsTenantsEntriesOfTheIndex) {
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(tenants_.Create(fmt::format("t{}", i), 1, fmt::format("other{}", i), batch_).ok());
+  }
+  auto t = tenants_.Create("acme", 1000, "old", batch_);
+  auto before = tenants_.index();
+  ASSERT_TRUE(tenants_.Rotate(t->id.str(), "new", 1h, batch_).ok());
+  auto after = tenants_.index();
+  int shared = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string hash = fmt::format("other{}", i);
+    ASSERT_TRUE(after->Find(hash));
+    shared += before->Find(hash) == after->Find(hash);
+  }
+  EXPECT_GE(shared, 990) << "a rotation copies its own entries' buckets, not the whole index";
+  // Ended tokens leave the index at the tenant's next change, not only stop authenticating.
+  clock_.Advance(2h);
+  ASSERT_TRUE(tenants_.Update(t->id.str(), 2000, std::nullopt, batch_).ok());
+  EXPECT_FALSE(tenants_.index()->Find("old"));
+  EXPECT_EQ(tenants_.index()->size(), 1001u);
+}
+
+TEST_F(TenantsTest, ANodeTokenActsAsItsNodeAndARotationEndsTheOldOneAtOnce) {
+  tenants_.SetNodeToken("node-a", "na1");
+  EXPECT_EQ(Who("na1")->node, "node-a");
+  tenants_.SetNodeToken("node-a", "na2");
+  EXPECT_EQ(Who("na1").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Who("na2")->node, "node-a");
+  EXPECT_EQ(tenants_.Authenticate("na2").status().code(), StatusCode::kPermissionDenied)
+      << "a node token is not a tenant's";
+  EXPECT_EQ(tenants_.index()->size(), 1u);
+  tenants_.SetNodeToken("node-a", "");
+  EXPECT_EQ(tenants_.index()->size(), 0u);
 }
 
 TEST_F(TenantsTest, ADisabledTenantsTokensAreForbiddenAndItsQuotaChanges) {
