@@ -166,15 +166,63 @@ TEST_F(ServerBillingTest, TheCostReportWeighsCostByMeasuredUtilization) {
   EXPECT_FALSE(report.body.contains("idle")) << "a tenant never sees the fleet";
   auto admin = Get("/v1/reports/cost", kAdminToken);
   ASSERT_EQ(admin.status, 200);
-  bool h100 = false;
+  // The period counts from the fleet's first start, seconds ago: the run's billed minute may
+  // cover all the H100s saw, and the L40S nobody used was idle all along.
+  bool h100 = false, l40s = false;
   for (const json& idle : admin.body["idle"]) {
     if (idle["gpu_model"] == "H100-80GB") {
       h100 = true;
       EXPECT_EQ(idle["gpus"], 2);
-      EXPECT_GT(idle["idle_gpu_hours"].get<double>(), 0);
+      EXPECT_GE(idle["idle_gpu_hours"].get<double>(), 0);
+    }
+    if (idle["gpu_model"] == "L40S-48GB") {
+      l40s = true;
+      EXPECT_GT(std::stod(idle["idle_cost_usd"].get<std::string>()), 0) << admin.raw;
     }
   }
-  EXPECT_TRUE(h100) << admin.raw;
+  EXPECT_TRUE(h100 && l40s) << admin.raw;
+}
+
+TEST_F(ServerBillingTest, ACostReportCountsNothingBeforeTheFleetsFirstStart) {
+  // A report from year 1 once counted 2,025 years of idle capacity ($1.44 billion).
+  auto ancient =
+      Get("/v1/reports/cost?from=0001-01-01T00:00:00Z&to=0001-12-31T00:00:00Z", kAdminToken);
+  ASSERT_EQ(ancient.status, 200) << ancient.raw;
+  EXPECT_EQ(ancient.body["clamped_start"], true) << ancient.raw;
+  EXPECT_EQ(ancient.body["from"], "0001-12-31T00:00:00Z") << "an empty period: the fleet was not";
+  ASSERT_FALSE(ancient.body["idle"].empty()) << ancient.raw;
+  for (const json& idle : ancient.body["idle"]) {
+    EXPECT_EQ(idle["idle_gpu_hours"], 0) << ancient.raw;
+    if (idle["idle_cost_usd"].is_string()) {
+      EXPECT_EQ(idle["idle_cost_usd"], "0.000000") << ancient.raw;
+    }
+  }
+  // A period that began before the fleet's first start counts from it: this server has run for
+  // seconds, not the 300 days asked.
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  const std::time_t asked = now - 300 * 86400;
+  gmtime_r(&asked, &tm);
+  char from[32];
+  std::strftime(from, sizeof from, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  auto recent = Get(std::string("/v1/reports/cost?from=") + from, kAdminToken);
+  ASSERT_EQ(recent.status, 200) << recent.raw;
+  EXPECT_EQ(recent.body["clamped_start"], true) << recent.raw;
+  EXPECT_GT(recent.body["from"].get<std::string>(), from) << recent.raw;
+  for (const json& idle : recent.body["idle"]) {
+    EXPECT_LE(idle["idle_gpu_hours"].get<double>(), idle["gpus"].get<double>() * 0.1)
+        << "at most a few minutes of each GPU: " << recent.raw;
+  }
+  // The fleet's first start is recorded once: a restart does not move it.
+  const std::string first = recent.body["from"];
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  StartServer();
+  EXPECT_EQ(Get(std::string("/v1/reports/cost?from=") + from, kAdminToken).body["from"], first);
+  // A tenant's report is clamped alike; a period after the first start is not.
+  const std::string acme = NewTenant("acme", 1);
+  EXPECT_EQ(Get(std::string("/v1/reports/cost?from=") + from, acme).body["clamped_start"], true);
+  EXPECT_EQ(Get("/v1/reports/cost?from=" + first, kAdminToken).body["clamped_start"], false);
 }
 
 TEST_F(ServerBillingTest, ReservationsAndBudgetsAnswerWithTheirCodes) {

@@ -338,8 +338,11 @@ void AddBillingRoutes(Api& table) {
                   api, call, refusal,
                   [from, to](core::State& s, store::Store& store,
                              const core::Tenant& caller) -> Result<BillingRead> {
+                    // Nothing is counted before the fleet's first start: not a line, not an
+                    // idle GPU-hour, not a reservation's term.
+                    const int64_t start = std::max(from, std::min(s.fleet_since(), to));
                     BillingRead read{
-                        s.SnapshotBilling(store, caller.admin ? "" : caller.id.str(), from, to),
+                        s.SnapshotBilling(store, caller.admin ? "" : caller.id.str(), start, to),
                         billing::UnixSeconds(s.clock().Now()),
                         {}};
                     if (caller.admin) {
@@ -351,8 +354,8 @@ void AddBillingRoutes(Api& table) {
                     }
                     return read;
                   },
-                  [catalog](store::LedgerReader& reader,
-                            const BillingRead& read) -> Result<HttpResponse> {
+                  [catalog, from](store::LedgerReader& reader,
+                                  const BillingRead& read) -> Result<HttpResponse> {
                     // Idle capacity and reservation sizing count the period up to now.
                     billing::CostReport report(catalog, read.snap.from,
                                                std::min(read.snap.to, read.now + 1));
@@ -361,6 +364,7 @@ void AddBillingRoutes(Api& table) {
                     if (!read.fleet.empty()) report.SetFleet(read.fleet);
                     json j = report.ToJson();
                     PutPeriod(j, read.snap.from, read.snap.to);
+                    j["clamped_start"] = read.snap.from != from;  // `from` is the start counted.
                     return JsonResponse(200, j);
                   });
             });

@@ -528,6 +528,25 @@ nlohmann::json State::Budgets(const Tenant& caller) const {
   return nlohmann::json{{"budgets", std::move(list)}};
 }
 
+Status State::RestoreFleetSince(const std::optional<std::string>& record, store::Batch& batch) {
+  if (record) {
+    auto since = ParseRfc3339(*record);
+    if (!since.ok()) {
+      return Status::DataLoss(
+          fmt::format("stored setting '{}': {}", kFleetSince, since.status().message()));
+    }
+    fleet_since_ = billing::UnixSeconds(*since);
+    return Status::Ok();
+  }
+  // Nothing was billed before the first tenant existed, and no node joined before the store.
+  Time since = clock_->Now();
+  for (const Tenant* t : tenants_.List()) since = std::min(since, t->created_at);
+  for (const auto& [name, node] : agents_.nodes()) since = std::min(since, node.created_at);
+  fleet_since_ = billing::UnixSeconds(since);
+  batch.settings.emplace_back(std::string(kFleetSince), FormatRfc3339(since));
+  return Status::Ok();
+}
+
 Status State::RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,
                              int64_t month, const std::map<std::string, Money>& spent) {
   for (const auto& [key, value] : records) {

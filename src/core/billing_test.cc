@@ -402,6 +402,38 @@ TEST_F(BillingTest, ARestartInTheMiddleOfAnIntervalLosesAndDuplicatesNothing) {
   EXPECT_EQ(Ledger().size(), 0u);
 }
 
+TEST_F(BillingTest, TheFleetsFirstStartIsRecordedOnceAndAnOlderStoreIsDatedByItsTenants) {
+  // The fixture's store predates the record: its tenant and node came an hour after midnight.
+  clock_.Advance(24h * 10);
+  Restart();
+  EXPECT_EQ(state_->fleet_since(), kNov30 + 3600);
+  clock_.Advance(24h);
+  Restart();  // Commits what the first restart recorded.
+  EXPECT_EQ(state_->fleet_since(), kNov30 + 3600);
+  EXPECT_EQ(store_->GetSetting(std::string(State::kFleetSince))->value_or(""),
+            "2026-11-30T01:00:00Z");
+  // A new store is dated by its first start, and a restart keeps that date.
+  auto fresh = store::NewMemoryStore();
+  auto first = NewState();
+  store::Batch recorded;
+  ASSERT_TRUE(RestoreFromStore(*first, *fresh, recorded).ok());
+  EXPECT_EQ(first->fleet_since(), billing::UnixSeconds(clock_.Now()));
+  ASSERT_TRUE(fresh->Commit(recorded).ok());
+  clock_.Advance(1h);
+  auto second = NewState();
+  store::Batch none;
+  ASSERT_TRUE(RestoreFromStore(*second, *fresh, none).ok());
+  EXPECT_EQ(second->fleet_since(), first->fleet_since());
+  // A record that is not a time is data loss, named.
+  store::Batch bad;
+  bad.settings.emplace_back(std::string(State::kFleetSince), "yesterday");
+  ASSERT_TRUE(fresh->Commit(bad).ok());
+  auto third = NewState();
+  const Status broken = RestoreFromStore(*third, *fresh, none).status();
+  EXPECT_EQ(broken.code(), StatusCode::kDataLoss);
+  EXPECT_NE(broken.message().find("billing/fleet_since"), std::string::npos) << broken.message();
+}
+
 TEST_F(BillingTest, ReservedInstancesDrawOnAReservationThatBillsItsTerm) {
   auto none = Create(Type("gpu.1xh100", Billing::kReserved));
   ASSERT_FALSE(none.ok());

@@ -107,6 +107,9 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));
   TESSERA_ASSIGN_OR_RETURN(RecoveryReport report,
                            state.Restore(tenants, instances, node_states, batch));
+  // After tenants and joined nodes: a store that predates the record is dated by them.
+  TESSERA_ASSIGN_OR_RETURN(auto fleet_since, store.GetSetting(std::string(State::kFleetSince)));
+  TESSERA_RETURN_IF_ERROR(state.RestoreFleetSince(fleet_since, batch));
   // Groups after instances: they name their members.
   TESSERA_ASSIGN_OR_RETURN(auto groups, store.ListSettings(std::string(State::kGroupPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto next_group, store.GetSetting(std::string(State::kNextGroup)));

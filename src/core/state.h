@@ -311,6 +311,14 @@ class State {
   static constexpr int kDryRunUnits = 16;
   // The fleet's GPUs of `model`, in milli-GPU.
   int64_t FleetMilliOf(const std::string& model) const;
+  // The fleet's first start: when the control plane first served this store, in Unix seconds.
+  // Cost reports count nothing before it, idle capacity included (docs/billing.md).
+  int64_t fleet_since() const { return fleet_since_; }
+  // Restores it from its record (kFleetSince). A store without one (a new store, or one from
+  // before it was kept) is dated by its earliest tenant or joined node, else now, and the date
+  // is recorded in `batch`. DataLoss for a record that is not a time.
+  Status RestoreFleetSince(const std::optional<std::string>& record, store::Batch& batch);
+  static constexpr std::string_view kFleetSince = "billing/fleet_since";
   // Units of the reservation that active instances hold.
   int ReservationUnitsUsed(const std::string& id) const;
   // Whether `units` free units of the caller's active reservations cover `shape` now: what a
@@ -606,6 +614,7 @@ class State {
   // never changes while a node is in the fleet, and nodes only join).
   mutable std::vector<int64_t> fleet_milli_;
   mutable size_t fleet_milli_nodes_ = 0;
+  int64_t fleet_since_ = 0;                         // Unix seconds; RestoreFleetSince sets it.
   std::map<std::string, billing::Budget> budgets_;  // By tenant id.
   // Ledger spend by (month start, tenant), for the months since start-up.
   std::map<std::pair<int64_t, std::string>, Money> spent_;
