@@ -95,7 +95,11 @@ Status ParseReport(const json& j, const std::string& where, core::AgentSync& s) 
   }
   if (!started.empty()) {
     auto t = ParseRfc3339(started);
-    if (!t.ok()) return t.status().WithPrefix(where + ": field 'started_at'");
+    // Not the parser's message: it holds the text as sent, control characters and all.
+    if (!t.ok()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: field 'started_at': '{}' is not an RFC 3339 time", where, Quote(started, 40)));
+    }
     r.started_at = *t;
   }
   s.reports.push_back(std::move(r));
