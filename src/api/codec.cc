@@ -44,6 +44,9 @@ HttpError ToHttpErrorOfCode(const Status& s) {
 HttpError ToHttpError(const Status& s) {
   HttpError e = ToHttpErrorOfCode(s);
   if (!s.reason().empty()) e.code = s.reason();
+  // Not a quota that the tenant's spending set, but a limit on how much may wait at once: the
+  // same request succeeds once some of its pending work was placed or deleted.
+  if (s.reason() == "too_many_pending") e.status = 429;
   return e;
 }
 
@@ -56,17 +59,32 @@ Status BodyStatus(const JsonFields& f) { return f.body_error(); }
 
 namespace {
 
-// A quota in GPUs (fractions allowed, in whole milli-GPUs: the unit every share is counted in),
-// as milli-GPU. A finer amount is refused rather than rounded without a word.
-int64_t QuotaMilli(JsonFields& f, bool required) {
+struct Quota {
+  std::optional<int64_t> gpu_milli, max_pending;  // Each unset when absent.
+};
+
+// `body`'s quota: `gpus` in GPUs (fractions allowed, in whole milli-GPUs: the unit every share is
+// counted in), as milli-GPU, where a finer amount is refused rather than rounded without a word;
+// and `max_pending`, the cap on pending instances. A quota object gives at least `gpus`, or
+// `max_pending` alone.
+Quota ReadQuota(JsonFields& f, const json& body, bool required) {
+  Quota out;
   JsonFields q = f.Object("quota", required);
-  q.RejectUnknown({"gpus"});
-  const double gpus = q.Number("gpus", 0, 1e6, !q.absent());
-  const double milli = gpus * 1000;
-  if (q.ok() && std::abs(milli - std::round(milli)) > 1e-6) {
-    q.Fail("gpus", fmt::format("{} is finer than the unit, a thousandth of a GPU", gpus));
+  if (q.absent()) return out;
+  q.RejectUnknown({"gpus", "max_pending"});
+  const json& given = body.at("quota");  // An object: the reader is not absent.
+  if (given.contains("gpus") || !given.contains("max_pending")) {
+    const double gpus = q.Number("gpus", 0, 1e6);
+    const double milli = gpus * 1000;
+    if (q.ok() && std::abs(milli - std::round(milli)) > 1e-6) {
+      q.Fail("gpus", fmt::format("{} is finer than the unit, a thousandth of a GPU", gpus));
+    }
+    out.gpu_milli = static_cast<int64_t>(std::llround(milli));
   }
-  return static_cast<int64_t>(std::llround(milli));
+  if (given.contains("max_pending")) {
+    out.max_pending = q.Int("max_pending", 0, core::kMaxMaxPending);
+  }
+  return out;
 }
 
 }  // namespace
@@ -77,7 +95,9 @@ Result<CreateTenantRequest> ParseCreateTenant(const json& body) {
   CreateTenantRequest r;
   r.name = f.String("name");
   if (f.ok() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
-  r.quota_gpu_milli = QuotaMilli(f, /*required=*/false);
+  const Quota quota = ReadQuota(f, body, /*required=*/false);
+  r.quota_gpu_milli = quota.gpu_milli.value_or(0);
+  r.max_pending = quota.max_pending;
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
   return r;
 }
@@ -86,9 +106,13 @@ Result<UpdateTenantRequest> ParseUpdateTenant(const json& body) {
   JsonFields f(body, "body");
   f.RejectUnknown({"quota", "disabled"});
   UpdateTenantRequest r;
-  if (body.is_object() && body.contains("quota")) r.quota_gpu_milli = QuotaMilli(f, true);
+  if (body.is_object() && body.contains("quota")) {
+    const Quota quota = ReadQuota(f, body, true);
+    r.quota_gpu_milli = quota.gpu_milli;
+    r.max_pending = quota.max_pending;
+  }
   if (body.is_object() && body.contains("disabled")) r.disabled = f.Bool("disabled");
-  if (f.ok() && !r.quota_gpu_milli && !r.disabled) {
+  if (f.ok() && !r.quota_gpu_milli && !r.max_pending && !r.disabled) {
     f.Fail("quota", "give quota, disabled or both");
   }
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));

@@ -21,7 +21,8 @@ struct HttpError {
 };
 
 // 400 invalid_argument, 401 unauthenticated, 403 forbidden or quota_exceeded, 404 not_found,
-// 409 already_exists / failed_precondition, 503 unavailable, else 500 internal.
+// 409 already_exists / failed_precondition, 429 too_many_pending, 503 unavailable, else 500
+// internal; a status's reason, when it has one, is the code.
 HttpError ToHttpError(const Status& s);
 
 // {"error": {"code": code, "message": message}}.
@@ -30,16 +31,18 @@ nlohmann::json ErrorBody(const std::string& code, const std::string& message);
 // The most a `command` may hold.
 inline constexpr size_t kMaxCommandBytes = core::kMaxCommandBytes;
 
-// POST /v1/tenants: {name, quota?: {gpus}}.
+// POST /v1/tenants: {name, quota?: {gpus, max_pending?}}.
 struct CreateTenantRequest {
   std::string name;
   int64_t quota_gpu_milli = 0;
+  std::optional<int64_t> max_pending;  // Unset: the server's default.
 };
 Result<CreateTenantRequest> ParseCreateTenant(const nlohmann::json& body);
 
-// PATCH /v1/tenants/{id}: {quota?: {gpus}, disabled?}, at least one.
+// PATCH /v1/tenants/{id}: {quota?: {gpus?, max_pending?}, disabled?}, at least one.
 struct UpdateTenantRequest {
   std::optional<int64_t> quota_gpu_milli;
+  std::optional<int64_t> max_pending;
   std::optional<bool> disabled;
 };
 Result<UpdateTenantRequest> ParseUpdateTenant(const nlohmann::json& body);

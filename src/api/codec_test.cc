@@ -69,6 +69,27 @@ TEST(CodecTest, ObjectsWhereObjectsBelongAndIntegersAsSent) {
   EXPECT_EQ(huge.status().message(), "field 'gpus': 18446744073709551615 is out of range [1, 16]");
 }
 
+// The cap on pending work (quota.max_pending) alone leaves the GPUs as they are, or with them;
+// its refusal is a 429 of its own, not the quota's 403.
+TEST(CodecTest, ACapOnPendingWorkIsPartOfTheQuotaAndItsRefusalA429) {
+  auto alone = ParseUpdateTenant({{"quota", {{"max_pending", 50}}}});
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  EXPECT_EQ(alone->max_pending, 50);
+  EXPECT_FALSE(alone->quota_gpu_milli);
+  auto both = ParseCreateTenant({{"name", "acme"}, {"quota", {{"gpus", 2}, {"max_pending", 0}}}});
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->quota_gpu_milli, 2000);
+  EXPECT_EQ(both->max_pending, 0);
+  EXPECT_FALSE(ParseCreateTenant({{"name", "acme"}, {"quota", {{"gpus", 2}}}})->max_pending);
+  EXPECT_EQ(ParseUpdateTenant({{"quota", {{"max_pending", 1'000'001}}}}).status().message(),
+            "field 'quota.max_pending': 1000001 is out of range [0, 1000000]");
+  const HttpError e =
+      ToHttpError(Status::ResourceExhausted("too many").WithReason("too_many_pending"));
+  EXPECT_EQ(e.status, 429);
+  EXPECT_EQ(e.code, "too_many_pending");
+  EXPECT_EQ(ToHttpError(Status::ResourceExhausted("quota")).status, 403);
+}
+
 TEST(CodecTest, TenantUpdatesAndTokenRotations) {
   EXPECT_EQ(ParseUpdateTenant(json::object()).status().message(),
             "field 'quota': give quota, disabled or both");
@@ -77,6 +98,8 @@ TEST(CodecTest, TenantUpdatesAndTokenRotations) {
   EXPECT_EQ(u->disabled, true);
   EXPECT_FALSE(u->quota_gpu_milli);
   EXPECT_EQ(ParseUpdateTenant({{"quota", {{"gpus", 3}}}})->quota_gpu_milli, 3000);
+  EXPECT_EQ(ParseUpdateTenant({{"quota", json::object()}}).status().message(),
+            "field 'quota.gpus': is required");
   EXPECT_EQ(ParseRotateToken(json::object())->grace, std::chrono::hours(1));
   EXPECT_EQ(ParseRotateToken({{"grace_seconds", 60}})->grace, std::chrono::seconds(60));
   EXPECT_EQ(ParseRotateToken({{"revoke_previous", true}})->grace, Duration::zero());

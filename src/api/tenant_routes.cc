@@ -23,7 +23,11 @@ Result<const core::Tenant*> Visible(const core::State& s, const core::Tenant& ca
 }
 
 json TenantJson(const core::State& s, const core::Tenant& t) {
-  return core::ToJson(t, s.TenantGpuMilli(t.id));
+  json j = core::ToJson(t, s.TenantGpuMilli(t.id));
+  // The cap in force, the server's default unless the tenant's own, and what counts against it.
+  j["quota"]["max_pending"] = s.pending_work().CapOf(t);
+  j["usage"]["pending"] = s.pending_work().Count(t.id.str());
+  return j;
 }
 
 // A new token, or the error to answer (the system's random generator failed).
@@ -41,9 +45,9 @@ void AddTenantRoutes(Api& table) {
         api.Run<json>(
             call, req.status(),
             {[req, token](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(
-                   core::Tenant t,
-                   s.tenants().Create(req->name, req->quota_gpu_milli, token->second, b));
+               TESSERA_ASSIGN_OR_RETURN(core::Tenant t,
+                                        s.tenants().Create(req->name, req->quota_gpu_milli,
+                                                           token->second, b, req->max_pending));
                json j = TenantJson(s, t);
                j["token"] = token->first;  // Shown this once; only its hash is stored.
                return j;
@@ -96,22 +100,22 @@ void AddTenantRoutes(Api& table) {
                    },
                    200, Passthrough, nullptr});
             });
-  table.Add(
-      "PATCH", "/v1/tenants/{id}", Access::kAdmin, BodyKind::kJson, true,
-      [](Api& api, std::shared_ptr<Call> call) {
-        Result<UpdateTenantRequest> req = call->body_status.ok()
-                                              ? ParseUpdateTenant(call->body)
-                                              : Result<UpdateTenantRequest>(call->body_status);
-        const std::string id = call->params[0];
-        api.Run<json>(
-            call, req.status(),
-            {[req, id](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(core::Tenant t,
-                                        s.UpdateTenant(id, req->quota_gpu_milli, req->disabled, b));
-               return TenantJson(s, t);
-             },
-             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
-      });
+  table.Add("PATCH", "/v1/tenants/{id}", Access::kAdmin, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Result<UpdateTenantRequest> req =
+                  call->body_status.ok() ? ParseUpdateTenant(call->body)
+                                         : Result<UpdateTenantRequest>(call->body_status);
+              const std::string id = call->params[0];
+              api.Run<json>(
+                  call, req.status(),
+                  {[req, id](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
+                     TESSERA_ASSIGN_OR_RETURN(
+                         core::Tenant t, s.UpdateTenant(id, req->quota_gpu_milli, req->disabled, b,
+                                                        req->max_pending));
+                     return TenantJson(s, t);
+                   },
+                   200, Passthrough, [](const json& j) { return j.value("id", ""); }});
+            });
   // A tenant rotates its own token; the admin rotates any tenant's.
   table.Add("POST", "/v1/tenants/{id}/tokens", Access::kAnyToken, BodyKind::kOptionalJson, true,
             [](Api& api, std::shared_ptr<Call> call) {

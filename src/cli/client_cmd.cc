@@ -480,6 +480,7 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
 
 struct TenantUpdateFlags {
   std::optional<double> quota;
+  std::optional<int64_t> max_pending;
   bool disable = false, enable = false;
 };
 
@@ -502,6 +503,7 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   auto name = std::make_shared<std::string>();
   auto quota = std::make_shared<double>(0);
+  auto max_pending = std::make_shared<std::optional<int64_t>>();
   CLI::App* group =
       app.add_subcommand("tenants", "Create, list, update tenants and rotate their tokens");
   group->require_subcommand(1);
@@ -510,8 +512,11 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   create->add_option("name", *name, "Tenant name")->required();
   create->add_option("--quota-gpus", *quota, "GPU quota (whole GPUs; shares count fractions)")
       ->required();
-  create->callback([f, name, quota, &ctx] {
+  create->add_option("--max-pending", *max_pending,
+                     "The most instances it may have pending (default: the server's)");
+  create->callback([f, name, quota, max_pending, &ctx] {
     json body = {{"name", *name}, {"quota", {{"gpus", *quota}}}};
+    if (*max_pending) body["quota"]["max_pending"] = **max_pending;
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/tenants", &body), [](const json& j) {
       Table t({"ID", "NAME", "QUOTA GPUS", "TOKEN (shown once)"});
       t.AddRow({Str(j, "id"), Str(j, "name"), Gpus(j["quota"]["gpus"]), Str(j, "token")});
@@ -537,12 +542,15 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   AddCommon(patch, *f);
   patch->add_option("id", *id, "Tenant id")->required();
   patch->add_option("--quota-gpus", update->quota, "New GPU quota");
+  patch->add_option("--max-pending", update->max_pending,
+                    "The most instances it may have pending, members of waiting groups included");
   patch->add_flag("--disable", update->disable,
                   "Refuse the tenant's tokens (403) and end its pending instances");
   patch->add_flag("--enable", update->enable, "Accept the tenant's tokens again");
   patch->callback([f, id, update, &ctx] {
     json body = json::object();
     if (update->quota) body["quota"] = {{"gpus", *update->quota}};
+    if (update->max_pending) body["quota"]["max_pending"] = *update->max_pending;
     if (update->disable && update->enable) {
       std::cerr << "tessera: give --disable or --enable, not both\n";
       ctx.exit_code = kExitUsage;

@@ -63,6 +63,7 @@ struct ServerFlags {
   std::string alert_interval = "5s";
   std::string autoscale_interval = "15s";
   std::string external_url;
+  int64_t max_pending_per_tenant = core::kDefaultMaxPending;
 };
 
 // "90s", "15m", "1h", "90d" (or "0": for ever, where allowed) as a Duration; the error names
@@ -560,6 +561,7 @@ int RunServer(const ServerFlags& flags) {
   options.audit_retention = *audit_retention;
   options.alert_interval = *alert_interval;
   options.autoscale_interval = *autoscale_interval;
+  options.max_pending_per_tenant = flags.max_pending_per_tenant;
   std::unique_ptr<alerts::Notifier> notifier;  // Outlives the core, which hands it alerts.
   std::unique_ptr<core::Core> core;
   api::ApiServer server(&*catalog, server_options);
@@ -700,6 +702,11 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--autoscale-interval", flags->autoscale_interval,
                   "How often autoscaled groups are evaluated (e.g. 15s)")
+      ->capture_default_str();
+  cmd->add_option("--max-pending-per-tenant", flags->max_pending_per_tenant,
+                  "The most instances a tenant may have pending, members of waiting groups "
+                  "included, unless its quota.max_pending says otherwise (429 beyond)")
+      ->check(CLI::Range(int64_t{0}, core::kMaxMaxPending))
       ->capture_default_str();
   cmd->add_option("--external-url", flags->external_url,
                   "The server's URL as people reach it, for links in alerts (default: the "

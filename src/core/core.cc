@@ -39,6 +39,7 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.spot_notice = options.spot_notice;
   state_options.alert_interval = options.alert_interval;
   state_options.autoscale_interval = options.autoscale_interval;
+  state_options.max_pending_per_tenant = options.max_pending_per_tenant;
   state_options.alerts = options.alerts;
   auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
                                        std::move(scheduler), state_options);

@@ -65,6 +65,8 @@ struct CoreOptions {
   // decide (null: nobody; the notifier must outlive the core).
   Duration alert_interval = std::chrono::seconds(5);
   Duration autoscale_interval = std::chrono::seconds(15);
+  // A tenant's cap on pending instances unless its quota sets one (StateOptions).
+  int64_t max_pending_per_tenant = kDefaultMaxPending;
   alerts::EvaluatorOptions alerts;
   alerts::Notifier* notifier = nullptr;
   // How long audit entries are kept; zero keeps them for ever.

@@ -116,6 +116,9 @@ struct Group {
   Time scale_down_after{};  // No scale-down before this (a restart forgets the window).
   // Spot victims were given notice for this group: no more are taken before this.
   Time awaiting_notice_until{};
+  // Not stored: the capacity generation (PendingQueue::generation) in which it last failed to
+  // place; it is not tried again until capacity frees or it gains members. -1: untried.
+  int64_t failed_in = -1;
   int64_t scale_ups = 0, scale_downs = 0;
 };
 

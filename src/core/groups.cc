@@ -49,15 +49,15 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
     return s;
   }
   batch.settings.emplace_back(std::string(kNextGroup), std::to_string(next_group_));
-  PlaceGang(stored, batch);
+  if (!PlaceGang(stored, batch)) stored.failed_in = queue_.generation();
   SaveGroup(stored, batch);
   return GroupView(stored);
 }
 
-Result<Admitted> State::AdmitMembers(const Group& g, int count) {
+Result<Admitted> State::AdmitMembers(const Group& g, int count, bool readmit) {
   const Tenant* owner = tenants_.Find(g.tenant.str());
   if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
-  auto admitted = AdmitFor(*owner, g.spec.member, count);
+  auto admitted = AdmitFor(*owner, g.spec.member, count, readmit);
   if (admitted.ok()) return admitted;
   // What admission says of the shape is about the template; quota and budget are not.
   const Status& s = admitted.status();
@@ -66,8 +66,8 @@ Result<Admitted> State::AdmitMembers(const Group& g, int count) {
   return shape ? s.WithPrefix("template") : s;
 }
 
-Status State::AddMembers(Group& g, int from, int to, store::Batch& batch) {
-  TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, to - from));
+Status State::AddMembers(Group& g, int from, int to, store::Batch& batch, bool readmit) {
+  TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, to - from, readmit));
   const Tenant* owner = tenants_.Find(g.tenant.str());
   if (g.spec.member.billing == Billing::kReserved) {
     // Every new member claims a unit: all of them, or none is made.
@@ -84,6 +84,7 @@ Status State::AddMembers(Group& g, int from, int to, store::Batch& batch) {
     Save(*inst, batch);
   }
   groups_retry_ = true;
+  g.failed_in = -1;  // New members: worth a try whatever the capacity.
   waiting_groups_.insert(g.id);
   return Status::Ok();
 }
@@ -372,12 +373,19 @@ void State::PlaceGroups(store::Batch& batch, bool spot) {
     const int pa = Priority(a->spec.member.billing), pb = Priority(b->spec.member.billing);
     return pa != pb ? pa > pb : a->seq < b->seq;
   });
+  // As the queue does: a gang that found no room is not tried again until capacity frees, so
+  // waiting gangs cost a round nothing while the fleet is unchanged, however many wait; and the
+  // pass that runs out of failures leaves the untried ones for the next, which starts with them.
+  const int64_t generation = queue_.generation();
   int failures = 0;
   for (Group* g : waiting) {
+    if (g->failed_in == generation) continue;
     const std::string reason = g->reason;
     const bool placed = PlaceGang(*g, batch);
     if (placed || g->reason != reason) SaveGroup(*g, batch);
-    if (!placed && ++failures >= kGroupFailuresPerPass) {
+    if (placed) continue;
+    g->failed_in = generation;
+    if (++failures >= kGroupFailuresPerPass) {
       groups_retry_ = true;  // The rest are tried in a later pass.
       break;
     }
@@ -462,7 +470,8 @@ void State::RestartWhole(Group& g, const std::string& why, std::string reason,
 }
 
 void State::StartAttempt(Group& g, store::Batch& batch) {
-  if (Status s = AddMembers(g, 0, g.spec.size, batch); !s.ok()) {
+  // The cap on pending work does not refuse it: the group was admitted at this size.
+  if (Status s = AddMembers(g, 0, g.spec.size, batch, /*readmit=*/true); !s.ok()) {
     g.state = GroupState::kFailed;
     g.reason = "cannot restart: " + s.message();
   }
@@ -606,7 +615,7 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
         fmt::format("restarting whole at size {} (was {}): the group is not elastic", size, from),
         batch);
   } else {
-    PlaceGang(g, batch);
+    if (!PlaceGang(g, batch)) g.failed_in = queue_.generation();
   }
   SaveGroup(g, batch);
   return Status::Ok();
@@ -711,20 +720,45 @@ void State::AutoscaleGroups(store::Batch& batch) {
     }
     g.desired = next;
     g.floor = floor;
-    if (next == current) continue;
-    g.decision = fmt::format("{} -> {}: {}{}", current, next, why, floor_why);
+    // At its owner's cap on pending work it scales out only as far as the cap leaves room, and
+    // says so, rather than be refused at every evaluation.
+    std::string held;
+    if (const Tenant* owner = tenants_.Find(g.tenant.str()); owner && next > current) {
+      const int64_t room = pending_.Room(*owner);
+      if (next - current > room) {
+        held =
+            fmt::format("; held at {} by its owner's cap on pending instances ({} pending, cap {})",
+                        current + room, pending_.Count(owner->id.str()), pending_.CapOf(*owner));
+        next = current + static_cast<int>(room);
+      }
+    }
+    auto audit = [&] {
+      nlohmann::json detail = {
+          {"from", current},     {"to", next},     {"metric", AutoscaleMetricName(a.metric)},
+          {"target", a.target},  {"floor", floor}, {"max", a.max},
+          {"reason", g.decision}};
+      if (g.metric_value) detail["value"] = *g.metric_value;
+      batch.audit.push_back(
+          {0, FormatRfc3339(now), "autoscaler", "scale group", g.id, 200, DumpJson(detail)});
+      spdlog::info("group {} autoscaled {}", g.id, g.decision);
+    };
+    if (next == current) {
+      if (held.empty()) continue;
+      // Said once, not at every evaluation while it stays held.
+      std::string decision =
+          fmt::format("{} -> {}: {}{}{}", current, g.desired, why, floor_why, held);
+      if (decision != g.decision) {
+        g.decision = std::move(decision);
+        audit();
+      }
+      continue;
+    }
+    g.decision = fmt::format("{} -> {}: {}{}{}", current, next, why, floor_why, held);
     (next > current ? g.scale_ups : g.scale_downs)++;
     if (Status s = Resize(g, next, "scaled in by its autoscaler", batch); !s.ok()) {
       g.decision += "; refused: " + s.message();
     }
-    nlohmann::json detail = {
-        {"from", current},     {"to", next},     {"metric", AutoscaleMetricName(a.metric)},
-        {"target", a.target},  {"floor", floor}, {"max", a.max},
-        {"reason", g.decision}};
-    if (g.metric_value) detail["value"] = *g.metric_value;
-    batch.audit.push_back(
-        {0, FormatRfc3339(now), "autoscaler", "scale group", g.id, 200, DumpJson(detail)});
-    spdlog::info("group {} autoscaled {}", g.id, g.decision);
+    audit();
   }
 }
 

@@ -933,6 +933,41 @@ TEST_F(AutoscaleTest, ScaleOutStopsAtTheTenantsQuotaAndSaysSo) {
   EXPECT_EQ(scaled.status().code(), StatusCode::kResourceExhausted) << "the API's scale too";
 }
 
+// At its owner's cap on pending work an autoscaler scales out as far as the cap leaves room and
+// then holds, saying why once: no refusal at every evaluation.
+TEST_F(AutoscaleTest, ScaleOutStopsAtThePendingCapAndSaysSoOnce) {
+  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10)))["id"];
+  ASSERT_EQ(Get(id)["placed"], 2);
+  ASSERT_TRUE(state_->UpdateTenant(acme_.id.str(), std::nullopt, std::nullopt, batch_, 3).ok());
+  for (const char* node : {"n1", "n2"})
+    ASSERT_TRUE(state_->SetNodeDrained(node, true, batch_).ok());
+  Backlog(id, 200);  // 6 wanted; new members wait on the drained nodes.
+  auto audited = [&] {
+    return std::count_if(batch_.audit.begin(), batch_.audit.end(),
+                         [&](const store::AuditRecord& a) { return a.target == id; });
+  };
+  Wait(15s);
+  EXPECT_EQ(Size(id), 5) << "3 more members: the cap's room";
+  std::string decision = Get(id)["autoscale_status"]["last_decision"];
+  EXPECT_NE(decision.find("2 -> 5: "), std::string::npos) << decision;
+  EXPECT_NE(decision.find("; held at 5 by its owner's cap on pending instances (0 pending, cap 3)"),
+            std::string::npos)
+      << decision;
+  EXPECT_EQ(state_->pending_work().Count(acme_.id.str()), 3);
+  Wait(15s);
+  decision = Get(id)["autoscale_status"]["last_decision"];
+  EXPECT_EQ(Size(id), 5);
+  EXPECT_NE(decision.find("5 -> 6: "), std::string::npos) << decision;
+  EXPECT_NE(decision.find("; held at 5 by its owner's cap on pending instances (3 pending, cap 3)"),
+            std::string::npos)
+      << decision;
+  EXPECT_EQ(decision.find("refused"), std::string::npos) << decision;
+  const auto rows = audited();
+  Wait(60s);
+  EXPECT_EQ(audited(), rows) << "held, it says so once";
+  EXPECT_EQ(Size(id), 5);
+}
+
 TEST_F(AutoscaleTest, GpuUtilizationFromTelemetryDrivesTheSize) {
   Autoscale a;
   a.min = 1;

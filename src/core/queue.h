@@ -57,6 +57,8 @@ class PendingQueue {
 
   // Starts a new generation: capacity freed, so every group may fit again.
   void CapacityFreed() { ++generation_; }
+  // The current generation (the caller's waiting gangs are gated by it too).
+  int64_t generation() const { return generation_; }
   // True when some group has not been tried in the current generation.
   bool HasUntried() const;
 

@@ -35,6 +35,7 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       tenants_(clock),
       admission_(catalog, fleet_.get(), options.whole_gpus_on_shared),
       usage_(catalog),
+      pending_(options.max_pending_per_tenant),
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
       agents_(options.sim_agents, options.simulated_notice),
       last_lease_check_(clock->Now()),
@@ -47,8 +48,10 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
 }
 
 Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
-                                   std::optional<bool> disabled, store::Batch& batch) {
-  TESSERA_ASSIGN_OR_RETURN(Tenant t, tenants_.Update(id, quota_gpu_milli, disabled, batch));
+                                   std::optional<bool> disabled, store::Batch& batch,
+                                   std::optional<int64_t> max_pending) {
+  TESSERA_ASSIGN_OR_RETURN(Tenant t,
+                           tenants_.Update(id, quota_gpu_milli, disabled, batch, max_pending));
   if (!t.disabled) return t;
   std::vector<Instance*> waiting;
   instances_.ForEach([&](Instance& inst) {
@@ -63,8 +66,8 @@ Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> q
   return t;
 }
 
-Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceRequest& req,
-                                 int count) {
+Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
+                                 bool readmit) {
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(req));
   const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape) * count;
   const int64_t used = usage_.Milli(caller.id.str());
@@ -74,6 +77,7 @@ Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceReque
         Gpus(used + want - caller.quota_gpu_milli), caller.name, Gpus(caller.quota_gpu_milli),
         Gpus(used), Gpus(want)));
   }
+  if (!readmit) TESSERA_RETURN_IF_ERROR(pending_.Admit(caller, count));
   TESSERA_RETURN_IF_ERROR(CheckBudget(caller, req.billing));
   return admitted;
 }
@@ -102,6 +106,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.history.push_back({inst.created_at, InstanceState::kPending, ""});
   Instance& stored = instances_.Add(std::move(inst));
   usage_.Add(stored.tenant.str(), stored.shape);
+  pending_.Add(stored.tenant.str());
   return &stored;
 }
 
@@ -272,6 +277,11 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
     if (!inst.reservation.empty()) --reservation_used_[inst.reservation];
   }
   if (!was_active && IsActive(to)) usage_.Add(inst.tenant.str(), inst.shape);
+  if (inst.state == InstanceState::kPending && to != InstanceState::kPending) {
+    pending_.Remove(inst.tenant.str());
+  } else if (inst.state != InstanceState::kPending && to == InstanceState::kPending) {
+    pending_.Add(inst.tenant.str());
+  }
   inst.state = to;
   inst.pull.reset();  // A pull belongs to a scheduled attempt: it started, ended or moved.
   Record(inst, std::move(reason));
@@ -485,6 +495,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     ++report.instances;
     if (!IsActive(inst.state)) continue;
     usage_.Add(inst.tenant.str(), inst.shape);
+    if (inst.state == InstanceState::kPending) pending_.Add(inst.tenant.str());
     if (!inst.reservation.empty()) ++reservation_used_[inst.reservation];
     stored.instance = inst;  // WhyNotRestorable reads the shape and the binding.
     std::string why = WhyNotRestorable(stored, *catalog_);

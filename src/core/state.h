@@ -3,6 +3,7 @@
 //   Tenants          who may call, their quotas and tokens (tenants.h);
 //   Admission        what a request becomes, and whether the fleet could ever host it;
 //   Usage            what each tenant holds, in the quota's unit;
+//   PendingWork      how many instances each tenant has waiting, and its cap on them;
 //   InstanceTable    the working set of instances;
 //   PendingQueue     what waits, grouped by shape, in budgeted passes;
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
@@ -39,6 +40,7 @@
 #include "core/instance.h"
 #include "core/instance_table.h"
 #include "core/labels.h"
+#include "core/pending_work.h"
 #include "core/preemptor.h"
 #include "core/queue.h"
 #include "core/recovery.h"
@@ -105,6 +107,9 @@ struct StateOptions {
   Duration autoscale_interval = std::chrono::seconds(15);
   // Groups of queued work that may fail to place per queue pass.
   size_t queue_failures_per_pass = 32;
+  // The most instances a tenant may have pending, members of waiting groups included, unless
+  // its quota says otherwise (PendingWork).
+  int64_t max_pending_per_tenant = kDefaultMaxPending;
   // false: a batch's instance records carry the id and state only, not the stored document (the
   // what-if simulator, which has no store).
   bool instance_documents = true;
@@ -166,15 +171,18 @@ class State {
 
   Tenants& tenants() { return tenants_; }
   const Tenants& tenants() const { return tenants_; }
-  // Changes a tenant's quota or disabled flag. Disabling ends its pending instances (they leave
-  // the queue as terminated, with the reason) and releases their quota; what runs keeps running.
+  // Changes a tenant's quota, its cap on pending work or its disabled flag. Disabling ends its
+  // pending instances (they leave the queue as terminated, with the reason) and releases their
+  // quota; what runs keeps running.
   Result<Tenant> UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
-                              std::optional<bool> disabled, store::Batch& batch);
+                              std::optional<bool> disabled, store::Batch& batch,
+                              std::optional<int64_t> max_pending = std::nullopt);
 
   // REQUIRES: `caller` is a tenant of tenants(), not the admin (who has no quota).
-  // Admits the request (400/409 for a shape the fleet can never host), checks the quota, then
-  // places the instance, preempting spot work if its priority allows, or queues it behind any
-  // identical request already waiting.
+  // Admits the request (400/409 for a shape the fleet can never host), checks the quota and the
+  // cap on pending work (ResourceExhausted, reason too_many_pending), then places the instance,
+  // preempting spot work if its priority allows, or queues it behind any identical request
+  // already waiting.
   Result<Instance> CreateInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                   store::Batch& batch);
   // NotFound for an unknown id and for another tenant's instance alike. A pending instance
@@ -405,6 +413,8 @@ class State {
   const Counters& counters() const { return counters_; }
   // What the tenant's active instances hold or wait for, in milli-GPU.
   int64_t TenantGpuMilli(const TenantId& tenant) const { return usage_.Milli(tenant.str()); }
+  // Each tenant's pending instances and its cap on them.
+  const PendingWork& pending_work() const { return pending_; }
 
  private:
   // Billing (billing.cc): the interval opens when `inst` starts running and closes, as a ledger
@@ -425,9 +435,11 @@ class State {
   // utilization).
   void MeterUtilization(const AgentNode& node);
   billing::Payer PayerOf(const Instance& inst) const;
-  // CreateInstance's parts: admission with the quota for `count` such instances and the budget;
-  // then the instance itself, pending (with its reservation unit for `reserved`).
-  Result<Admitted> AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count);
+  // CreateInstance's parts: admission with the quota for `count` such instances, the cap on
+  // pending work (unless `readmit`: a group's restart, which makes again what was admitted) and
+  // the budget; then the instance itself, pending (with its reservation unit for `reserved`).
+  Result<Admitted> AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
+                            bool readmit = false);
   Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                 Admitted admitted);
   // Stops `inst` (DeleteInstance's path, and a group's): pending work ends at once, running
@@ -447,12 +459,13 @@ class State {
   bool PlaceGang(Group& g, store::Batch& batch);
   // The group's next attempt: all its members, pending (or the group fails, saying why).
   void StartAttempt(Group& g, store::Batch& batch);
-  // Pending members for ranks [from, to) of `g`, as one more attempt's or a scale-out's.
-  Status AddMembers(Group& g, int from, int to, store::Batch& batch);
-  // The admission gate (AdmitFor: shape, quota, budget) for `count` more of g's members, as its
-  // owner; shape errors name the template. Every way a group grows passes it: create, scale,
-  // autoscale, restart.
-  Result<Admitted> AdmitMembers(const Group& g, int count);
+  // Pending members for ranks [from, to) of `g`, as one more attempt's (`readmit`: a restart's)
+  // or a scale-out's.
+  Status AddMembers(Group& g, int from, int to, store::Batch& batch, bool readmit = false);
+  // The admission gate (AdmitFor: shape, quota, pending cap, budget) for `count` more of g's
+  // members, as its owner; shape errors name the template. Every way a group grows passes it:
+  // create, scale, autoscale, restart (`readmit`: not refused for the pending cap).
+  Result<Admitted> AdmitMembers(const Group& g, int count, bool readmit = false);
   nlohmann::json GroupView(const Group& g) const;
   // Sets a group's size: new ranks wait to be placed, the highest ranks stop (`why`).
   Status Resize(Group& g, int size, const std::string& why, store::Batch& batch);
@@ -578,6 +591,7 @@ class State {
   Tenants tenants_;
   Admission admission_;
   Usage usage_;
+  PendingWork pending_;
   InstanceTable instances_;
   PendingQueue queue_;
   Preemptor preemptor_;

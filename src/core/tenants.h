@@ -36,6 +36,9 @@ struct Tenant {
   TenantId id;
   std::string name;
   int64_t quota_gpu_milli = 0;
+  // The most instances it may have pending (quota.max_pending); unset: the server's default
+  // (PendingWork).
+  std::optional<int64_t> max_pending;
   bool disabled = false;
   Time created_at;
   std::vector<Token> tokens;  // The current token last; replaced ones in their grace before it.
@@ -66,14 +69,16 @@ class Tenants {
 
   // AlreadyExists for a name in use.
   Result<Tenant> Create(const std::string& name, int64_t quota_gpu_milli,
-                        const std::string& token_hash, store::Batch& batch);
+                        const std::string& token_hash, store::Batch& batch,
+                        std::optional<int64_t> max_pending = std::nullopt);
   // The tenant with this id, or nullptr (also for "admin").
   const Tenant* Find(std::string_view id) const;
   // Every tenant, in creation order.
   std::vector<const Tenant*> List() const;
-  // Sets the quota and/or the disabled flag. NotFound for an unknown id.
+  // Sets the quota, the cap on pending work and/or the disabled flag. NotFound for an unknown id.
   Result<Tenant> Update(std::string_view id, std::optional<int64_t> quota_gpu_milli,
-                        std::optional<bool> disabled, store::Batch& batch);
+                        std::optional<bool> disabled, store::Batch& batch,
+                        std::optional<int64_t> max_pending = std::nullopt);
   // Makes `new_hash` the tenant's token. The previous tokens stop at now + grace (0: at once);
   // tokens already in a shorter grace keep it. Beyond kMaxLiveTokens the oldest stop at once: a
   // rotation always succeeds, so a tenant whose token leaked can always rotate. Costs the same

@@ -242,6 +242,8 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   state_options.whole_gpus_on_shared = options.whole_gpus_on_shared;
   state_options.spot_notice = std::chrono::seconds(options.spot_notice_s);
   state_options.simulated_notice = options.spot_notice_s > 0;
+  // A trace's jobs wait as long as they wait: the cap on pending work guards a shared server.
+  state_options.max_pending_per_tenant = INT64_MAX;
   core::State state(&catalog, &clock, std::move(fleet), std::move(scheduler), state_options);
   store::Batch batch;
   TESSERA_ASSIGN_OR_RETURN(core::Tenant tenant,
