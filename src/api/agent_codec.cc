@@ -88,14 +88,14 @@ Status ParseReport(const json& j, const std::string& where, core::AgentSync& s) 
   }
   if (!pulling && !pull.absent()) f.Fail("pull", "applies only to state pulling");
   if (r.reason.size() > 256) f.Fail("reason", "is longer than 256 bytes");
-  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  TESSERA_RETURN_IF_ERROR(f.first_error());  // Naming the entry: "workloads[3]: field ...".
   if (pulling) {
     s.pulls.push_back({std::move(r.instance), r.attempt, progress});
     return Status::Ok();
   }
   if (!started.empty()) {
     auto t = ParseRfc3339(started);
-    // Not the parser's message: it holds the text as sent, control characters and all.
+    // Naming the entry and the field, with the text quoted (control characters escaped).
     if (!t.ok()) {
       return Status::InvalidArgument(fmt::format(
           "{}: field 'started_at': '{}' is not an RFC 3339 time", where, Quote(started, 40)));
@@ -173,14 +173,14 @@ Result<core::AgentSync> ParseSync(json& body) {
       // The offset plus a report's bytes stays an int64: a log's end can never overflow.
       log.offset = l.Int("offset", 0, INT64_MAX - static_cast<int64_t>(kMaxLogBytes));
       const std::string text = l.String("data_base64");
-      TESSERA_RETURN_IF_ERROR(BodyStatus(l));
+      TESSERA_RETURN_IF_ERROR(l.first_error());  // Naming the entry: "logs[0]: field ...".
       auto data = Base64Decode(text);
       if (!data) l.Fail("data_base64", "is not padded standard base64");
       if (data && data->size() > kMaxLogBytes) {
         l.Fail("data_base64",
                fmt::format("holds {} bytes; at most {} per report", data->size(), kMaxLogBytes));
       }
-      TESSERA_RETURN_IF_ERROR(BodyStatus(l));
+      TESSERA_RETURN_IF_ERROR(l.first_error());
       log.data = std::move(*data);
       s.logs.push_back(std::move(log));
     }

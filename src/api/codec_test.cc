@@ -239,8 +239,28 @@ TEST(CodecTest, APullingReportCarriesItsProgressAndErrorsNameTheField) {
   for (const auto& [report, message] : refused) {
     auto r = sync(report);
     ASSERT_FALSE(r.ok()) << report.dump();
-    EXPECT_EQ(r.status().message(), message) << report.dump();
+    EXPECT_EQ(r.status().message(), "workloads[0]: " + message) << report.dump();
   }
+}
+
+// An entry's error names the entry, and a start time that does not parse is quoted, not echoed:
+// the fuzzer found control characters and any length of text coming back in the 400.
+TEST(CodecTest, AReportsErrorsNameTheEntryAndQuoteWhatWasSent) {
+  const json running = {{"id", "inst-000001"}, {"attempt", 0}, {"state", "running"}};
+  json bad = running;
+  bad["started_at"] = "2026-1EE\x1b[31m" + std::string(5000, 'x');
+  auto r = SyncWith("workloads", json::array({running, bad}));
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.status().message();
+  EXPECT_EQ(m.rfind("workloads[1]: field 'started_at': '2026-1EE\\e[31mxxx", 0), 0u) << m;
+  EXPECT_LT(m.size(), 200u);
+  EXPECT_EQ(m.find('\x1b'), std::string::npos);
+  auto log = SyncWith("logs", json::array({{{"id", "inst-000001"},
+                                            {"attempt", 0},
+                                            {"offset", 0},
+                                            {"data_base64", "not base64!"}}}));
+  ASSERT_FALSE(log.ok());
+  EXPECT_EQ(log.status().message(), "logs[0]: field 'data_base64': is not padded standard base64");
 }
 
 }  // namespace

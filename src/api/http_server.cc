@@ -1044,18 +1044,20 @@ void HttpServer::Stop() {
 
 HttpStats HttpServer::Stats() const {
   const Counters& c = impl_->counters;
-  return {c.open,
-          c.accepted,
-          c.refused_total,
-          c.refused_address,
-          c.refused_overloaded,
-          c.timeouts,
-          c.too_large,
-          c.malformed,
-          c.exceptions,
-          c.in_flight,
-          static_cast<int64_t>(impl_->in_flight.Total().bytes),
-          c.refused_share};
+  HttpStats h;
+  h.connections_open = c.open;
+  h.connections_accepted = c.accepted;
+  h.refused_total_limit = c.refused_total;
+  h.refused_address_limit = c.refused_address;
+  h.refused_overloaded = c.refused_overloaded;
+  h.timeouts = c.timeouts;
+  h.too_large = c.too_large;
+  h.malformed = c.malformed;
+  h.handler_exceptions = c.exceptions;
+  h.in_flight = c.in_flight;
+  h.body_bytes_in_flight = static_cast<int64_t>(impl_->in_flight.Total().bytes);
+  h.refused_share = c.refused_share;
+  return h;
 }
 
 }  // namespace tessera::api

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "common/text.h"
+
 namespace tessera {
 
 Time SystemClock::Now() const {
@@ -45,7 +47,8 @@ bool ReadDigits(std::string_view s, size_t pos, size_t width, int& out) {
 
 Result<Time> ParseRfc3339(std::string_view s) {
   auto bad = [&] {
-    return Status::InvalidArgument(fmt::format("'{}' is not an RFC 3339 time", s));
+    // Quoted: the text may be a client's, control characters and all.
+    return Status::InvalidArgument(fmt::format("'{}' is not an RFC 3339 time", Quote(s, 40)));
   };
   int y, mo, d, h, mi, sec;
   if (!ReadDigits(s, 0, 4, y) || s.size() < 20 || s[4] != '-' || !ReadDigits(s, 5, 2, mo) ||

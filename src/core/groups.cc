@@ -677,7 +677,8 @@ void State::AutoscaleGroups(store::Batch& batch) {
   const Time now = clock_->Now();
   if (now - last_autoscale_ < options_.autoscale_interval) return;
   last_autoscale_ = now;
-  for (auto& [id, g] : groups_) {
+  for (auto& entry : groups_) {
+    Group& g = entry.second;  // A reference, not a binding: the audit lambda below captures it.
     if (!g.spec.autoscale || Ended(g.state)) continue;
     const Autoscale& a = *g.spec.autoscale;
     const int current = g.spec.size;
