@@ -39,20 +39,6 @@ using nlohmann::json;
 
 constexpr int kNodeGpus = 2;  // GPUs of the node that reports are applied to.
 
-// One line of valid UTF-8 without control characters, bounded whatever was sent: it goes into a
-// JSON answer, the audit log and an operator's terminal.
-void CheckMessage(const Status& s) {
-  Check(!s.ok(), "an error status is OK");
-  const std::string& m = s.message();
-  Check(!m.empty(), "an error has an empty message");
-  Check(IsValidUtf8(m), "an error message is not valid UTF-8");
-  for (const char c : m) {
-    const auto u = static_cast<unsigned char>(c);
-    Check(u >= 0x20 && u != 0x7f, "an error message holds a control character");
-  }
-  Check(m.size() < 4096, "an error message grew with the input");
-}
-
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }

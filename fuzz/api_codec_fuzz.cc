@@ -26,18 +26,6 @@
 namespace tessera::fuzz {
 namespace {
 
-void CheckMessage(const Status& s) {
-  Check(!s.ok(), "an error status is OK");
-  const std::string& m = s.message();
-  Check(!m.empty(), "an error has an empty message");
-  Check(IsValidUtf8(m), "an error message is not valid UTF-8");
-  for (const char c : m) {
-    const auto u = static_cast<unsigned char>(c);
-    Check(u >= 0x20 && u != 0x7f, "an error message holds a control character");
-  }
-  Check(m.size() < 4096, "an error message grew with the input");
-}
-
 // An accepted image: a valid reference, and credentials only with one, within their bounds.
 void CheckImage(const core::ImageSpec& image) {
   if (image.empty()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/text.h"
 
 namespace tessera::fuzz {
 
@@ -37,6 +38,20 @@ inline void CheckError(const Status& s, std::string_view prefix) {
     std::fprintf(stderr, "message: %s\n", s.message().c_str());
     Check(false, "an error message does not start with the input's name");
   }
+}
+
+// An error an API answers: one line of valid UTF-8 without control characters, bounded whatever
+// was sent, since it goes into a JSON answer, the audit log and an operator's terminal.
+inline void CheckMessage(const Status& s) {
+  Check(!s.ok(), "an error status is OK");
+  const std::string& m = s.message();
+  Check(!m.empty(), "an error has an empty message");
+  Check(IsValidUtf8(m), "an error message is not valid UTF-8");
+  for (const char c : m) {
+    const auto u = static_cast<unsigned char>(c);
+    Check(u >= 0x20 && u != 0x7f, "an error message holds a control character");
+  }
+  Check(m.size() < 4096, "an error message grew with the input");
 }
 
 // One CSV line for `fields` as CsvReader reads it back: a field is quoted (with "" for a quote)
