@@ -189,9 +189,13 @@ bool IsHostAddress(std::string_view s) {
   return true;  // Dotted IPv4 is a name of digit labels too.
 }
 
-std::string HostPort(std::string_view host, int port) {
+std::string HostPort(std::string_view host, std::string_view port) {
   return host.find(':') != std::string_view::npos ? fmt::format("[{}]:{}", host, port)
                                                   : fmt::format("{}:{}", host, port);
+}
+
+std::string HostPort(std::string_view host, int port) {
+  return HostPort(host, std::string_view(std::to_string(port)));
 }
 
 }  // namespace tessera

@@ -51,7 +51,9 @@ std::vector<std::string_view> Split(std::string_view s, char sep);
 // An address other machines may dial: an IPv4 or IPv6 literal, or a DNS name of RFC 1123 labels
 // (letters, digits, '-', not at a label's ends; at most 253 bytes).
 bool IsHostAddress(std::string_view s);
-// "host:port", with an IPv6 literal in brackets ("[fd00::1]:29500").
+// "host:port", with an IPv6 literal in brackets ("[fd00::1]:29500"); `port` may be a number's
+// text or a placeholder ("{port}").
 std::string HostPort(std::string_view host, int port);
+std::string HostPort(std::string_view host, std::string_view port);
 
 }  // namespace tessera

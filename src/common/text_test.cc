@@ -45,6 +45,9 @@ TEST(TextTest, HostAddressesAreLiteralsOrDnsNames) {
   EXPECT_FALSE(IsHostAddress(std::string(254, 'a')));
   EXPECT_EQ(HostPort("10.0.0.5", 29500), "10.0.0.5:29500");
   EXPECT_EQ(HostPort("fd00::1", 29500), "[fd00::1]:29500");
+  // Before the port is known, a placeholder the agent fills in.
+  EXPECT_EQ(HostPort("fd00::1", "{port}"), "[fd00::1]:{port}");
+  EXPECT_EQ(HostPort("node-a.example", "{port}"), "node-a.example:{port}");
 }
 
 TEST(TextTest, EscapesWhatATerminalWouldActOn) {

@@ -26,13 +26,6 @@ constexpr size_t kGangSearches = 64;
 
 bool Ended(GroupState s) { return s != GroupState::kWaiting && s != GroupState::kRunning; }
 
-// Rank 0's endpoint before its agent reserved the port: the agent fills in {port}
-// (the desired state's port_env, docs/agent.md).
-std::string HostPortTemplate(const std::string& host) {
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{{port}}", host)
-                                             : fmt::format("{}:{{port}}", host);
-}
-
 }  // namespace
 
 Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupRequest& req,
@@ -312,8 +305,10 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
           fmt::format("{}:{}", g.spec.elastic->min, g.spec.elastic->max);
       inst->group_env["PET_RDZV_BACKEND"] = "c10d";
       inst->group_env["PET_RDZV_ID"] = fmt::format("{}-{}", g.id, g.restarts);
+      // Before rank 0's agent reserved its port, the agent fills in {port} (the desired state's
+      // port_env, docs/agent.md).
       inst->group_env["PET_RDZV_ENDPOINT"] =
-          port.empty() ? HostPortTemplate(master) : HostPort(master, std::stoi(port));
+          HostPort(master, port.empty() ? std::string_view("{port}") : std::string_view(port));
     } else {
       inst->group_env["WORLD_SIZE"] = std::to_string(g.spec.size);
       inst->group_env["RANK"] = std::to_string(inst->rank);
