@@ -152,7 +152,8 @@ TEST_F(HardeningTest, BodiesHeldBackHoldOnlyTheirTenantsShareAndNeverTheAgentsOr
             kAdminToken, {{"disabled", true}});
   EXPECT_EQ(disable.status, 200) << disable.raw;
   auto metrics = Get("/metrics", kAdminToken).raw;
-  EXPECT_NE(metrics.find("tessera_http_refused_total{reason=\"caller_share\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("tessera_http_refused_total{reason=\"caller_share\"} 1"),
+            std::string::npos);
 }
 
 TEST_F(HardeningTest, RefusedRequestsAddBoundedAuditRowsAtTheirCallersRate) {
