@@ -82,14 +82,6 @@ std::string OneLine(std::string_view s) {
   return out;
 }
 
-// Cuts `s` to at most `max` bytes at a UTF-8 character boundary.
-std::string_view CutUtf8(std::string_view s, size_t max) {
-  if (s.size() <= max) return s;
-  size_t cut = max;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
-  return s.substr(0, cut);
-}
-
 // A header value: as is when ASCII, else RFC 2047 encoded words (each under 76 characters),
 // folded onto continuation lines.
 std::string EncodeHeader(std::string_view value) {

@@ -5,17 +5,21 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/text.h"
+
 namespace tessera::api {
 
+namespace {
+
+// `s` cut to at most `max` bytes at a character boundary, ending in "..." when cut.
 std::string CutText(std::string s, size_t max) {
   if (s.size() <= max) return s;
-  size_t end = max >= 3 ? max - 3 : 0;
-  // Back off continuation bytes (10xxxxxx) so a character is never split.
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  s.resize(end);
-  s += "...";
-  return s;
+  std::string out(CutUtf8(s, max >= 3 ? max - 3 : 0));
+  out += "...";
+  return out;
 }
+
+}  // namespace
 
 std::optional<store::AuditRecord> AuditGate::Admit(store::AuditRecord row, Time now) {
   row.action = CutText(std::move(row.action), kMaxAction);

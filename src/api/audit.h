@@ -42,7 +42,4 @@ class AuditGate {
   std::unordered_map<std::string, Bucket> buckets_;  // By actor; guarded by mu_.
 };
 
-// `s` cut to at most `max` bytes on a UTF-8 boundary, ending in "..." when cut.
-std::string CutText(std::string s, size_t max);
-
 }  // namespace tessera::api

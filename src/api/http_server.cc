@@ -59,7 +59,7 @@ struct Liveness {
 
 struct Counters {
   std::atomic<int64_t> open{0}, accepted{0}, refused_total{0}, refused_address{0},
-      refused_overloaded{0}, timeouts{0}, too_large{0}, malformed{0}, exceptions{0}, in_flight{0},
+      refused_overloaded{0}, timeouts{0}, too_large{0}, malformed{0}, exceptions{0},
       refused_share{0};
 };
 
@@ -399,7 +399,6 @@ class Session final : public SessionBase {
   void Settle() {
     if (!awaiting_) return;
     awaiting_ = false;
-    --server_->counters.in_flight;
     server_->in_flight.Give(caller_, reserved_, reserved_body_);
     reserved_body_ = 0;
   }
@@ -542,7 +541,6 @@ class Session final : public SessionBase {
     const size_t reserve = body_follows ? (length ? static_cast<size_t>(*length) : max_body) : 0;
     caller_ = decision.budget_key.empty() ? "address " + address_ : decision.budget_key;
     reserved_ = decision.reserved;
-    const InFlight::Held share = server_->in_flight.Share(reserved_);
     switch (server_->in_flight.Take(caller_, reserved_, reserve)) {
       case InFlight::Verdict::kOk:
         break;
@@ -555,16 +553,15 @@ class Session final : public SessionBase {
         return Busy(429, "too_many_requests", body_follows,
                     fmt::format("this caller has {} requests in flight, its share; wait for "
                                 "their answers, then retry",
-                                share.requests));
+                                server_->in_flight.Share(reserved_).requests));
       case InFlight::Verdict::kShareBytes:
         ++server_->counters.refused_share;
         return Busy(429, "too_many_requests", body_follows,
                     fmt::format("this caller's request bodies in flight would pass its share of "
                                 "{} bytes; send those bodies or close their connections, then "
                                 "retry",
-                                share.bytes));
+                                server_->in_flight.Share(reserved_).bytes));
     }
-    ++server_->counters.in_flight;
     reserved_body_ = reserve;
     awaiting_ = true;
     max_body_ = max_body;
@@ -1023,7 +1020,7 @@ void HttpServer::Stop() {
     });
     // Requests in flight get a moment to be answered and written.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (s.counters.in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+    while (s.in_flight.Total().requests > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
@@ -1054,8 +1051,9 @@ HttpStats HttpServer::Stats() const {
   h.too_large = c.too_large;
   h.malformed = c.malformed;
   h.handler_exceptions = c.exceptions;
-  h.in_flight = c.in_flight;
-  h.body_bytes_in_flight = static_cast<int64_t>(impl_->in_flight.Total().bytes);
+  const InFlight::Held held = impl_->in_flight.Total();
+  h.in_flight = static_cast<int64_t>(held.requests);
+  h.body_bytes_in_flight = static_cast<int64_t>(held.bytes);
   h.refused_share = c.refused_share;
   return h;
 }

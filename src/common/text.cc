@@ -108,12 +108,16 @@ std::string EscapeForTerminal(std::string_view s) {
   return out;
 }
 
+std::string_view CutUtf8(std::string_view s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;  // 10xxxxxx
+  return s.substr(0, cut);
+}
+
 std::string Quote(std::string_view s, size_t max) {
   if (s.size() <= max) return EscapeForTerminal(s);
-  // Cut at a character boundary, so the cut itself makes no invalid UTF-8.
-  size_t cut = max;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
-  return EscapeForTerminal(s.substr(0, cut)) + "...";
+  return EscapeForTerminal(CutUtf8(s, max)) + "...";
 }
 
 std::string Base64Encode(std::string_view bytes) {

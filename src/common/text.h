@@ -20,6 +20,10 @@ inline bool IsValidUtf8(std::string_view s) { return !FindInvalidUtf8(s); }
 // doubled; and every byte of invalid UTF-8 as \xNN. Printable UTF-8 passes through unchanged.
 std::string EscapeForTerminal(std::string_view s);
 
+// `s` cut to at most `max` bytes at a UTF-8 character boundary, so the cut makes no invalid
+// UTF-8 (nothing is added to mark it).
+std::string_view CutUtf8(std::string_view s, size_t max);
+
 // Client text as an error message may show it: escaped as above and cut to at most `max` bytes
 // of the original, with "..." when cut, so a megabyte sent cannot make a megabyte of message
 // (or of audit log).

@@ -21,6 +21,11 @@ void Prune(Tenant& t, Time now) {
   }
 }
 
+// The index's entry for one of a tenant's tokens.
+PrincipalIndex::Change TokenEntry(const Tenant& t, const Token& k) {
+  return {k.hash, Principal{t.id, false, t.disabled, k.expires_at, ""}};
+}
+
 std::vector<std::string> Hashes(const Tenant& t) {
   std::vector<std::string> out;
   for (const Token& k : t.tokens) out.push_back(k.hash);
@@ -59,7 +64,7 @@ Status Tenants::Restore(const std::vector<store::TenantRecord>& records) {
   std::vector<PrincipalIndex::Change> changes;
   for (const auto& [id, t] : by_id_) {
     for (const Token& k : t.tokens) {
-      changes.push_back({k.hash, Principal{t.id, false, t.disabled, k.expires_at, ""}});
+      changes.push_back(TokenEntry(t, k));
     }
   }
   index_ = index_->With(changes);
@@ -171,7 +176,7 @@ void Tenants::Reindex(const Tenant& t, const std::vector<std::string>& before) {
     if (!kept) changes.push_back({hash, std::nullopt});
   }
   for (const Token& k : t.tokens) {
-    changes.push_back({k.hash, Principal{t.id, false, t.disabled, k.expires_at, ""}});
+    changes.push_back(TokenEntry(t, k));
   }
   index_ = index_->With(changes);
 }
