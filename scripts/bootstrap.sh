@@ -9,6 +9,8 @@ packages=(
   clang-format clang-tidy clang libclang-rt-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libcpp-httplib-dev libsqlite3-dev libssl-dev libpq-dev libboost1.81-dev openssl
+  # PostgreSQL 15: the tests run a real server (src/testing/postgres.h) for the store on it.
+  postgresql
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
   prometheus prometheus-alertmanager

@@ -47,6 +47,7 @@ int Run(int argc, char** argv) {
   RegisterServerCommands(app, ctx);
   RegisterClientCommands(app, ctx);
   RegisterAgentCommands(app, ctx);
+  RegisterStoreCommands(app, ctx);
   auto known = [&](const std::string& name) {
     for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
       if (sub->check_name(name)) return true;

@@ -31,6 +31,7 @@ void RegisterSimCommands(CLI::App& app, Context& ctx);
 void RegisterServerCommands(CLI::App& app, Context& ctx);
 void RegisterClientCommands(CLI::App& app, Context& ctx);
 void RegisterAgentCommands(CLI::App& app, Context& ctx);
+void RegisterStoreCommands(CLI::App& app, Context& ctx);
 
 // The environment variable `name`, or `fallback` when it is unset or empty (TESSERA_URL, ...).
 std::string EnvOr(const char* name, const std::string& fallback);

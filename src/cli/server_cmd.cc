@@ -32,6 +32,7 @@
 #include "common/memory.h"
 #include "common/secret_env.h"
 #include "core/core.h"
+#include "store/postgres.h"
 
 namespace tessera::cli {
 
@@ -40,6 +41,7 @@ namespace {
 struct ServerFlags {
   std::string listen = "127.0.0.1:8080";
   std::string data = "./tessera-data";
+  std::string store;
   std::string fleet;
   std::string policy = "guarded-fgd";
   std::string catalog_dir;
@@ -554,6 +556,7 @@ int RunServer(const ServerFlags& flags) {
   options.outage_bound = *outage_bound;
   options.spot_notice = *spot_notice;
   options.data_dir = flags.data;
+  options.store = flags.store;
   options.policy = flags.policy;
   // Simulated agents are real agents in this process (SimAgents), not the core's stand-in.
   options.sim_agents = false;
@@ -605,7 +608,12 @@ int RunServer(const ServerFlags& flags) {
     demo_load = std::make_unique<DemoLoad>(core.get(), *group);
   }
   // Announced once the simulated agents serve their nodes, so what is listed can run.
-  std::cout << "tessera server listening on " << url << " (data in " << flags.data << ")\n";
+  std::string state_in = flags.data;
+  if (!flags.store.empty()) {
+    auto parsed = store::ParsePostgresUrl(flags.store);
+    state_in = parsed.ok() ? parsed->display : flags.store;
+  }
+  std::cout << "tessera server listening on " << url << " (data in " << state_in << ")\n";
   if (!token->empty()) {
     std::cout << "admin token (shown once, stored only as a hash): " << *token << "\n";
   }
@@ -644,6 +652,12 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
       "server", "Run the control plane: the REST API, the scheduler and the durable store");
   cmd->add_option("--listen", flags->listen, "Address to serve on, HOST:PORT")
       ->capture_default_str();
+  cmd->add_option("--store", flags->store,
+                  "Keep the state in PostgreSQL, postgres://USER@HOST/DB (several replicas: "
+                  "docs/ha.md); default: SQLite in --data")
+      ->check([](const std::string& v) {
+        return store::IsPostgresUrl(v) ? "" : "--store takes a postgres:// URL";
+      });
   cmd->add_option("--data", flags->data, "Directory of the SQLite store (created when missing)")
       ->capture_default_str();
   cmd->add_option("--fleet", flags->fleet,

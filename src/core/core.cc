@@ -126,8 +126,9 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
 }
 
 Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store,
-                           store::OpenSqliteStore(options.data_dir));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<store::Store> store,
+      store::OpenStore(options.store.empty() ? options.data_dir : options.store));
   return Start(options, std::move(store));
 }
 

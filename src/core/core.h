@@ -50,6 +50,9 @@ struct CoreOptions {
   std::string fleet_file;                     // Fleet description or openb node CSV; "" = demo.
   bool empty_fleet = false;  // With no fleet file: start empty, for agents to join.
   std::string data_dir = "./tessera-data";
+  // Where the state is kept: a PostgreSQL URL (store/postgres.h), or "" for the SQLite store in
+  // data_dir.
+  std::string store;
   const Clock* clock = nullptr;  // Defaults to the system clock.
   std::string policy = "guarded-fgd";
   uint64_t seed = 42;
@@ -79,7 +82,8 @@ struct CoreOptions {
 
 class Core {
  public:
-  // Opens the store in options.data_dir (locking it: one server per directory), loads the fleet,
+  // Opens options.store, else the SQLite store in options.data_dir (locking it: one server per
+  // directory), loads the fleet,
   // rebuilds tenants and instances reconciled with the fleet and catalog (recovery.h), commits
   // what was reconciled, logs a summary, and starts the core thread. Errors name the file or
   // record at fault.

@@ -138,4 +138,8 @@ class Store {
 // made 0600, whatever mode they had. Errors name the path.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir);
 
+// The store `spec` names: a PostgreSQL URL (postgres://..., store/postgres.h), else the SQLite
+// store in that directory.
+Result<std::unique_ptr<Store>> OpenStore(const std::string& spec);
+
 }  // namespace tessera::store

@@ -11,15 +11,70 @@
 #include <thread>
 
 #include "common/ids.h"
+#include "store/postgres.h"
+#include "testing/postgres.h"
 #include "testing/testing.h"
 
 namespace tessera::store {
 namespace {
 
-TEST(SqliteStoreTest, CommitsAreVisibleAfterReopen) {
-  testing::TempDir dir;
+// The stores every test of StoreTest runs against: each opens the same database again on
+// Open(), as a restarted server would.
+class SqliteBackend {
+ public:
+  static constexpr bool kPostgres = false;
+  void Init() {}
+  Result<std::unique_ptr<Store>> Open() { return OpenSqliteStore(dir_.path() + "/data"); }
+
+ private:
+  testing::TempDir dir_;
+};
+
+class PostgresBackend {
+ public:
+  static constexpr bool kPostgres = true;
+  void Init() {
+    std::string error;
+    testing::PostgresServer* pg = testing::SharedPostgres(&error);
+    ASSERT_NE(pg, nullptr) << error;
+    url_ = pg->CreateDatabase();
+  }
+  Result<std::unique_ptr<Store>> Open() { return OpenPostgresStore(url_); }
+
+ private:
+  std::string url_;
+};
+
+template <typename Backend>
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if constexpr (Backend::kPostgres) {
+      if (!testing::PostgresBinDir()) {
+        GTEST_SKIP() << "PostgreSQL is not installed: scripts/bootstrap.sh installs Debian's "
+                        "postgresql package (or set TESSERA_PG_BINDIR)";
+      }
+    }
+    backend_.Init();
+  }
+  // Opens the store again, as a restarted server would.
+  Result<std::unique_ptr<Store>> Open() { return backend_.Open(); }
+  Backend backend_;
+};
+
+using Backends = ::testing::Types<SqliteBackend, PostgresBackend>;
+class BackendNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    return T::kPostgres ? "Postgres" : "Sqlite";
+  }
+};
+TYPED_TEST_SUITE(StoreTest, Backends, BackendNames);
+
+TYPED_TEST(StoreTest, CommitsAreVisibleAfterReopen) {
   {
-    auto s = OpenSqliteStore(dir.path() + "/data");
+    auto s = this->Open();
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     Batch b;
     b.tenants.push_back({"tenant-000001", "acme", "abcd", R"({"quota":{"gpus":8}})"});
@@ -32,7 +87,7 @@ TEST(SqliteStoreTest, CommitsAreVisibleAfterReopen) {
     update.instances.push_back({"inst-000001", "tenant-000001", "running", R"({"node":"n1"})", ""});
     ASSERT_TRUE((*s)->Commit(update).ok());
   }
-  auto s = OpenSqliteStore(dir.path() + "/data");
+  auto s = this->Open();
   ASSERT_TRUE(s.ok());
   auto tenants = (*s)->LoadTenants();
   ASSERT_TRUE(tenants.ok());
@@ -50,9 +105,8 @@ TEST(SqliteStoreTest, CommitsAreVisibleAfterReopen) {
   EXPECT_FALSE((*s)->GetSetting("missing")->has_value());
 }
 
-TEST(SqliteStoreTest, AFailedBatchAppliesNothing) {
-  testing::TempDir dir;
-  auto s = OpenSqliteStore(dir.path());
+TYPED_TEST(StoreTest, AFailedBatchAppliesNothing) {
+  auto s = this->Open();
   ASSERT_TRUE(s.ok());
   Batch first;
   first.tenants.push_back({"tenant-000001", "acme", "h", "{}"});
@@ -90,10 +144,9 @@ std::vector<LedgerRecord> Scan(Store& s, const std::string& tenant, int64_t from
   return out;
 }
 
-TEST(SqliteStoreTest, LedgerLinesKeepIncreasingSeqsAcrossFailuresAndReopens) {
-  testing::TempDir dir;
+TYPED_TEST(StoreTest, LedgerLinesKeepIncreasingSeqsAcrossFailuresAndReopens) {
   {
-    auto s = OpenSqliteStore(dir.path());
+    auto s = this->Open();
     ASSERT_TRUE(s.ok());
     Batch first;
     first.tenants.push_back({"tenant-000001", "acme", "h", "{}"});
@@ -107,7 +160,7 @@ TEST(SqliteStoreTest, LedgerLinesKeepIncreasingSeqsAcrossFailuresAndReopens) {
     next.ledger = {Line("tenant-000001", 10, 4)};
     ASSERT_TRUE((*s)->Commit(next).ok());
   }
-  auto s = OpenSqliteStore(dir.path());
+  auto s = this->Open();
   ASSERT_TRUE(s.ok());
   Batch after;
   after.ledger = {Line("tenant-000001", 300, 5)};
@@ -123,9 +176,8 @@ TEST(SqliteStoreTest, LedgerLinesKeepIncreasingSeqsAcrossFailuresAndReopens) {
 }
 
 // A reader on another thread sees the ledger up to the seq it is given, while the store commits.
-TEST(SqliteStoreTest, ALedgerReaderOnAnotherThreadSeesLinesUpToItsSeq) {
-  testing::TempDir dir;
-  auto s = OpenSqliteStore(dir.path());
+TYPED_TEST(StoreTest, ALedgerReaderOnAnotherThreadSeesLinesUpToItsSeq) {
+  auto s = this->Open();
   ASSERT_TRUE(s.ok());
   EXPECT_EQ((*s)->LastLedgerSeq(), 0);
   Batch first;
@@ -200,11 +252,10 @@ TEST(SqliteStoreTest, ALedgerKeptByTheEarlierLayoutMovesOverWhole) {
   EXPECT_EQ(lines[2].seq, 10) << "new lines follow the moved ones";
 }
 
-TEST(SqliteStoreTest, CommittedBatchSurvivesKill9) {
-  testing::TempDir dir;
+TYPED_TEST(StoreTest, CommittedBatchSurvivesKill9) {
   const pid_t pid = fork();
   if (pid == 0) {
-    auto s = OpenSqliteStore(dir.path());
+    auto s = this->Open();
     if (!s.ok()) _exit(3);
     for (int i = 0; i < 50; ++i) {
       Batch b;
@@ -218,7 +269,7 @@ TEST(SqliteStoreTest, CommittedBatchSurvivesKill9) {
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status));
-  auto s = OpenSqliteStore(dir.path());
+  auto s = this->Open();
   ASSERT_TRUE(s.ok());
   EXPECT_EQ((*s)->LoadInstances("")->size(), 50u);
 }
@@ -268,9 +319,8 @@ TEST(SqliteStoreTest, TheDatabaseAndItsWalAreMadePrivateWhateverTheirMode) {
   }
 }
 
-TEST(SqliteStoreTest, StartUpLoadsWhatIsActiveOrEndedRecently) {
-  testing::TempDir dir;
-  auto s = OpenSqliteStore(dir.path());
+TYPED_TEST(StoreTest, StartUpLoadsWhatIsActiveOrEndedRecently) {
+  auto s = this->Open();
   ASSERT_TRUE(s.ok());
   Batch b;
   b.instances.push_back({"inst-000001", "t", "running", "{}", ""});
@@ -289,9 +339,8 @@ TEST(SqliteStoreTest, StartUpLoadsWhatIsActiveOrEndedRecently) {
   EXPECT_FALSE((*s)->GetInstance("inst-999999")->has_value());
 }
 
-TEST(SqliteStoreTest, TheAuditLogIsPrunedBeforeATimeAndSettingsListByPrefix) {
-  testing::TempDir dir;
-  auto s = OpenSqliteStore(dir.path());
+TYPED_TEST(StoreTest, TheAuditLogIsPrunedBeforeATimeAndSettingsListByPrefix) {
+  auto s = this->Open();
   ASSERT_TRUE(s.ok());
   Batch b;
   b.audit.push_back({0, "2026-01-01T00:00:00Z", "admin", "POST /v1/tenants", "", 201, ""});
@@ -314,6 +363,157 @@ TEST(SqliteStoreTest, UnwritableDirectoryIsAClearError) {
   auto s = OpenSqliteStore("/proc/tessera-cannot-create");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("/proc/tessera-cannot-create"), std::string::npos);
+}
+
+// What only the PostgreSQL store has: a URL, a server that can go away and come back, replicas
+// that start together, and text its columns cannot hold.
+TEST(PostgresStoreTest, ErrorsNameTheDatabaseAndNeverItsPassword) {
+  auto bad = OpenPostgresStore("postgres://tessera@127.0.0.1:5432/db?no_such_option=1");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--store"), std::string::npos) << bad.status().message();
+  const int closed = testing::FreeTcpPort();
+  auto unreachable = OpenPostgresStore(
+      "postgres://tessera:s3cret@127.0.0.1:" + std::to_string(closed) + "/tessera");
+  ASSERT_FALSE(unreachable.ok());
+  EXPECT_EQ(unreachable.status().code(), StatusCode::kUnavailable);
+  const std::string message = unreachable.status().message();
+  EXPECT_NE(message.find("postgres://tessera@127.0.0.1:" + std::to_string(closed) + "/tessera"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("s3cret"), std::string::npos) << message;
+  EXPECT_TRUE(IsPostgresUrl("postgresql://h/db"));
+  EXPECT_FALSE(IsPostgresUrl("./tessera-data"));
+}
+
+TEST(PostgresStoreTest, AStoreReconnectsWhenTheDatabaseComesBack) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  auto s = OpenPostgresStore(pg.CreateDatabase());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Batch first;
+  first.instances.push_back({"inst-000001", "tenant-000001", "running", "{}", ""});
+  first.ledger = {Line("tenant-000001", 100, 1)};
+  ASSERT_TRUE((*s)->Commit(first).ok());
+  ASSERT_TRUE(pg.Restart());
+  // The first call after the restart may find its session gone: it fails as Unavailable, never
+  // as data loss, and a later call reconnects.
+  Batch next;
+  next.instances.push_back({"inst-000002", "tenant-000001", "pending", "{}", ""});
+  next.ledger = {Line("tenant-000001", 200, 2)};
+  Status committed = (*s)->Commit(next);
+  if (!committed.ok()) {
+    EXPECT_EQ(committed.code(), StatusCode::kUnavailable) << committed.ToString();
+    committed = (*s)->Commit(next);
+  }
+  ASSERT_TRUE(committed.ok()) << committed.ToString();
+  EXPECT_EQ((*s)->LoadInstances("")->size(), 2u);
+  auto lines = Scan(**s, "tenant-000001", 0, 1000);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1].seq, 2) << "seqs go on after the reconnect";
+}
+
+TEST(PostgresStoreTest, ReplicasOpeningTogetherMigrateOnce) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  const std::string url = pg.CreateDatabase();
+  std::vector<std::thread> replicas;
+  std::atomic<int> opened = 0;
+  for (int i = 0; i < 4; ++i) {
+    replicas.emplace_back([&] {
+      auto s = OpenPostgresStore(url);
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      if (s.ok()) ++opened;
+    });
+  }
+  for (auto& t : replicas) t.join();
+  EXPECT_EQ(opened, 4);
+  const std::string db = url.substr(url.rfind('/') + 1);
+  EXPECT_EQ(pg.Psql(db, "SELECT count(*), count(DISTINCT version) FROM tessera_schema"),
+            std::optional<std::string>("1|1\n"));
+  // A database a newer server migrated is refused, not written with the old schema.
+  ASSERT_TRUE(pg.Psql(db, "INSERT INTO tessera_schema(version) VALUES(99)"));
+  auto older = OpenPostgresStore(url);
+  ASSERT_FALSE(older.ok());
+  EXPECT_EQ(older.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(older.status().message().find("version 99, newer"), std::string::npos)
+      << older.status().message();
+}
+
+TEST(PostgresStoreTest, TextItsColumnsCannotHoldIsStoredReplacedNotRefused) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  auto s = OpenPostgresStore(pg.CreateDatabase());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Batch b;
+  b.audit.push_back({0, "2026-01-01T00:00:00Z", "tenant-000001", std::string("GET /v1/x\0y", 11),
+                     "", 404, "bad \xff byte"});
+  ASSERT_TRUE((*s)->Commit(b).ok()) << "a NUL or invalid UTF-8 from a client never fails a round";
+  auto audit = (*s)->ListAudit(0, 10);
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].action, "GET /v1/x\xEF\xBF\xBDy");
+  EXPECT_EQ((*audit)[0].detail, "bad \xEF\xBF\xBD byte");
+}
+
+// `tessera store migrate`'s copy: everything, seqs included, and only into an empty database.
+TEST(PostgresStoreTest, ACopyMovesEverythingWithItsSeqsAndOnlyIntoAnEmptyDatabase) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  testing::TempDir dir;
+  auto sqlite = OpenSqliteStore(dir.path());
+  ASSERT_TRUE(sqlite.ok());
+  Batch b;
+  b.tenants.push_back({"tenant-000001", "acme", "h1", R"({"quota":{"gpus":8}})"});
+  b.tenants.push_back({"tenant-000002", "beta", "h2", "{}"});
+  b.instances.push_back({"inst-000001", "tenant-000001", "running", R"({"a":"tab\there"})", ""});
+  b.instances.push_back(
+      {"inst-000002", "tenant-000002", "terminated", "{}", "2020-01-01T00:00:00Z"});
+  b.audit.push_back({0, "2020-01-01T00:00:00Z", "admin", "POST /v1/tenants", "", 201, ""});
+  b.audit.push_back({0, "2026-06-01T00:00:00Z", "admin", "POST /v1/tenants", "x", 201,
+                     "line\nbreak and back\\slash"});
+  b.settings.emplace_back("admin_token_hash", "ffff");
+  b.settings.emplace_back("node_state/n1", "draining");
+  b.ledger = {Line("tenant-000001", 100, 1), Line("tenant-000002", 50, 2)};
+  ASSERT_TRUE((*sqlite)->Commit(b).ok());
+  ASSERT_EQ(*(*sqlite)->PruneAudit("2026-01-01T00:00:00Z"), 1) << "the copy keeps seq 2 as 2";
+  Batch more;
+  more.ledger = {Line("tenant-000001", 300, 3)};
+  ASSERT_TRUE((*sqlite)->Commit(more).ok());
+
+  const std::string url = pg.CreateDatabase();
+  auto copied = CopyIntoPostgres(**sqlite, url);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(copied->tenants, 2);
+  EXPECT_EQ(copied->instances, 2) << "ended long ago or not, every instance moves";
+  EXPECT_EQ(copied->settings, 2);
+  EXPECT_EQ(copied->audit, 1);
+  EXPECT_EQ(copied->ledger, 3);
+
+  auto moved = OpenPostgresStore(url);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ((*moved)->LoadTenants()->at(0).doc, R"({"quota":{"gpus":8}})");
+  auto instances = (*moved)->LoadInstances("");
+  ASSERT_EQ(instances->size(), 2u);
+  EXPECT_EQ((*instances)[0].doc, R"({"a":"tab\there"})");
+  EXPECT_EQ((*instances)[1].ended_at, "2020-01-01T00:00:00Z");
+  auto audit = (*moved)->ListAudit(0, 10);
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].seq, 2);
+  EXPECT_EQ((*audit)[0].detail, "line\nbreak and back\\slash");
+  EXPECT_EQ(**(*moved)->GetSetting("node_state/n1"), "draining");
+  EXPECT_EQ((*moved)->LastLedgerSeq(), 3);
+  auto lines = Scan(**moved, "", 0, 1000);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[2].start, 300);
+  // What the moved store appends goes on from the copied seqs.
+  Batch after;
+  after.audit.push_back({0, "2026-07-01T00:00:00Z", "admin", "DELETE /v1/x", "", 200, ""});
+  after.ledger = {Line("tenant-000001", 400, 4)};
+  ASSERT_TRUE((*moved)->Commit(after).ok());
+  EXPECT_EQ((*moved)->ListAudit(2, 10)->at(0).seq, 3);
+  EXPECT_EQ((*moved)->LastLedgerSeq(), 4);
+
+  auto again = CopyIntoPostgres(**sqlite, url);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("already holds 2 tenants"), std::string::npos)
+      << again.status().message();
 }
 
 }  // namespace
