@@ -47,4 +47,52 @@ struct CopyCounts {
 // counts in the target before it returns.
 Result<CopyCounts> CopyIntoPostgres(Store& from, const std::string& url);
 
+// Leadership of the replicas sharing one database (docs/ha.md): a lease row (holder, epoch,
+// renew_until) taken and renewed by compare-and-set on the database's clock. Taking it raises
+// the epoch; the holder's store, fenced with that epoch (Store::SetFence), commits only while
+// the row still carries it, so a holder that paused past its lease and was replaced can never
+// write again. Not a session advisory lock: a dropped connection does not end a lease, only its
+// time does. One thread at a time; it keeps a connection of its own.
+struct LeaseView {
+  std::string holder;      // The replica holding it ("" when never taken).
+  int64_t epoch = 0;       // Raised by every acquisition.
+  std::string url;         // The holder's advertised URL.
+  bool live = false;       // renew_until is still ahead on the database's clock.
+  double remaining_s = 0;  // Seconds until renew_until (negative once past).
+  int64_t commits = 0;     // Commits made under the lease so far (followers poll it).
+};
+
+struct ReplicaView {
+  std::string id;
+  std::string url;
+  std::string role;             // "leader" or "follower".
+  double seen_ago_s = 0;        // Seconds since its last heartbeat, on the database's clock.
+  int64_t applied_commits = 0;  // The commit count its state reflects.
+  int64_t lag_ms = 0;           // How far behind the leader's commits its state was, as it said.
+};
+
+class Leadership {
+ public:
+  virtual ~Leadership() = default;
+  // Takes the lease for `ttl` when it is free, expired or already ours; returns the new epoch,
+  // or 0 when another replica holds a live lease.
+  virtual Result<int64_t> TryAcquire(double ttl_s) = 0;
+  // Extends the lease held under `epoch` by `ttl` from now; false when it is no longer ours
+  // (expired or taken).
+  virtual Result<bool> Renew(int64_t epoch, double ttl_s) = 0;
+  // Ends the lease held under `epoch` at once, so a follower takes over without waiting.
+  virtual Status Release(int64_t epoch) = 0;
+  virtual Result<LeaseView> Read() = 0;
+  // This replica's heartbeat row, for GET /v1/cluster.
+  virtual Status Announce(const std::string& role, int64_t applied_commits, int64_t lag_ms) = 0;
+  // Replicas heard from in the last `within_s` seconds, by id.
+  virtual Result<std::vector<ReplicaView>> Replicas(double within_s) = 0;
+  virtual const std::string& holder() const = 0;
+};
+
+// Opens leadership on the database at `url` for replica `holder` (unique per process) that
+// serves at `advertise_url`. The schema must exist (OpenPostgresStore made it).
+Result<std::unique_ptr<Leadership>> OpenLeadership(const std::string& url, std::string holder,
+                                                   std::string advertise_url);
+
 }  // namespace tessera::store

@@ -44,7 +44,31 @@ CREATE TABLE ledger (
   util_observed_seconds BIGINT NOT NULL, PRIMARY KEY (tenant, start, seq));
 CREATE INDEX ledger_by_start ON ledger(start);
 )sql",
+    // Leadership (docs/ha.md): the lease row, the replicas' heartbeats, and the fence every
+    // leader's commit runs first. The fence's UPDATE takes the lease row's lock until the commit
+    // ends, so a takeover (which raises the epoch) waits for a commit in flight, and a commit
+    // after the takeover finds another epoch and fails.
+    R"sql(
+CREATE TABLE tessera_lease (
+  name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL,
+  renew_until TIMESTAMPTZ NOT NULL, url TEXT NOT NULL, commits BIGINT NOT NULL);
+INSERT INTO tessera_lease VALUES ('leader', '', 0, '-infinity', '', 0);
+CREATE TABLE tessera_replicas (
+  id TEXT PRIMARY KEY, url TEXT NOT NULL, role TEXT NOT NULL, seen_at TIMESTAMPTZ NOT NULL,
+  applied_commits BIGINT NOT NULL, lag_ms BIGINT NOT NULL);
+CREATE FUNCTION tessera_fence(e BIGINT) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE tessera_lease SET commits = commits + 1 WHERE name = 'leader' AND epoch = e;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'fenced: epoch % no longer leads; another replica took the lease', e
+      USING ERRCODE = 'TS001';
+  END IF;
+END $$;
+)sql",
 };
+
+// The SQLSTATE tessera_fence raises.
+constexpr std::string_view kFencedState = "TS001";
 
 constexpr int64_t kMigrationLock = 0x7465737365726131;  // "tessera1": the migrations' lock.
 
@@ -79,8 +103,9 @@ constexpr Prepared kPutLedger = {
     "INSERT INTO ledger(seq,tenant,instance,instance_type,billing,reservation,start,\"end\","
     "seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds) "
     "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)"};
-constexpr const Prepared* kPrepared[] = {&kPutTenant,  &kPutInstance,   &kPutAudit,
-                                         &kPutSetting, &kDeleteSetting, &kPutLedger};
+constexpr Prepared kFence = {"fence", "SELECT tessera_fence($1)"};
+constexpr const Prepared* kPrepared[] = {&kPutTenant,     &kPutInstance, &kPutAudit, &kPutSetting,
+                                         &kDeleteSetting, &kPutLedger,   &kFence};
 
 struct ResultDeleter {
   void operator()(PGresult* r) const { PQclear(r); }
@@ -448,6 +473,12 @@ class PostgresStore final : public Store {
 
   int64_t LastLedgerSeq() const override { return next_ledger_seq_ - 1; }
 
+  void SetFence(int64_t epoch) override {
+    fence_ = epoch;
+    fenced_ = false;
+  }
+  bool Fenced() const override { return fenced_; }
+
   Result<std::unique_ptr<LedgerReader>> OpenLedgerReader() override {
     auto reader = std::make_unique<PostgresLedgerReader>(url_);
     return std::unique_ptr<LedgerReader>(std::move(reader));
@@ -711,6 +742,11 @@ class PostgresStore final : public Store {
       what.push_back(std::move(label));
     };
     send("BEGIN", "starting a commit");
+    if (fence_ > 0) {
+      Params p;
+      p.Add(fence_);
+      send_prepared(kFence, std::move(p), "checking the leadership fence");
+    }
     for (const auto& t : b.tenants) {
       Params p;
       p.Add(t.id).Add(t.name).Add(t.token_hash).Add(t.doc);
@@ -770,7 +806,13 @@ class PostgresStore final : public Store {
         case PGRES_PIPELINE_ABORTED:
           break;
         default:
-          if (status.ok()) {
+          if (!status.ok()) break;
+          if (const char* state = PQresultErrorField(raw, PG_DIAG_SQLSTATE);
+              state && std::string_view(state) == kFencedState) {
+            fenced_ = true;
+            status = Status::FailedPrecondition(fmt::format(
+                "{}: {}", conn_.display(), PQresultErrorField(raw, PG_DIAG_MESSAGE_PRIMARY)));
+          } else {
             status = conn_.Failed(i < what.size() ? what[i] : "committing", raw);
           }
       }
@@ -785,7 +827,111 @@ class PostgresStore final : public Store {
   PgUrl url_;
   Connection conn_;
   bool migrated_ = false;
+  int64_t fence_ = 0;
+  bool fenced_ = false;
   int64_t next_ledger_seq_ = 1;
+};
+
+// Leadership on its own connection. Every statement is one compare-and-set on the lease row,
+// timed by the database's clock.
+class PgLeadership final : public Leadership {
+ public:
+  PgLeadership(PgUrl url, std::string holder, std::string advertise_url)
+      : conn_(std::move(url)), holder_(std::move(holder)), url_(std::move(advertise_url)) {}
+
+  Result<int64_t> TryAcquire(double ttl_s) override {
+    Params p;
+    p.Add(holder_).Add(fmt::format("{:.3f}", ttl_s)).Add(url_);
+    TESSERA_ASSIGN_OR_RETURN(
+        PgResult r,
+        conn_.Query("taking the leadership lease",
+                    "UPDATE tessera_lease SET holder=$1, epoch=epoch+1, renew_until=now() + "
+                    "make_interval(secs => $2::float8), url=$3 WHERE name='leader' AND "
+                    "(renew_until < now() OR holder=$1) RETURNING epoch",
+                    std::move(p)));
+    return PQntuples(r.get()) == 1 ? Int(r.get(), 0, 0) : int64_t{0};
+  }
+
+  Result<bool> Renew(int64_t epoch, double ttl_s) override {
+    Params p;
+    p.Add(holder_).Add(epoch).Add(fmt::format("{:.3f}", ttl_s));
+    TESSERA_ASSIGN_OR_RETURN(
+        PgResult r,
+        conn_.Query("renewing the leadership lease",
+                    "UPDATE tessera_lease SET renew_until=now() + make_interval(secs => "
+                    "$3::float8) WHERE name='leader' AND holder=$1 AND epoch=$2 AND "
+                    "renew_until >= now() RETURNING epoch",
+                    std::move(p)));
+    return PQntuples(r.get()) == 1;
+  }
+
+  Status Release(int64_t epoch) override {
+    Params p;
+    p.Add(holder_).Add(epoch);
+    return conn_
+        .Query("releasing the leadership lease",
+               "UPDATE tessera_lease SET renew_until='-infinity' WHERE name='leader' AND "
+               "holder=$1 AND epoch=$2",
+               std::move(p))
+        .status();
+  }
+
+  Result<LeaseView> Read() override {
+    TESSERA_ASSIGN_OR_RETURN(
+        PgResult r, conn_.Query("reading the leadership lease",
+                                "SELECT holder, epoch, url, renew_until > now(), "
+                                "COALESCE(EXTRACT(EPOCH FROM renew_until - now())::float8, "
+                                "-1e9), commits FROM tessera_lease WHERE name='leader'"));
+    if (PQntuples(r.get()) != 1) {
+      return Status::DataLoss(conn_.display() + ": the leadership lease row is missing");
+    }
+    LeaseView v;
+    v.holder = Text(r.get(), 0, 0);
+    v.epoch = Int(r.get(), 0, 1);
+    v.url = Text(r.get(), 0, 2);
+    v.live = Text(r.get(), 0, 3) == "t";
+    v.remaining_s = std::strtod(PQgetvalue(r.get(), 0, 4), nullptr);
+    v.commits = Int(r.get(), 0, 5);
+    return v;
+  }
+
+  Status Announce(const std::string& role, int64_t applied_commits, int64_t lag_ms) override {
+    Params p;
+    p.Add(holder_).Add(url_).Add(role).Add(applied_commits).Add(lag_ms);
+    return conn_
+        .Query("announcing this replica",
+               "INSERT INTO tessera_replicas(id,url,role,seen_at,applied_commits,lag_ms) "
+               "VALUES($1,$2,$3,now(),$4,$5) ON CONFLICT(id) DO UPDATE SET url=excluded.url, "
+               "role=excluded.role, seen_at=excluded.seen_at, "
+               "applied_commits=excluded.applied_commits, lag_ms=excluded.lag_ms",
+               std::move(p))
+        .status();
+  }
+
+  Result<std::vector<ReplicaView>> Replicas(double within_s) override {
+    Params p;
+    p.Add(fmt::format("{:.3f}", within_s));
+    TESSERA_ASSIGN_OR_RETURN(
+        PgResult r,
+        conn_.Query("listing the replicas",
+                    "SELECT id, url, role, EXTRACT(EPOCH FROM now() - seen_at)::float8, "
+                    "applied_commits, lag_ms FROM tessera_replicas WHERE seen_at >= now() - "
+                    "make_interval(secs => $1::float8) ORDER BY id",
+                    std::move(p)));
+    std::vector<ReplicaView> out;
+    for (int i = 0; i < PQntuples(r.get()); ++i) {
+      out.push_back({Text(r.get(), i, 0), Text(r.get(), i, 1), Text(r.get(), i, 2),
+                     std::strtod(PQgetvalue(r.get(), i, 3), nullptr), Int(r.get(), i, 4),
+                     Int(r.get(), i, 5)});
+    }
+    return out;
+  }
+
+  const std::string& holder() const override { return holder_; }
+
+ private:
+  Connection conn_;
+  std::string holder_, url_;
 };
 
 }  // namespace
@@ -836,6 +982,19 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& url) {
   auto store = std::make_unique<PostgresStore>(std::move(parsed));
   TESSERA_RETURN_IF_ERROR(store->Open());
   return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<std::unique_ptr<Leadership>> OpenLeadership(const std::string& url, std::string holder,
+                                                   std::string advertise_url) {
+  TESSERA_ASSIGN_OR_RETURN(PgUrl parsed, ParsePostgresUrl(url));
+  // The lease's statements must answer quickly or not at all: a renewal stuck behind a dead
+  // connection would outlive the lease it renews.
+  parsed.options.emplace_back("options", "-c statement_timeout=2000");
+  for (auto& [k, v] : parsed.options) {
+    if (k == "connect_timeout") v = std::to_string(2);
+  }
+  return std::unique_ptr<Leadership>(std::make_unique<PgLeadership>(
+      std::move(parsed), std::move(holder), std::move(advertise_url)));
 }
 
 Result<CopyCounts> CopyIntoPostgres(Store& from, const std::string& url) {

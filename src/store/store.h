@@ -123,6 +123,13 @@ class Store {
   // but must be destroyed before it.
   virtual Result<std::unique_ptr<LedgerReader>> OpenLedgerReader() = 0;
 
+  // Fencing, for a store that several replicas share (store/postgres.h): from now on every
+  // Commit checks, in its own transaction, that the leadership lease still carries `epoch`, and
+  // fails with FailedPrecondition ("fenced: ...") when another replica has taken it since; then
+  // Fenced() is true. 0 turns the check off. A store only one server can open ignores it.
+  virtual void SetFence(int64_t epoch) { (void)epoch; }
+  virtual bool Fenced() const { return false; }
+
   // A setting's value, or nullopt when unset.
   virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
   // Every setting whose key starts with `prefix`, by key.
