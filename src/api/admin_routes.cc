@@ -180,7 +180,38 @@ void AddObservabilityRoutes(Api& table) {
             [](Api& api, std::shared_ptr<Call> call) {
               if (!api.ready())
                 return api.Reply(*call, ErrorResponse(503, "unavailable", "starting"));
-              api.Reply(*call, JsonResponse(200, {{"status", "ready"}}));
+              json body = {{"status", "ready"}};
+              if (const core::Replica* replica = api.replica()) {
+                const core::ReplicaStatus s = replica->view();
+                body["role"] = s.leader ? "leader" : "follower";
+                body["leader"] = s.leader ? "self" : s.leader_url;
+                body["epoch"] = s.epoch;
+              } else {
+                body["role"] = "leader";
+              }
+              api.Reply(*call, JsonResponse(200, body));
+            });
+  table.Add("GET", "/v1/cluster", Access::kAdmin, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              json body = {{"replicated", api.replica() != nullptr}};
+              if (const core::Replica* replica = api.replica()) {
+                const core::ReplicaStatus s = replica->view();
+                body["self"] = s.id;
+                body["role"] = s.leader ? "leader" : "follower";
+                body["epoch"] = s.epoch;
+                body["leader"] = s.leader ? "self" : s.leader_url;
+                json replicas = json::array();
+                for (const store::ReplicaView& r : s.replicas) {
+                  replicas.push_back({{"id", r.id},
+                                      {"url", r.url},
+                                      {"role", r.role},
+                                      {"seen_ago_seconds", r.seen_ago_s},
+                                      {"applied_commits", r.applied_commits},
+                                      {"lag_seconds", static_cast<double>(r.lag_ms) / 1000}});
+                }
+                body["replicas"] = std::move(replicas);
+              }
+              api.Reply(*call, JsonResponse(200, body));
             });
   table.Add("GET", "/v1/audit?after&limit", Access::kAdmin, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {

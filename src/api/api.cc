@@ -227,6 +227,12 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
     decision.refuse = std::move(r);
     return decision;
   }
+  // On a follower, before the token: the leader authenticates, audits and answers.
+  if (auto redirect = RedirectToLeader(*route, head)) {
+    metrics_.CountRequest(head.method, route->pattern, redirect->status);
+    decision.refuse = std::move(*redirect);
+    return decision;
+  }
   std::string token_hash;
   core::Principal principal;
   if (route->access != Access::kPublic) {
@@ -314,6 +320,25 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
     std::string().swap(call->request.body);
   };
   return decision;
+}
+
+std::optional<HttpResponse> Api::RedirectToLeader(const Route& route, const HttpRequest& head) {
+  if (!replica_ || !core_->follower()) return std::nullopt;
+  // Followers serve reads from their own state: every GET but the agents' (their reports and
+  // long polls change what the leader holds).
+  const bool read = head.method == "GET" || head.method == "HEAD";
+  if (read && route.access != Access::kNode) return std::nullopt;
+  const std::string leader = replica_->view().leader_url;
+  if (leader.empty()) {
+    HttpResponse r = ErrorResponse(
+        503, "no_leader", "no replica leads at the moment (a failover is under way); retry");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  HttpResponse r = ErrorResponse(307, "not_leader",
+                                 fmt::format("this replica follows; the leader is {}", leader));
+  r.headers.emplace_back("Location", leader + head.target);
+  return r;
 }
 
 void Api::AuditAsync(const core::Principal& who, const HttpRequest& head, int status,

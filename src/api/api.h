@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "catalog/catalog.h"
 #include "common/clock.h"
 #include "core/core.h"
+#include "core/replica.h"
 
 namespace tessera::api {
 
@@ -102,6 +104,10 @@ class Api {
   Metrics& metrics() { return metrics_; }
   void set_http_stats(std::function<HttpStats()> stats) { http_stats_ = std::move(stats); }
   HttpStats http_stats() const { return http_stats_ ? http_stats_() : HttpStats{}; }
+  // The replica this server is, when several share a store (docs/ha.md); null otherwise. Must
+  // outlive serving.
+  const core::Replica* replica() const { return replica_; }
+  void set_replica(const core::Replica* replica) { replica_ = replica; }
   bool ready() const { return ready_; }
   void set_ready(bool ready) { ready_ = ready; }
   // Whether tenants' webhooks may name private addresses (--allow-private-receivers).
@@ -137,7 +143,12 @@ class Api {
   // Logs an unauthenticated request, at most one line a second with a count of the rest.
   void SampleAnonymous(const HttpRequest& head, const std::string& why);
 
+  // A follower's answer to a request only the leader serves: 307 to the leader's URL, or 503
+  // while no replica leads. nullopt when this replica serves it.
+  std::optional<HttpResponse> RedirectToLeader(const Route& route, const HttpRequest& head);
+
   core::Core* core_ = nullptr;
+  const core::Replica* replica_ = nullptr;
   const catalog::Catalog* catalog_;
   const Clock* clock_;
   Metrics metrics_;

@@ -37,6 +37,8 @@ int ApiServer::port() const { return impl_->http.port(); }
 
 bool ApiServer::tls() const { return impl_->http.tls(); }
 
+void ApiServer::set_replica(const core::Replica* replica) { impl_->api.set_replica(replica); }
+
 void ApiServer::Start(core::Core* core) {
   impl_->api.set_core(core);
   impl_->api.set_ready(true);

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/result.h"
 #include "core/core.h"
+#include "core/replica.h"
 
 namespace tessera::api {
 
@@ -35,6 +36,9 @@ class ApiServer {
   // Serves `core` from now on, on the HTTP layer's threads; returns at once. `core` must outlive
   // the server, or Stop.
   void Start(core::Core* core);
+  // The replica this server is, when several share a store (docs/ha.md); before Start. It must
+  // outlive serving (Stop first).
+  void set_replica(const core::Replica* replica);
   // Stops serving: requests in flight get a moment to finish. Idempotent.
   void Stop();
 

@@ -32,6 +32,7 @@
 #include "common/memory.h"
 #include "common/secret_env.h"
 #include "core/core.h"
+#include "core/replica.h"
 #include "store/postgres.h"
 
 namespace tessera::cli {
@@ -65,6 +66,8 @@ struct ServerFlags {
   std::string alert_interval = "5s";
   std::string autoscale_interval = "15s";
   std::string external_url;
+  std::string advertise_url;
+  std::string lease = "3s";
   int64_t max_pending_per_tenant = core::kDefaultMaxPending;
 };
 
@@ -557,6 +560,7 @@ int RunServer(const ServerFlags& flags) {
   options.spot_notice = *spot_notice;
   options.data_dir = flags.data;
   options.store = flags.store;
+  options.replicated = !flags.store.empty();
   options.policy = flags.policy;
   // Simulated agents are real agents in this process (SimAgents), not the core's stand-in.
   options.sim_agents = false;
@@ -582,10 +586,46 @@ int RunServer(const ServerFlags& flags) {
   auto started = core::Core::Start(options);
   if (!started.ok()) return Fail(started.status());
   core = std::move(*started);
-  auto token = SetUpAdminToken(*core, flags.demo, admin_token_env);
-  if (!token.ok()) return Fail(token.status());
   const std::string url =
       fmt::format("{}://{}:{}", server.tls() ? "https" : "http", listen->first, server.port());
+  // Several replicas on one database: take the lease or learn who holds it before serving.
+  std::unique_ptr<core::Replica> replica;
+  if (options.replicated) {
+    auto lease = ParseDuration(flags.lease, "--lease");
+    if (!lease.ok()) return Fail(lease.status());
+    core::ReplicaOptions ro;
+    ro.lease_s = std::max(Seconds(*lease), 0.5);
+    ro.renew_s = ro.lease_s / 3;
+    ro.poll_s = std::min(0.25, ro.lease_s / 8);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    auto nonce = GenerateToken();
+    if (!nonce.ok()) return Fail(nonce.status());
+    const std::string id = fmt::format("{}:{}:{}", host, getpid(), nonce->substr(4, 8));
+    auto leadership = store::OpenLeadership(
+        flags.store, id, flags.advertise_url.empty() ? url : flags.advertise_url);
+    if (!leadership.ok()) return Fail(leadership.status());
+    replica = std::make_unique<core::Replica>(core.get(), std::move(*leadership), ro);
+    replica->Start();
+    if (!replica->AwaitSettled(2 * ro.lease_s + 5)) {
+      return Fail(Status::Unavailable(
+          "neither took the leadership lease nor found a live leader; is the database up?"));
+    }
+    server.set_replica(replica.get());
+    spdlog::info("replica {} starts as {}", id, replica->view().leader ? "leader" : "follower");
+  }
+  auto token = SetUpAdminToken(*core, flags.demo, admin_token_env);
+  if (!token.ok() && replica && core->follower()) {
+    return Fail(Status::FailedPrecondition(
+        "a following replica cannot set the admin token: give every replica the "
+        "TESSERA_ADMIN_TOKEN the first one was started with"));
+  }
+  if (!token.ok()) return Fail(token.status());
+  if (replica && core->follower() && (flags.sim_agents || flags.demo)) {
+    return Fail(Status::FailedPrecondition(
+        "--sim-agents and --demo run the nodes' agents inside the leading server; this replica "
+        "follows (run `tessera agent` processes with every replica's URL instead)"));
+  }
   if (!server.tls() && !IsLoopback(listen->first)) {
     std::cerr << "WARNING: tessera server listens on " << listen->first
               << " without TLS: bearer tokens will cross the network in clear text. Give "
@@ -641,6 +681,7 @@ int RunServer(const ServerFlags& flags) {
   demo_load.reset();
   agents.StopAll();
   server.Stop();
+  replica.reset();  // A leader hands its lease over at once.
   return kExitOk;
 }
 
@@ -658,6 +699,13 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
       ->check([](const std::string& v) {
         return store::IsPostgresUrl(v) ? "" : "--store takes a postgres:// URL";
       });
+  cmd->add_option("--advertise-url", flags->advertise_url,
+                  "With --store: the URL other replicas send clients to while this one leads "
+                  "(default: the --listen address)");
+  cmd->add_option("--lease", flags->lease,
+                  "With --store: how long the leader's lease lasts unrenewed; a dead leader is "
+                  "replaced about this long after its last renewal (docs/ha.md)")
+      ->capture_default_str();
   cmd->add_option("--data", flags->data, "Directory of the SQLite store (created when missing)")
       ->capture_default_str();
   cmd->add_option("--fleet", flags->fleet,

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <future>
 
 #include "common/text.h"
 #include "fleet/fleet_file.h"
@@ -140,13 +141,17 @@ Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options,
                            BuildState(options, *store, reconciled, &report));
   for (const std::string& line : report.failed) spdlog::warn("reconciled at restart: {}", line);
   spdlog::info("{}", report.Summary());
-  // What recovery changed is durable before anything is served.
-  if (!reconciled.empty()) TESSERA_RETURN_IF_ERROR(store->Commit(reconciled));
+  // What recovery changed is durable before anything is served; a replica that follows
+  // commits nothing (the leader reconciles).
+  if (!reconciled.empty() && !options.replicated) {
+    TESSERA_RETURN_IF_ERROR(store->Commit(reconciled));
+  }
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<LedgerReads> reads,
       LedgerReads::Start(*store, options.ledger_read_threads, options.ledger_reads_per_tenant));
   std::unique_ptr<Core> core(new Core(options, std::move(store), std::move(state)));
   core->reads_ = std::move(reads);
+  if (options.replicated) return core;  // A follower until Lead().
   // Place whatever was queued before the restart, and let agents catch up.
   auto settled = core->Run<bool>([](State&, store::Batch&) -> Result<bool> { return true; });
   if (!settled.ok()) return settled.status();
@@ -155,6 +160,7 @@ Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options,
 
 Core::Core(CoreOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<State> state)
     : options_(std::move(options)), store_(std::move(store)), state_(std::move(state)) {
+  follower_ = options_.replicated;
   Publish();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -188,20 +194,25 @@ void Core::Loop() {
     std::deque<Command> round;
     // Work deferred to a later round (queued requests that waited on the round's preemption
     // budget) gets a round of its own soon, even when no request comes to start one.
-    const bool deferred = state_->has_deferred_work();
-    const bool ticks = state_->needs_ticks();
+    // A follower runs no rounds of its own: it only answers.
+    const bool deferred = !follower_ && state_->has_deferred_work();
+    const bool ticks = !follower_ && state_->needs_ticks();
+    std::deque<std::function<void()>> control;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      const auto ready = [&] { return stopping_ || !queue_.empty(); };
+      const auto ready = [&] { return stopping_ || !queue_.empty() || !control_.empty(); };
       if (deferred || ticks) {
         // Leases to watch and long polls to answer: a round of its own now and then.
         cv_.wait_for(lock, deferred ? kDeferredRoundDelay : kTickDelay, ready);
       } else {
         cv_.wait(lock, ready);
       }
-      if (queue_.empty() && stopping_) return;
+      if (queue_.empty() && control_.empty() && stopping_) return;
       round.swap(queue_);
+      control.swap(control_);
     }
+    for (auto& fn : control) fn();
+    if (round.empty() && (follower_ || stale_)) continue;
     const Status status = RunRound(round);
     for (Command& c : round) {
       try {
@@ -214,6 +225,8 @@ void Core::Loop() {
 }
 
 Status Core::RunRound(std::deque<Command>& round) {
+  if (stale_) return Status::Unavailable("the store cannot be reached; retrying");
+  if (follower_) return RunFollowerRound(round);
   store::Batch batch;
   try {
     state_->BeginRound();
@@ -233,6 +246,14 @@ Status Core::RunRound(std::deque<Command>& round) {
   const Status committed = batch.empty() ? Status::Ok() : store_->Commit(batch);
   if (!committed.ok()) {
     spdlog::error("commit failed: {}; reloading state from the store", committed.message());
+    if (store_->Fenced()) {
+      // Another replica leads now: nothing of this round is durable, and this one follows.
+      follower_ = true;
+      if (Status s = Rebuild(false); !s.ok()) stale_ = true;
+      if (on_step_down_) on_step_down_(committed.message());
+      return Status::Unavailable(
+          "this replica no longer leads; the request was not applied (retry on the leader)");
+    }
     RebuildOrExit(committed.message());
     return Status::Unavailable("the store failed: " + committed.message());
   }
@@ -265,7 +286,82 @@ void Core::PruneAudit() {
   }
 }
 
+Status Core::RunFollowerRound(std::deque<Command>& round) {
+  store::Batch batch;
+  try {
+    for (Command& c : round) c.apply(*state_, batch);
+  } catch (const std::exception& e) {
+    spdlog::error("a command threw on the core thread: {}", EscapeForTerminal(e.what()));
+    batch.audit.emplace_back();  // Memory may be half-changed: rebuilt below.
+  }
+  if (batch.empty()) {
+    Publish();
+    return Status::Ok();
+  }
+  // A command wrote: memory now holds what is not durable, so it is read back from the store.
+  if (Status s = Rebuild(false); !s.ok()) stale_ = true;
+  return Status::Unavailable("this replica follows; writes go to the leader");
+}
+
+Status Core::Control(std::function<Status()> fn) {
+  std::promise<Status> promise;
+  auto future = promise.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    control_.push_back([&promise, fn = std::move(fn)] { promise.set_value(fn()); });
+  }
+  cv_.notify_one();
+  return future.get();
+}
+
+Status Core::Rebuild(bool commit) {
+  store::Batch reconciled;
+  auto rebuilt = BuildState(options_, *store_, reconciled, nullptr);
+  if (!rebuilt.ok()) return rebuilt.status();
+  if (commit && !reconciled.empty()) TESSERA_RETURN_IF_ERROR(store_->Commit(reconciled));
+  state_ = std::move(*rebuilt);
+  stale_ = false;
+  Publish();
+  return Status::Ok();
+}
+
+Status Core::Lead(int64_t epoch) {
+  return Control([this, epoch] {
+    store_->SetFence(epoch);
+    Status s = Rebuild(true);
+    if (!s.ok()) {
+      follower_ = true;
+      return s;
+    }
+    follower_ = false;
+    return Status::Ok();
+  });
+}
+
+Status Core::Follow() {
+  return Control([this] {
+    follower_ = true;
+    Status s = Rebuild(false);
+    if (!s.ok() && stale_) spdlog::warn("a follower cannot rebuild yet: {}", s.message());
+    return s;
+  });
+}
+
 void Core::RebuildOrExit(const std::string& why) {
+  if (options_.replicated) {
+    // Another replica may lead on what is durable: this one steps down, and serves again once
+    // it has read the store back (Follow, from the replica's loop).
+    follower_ = true;
+    if (Status s = Rebuild(false); !s.ok()) {
+      stale_ = true;
+      spdlog::error(
+          "cannot rebuild state from the store after '{}': {}; stepping down until "
+          "it can",
+          why, s.message());
+    }
+    if (on_step_down_) on_step_down_(why);
+    return;
+  }
   store::Batch reconciled;
   auto rebuilt = BuildState(options_, *store_, reconciled, nullptr);
   if (rebuilt.ok() && !reconciled.empty()) {

@@ -78,6 +78,9 @@ struct CoreOptions {
   // may have this many waiting or running at once.
   int ledger_read_threads = 2;
   size_t ledger_reads_per_tenant = 4;
+  // One of several replicas on a shared store (docs/ha.md): the core starts as a follower (see
+  // Core::Lead), and a store it cannot read back makes it step down rather than exit.
+  bool replicated = false;
 };
 
 class Core {
@@ -124,6 +127,24 @@ class Core {
   // Who each token acts for, as of the last durable commit. Any thread; never null.
   std::shared_ptr<const PrincipalIndex> principals() const { return principals_.load(); }
 
+  // Replication (docs/ha.md). A follower's core holds state rebuilt from the store, answers
+  // commands that only read, runs no rounds of its own (no placement, no ticks) and never
+  // commits; the leader's core commits fenced with its lease's epoch. Any thread.
+  bool follower() const { return follower_.load(); }
+  // Fences the store with `epoch`, rebuilds from the store (what the previous leader committed
+  // is there: its later commits fail the fence), commits what recovery reconciled and leads.
+  // Waits until done; on an error the core stays a follower.
+  Status Lead(int64_t epoch);
+  // Rebuilds from the store and serves reads only: a leader steps down; a follower catches up
+  // with what the leader committed. Waits until done; on an error the previous state stays, and
+  // until a rebuild succeeds after a failed commit, commands are answered Unavailable.
+  Status Follow();
+  // Called on the core thread when a leader's core steps down by itself: its commit was fenced
+  // (another replica leads) or the store could not be read back. Set before serving.
+  void set_on_step_down(std::function<void(const std::string&)> fn) {
+    on_step_down_ = std::move(fn);
+  }
+
   // The store, for reads inside a command (the audit log). Core thread only.
   store::Store& store() { return *store_; }
 
@@ -142,6 +163,13 @@ class Core {
   Core(CoreOptions options, std::unique_ptr<store::Store> store, std::unique_ptr<State> state);
   void Enqueue(std::function<void(State&, store::Batch&)> apply,
                std::function<void(const Status&)> done);
+  // Runs `fn` on the core thread between rounds and waits for its status.
+  Status Control(std::function<Status()> fn);
+  // Rebuilds state_ from the store (and commits what recovery reconciled when `commit`).
+  Status Rebuild(bool commit);
+  // A follower's round: its commands read; anything one wrote is not durable, so memory is
+  // rebuilt from the store.
+  Status RunFollowerRound(std::deque<Command>& round);
   void Loop();
   // Applies one round's commands and commits their batch; the status every command gets.
   Status RunRound(std::deque<Command>& round);
@@ -162,8 +190,12 @@ class Core {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Command> queue_;  // Guarded by mu_.
-  bool stopping_ = false;      // Guarded by mu_.
+  std::deque<Command> queue_;                  // Guarded by mu_.
+  std::deque<std::function<void()>> control_;  // Guarded by mu_.
+  std::atomic<bool> follower_ = false;
+  bool stale_ = false;  // Memory ran ahead of a failed commit and could not be rebuilt yet.
+  std::function<void(const std::string&)> on_step_down_;
+  bool stopping_ = false;  // Guarded by mu_.
   std::thread thread_;
 };
 

@@ -52,7 +52,7 @@ CREATE INDEX ledger_by_start ON ledger(start);
 CREATE TABLE tessera_lease (
   name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL,
   renew_until TIMESTAMPTZ NOT NULL, url TEXT NOT NULL, commits BIGINT NOT NULL);
-INSERT INTO tessera_lease VALUES ('leader', '', 0, '-infinity', '', 0);
+INSERT INTO tessera_lease VALUES ('leader', '', 0, 'epoch', '', 0);
 CREATE TABLE tessera_replicas (
   id TEXT PRIMARY KEY, url TEXT NOT NULL, role TEXT NOT NULL, seen_at TIMESTAMPTZ NOT NULL,
   applied_commits BIGINT NOT NULL, lag_ms BIGINT NOT NULL);
@@ -870,7 +870,7 @@ class PgLeadership final : public Leadership {
     p.Add(holder_).Add(epoch);
     return conn_
         .Query("releasing the leadership lease",
-               "UPDATE tessera_lease SET renew_until='-infinity' WHERE name='leader' AND "
+               "UPDATE tessera_lease SET renew_until='epoch' WHERE name='leader' AND "
                "holder=$1 AND epoch=$2",
                std::move(p))
         .status();
