@@ -15,6 +15,7 @@
 #include "agent/gpu_devices.h"
 #include "common/clock.h"
 #include "common/json.h"
+#include "common/server_list.h"
 #include "common/text.h"
 
 namespace tessera::agent {
@@ -103,24 +104,60 @@ json InventoryJson(const Inventory& inv) {
 
 Result<Transport> HttpTransport(const std::string& url, const std::string& token,
                                 const std::string& ca_file) {
-  auto client = std::make_shared<httplib::Client>(url);
-  if (!client->is_valid()) {
-    return Status::InvalidArgument(fmt::format(
-        "--server: '{}' is not a server URL (http://HOST:PORT or https://HOST:PORT)", Quote(url)));
+  TESSERA_ASSIGN_OR_RETURN(ServerList list, ServerList::Parse(url, "--server"));
+  struct Servers {
+    ServerList list;
+    std::vector<std::unique_ptr<httplib::Client>> clients;  // One per URL, in the list's order.
+  };
+  auto servers = std::make_shared<Servers>(Servers{std::move(list), {}});
+  for (const std::string& u : servers->list.urls()) {
+    auto client = std::make_unique<httplib::Client>(u);
+    if (!client->is_valid()) {
+      return Status::InvalidArgument(fmt::format(
+          "--server: '{}' is not a server URL (http://HOST:PORT or https://HOST:PORT)", Quote(u)));
+    }
+    if (!ca_file.empty()) client->set_ca_cert_path(ca_file);
+    client->enable_server_certificate_verification(true);
+    client->set_connection_timeout(5);
+    client->set_keep_alive(true);
+    client->set_tcp_nodelay(true);  // A report is headers then body: no 40 ms Nagle stall.
+    servers->clients.push_back(std::move(client));
   }
-  if (!ca_file.empty()) client->set_ca_cert_path(ca_file);
-  client->enable_server_certificate_verification(true);
-  client->set_connection_timeout(5);
-  client->set_keep_alive(true);
-  client->set_tcp_nodelay(true);  // A report is headers then body: no 40 ms Nagle stall.
-  // One agent thread uses the client at a time.
-  return Transport([client, token](const std::string& path, const std::string& body,
-                                   milliseconds timeout) -> Result<HttpAnswer> {
-    client->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout).count() + 1);
-    httplib::Headers headers = {{"Authorization", "Bearer " + token}};
-    httplib::Result r = client->Post(path, headers, body, "application/json");
-    if (!r) return Status::Unavailable(httplib::to_string(r.error()));
-    return HttpAnswer{r->status, std::move(r->body)};
+  // One agent thread uses the clients at a time. A follower's 307 leads to the leader when it
+  // is a listed server; an unreachable server, or one that knows no leader, to the next.
+  return Transport([servers, token](const std::string& path, const std::string& body,
+                                    milliseconds timeout) -> Result<HttpAnswer> {
+    const size_t n = servers->clients.size();
+    Status last = Status::Unavailable("no server answered");
+    for (size_t tries = 0; tries < (n > 1 ? 2 * n : 1); ++tries) {
+      httplib::Client& client = *servers->clients[servers->list.index()];
+      client.set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout).count() +
+                              1);
+      httplib::Headers headers = {{"Authorization", "Bearer " + token}};
+      httplib::Result r = client.Post(path, headers, body, "application/json");
+      if (!r) {
+        last = Status::Unavailable(
+            fmt::format("{}: {}", servers->list.current(), httplib::to_string(r.error())));
+        servers->list.Next();
+        continue;
+      }
+      if (r->status == 307) {
+        const std::string location = r->get_header_value("Location");
+        last = Status::Unavailable(
+            fmt::format("{} follows and sends the agent to {}, which --server does not list",
+                        servers->list.current(), Quote(location)));
+        if (!servers->list.Follow(location)) servers->list.Next();
+        continue;
+      }
+      if (r->status == 503 && r->body.find("\"no_leader\"") != std::string::npos) {
+        last =
+            Status::Unavailable(fmt::format("{}: no replica leads yet", servers->list.current()));
+        servers->list.Next();
+        continue;
+      }
+      return HttpAnswer{r->status, std::move(r->body)};
+    }
+    return last;
   });
 }
 

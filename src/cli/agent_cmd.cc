@@ -282,7 +282,8 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<AgentFlags>();
   CLI::App* cmd = app.add_subcommand(
       "agent", "Run the node agent: join this GPU server to a Tessera server (docs/agent.md)");
-  cmd->add_option("--server", flags->server, "The server's URL (or TESSERA_URL)");
+  cmd->add_option("--server", flags->server,
+                  "The server's URL, or its replicas' separated by commas (or TESSERA_URL)");
   cmd->add_option("--token-file", flags->token_file,
                   "File holding this node's token, from `tessera nodes add`; mode 0600 or "
                   "stricter (or TESSERA_NODE_TOKEN)");

@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "common/json.h"
+#include "common/server_list.h"
 #include "common/text.h"
 
 namespace tessera::cli {
@@ -48,31 +49,70 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
       flags.url.empty() ? EnvOr("TESSERA_URL", "http://127.0.0.1:8080") : flags.url;
   const std::string token = flags.token.empty() ? EnvOr("TESSERA_TOKEN", "") : flags.token;
   const std::string ca = flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca;
-  httplib::Client client(url);
-  if (!client.is_valid()) {
-    std::cerr << "tessera: '" << EscapeForTerminal(url)
-              << "' is not a server URL (http://HOST:PORT or https://HOST:PORT)\n";
+  auto servers = ServerList::Parse(url, "--url");
+  if (!servers.ok()) {
+    std::cerr << "tessera: " << EscapeForTerminal(servers.status().message()) << "\n";
     return std::nullopt;
   }
-  if (!ca.empty()) client.set_ca_cert_path(ca);
-  client.enable_server_certificate_verification(true);
-  client.set_connection_timeout(5);
-  client.set_read_timeout(60);
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
   if (!accept.empty()) headers.emplace("Accept", accept);
   const std::string text = body ? body->dump() : "{}";
-  httplib::Result r = method == "GET"      ? client.Get(path, headers)
-                      : method == "DELETE" ? client.Delete(path, headers)
-                      : method == "PATCH"  ? client.Patch(path, headers, text, "application/json")
-                      : method == "PUT"    ? client.Put(path, headers, text, "application/json")
-                                           : client.Post(path, headers, text, "application/json");
-  if (!r) {
-    std::string why = httplib::to_string(r.error());
-    if (r.error() == httplib::Error::SSLServerVerification) {
-      why += " (the server's certificate is not signed by a known authority: give --ca FILE)";
+  // Replicas (docs/ha.md): a follower's 307 leads to a listed leader; a server that cannot be
+  // reached, or knows no leader yet, to the next. A request is sent again only when it was
+  // surely not applied (no connection, a redirect, no leader).
+  const size_t n = servers->urls().size();
+  std::vector<std::string> failures;
+  std::optional<httplib::Result> answer;
+  for (size_t tries = 0; tries < (n > 1 ? 2 * n : 1); ++tries) {
+    httplib::Client client(servers->current());
+    if (!client.is_valid()) {
+      std::cerr << "tessera: '" << EscapeForTerminal(servers->current())
+                << "' is not a server URL (http://HOST:PORT or https://HOST:PORT)\n";
+      return std::nullopt;
     }
-    std::cerr << "tessera: cannot reach " << EscapeForTerminal(url) << ": " << why << "\n";
+    if (!ca.empty()) client.set_ca_cert_path(ca);
+    client.enable_server_certificate_verification(true);
+    client.set_connection_timeout(5);
+    client.set_read_timeout(60);
+    answer.emplace(method == "GET"      ? client.Get(path, headers)
+                   : method == "DELETE" ? client.Delete(path, headers)
+                   : method == "PATCH"  ? client.Patch(path, headers, text, "application/json")
+                   : method == "PUT"    ? client.Put(path, headers, text, "application/json")
+                                        : client.Post(path, headers, text, "application/json"));
+    httplib::Result& r = *answer;
+    if (!r) {
+      std::string why = httplib::to_string(r.error());
+      if (r.error() == httplib::Error::SSLServerVerification) {
+        why += " (the server's certificate is not signed by a known authority: give --ca FILE)";
+      }
+      failures.push_back("cannot reach " + EscapeForTerminal(servers->current()) + ": " + why);
+      // Sent but unanswered: it may have been applied, so it is not sent again.
+      if (r.error() != httplib::Error::Connection || failures.size() == n) break;
+      servers->Next();
+      continue;
+    }
+    failures.clear();  // Reached: only the last round of failures is news.
+    if (n > 1 && r->status == 307) {
+      if (!servers->Follow(r->get_header_value("Location"))) servers->Next();
+      continue;
+    }
+    if (n > 1 && r->status == 503 && r->body.find("\"no_leader\"") != std::string::npos) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      servers->Next();
+      continue;
+    }
+    break;
+  }
+  if (!answer || !*answer) {
+    std::cerr << "tessera: " << fmt::format("{}", fmt::join(failures, "; ")) << "\n";
+    return std::nullopt;
+  }
+  httplib::Result& r = *answer;
+  if (r->status == 307) {
+    std::cerr << "tessera: " << EscapeForTerminal(servers->current())
+              << " follows; the leader is at " << EscapeForTerminal(r->get_header_value("Location"))
+              << ", which --url does not list (give every replica's URL, separated by commas)\n";
     return std::nullopt;
   }
   Response out{r->status, json::parse(r->body, nullptr, false), r->body, r->headers};
