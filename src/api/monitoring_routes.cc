@@ -94,6 +94,21 @@ std::string AlertMetrics(const core::State& s, const alerts::Notifier* notifier)
   return out;
 }
 
+// A replica's view of leadership (docs/ha.md).
+std::string ReplicaMetrics(const core::ReplicaStatus& r) {
+  return fmt::format(
+      "# HELP tessera_replica_leader Whether this replica leads (1) or follows (0).\n"
+      "# TYPE tessera_replica_leader gauge\ntessera_replica_leader {}\n"
+      "# HELP tessera_replica_epoch The leadership lease's epoch as this replica knows it.\n"
+      "# TYPE tessera_replica_epoch gauge\ntessera_replica_epoch {}\n"
+      "# HELP tessera_replica_lag_seconds How long a follower's state has been behind the "
+      "leader's commits (0 when current, and on the leader).\n"
+      "# TYPE tessera_replica_lag_seconds gauge\ntessera_replica_lag_seconds {:.3f}\n"
+      "# HELP tessera_replica_takeovers_total Times this replica took the lease.\n"
+      "# TYPE tessera_replica_takeovers_total counter\ntessera_replica_takeovers_total {}\n",
+      r.leader ? 1 : 0, r.epoch, r.lag_s, r.takeovers);
+}
+
 void AddMetricsRoutes(Api& table) {
   // Metrics name tenants and count their instances, so only the operator may read them
   // (Prometheus sends the admin token with `authorization: {credentials: ...}`). The core
@@ -111,6 +126,7 @@ void AddMetricsRoutes(Api& table) {
                     auto scrape = std::make_shared<Scrape>();
                     scrape->text = a->metrics().Render(s, a->http_stats());
                     scrape->text += AlertMetrics(s, a->core().notifier());
+                    if (a->replica()) scrape->text += ReplicaMetrics(a->replica()->view());
                     scrape->targets = s.Targets();
                     return scrape;
                   },
