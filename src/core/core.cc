@@ -315,6 +315,7 @@ Status Core::Control(std::function<Status()> fn) {
 }
 
 Status Core::Rebuild(bool commit) {
+  TESSERA_RETURN_IF_ERROR(store_->Reload());
   store::Batch reconciled;
   auto rebuilt = BuildState(options_, *store_, reconciled, nullptr);
   if (!rebuilt.ok()) return rebuilt.status();

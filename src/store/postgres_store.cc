@@ -478,6 +478,10 @@ class PostgresStore final : public Store {
     fenced_ = false;
   }
   bool Fenced() const override { return fenced_; }
+  Status Reload() override {
+    TESSERA_RETURN_IF_ERROR(Ready());
+    return ReadLastSeq();
+  }
 
   Result<std::unique_ptr<LedgerReader>> OpenLedgerReader() override {
     auto reader = std::make_unique<PostgresLedgerReader>(url_);

@@ -128,6 +128,9 @@ class Store {
   // fails with FailedPrecondition ("fenced: ...") when another replica has taken it since; then
   // Fenced() is true. 0 turns the check off. A store only one server can open ignores it.
   virtual void SetFence(int64_t epoch) { (void)epoch; }
+  // Re-reads what another replica may have appended since this store opened (the ledger's last
+  // seq), before memory is rebuilt from it. A store only one server can open has nothing to do.
+  virtual Status Reload() { return Status::Ok(); }
   virtual bool Fenced() const { return false; }
 
   // A setting's value, or nullopt when unset.
