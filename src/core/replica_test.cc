@@ -39,6 +39,17 @@ class ReplicaTest : public ::testing::Test {
     });
   }
 
+  // Commits one ledger line starting at `start`.
+  static Result<bool> AppendLedgerLine(Core& core, int64_t start) {
+    return core.Run<bool>([start](State&, store::Batch& batch) -> Result<bool> {
+      store::LedgerRecord l;
+      l.tenant = "tenant-000001";
+      l.start = start;
+      batch.ledger.push_back(l);
+      return true;
+    });
+  }
+
   static size_t Tenants(Core& core) {
     return core
         .Run<size_t>(
@@ -69,13 +80,7 @@ TEST_F(ReplicaTest, AFollowerWritesNothingAndALeaderWhoseLeaseWasTakenIsFenced) 
   std::atomic<int> stepped_down = 0;
   a->set_on_step_down([&](const std::string&) { ++stepped_down; });
   ASSERT_TRUE(CreateTenant(*a, "acme").ok());
-  ASSERT_TRUE(a->Run<bool>([](State&, store::Batch& batch) -> Result<bool> {
-                 store::LedgerRecord l;
-                 l.tenant = "tenant-000001";
-                 l.start = 50;
-                 batch.ledger.push_back(l);
-                 return true;
-               }).ok());
+  ASSERT_TRUE(AppendLedgerLine(*a, 50).ok());
   ASSERT_TRUE(b->Follow().ok());
   EXPECT_EQ(Tenants(*b), 1u) << "a follower catches up from the store";
 
@@ -89,13 +94,7 @@ TEST_F(ReplicaTest, AFollowerWritesNothingAndALeaderWhoseLeaseWasTakenIsFenced) 
   EXPECT_EQ(stepped_down, 1);
   ASSERT_TRUE(CreateTenant(*b, "beta").ok());
   // The new leader appends to the ledger after the lines its predecessor wrote.
-  EXPECT_TRUE(b->Run<bool>([](State&, store::Batch& batch) -> Result<bool> {
-                 store::LedgerRecord l;
-                 l.tenant = "tenant-000001";
-                 l.start = 100;
-                 batch.ledger.push_back(l);
-                 return true;
-               }).ok());
+  EXPECT_TRUE(AppendLedgerLine(*b, 100).ok());
   EXPECT_EQ(b->Run<int64_t>([&](State&, store::Batch&) -> Result<int64_t> {
                return b->store().LastLedgerSeq();
              }).value(),
