@@ -324,10 +324,16 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
 
 std::optional<HttpResponse> Api::RedirectToLeader(const Route& route, const HttpRequest& head) {
   if (!replica_ || !core_->follower()) return std::nullopt;
-  // Followers serve reads from their own state: every GET but the agents' (their reports and
-  // long polls change what the leader holds).
+  // Followers serve reads from their own state, rebuilt from the store: every GET but the
+  // agents' (their reports and long polls change what the leader holds) and those of what only
+  // the leader's memory holds, from the agents' reports (logs, GPU telemetry).
+  static const std::set<std::string, std::less<>> kLeaderMemory = {
+      "/v1/instances/{id}/logs", "/v1/instances/{id}/metrics", "/v1/metrics/instances",
+      "/v1/nodes/{id}"};
   const bool read = head.method == "GET" || head.method == "HEAD";
-  if (read && route.access != Access::kNode) return std::nullopt;
+  if (read && route.access != Access::kNode && !kLeaderMemory.contains(route.pattern)) {
+    return std::nullopt;
+  }
   const std::string leader = replica_->view().leader_url;
   if (leader.empty()) {
     HttpResponse r = ErrorResponse(
