@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <set>
 
 #include "api/codec.h"
 #include "common/auth.h"
