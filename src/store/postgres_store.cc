@@ -187,11 +187,9 @@ class Connection {
  public:
   explicit Connection(PgUrl url) : url_(std::move(url)) {}
 
-  // Connects, or reconnects after a drop. `fresh` tells the caller the session is new (its
-  // prepared statements are gone).
-  Status Ready(bool* fresh = nullptr) {
+  // Connects, or reconnects after a drop (a new session(): prepared statements are gone).
+  Status Ready() {
     if (conn_ && !broken_ && PQstatus(conn_.get()) == CONNECTION_OK) return Status::Ok();
-    if (fresh) *fresh = true;
     broken_ = false;
     std::vector<const char*> keys, values;
     for (const auto& [k, v] : url_.options) {
@@ -208,6 +206,7 @@ class Connection {
     }
     // Writes must be durable at COMMIT whatever the database's default, and the session's
     // strings are UTF-8.
+    ++session_;
     // The server's notices ("already exists, skipping") are not the operator's business.
     PQsetNoticeProcessor(
         conn_.get(), [](void*, const char*) {}, nullptr);
@@ -219,6 +218,8 @@ class Connection {
   }
 
   PGconn* get() const { return conn_.get(); }
+  // Counts the sessions opened: a new one has none of the old one's prepared statements.
+  uint64_t session() const { return session_; }
   // Whether the session is gone (or going): the next Ready() opens a new one.
   bool broken() const { return broken_ || !conn_ || PQstatus(conn_.get()) != CONNECTION_OK; }
   const std::string& display() const { return url_.display; }
@@ -284,6 +285,7 @@ class Connection {
   PgUrl url_;
   PgConn conn_;
   bool broken_ = false;
+  uint64_t session_ = 0;
 };
 
 void ForEachLedgerRow(const PGresult* r, const std::function<void(const LedgerRecord&)>& fn) {
@@ -544,22 +546,24 @@ class PostgresStore final : public Store {
     return {Text(r, row, 0), Text(r, row, 1), Text(r, row, 2), Text(r, row, 3), Text(r, row, 4)};
   }
 
-  // Connects when needed; a new session, once the schema is there, gets its statements prepared
-  // and re-reads the ledger's last seq (what a commit lost with the old session may or may not
-  // have added).
+  // Connects when needed; a new session (however it was opened: any read reconnects too), once
+  // the schema is there, gets its statements prepared and re-reads the ledger's last seq (what a
+  // commit lost with the old session may or may not have added).
   Status Ready() {
-    bool fresh = false;
-    TESSERA_RETURN_IF_ERROR(conn_.Ready(&fresh));
-    return fresh && migrated_ ? PrepareSession() : Status::Ok();
+    TESSERA_RETURN_IF_ERROR(conn_.Ready());
+    return migrated_ && conn_.session() != prepared_session_ ? PrepareSession() : Status::Ok();
   }
 
   Status PrepareSession() {
+    prepared_session_ = 0;
+    TESSERA_RETURN_IF_ERROR(conn_.Exec("DEALLOCATE ALL"));  // What a failed attempt left.
     for (const Prepared* p : kPrepared) {
       PgResult r(PQprepare(conn_.get(), p->name, p->sql, 0, nullptr));
       if (!r || PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
         return conn_.Failed(fmt::format("preparing {}", p->name), r.get());
       }
     }
+    prepared_session_ = conn_.session();
     return ReadLastSeq();
   }
 
@@ -831,6 +835,7 @@ class PostgresStore final : public Store {
   PgUrl url_;
   Connection conn_;
   bool migrated_ = false;
+  uint64_t prepared_session_ = 0;  // The session the statements were prepared in.
   int64_t fence_ = 0;
   bool fenced_ = false;
   int64_t next_ledger_seq_ = 1;
