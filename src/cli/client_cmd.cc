@@ -64,6 +64,7 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
   const size_t n = servers->urls().size();
   std::vector<std::string> failures;
   std::optional<httplib::Result> answer;
+  bool unlisted = false;  // The last redirect named a server --url does not list.
   for (size_t tries = 0; tries < (n > 1 ? 2 * n : 1); ++tries) {
     httplib::Client client(servers->current());
     if (!client.is_valid()) {
@@ -94,7 +95,8 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
     }
     failures.clear();  // Reached: only the last round of failures is news.
     if (n > 1 && r->status == 307) {
-      if (!servers->Follow(r->get_header_value("Location"))) servers->Next();
+      unlisted = !servers->Follow(r->get_header_value("Location"));
+      if (unlisted) servers->Next();
       continue;
     }
     if (n > 1 && r->status == 503 && r->body.find("\"no_leader\"") != std::string::npos) {
@@ -110,9 +112,15 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
   }
   httplib::Result& r = *answer;
   if (r->status == 307) {
-    std::cerr << "tessera: " << EscapeForTerminal(servers->current())
-              << " follows; the leader is at " << EscapeForTerminal(r->get_header_value("Location"))
-              << ", which --url does not list (give every replica's URL, separated by commas)\n";
+    const std::string leader = EscapeForTerminal(r->get_header_value("Location"));
+    if (unlisted || n == 1) {
+      std::cerr << "tessera: " << EscapeForTerminal(servers->current())
+                << " follows; the leader is at " << leader
+                << ", which --url does not list (give every replica's URL, separated by commas)\n";
+    } else {
+      std::cerr << "tessera: the replicas send the request to " << leader
+                << ", which does not lead (a failover is under way); retry shortly\n";
+    }
     return std::nullopt;
   }
   Response out{r->status, json::parse(r->body, nullptr, false), r->body, r->headers};

@@ -590,11 +590,13 @@ int RunServer(const ServerFlags& flags) {
       fmt::format("{}://{}:{}", server.tls() ? "https" : "http", listen->first, server.port());
   // Several replicas on one database: take the lease or learn who holds it before serving.
   std::unique_ptr<core::Replica> replica;
+  double lease_s = 0;
   if (options.replicated) {
     auto lease = ParseDuration(flags.lease, "--lease");
     if (!lease.ok()) return Fail(lease.status());
     core::ReplicaOptions ro;
     ro.lease_s = std::max(Seconds(*lease), 0.5);
+    lease_s = ro.lease_s;
     ro.renew_s = ro.lease_s / 3;
     ro.poll_s = std::min(0.25, ro.lease_s / 8);
     char host[256] = {};
@@ -621,6 +623,12 @@ int RunServer(const ServerFlags& flags) {
         "TESSERA_ADMIN_TOKEN the first one was started with"));
   }
   if (!token.ok()) return Fail(token.status());
+  // In-process agents serve the leader's nodes: a lone server restarted at once after a crash
+  // finds its predecessor's lease still live, and waits for it to lapse.
+  if (replica && (flags.sim_agents || flags.demo) && !replica->view().leader) {
+    spdlog::info("--sim-agents: waiting to lead (another replica's lease is live)");
+    replica->AwaitLeader(2 * lease_s + 5);
+  }
   if (replica && core->follower() && (flags.sim_agents || flags.demo)) {
     return Fail(Status::FailedPrecondition(
         "--sim-agents and --demo run the nodes' agents inside the leading server; this replica "

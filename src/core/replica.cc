@@ -49,6 +49,13 @@ bool Replica::AwaitSettled(double timeout_s) {
   return status_.settled;
 }
 
+bool Replica::AwaitLeader(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+               [&] { return status_.leader || stopping_; });
+  return status_.leader;
+}
+
 ReplicaStatus Replica::view() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;

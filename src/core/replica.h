@@ -52,6 +52,8 @@ class Replica {
   void Start();
   // Waits until the first pass is done (or `timeout_s` passes); returns view().settled.
   bool AwaitSettled(double timeout_s);
+  // Waits until this replica leads (or `timeout_s` passes); returns view().leader.
+  bool AwaitLeader(double timeout_s);
   ReplicaStatus view() const;
 
  private:
