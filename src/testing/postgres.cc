@@ -215,6 +215,11 @@ std::string PostgresServer::CreateDatabase() {
   return fmt::format("postgres://tessera@127.0.0.1:{}/{}", port_, name);
 }
 
+std::string PostgresServer::SocketUrl(const std::string& tcp_url) const {
+  const std::string name = tcp_url.substr(tcp_url.rfind('/') + 1);
+  return fmt::format("postgres://tessera@/{}?host={}&port={}", name, socket_dir_, port_);
+}
+
 std::optional<std::string> PostgresServer::Psql(const std::string& db,
                                                 const std::string& sql) const {
   int fds[2];

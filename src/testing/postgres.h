@@ -31,6 +31,9 @@ class PostgresServer {
   // Creates a fresh, empty UTF-8 database and returns its URL (postgres://tessera@127.0.0.1:PORT/
   // NAME). Aborts the test process when it cannot.
   std::string CreateDatabase();
+  // The URL of the database `tcp_url` (as CreateDatabase returned it) reached through the
+  // server's UNIX socket instead: postgres://tessera@/NAME?host=SOCKET_DIR&port=PORT.
+  std::string SocketUrl(const std::string& tcp_url) const;
   // Runs `sql` on database `db` through psql and returns what it printed (unaligned, tuples
   // only), or nullopt when psql failed.
   std::optional<std::string> Psql(const std::string& db, const std::string& sql) const;
