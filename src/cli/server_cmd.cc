@@ -583,20 +583,17 @@ int RunServer(const ServerFlags& flags) {
   notifier = std::make_unique<alerts::Notifier>(notify, &SystemClock::Get());
   options.notifier = notifier.get();
   if (Status s = PrepareDataDir(flags.data); !s.ok()) return Fail(s);
-  auto started = core::Core::Start(options);
-  if (!started.ok()) return Fail(started.status());
-  core = std::move(*started);
   const std::string url =
       fmt::format("{}://{}:{}", server.tls() ? "https" : "http", listen->first, server.port());
-  // Several replicas on one database: take the lease or learn who holds it before serving.
-  std::unique_ptr<core::Replica> replica;
-  double lease_s = 0;
+  // Several replicas on one database: the lease is read before the state is built, so that a
+  // replica taking it with no commit since need not read the store twice.
+  std::unique_ptr<store::Leadership> leadership;
+  std::optional<store::LeaseView> built_from;
+  core::ReplicaOptions ro;
   if (options.replicated) {
     auto lease = ParseDuration(flags.lease, "--lease");
     if (!lease.ok()) return Fail(lease.status());
-    core::ReplicaOptions ro;
     ro.lease_s = std::max(Seconds(*lease), 0.5);
-    lease_s = ro.lease_s;
     ro.renew_s = ro.lease_s / 3;
     ro.poll_s = std::min(0.25, ro.lease_s / 8);
     char host[256] = {};
@@ -604,17 +601,28 @@ int RunServer(const ServerFlags& flags) {
     auto nonce = GenerateToken();
     if (!nonce.ok()) return Fail(nonce.status());
     const std::string id = fmt::format("{}:{}:{}", host, getpid(), nonce->substr(4, 8));
-    auto leadership = store::OpenLeadership(
-        flags.store, id, flags.advertise_url.empty() ? url : flags.advertise_url);
-    if (!leadership.ok()) return Fail(leadership.status());
-    replica = std::make_unique<core::Replica>(core.get(), std::move(*leadership), ro);
+    auto opened = store::OpenLeadership(flags.store, id,
+                                        flags.advertise_url.empty() ? url : flags.advertise_url);
+    if (!opened.ok()) return Fail(opened.status());
+    leadership = std::move(*opened);
+    if (auto seen = leadership->Read(); seen.ok()) built_from = *seen;  // Not on a new database.
+  }
+  auto started = core::Core::Start(options);
+  if (!started.ok()) return Fail(started.status());
+  core = std::move(*started);
+  // Take the lease or learn who holds it before serving.
+  std::unique_ptr<core::Replica> replica;
+  const double lease_s = ro.lease_s;
+  if (options.replicated) {
+    replica = std::make_unique<core::Replica>(core.get(), std::move(leadership), ro, built_from);
     replica->Start();
     if (!replica->AwaitSettled(2 * ro.lease_s + 5)) {
       return Fail(Status::Unavailable(
           "neither took the leadership lease nor found a live leader; is the database up?"));
     }
     server.set_replica(replica.get());
-    spdlog::info("replica {} starts as {}", id, replica->view().leader ? "leader" : "follower");
+    spdlog::info("replica {} starts as {}", replica->view().id,
+                 replica->view().leader ? "leader" : "follower");
   }
   auto token = SetUpAdminToken(*core, flags.demo, admin_token_env);
   if (!token.ok() && replica && core->follower()) {

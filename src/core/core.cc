@@ -151,7 +151,10 @@ Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options,
       LedgerReads::Start(*store, options.ledger_read_threads, options.ledger_reads_per_tenant));
   std::unique_ptr<Core> core(new Core(options, std::move(store), std::move(state)));
   core->reads_ = std::move(reads);
-  if (options.replicated) return core;  // A follower until Lead().
+  if (options.replicated) {  // A follower until Lead().
+    core->unled_reconciled_ = std::move(reconciled);
+    return core;
+  }
   // Place whatever was queued before the restart, and let agents catch up.
   auto settled = core->Run<bool>([](State&, store::Batch&) -> Result<bool> { return true; });
   if (!settled.ok()) return settled.status();
@@ -315,6 +318,7 @@ Status Core::Control(std::function<Status()> fn) {
 }
 
 Status Core::Rebuild(bool commit) {
+  unled_reconciled_.reset();
   TESSERA_RETURN_IF_ERROR(store_->Reload());
   store::Batch reconciled;
   auto rebuilt = BuildState(options_, *store_, reconciled, nullptr);
@@ -322,19 +326,38 @@ Status Core::Rebuild(bool commit) {
   if (commit && !reconciled.empty()) TESSERA_RETURN_IF_ERROR(store_->Commit(reconciled));
   state_ = std::move(*rebuilt);
   stale_ = false;
+  if (!commit) unled_reconciled_ = std::move(reconciled);
   Publish();
   return Status::Ok();
 }
 
-Status Core::Lead(int64_t epoch) {
-  return Control([this, epoch] {
+Status Core::Lead(int64_t epoch, bool current) {
+  return Control([this, epoch, current] {
     store_->SetFence(epoch);
-    Status s = Rebuild(true);
+    Status s = Status::Ok();
+    if (current && unled_reconciled_ && !stale_) {
+      // Nothing was committed since the state was built: only what recovery reconciled then.
+      s = store_->Reload();
+      if (s.ok() && !unled_reconciled_->empty()) s = store_->Commit(*unled_reconciled_);
+      unled_reconciled_.reset();
+      if (!s.ok() && !store_->Fenced()) s = Rebuild(true);
+    } else {
+      s = Rebuild(true);
+    }
     if (!s.ok()) {
       follower_ = true;
       return s;
     }
     follower_ = false;
+    return Status::Ok();
+  });
+}
+
+void Core::StopLeading() {
+  (void)Control([this] {
+    follower_ = true;
+    // Between rounds, memory is exactly what this leader committed.
+    if (!stale_) unled_reconciled_ = store::Batch{};
     return Status::Ok();
   });
 }

@@ -133,8 +133,13 @@ class Core {
   bool follower() const { return follower_.load(); }
   // Fences the store with `epoch`, rebuilds from the store (what the previous leader committed
   // is there: its later commits fail the fence), commits what recovery reconciled and leads.
-  // Waits until done; on an error the core stays a follower.
-  Status Lead(int64_t epoch);
+  // With `current` (the caller knows nothing was committed since this core's state was last
+  // built or committed) the rebuild is skipped. Waits until done; on an error the core stays a
+  // follower.
+  Status Lead(int64_t epoch, bool current = false);
+  // A leader stops committing, between rounds: memory is what it committed, so nothing is
+  // rebuilt (Follow catches up later). Waits until done.
+  void StopLeading();
   // Rebuilds from the store and serves reads only: a leader steps down; a follower catches up
   // with what the leader committed. Waits until done; on an error the previous state stays, and
   // until a rebuild succeeds after a failed commit, commands are answered Unavailable.
@@ -193,6 +198,10 @@ class Core {
   std::deque<Command> queue_;                  // Guarded by mu_.
   std::deque<std::function<void()>> control_;  // Guarded by mu_.
   std::atomic<bool> follower_ = false;
+  // What recovery reconciled when the state was last built from the store, not committed (a
+  // follower commits nothing): a leader that takes over with the state current commits it
+  // instead of rebuilding. nullopt when the state is not known to be current.
+  std::optional<store::Batch> unled_reconciled_;
   bool stale_ = false;  // Memory ran ahead of a failed commit and could not be rebuilt yet.
   std::function<void(const std::string&)> on_step_down_;
   bool stopping_ = false;  // Guarded by mu_.

@@ -13,9 +13,15 @@ double SteadySeconds() {
 
 }  // namespace
 
-Replica::Replica(Core* core, std::unique_ptr<store::Leadership> leadership, ReplicaOptions options)
+Replica::Replica(Core* core, std::unique_ptr<store::Leadership> leadership, ReplicaOptions options,
+                 std::optional<store::LeaseView> built_from)
     : core_(core), leadership_(std::move(leadership)), options_(options) {
   status_.id = leadership_->holder();
+  if (built_from) {
+    status_.applied_commits = built_from->commits;
+    status_.epoch = built_from->epoch;
+    built_at_commits_ = built_from->commits;
+  }
   core_->set_on_step_down([this](const std::string&) { stepped_down_ = true; });
 }
 
@@ -29,7 +35,7 @@ Replica::~Replica() {
   const ReplicaStatus s = view();
   if (s.leader) {
     // Writes stop before the lease goes, so the next leader reads everything this one wrote.
-    (void)core_->Follow();
+    core_->StopLeading();
     if (Status r = leadership_->Release(s.epoch); !r.ok()) {
       spdlog::warn("could not release the leadership lease: {}", r.message());
     } else {
@@ -108,9 +114,9 @@ void Replica::StepDown(const std::string& why) {
     status_.leader_url.clear();
   }
   stepped_down_ = false;
-  if (Status s = core_->Follow(); !s.ok()) {
-    spdlog::warn("the follower's state is stale until the store answers: {}", s.message());
-  }
+  // Memory is what this leader committed; FollowPass catches up with what a successor commits.
+  core_->StopLeading();
+  built_at_commits_ = -1;
 }
 
 void Replica::FollowPass() {
@@ -125,15 +131,20 @@ void Replica::FollowPass() {
   }
   if (!lease->live || lease->holder == status_.id) {
     const double sent = SteadySeconds();
-    auto epoch = leadership_->TryAcquire(options_.lease_s);
+    int64_t commits = -1;
+    auto epoch = leadership_->TryAcquire(options_.lease_s, &commits);
     if (!epoch.ok()) Warn("cannot take the leadership lease: " + epoch.status().message());
     if (epoch.ok() && *epoch > 0) {
-      if (Status s = core_->Lead(*epoch); !s.ok()) {
+      // No commit since the state was built: it is current, and need not be read again.
+      const bool current = built_at_commits_ >= 0 && commits == built_at_commits_;
+      if (Status s = core_->Lead(*epoch, current); !s.ok()) {
         spdlog::error("took the lease (epoch {}) but cannot lead: {}", *epoch, s.message());
         (void)leadership_->Release(*epoch);
       } else {
         deadline_ = sent + options_.lease_s;
-        spdlog::info("leading (epoch {})", *epoch);
+        spdlog::info("leading (epoch {}; {})", *epoch,
+                     current ? "the state as built, nothing committed since"
+                             : "the state rebuilt from the store");
         std::lock_guard<std::mutex> lock(mu_);
         status_.leader = true;
         status_.settled = true;
@@ -153,9 +164,11 @@ void Replica::FollowPass() {
   if (!current) {
     if (behind_since_ < 0) behind_since_ = now;
     // The count read before the rebuild: the state holds at least that much.
+    built_at_commits_ = -1;
     if (core_->Follow().ok()) {
       current = true;
       behind_since_ = -1;
+      built_at_commits_ = lease->commits;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

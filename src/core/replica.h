@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,7 +44,10 @@ struct ReplicaStatus {
 
 class Replica {
  public:
-  Replica(Core* core, std::unique_ptr<store::Leadership> leadership, ReplicaOptions options);
+  // `built_from`: the lease as read before `core`'s state was built (nullopt when unknown), so
+  // that taking the lease with no commit since needs no second read of the store.
+  Replica(Core* core, std::unique_ptr<store::Leadership> leadership, ReplicaOptions options,
+          std::optional<store::LeaseView> built_from = std::nullopt);
   // Stops the thread; a leader releases its lease so that a follower takes over at once.
   ~Replica();
   Replica(const Replica&) = delete;
@@ -73,6 +77,8 @@ class Replica {
   // The loop's own.
   double deadline_ = 0;  // Steady seconds until which our lease surely holds.
   double behind_since_ = -1;
+  // The lease's commit count the core's state is known to hold exactly (-1: unknown).
+  int64_t built_at_commits_ = -1;
   double last_announce_ = -1e9;
   double last_warning_ = -1e9;
 

@@ -75,8 +75,9 @@ class Leadership {
  public:
   virtual ~Leadership() = default;
   // Takes the lease for `ttl` when it is free, expired or already ours; returns the new epoch,
-  // or 0 when another replica holds a live lease.
-  virtual Result<int64_t> TryAcquire(double ttl_s) = 0;
+  // or 0 when another replica holds a live lease. `commits`, when given, gets the lease's commit
+  // count as the lease was taken.
+  virtual Result<int64_t> TryAcquire(double ttl_s, int64_t* commits = nullptr) = 0;
   // Extends the lease held under `epoch` by `ttl` from now; false when it is no longer ours
   // (expired or taken).
   virtual Result<bool> Renew(int64_t epoch, double ttl_s) = 0;

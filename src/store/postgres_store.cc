@@ -848,7 +848,7 @@ class PgLeadership final : public Leadership {
   PgLeadership(PgUrl url, std::string holder, std::string advertise_url)
       : conn_(std::move(url)), holder_(std::move(holder)), url_(std::move(advertise_url)) {}
 
-  Result<int64_t> TryAcquire(double ttl_s) override {
+  Result<int64_t> TryAcquire(double ttl_s, int64_t* commits) override {
     Params p;
     p.Add(holder_).Add(fmt::format("{:.3f}", ttl_s)).Add(url_);
     TESSERA_ASSIGN_OR_RETURN(
@@ -856,9 +856,11 @@ class PgLeadership final : public Leadership {
         conn_.Query("taking the leadership lease",
                     "UPDATE tessera_lease SET holder=$1, epoch=epoch+1, renew_until=now() + "
                     "make_interval(secs => $2::float8), url=$3 WHERE name='leader' AND "
-                    "(renew_until < now() OR holder=$1) RETURNING epoch",
+                    "(renew_until < now() OR holder=$1) RETURNING epoch, commits",
                     std::move(p)));
-    return PQntuples(r.get()) == 1 ? Int(r.get(), 0, 0) : int64_t{0};
+    if (PQntuples(r.get()) != 1) return int64_t{0};
+    if (commits) *commits = Int(r.get(), 0, 1);
+    return Int(r.get(), 0, 0);
   }
 
   Result<bool> Renew(int64_t epoch, double ttl_s) override {
