@@ -142,5 +142,55 @@ TEST_F(ReplicaTest, OneOfTwoReplicasLeadsAndAStoppedLeaderHandsOverAtOnce) {
   EXPECT_TRUE(CreateTenant(*b, "beta").ok());
 }
 
+// Taking the lease with no commit since the state was built skips a second read of the store;
+// with a commit since, the state is read again, so nothing another leader wrote is missed.
+TEST_F(ReplicaTest, ANewLeaderReadsTheStoreAgainOnlyWhenSomethingWasCommittedSinceItsState) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  const std::string url = pg.CreateDatabase();
+  auto first = StartCore(url);
+  ASSERT_TRUE(first);
+  auto lease_first = store::OpenLeadership(url, "first", "http://first");
+  ASSERT_TRUE(lease_first.ok());
+  const int64_t e1 = *(*lease_first)->TryAcquire(30);
+  ASSERT_TRUE(first->Lead(e1).ok());
+  ASSERT_TRUE(CreateTenant(*first, "acme").ok());
+
+  // A replica reads the lease, builds its state, and only then does the leader commit again.
+  auto lease_late = store::OpenLeadership(url, "late", "http://late");
+  ASSERT_TRUE(lease_late.ok());
+  auto seen = (*lease_late)->Read();
+  ASSERT_TRUE(seen.ok());
+  auto late = StartCore(url);
+  ASSERT_TRUE(late);
+  EXPECT_EQ(Tenants(*late), 1u);
+  ASSERT_TRUE(CreateTenant(*first, "beta").ok());
+  ASSERT_TRUE((*lease_first)->Release(e1).ok());
+  first->StopLeading();
+
+  ReplicaOptions options{.lease_s = 30, .renew_s = 0.2, .poll_s = 0.05};
+  {
+    Replica replica(late.get(), std::move(*lease_late), options, *seen);
+    replica.Start();
+    ASSERT_TRUE(replica.AwaitLeader(10));
+    EXPECT_EQ(Tenants(*late), 2u) << "beta, committed after the state was built, is there";
+    ASSERT_TRUE(CreateTenant(*late, "gamma").ok());
+  }  // Stops, and hands the lease over.
+
+  // A replica whose state is current leads on it, and writes after what it read.
+  auto lease_third = store::OpenLeadership(url, "third", "http://third");
+  ASSERT_TRUE(lease_third.ok());
+  auto current = (*lease_third)->Read();
+  ASSERT_TRUE(current.ok());
+  auto third = StartCore(url);
+  ASSERT_TRUE(third);
+  Replica replica(third.get(), std::move(*lease_third), options, *current);
+  replica.Start();
+  ASSERT_TRUE(replica.AwaitLeader(10));
+  EXPECT_EQ(Tenants(*third), 3u);
+  ASSERT_TRUE(CreateTenant(*third, "delta").ok());
+  ASSERT_TRUE(late->Follow().ok());
+  EXPECT_EQ(Tenants(*late), 4u);
+}
+
 }  // namespace
 }  // namespace tessera::core
