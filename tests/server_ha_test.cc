@@ -9,8 +9,9 @@
 // - a leader frozen (SIGSTOP) past its lease wakes up as a follower and writes nothing;
 // - the database stopped for 10 s: writes fail with 5xx, no server exits, and service resumes.
 //
-// The clients follow the leader as the CLI and the agent do (ClusterClient). The failover times
-// (kill -9 -> the first create a new leader acknowledged) are printed, to be quoted.
+// The replicas are started, and the clients follow the leader as the CLI and the agent do, by
+// testing/replicas.h. The failover times (kill -9 -> the first create a new leader acknowledged)
+// are printed, to be quoted; bench/failover_bench measures them over 20 kills.
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -33,6 +34,7 @@
 
 #include "server_test_util.h"
 #include "testing/postgres.h"
+#include "testing/replicas.h"
 
 namespace tessera {
 namespace {
@@ -40,6 +42,8 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 using SteadyClock = std::chrono::steady_clock;
+using testing::Answer;
+using testing::ClusterClient;
 
 constexpr int kReplicas = 3;
 // The lease: a dead leader is replaced about this long after its last renewal.
@@ -83,97 +87,6 @@ double WallSeconds() {
 double SecondsSince(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
-
-// Whether process `pid` is gone or a zombie (exited, not yet reaped).
-bool Exited(int pid) {
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  const size_t paren = stat.rfind(')');
-  return paren == std::string::npos || stat.compare(paren + 2, 1, "Z") == 0;
-}
-
-// One answer, and which replica gave it.
-struct Answer {
-  int status = 0;     // 0: no answer.
-  bool sent = false;  // The request may have reached the server: without an answer its
-                      // outcome is unknown.
-  json body;
-  std::string url;       // The replica asked last.
-  std::string location;  // A 307's Location.
-  std::string Code() const {
-    return body.is_object() && body.contains("error") ? Str(body["error"], "code") : "";
-  }
-  std::string Describe() const {
-    return fmt::format("{} from {}: {}", status, url, body.is_discarded() ? "" : body.dump());
-  }
-  // How it ended, in a word or two: "201", "503 no_leader", "refused", "no answer".
-  std::string Outcome() const {
-    if (status == 0) return sent ? "no answer" : "refused";
-    return Code().empty() ? std::to_string(status) : fmt::format("{} {}", status, Code());
-  }
-};
-
-Answer SendOnce(const std::string& url, const std::string& method, const std::string& path,
-                const std::string& token, const json* body, int timeout_s) {
-  httplib::Client client(url);
-  client.set_connection_timeout(1);
-  client.set_read_timeout(timeout_s);
-  client.set_write_timeout(timeout_s);
-  const httplib::Headers headers = {{"Authorization", "Bearer " + token}};
-  const std::string text = body ? body->dump() : "";
-  httplib::Result r = method == "GET"      ? client.Get(path, headers)
-                      : method == "DELETE" ? client.Delete(path, headers)
-                                           : client.Post(path, headers, text, "application/json");
-  Answer a;
-  a.url = url;
-  if (!r) {
-    a.sent = r.error() != httplib::Error::Connection;
-    return a;
-  }
-  a.sent = true;
-  a.status = r->status;
-  a.body = json::parse(r->body, nullptr, false);
-  a.location = r->get_header_value("Location");
-  return a;
-}
-
-// A client of several replicas that follows the leader as `tessera --url` and `tessera agent
-// --server` do: a follower's 307 is followed to a listed replica; a refused connection or a 503
-// no_leader sends the request to the next replica. A request that may have reached a server but
-// got no answer is not sent again (it may have been applied). Not thread-safe: one a thread.
-class ClusterClient {
- public:
-  explicit ClusterClient(std::vector<std::string> urls, int timeout_s = 3)
-      : urls_(std::move(urls)), timeout_s_(timeout_s) {}
-
-  // The answer, or when every try was sent on, the last refusal met on the way (a replica that
-  // could not be reached or knew no leader), else the last redirect.
-  Answer Send(const std::string& method, const std::string& path, const std::string& token,
-              const json* body = nullptr) {
-    const size_t n = urls_.size();
-    std::optional<Answer> refused, redirected;
-    for (size_t tries = 0; tries < 2 * n; ++tries) {
-      Answer a = SendOnce(urls_[current_], method, path, token, body, timeout_s_);
-      if (a.status == 0 && a.sent) return a;
-      if (a.status == 307) {
-        size_t to = 0;
-        while (to < n && a.location.rfind(urls_[to] + "/", 0) != 0) ++to;
-        current_ = to < n ? to : (current_ + 1) % n;
-        redirected = std::move(a);
-      } else if (a.status == 0 || (a.status == 503 && a.Code() == "no_leader")) {
-        current_ = (current_ + 1) % n;
-        refused = std::move(a);
-      } else {
-        return a;
-      }
-    }
-    return refused ? *refused : *redirected;
-  }
-
- private:
-  std::vector<std::string> urls_;
-  int timeout_s_;
-  size_t current_ = 0;
-};
 
 // A one-GPU H100 instance; with `command` it runs a real process on its node.
 json H100(const std::string& name, const std::string& command = "") {
@@ -314,115 +227,40 @@ class Burst {
   std::vector<std::thread> threads_;
 };
 
-// Three replicas on a fresh database, each on a fixed port (a restarted replica keeps its URL),
-// its output in a log file of its own.
+// Three replicas on a fresh database (testing/replicas.h), replica 0 leading at first, their
+// logs and data in the test's directory.
 class HaTest : public ::testing::Test {
  protected:
-  struct Replica {
-    int port = 0;
-    std::string url, log;
-    std::unique_ptr<testing::ChildProcess> process;
-  };
+  void TearDown() override { replicas_.reset(); }
 
-  void TearDown() override {
-    for (Replica& r : replicas_) {
-      if (r.process) kill(r.process->pid(), SIGCONT);
-      r.process.reset();
-    }
-  }
-
-  // Starts the replicas with `extra` flags, replica 0 first so that it leads.
+  // Starts the replicas with the test's lease and `extra` flags.
   void StartCluster(testing::PostgresServer& pg, const std::vector<std::string>& extra) {
     pg_ = &pg;
     db_ = pg.CreateDatabase();
-    extra_ = extra;
-    for (int i = 0; i < kReplicas; ++i) {
-      replicas_[i].port = testing::FreeTcpPort();
-      replicas_[i].url = fmt::format("http://127.0.0.1:{}", replicas_[i].port);
-      replicas_[i].log = dir_.File(fmt::format("replica-{}.log", i));
-    }
-    for (int i = 0; i < kReplicas; ++i) {
-      ASSERT_NO_FATAL_FAILURE(StartReplica(i));
-      if (i == 0) {
-        ASSERT_EQ(WaitForLeader(5s), 0) << Logs();
-      }
-    }
+    std::vector<std::string> flags = {"--lease", kLease};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    replicas_ =
+        std::make_unique<testing::ReplicaSet>(kReplicas, db_, flags, kAdminToken, dir_.path());
+    std::string error;
+    ASSERT_TRUE(replicas_->Start(&error)) << error;
   }
 
+  // Starts replica `i` again (as a follower, when another leads).
   void StartReplica(int i) {
-    Replica& r = replicas_[i];
-    const size_t from = ReadFile(r.log).size();  // A restart appends to the log.
-    std::vector<std::string> argv = {testing::TesseraBinary(),
-                                     "server",
-                                     "--listen",
-                                     fmt::format("127.0.0.1:{}", r.port),
-                                     "--data",
-                                     dir_.File(fmt::format("data-{}", i)),
-                                     "--store",
-                                     db_,
-                                     "--lease",
-                                     kLease};
-    argv.insert(argv.end(), extra_.begin(), extra_.end());
-    r.process = std::make_unique<testing::ChildProcess>(
-        argv, r.log,
-        std::vector<std::pair<std::string, std::string>>{{"TESSERA_ADMIN_TOKEN", kAdminToken}});
-    auto listening = [&] {
-      return ReadFile(r.log).find("listening on", from) != std::string::npos;
-    };
-    WaitFor([&] { return listening() || Exited(r.process->pid()); }, 20s);
-    ASSERT_TRUE(listening()) << "replica " << i << " did not start\n" << Logs();
+    std::string error;
+    ASSERT_TRUE(replicas_->StartReplica(i, &error)) << error;
   }
 
-  // Kills replica `i` with `signal` and waits for it.
-  void Kill(int i, int signal) { replicas_[i].process->Stop(signal); }
-  int Pid(int i) const { return replicas_[i].process ? replicas_[i].process->pid() : -1; }
-  bool Running(int i) const { return Pid(i) > 0 && !Exited(Pid(i)); }
-
-  std::vector<std::string> Urls() const {
-    std::vector<std::string> out;
-    for (const Replica& r : replicas_) out.push_back(r.url);
-    return out;
-  }
-
-  // A request to replica `i` alone, no redirect followed.
+  // A request to replica `i` alone, no redirect followed, by default as the admin.
   Answer Direct(int i, const std::string& method, const std::string& path,
                 const std::string& token = kAdminToken, const json* body = nullptr,
                 int timeout_s = 3) const {
-    return SendOnce(replicas_[i].url, method, path, token, body, timeout_s);
-  }
-
-  json ReadyZ(int i) const { return Direct(i, "GET", "/readyz", kAdminToken, nullptr, 1).body; }
-
-  // The replica that says it leads once exactly one does, within `limit`; -1 otherwise.
-  int WaitForLeader(std::chrono::milliseconds limit) const {
-    int leader = -1;
-    WaitFor(
-        [&] {
-          std::vector<int> leading;
-          for (int i = 0; i < kReplicas; ++i) {
-            if (Running(i) && Str(ReadyZ(i), "role") == "leader") leading.push_back(i);
-          }
-          leader = leading.size() == 1 ? leading[0] : -1;
-          return leader >= 0;
-        },
-        limit, 100ms);
-    return leader;
-  }
-
-  // The end of every replica's log, for failure messages.
-  std::string Logs() const {
-    std::string out;
-    for (int i = 0; i < kReplicas; ++i) {
-      std::string text = ReadFile(replicas_[i].log);
-      if (text.size() > 4000) text = "..." + text.substr(text.size() - 4000);
-      out += fmt::format("== replica {} ({}, pid {}) ==\n{}\n", i, replicas_[i].url, Pid(i), text);
-    }
-    return out;
+    return replicas_->Direct(i, method, path, token, body, timeout_s);
   }
 
   // Creates a tenant through the cluster; returns its token.
   std::string NewTenant() {
-    ClusterClient client(Urls());
+    ClusterClient client(replicas_->Urls());
     const json body = {{"name", "acme"}, {"quota", {{"gpus", 1000}}}};
     const Answer a = client.Send("POST", "/v1/tenants", kAdminToken, &body);
     EXPECT_EQ(a.status, 201) << a.Describe();
@@ -450,11 +288,10 @@ class HaTest : public ::testing::Test {
     return out.value_or("?");
   }
 
-  testing::TempDir dir_;
+  testing::TempDir dir_;  // Outlives the replicas that log into it.
   testing::PostgresServer* pg_ = nullptr;
   std::string db_;
-  std::vector<std::string> extra_;
-  std::array<Replica, kReplicas> replicas_;
+  std::unique_ptr<testing::ReplicaSet> replicas_;
 };
 
 // An instance that runs a real process the whole test, untouched by the burst.
@@ -476,12 +313,11 @@ class HaAgentTest : public HaTest {
   }
 
   void Join(const std::string& name) {
-    ClusterClient client(Urls());
+    ClusterClient client(replicas_->Urls());
     const json body = {{"name", name}, {"sharing", "exclusive"}};
     const Answer a = client.Send("POST", "/v1/nodes", kAdminToken, &body);
     ASSERT_EQ(a.status, 201) << a.Describe();
-    std::string urls = Urls()[0];
-    for (int i = 1; i < kReplicas; ++i) urls += "," + Urls()[i];
+    const std::string urls = fmt::format("{}", fmt::join(replicas_->Urls(), ","));
     agents_[name] = std::make_unique<AgentProcess>(urls, Str(a.body, "token"), WorkDir(name),
                                                    dir_.File(name + ".log"), "H100-80GB:4");
   }
@@ -496,7 +332,7 @@ class HaAgentTest : public HaTest {
   // Starts an instance whose process writes its pid to `starts` in its directory (a second
   // start would add a line) and sleeps; returns it once it runs.
   Steady StartSteady(const std::string& token, const std::string& name) {
-    ClusterClient client(Urls());
+    ClusterClient client(replicas_->Urls());
     const json body = H100(name, "echo $$ >> starts; exec sleep 600");
     const Answer a = client.Send("POST", "/v1/instances", token, &body);
     EXPECT_EQ(a.status, 201) << a.Describe();
@@ -504,7 +340,7 @@ class HaAgentTest : public HaTest {
     json inst;
     EXPECT_TRUE(WaitFor(
         [&] {
-          inst = Instance(WaitForLeader(5s), s.id, token);
+          inst = Instance(replicas_->WaitForLeader(5s), s.id, token);
           return Str(inst, "state") == "running";
         },
         10s))
@@ -554,14 +390,17 @@ class HaAgentTest : public HaTest {
   // Kills the leader with SIGKILL while the burst runs, and measures the failover.
   Kill9 KillLeader(const Burst& burst) {
     Kill9 k;
-    k.replica = WaitForLeader(5s);
+    k.replica = replicas_->WaitForLeader(5s);
     if (k.replica < 0) return k;
     k.wall = WallSeconds();
     const SteadyClock::time_point killed = SteadyClock::now();
-    Kill(k.replica, SIGKILL);
+    replicas_->Kill(k.replica, SIGKILL);
     std::optional<SteadyClock::time_point> first;
-    WaitFor([&] { return (first = burst.FirstCreateAfter(killed, Urls()[k.replica])).has_value(); },
-            std::chrono::milliseconds(static_cast<int>(kFailoverBoundS * 1000)), 20ms);
+    WaitFor(
+        [&] {
+          return (first = burst.FirstCreateAfter(killed, replicas_->Urls()[k.replica])).has_value();
+        },
+        std::chrono::milliseconds(static_cast<int>(kFailoverBoundS * 1000)), 20ms);
     if (first) k.failover_s = std::chrono::duration<double>(*first - killed).count();
     return k;
   }
@@ -569,15 +408,15 @@ class HaAgentTest : public HaTest {
   // With the burst paused after `kill`: the new leader and its followers hold what the clients
   // were told, no GPU is held twice, what ran runs on, and the agents report to the new leader.
   void ExpectFailoverLostNothing(const Burst& burst, const std::string& token, const Kill9& kill) {
-    const int leader = WaitForLeader(5s);
-    ASSERT_GE(leader, 0) << Logs();
+    const int leader = replicas_->WaitForLeader(5s);
+    ASSERT_GE(leader, 0) << replicas_->Logs();
     Settle(leader);
     ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedListedOnce(leader, burst.acks()));
     ASSERT_NO_FATAL_FAILURE(ExpectNoGpuGrantedTwice(leader));
     ExpectFollowersAgree(leader);
     ExpectRunningUndisturbed(leader, token);
     ExpectAgentsReportTo(leader, kill.wall);
-    ASSERT_FALSE(HasFailure()) << Logs();
+    ASSERT_FALSE(HasFailure()) << replicas_->Logs();
   }
 
   void ExpectAcknowledgedListedOnce(int leader, const Acks& acks) const;
@@ -595,7 +434,7 @@ class HaAgentTest : public HaTest {
 // acknowledged stays done; nothing failed, restarted or ended that no client asked to end.
 void HaAgentTest::ExpectAcknowledgedListedOnce(int leader, const Acks& acks) const {
   const auto all = ListAll(leader);
-  ASSERT_TRUE(all) << Logs();
+  ASSERT_TRUE(all) << replicas_->Logs();
   std::map<std::string, json> by_id;
   for (const json& inst : *all) {
     EXPECT_TRUE(by_id.emplace(Str(inst, "id"), inst).second)
@@ -604,7 +443,7 @@ void HaAgentTest::ExpectAcknowledgedListedOnce(int leader, const Acks& acks) con
   for (const auto& [id, name] : acks.created) {
     auto it = by_id.find(id);
     ASSERT_NE(it, by_id.end()) << "acknowledged create " << id << " (" << name << ") is lost\n"
-                               << Logs();
+                               << replicas_->Logs();
     EXPECT_EQ(Str(it->second, "name"), name) << id;
   }
   for (const std::string& id : acks.deleted) {
@@ -673,7 +512,7 @@ void HaAgentTest::ExpectFollowersAgree(int leader) const {
   };
   const auto want = view(leader);
   for (int i = 0; i < kReplicas; ++i) {
-    if (i == leader || !Running(i)) continue;
+    if (i == leader || !replicas_->Running(i)) continue;
     std::map<std::string, std::string> seen;
     EXPECT_TRUE(WaitFor(
         [&] {
@@ -771,16 +610,16 @@ TEST_F(HaAgentTest, KillNineOfTheLeaderLosesNoAcknowledgedWriteGrantsNoGpuTwiceA
   ASSERT_NO_FATAL_FAILURE(JoinNodes({"node-a", "node-b", "node-c"}));
   const std::string token = NewTenant();
   for (int i = 0; i < 3; ++i) steady_.push_back(StartSteady(token, fmt::format("steady-{}", i)));
-  ASSERT_FALSE(HasFailure()) << Logs();
-  Burst burst(Urls(), token, 3);
+  ASSERT_FALSE(HasFailure()) << replicas_->Logs();
+  Burst burst(replicas_->Urls(), token, 3);
   std::vector<double> failovers;
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(1500ms);  // The burst runs against a settled cluster.
     const Kill9 kill = KillLeader(burst);
-    ASSERT_GE(kill.replica, 0) << Logs();
+    ASSERT_GE(kill.replica, 0) << replicas_->Logs();
     ASSERT_GE(kill.failover_s, 0) << "no create acknowledged within " << kFailoverBoundS
                                   << " s of kill -9 of replica " << kill.replica << "\n"
-                                  << Logs();
+                                  << replicas_->Logs();
     failovers.push_back(kill.failover_s);
     std::cout << fmt::format(
         "[ HA ] round {}: kill -9 of replica {} -> first 201 from the new leader: {:.2f} s\n",
@@ -792,8 +631,8 @@ TEST_F(HaAgentTest, KillNineOfTheLeaderLosesNoAcknowledgedWriteGrantsNoGpuTwiceA
     burst.Resume();
   }
   burst.Stop();
-  const int leader = WaitForLeader(5s);
-  ASSERT_GE(leader, 0) << Logs();
+  const int leader = replicas_->WaitForLeader(5s);
+  ASSERT_GE(leader, 0) << replicas_->Logs();
   Settle(leader);
   const Acks acks = burst.acks();
   ExpectAcknowledgedListedOnce(leader, acks);
@@ -816,11 +655,11 @@ TEST_F(HaTest, ALeaderFrozenPastItsLeaseWakesUpAsAFollowerAndWritesNothing) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(pg, {"--fleet", dir_.Write("fleet.json", kSmallFleet)}));
   const std::string token = NewTenant();
   const int64_t epoch_before = std::stoll(Sql("SELECT epoch FROM tessera_lease"));
-  ASSERT_EQ(kill(Pid(0), SIGSTOP), 0);
+  ASSERT_EQ(kill(replicas_->Pid(0), SIGSTOP), 0);
   const SteadyClock::time_point frozen = SteadyClock::now();
 
   // A follower takes the lease once it lapses, and acknowledges a create.
-  ClusterClient others({replicas_[1].url, replicas_[2].url});
+  ClusterClient others({replicas_->url(1), replicas_->url(2)});
   const json after = H100("after-the-freeze");
   Answer created;
   WaitFor(
@@ -829,7 +668,7 @@ TEST_F(HaTest, ALeaderFrozenPastItsLeaseWakesUpAsAFollowerAndWritesNothing) {
         return created.status == 201;
       },
       10s, 100ms);
-  ASSERT_EQ(created.status, 201) << created.Describe() << "\n" << Logs();
+  ASSERT_EQ(created.status, 201) << created.Describe() << "\n" << replicas_->Logs();
   std::cout << fmt::format("[ HA ] leader frozen -> first 201 from a follower: {:.2f} s\n",
                            SecondsSince(frozen));
   const std::string new_leader = created.url;
@@ -840,21 +679,22 @@ TEST_F(HaTest, ALeaderFrozenPastItsLeaseWakesUpAsAFollowerAndWritesNothing) {
   std::this_thread::sleep_until(thawed);
 
   // Woken up, before its own loop has looked at the lease: a create sent to it is not applied.
-  ASSERT_EQ(kill(Pid(0), SIGCONT), 0);
+  ASSERT_EQ(kill(replicas_->Pid(0), SIGCONT), 0);
   const json stale = H100("from-the-old-leader");
   const Answer refused = Direct(0, "POST", "/v1/instances", token, &stale, 5);
-  EXPECT_TRUE(refused.status == 307 || refused.status == 503) << refused.Describe() << Logs();
+  EXPECT_TRUE(refused.status == 307 || refused.status == 503)
+      << refused.Describe() << replicas_->Logs();
   std::cout << fmt::format("[ HA ] a create sent to the old leader as it wakes: {}\n",
                            refused.Describe());
   json ready;
   EXPECT_TRUE(WaitFor(
       [&] {
-        ready = ReadyZ(0);
+        ready = replicas_->ReadyZ(0);
         return Str(ready, "role") == "follower" && Str(ready, "leader") == new_leader;
       },
       1500ms, 50ms))
       << ready.dump() << "\n"
-      << Logs();
+      << replicas_->Logs();
   EXPECT_EQ(Sql("SELECT epoch, holder, url FROM tessera_lease"), lease_after)
       << "the lease stays the new leader's";
   EXPECT_EQ(Sql("SELECT count(*) FROM instances WHERE doc LIKE '%from-the-old-leader%'"), "0\n");
@@ -913,19 +753,20 @@ TEST_F(HaTest, TheDatabaseDownForTenSecondsFailsWritesCleanlyAndServiceResumesWi
   TESSERA_POSTGRES_OR_SKIP(pg);
   ASSERT_NO_FATAL_FAILURE(StartCluster(pg, {"--fleet", dir_.Write("fleet.json", kSmallFleet)}));
   const std::string token = NewTenant();
-  ClusterClient client(Urls());
+  ClusterClient client(replicas_->Urls());
   const json before = H100("before-the-outage");
   const Answer made = client.Send("POST", "/v1/instances", token, &before);
   ASSERT_EQ(made.status, 201) << made.Describe();
   std::array<int, kReplicas> pids{};
-  for (int i = 0; i < kReplicas; ++i) pids[i] = Pid(i);
+  for (int i = 0; i < kReplicas; ++i) pids[i] = replicas_->Pid(i);
 
   Outage outage(pg);
   ASSERT_TRUE(outage.down());
   const SteadyClock::time_point down = SteadyClock::now();
   const Outcomes during = CreateUntil(client, token, down + kOutage);
   for (int i = 0; i < kReplicas; ++i) {
-    EXPECT_EQ(Direct(i, "GET", "/healthz").status, 200) << "replica " << i << "\n" << Logs();
+    EXPECT_EQ(Direct(i, "GET", "/healthz").status, 200) << "replica " << i << "\n"
+                                                        << replicas_->Logs();
   }
   std::string seen;
   for (const auto& [outcome, count] : during.counts) seen += fmt::format(" {} {},", count, outcome);
@@ -944,18 +785,19 @@ TEST_F(HaTest, TheDatabaseDownForTenSecondsFailsWritesCleanlyAndServiceResumesWi
         return resumed.status == 201;
       },
       std::chrono::milliseconds(static_cast<int>(3 * kResumeBoundS * 1000)), 100ms);
-  ASSERT_EQ(resumed.status, 201) << resumed.Describe() << "\n" << Logs();
+  ASSERT_EQ(resumed.status, 201) << resumed.Describe() << "\n" << replicas_->Logs();
   const double resume_s = SecondsSince(up);
   std::cout << fmt::format("[ HA ] database back -> first 201: {:.2f} s (from {})\n", resume_s,
                            resumed.url);
   EXPECT_LT(resume_s, kResumeBoundS);
   for (int i = 0; i < kReplicas; ++i) {
-    EXPECT_EQ(Pid(i), pids[i]);
-    EXPECT_FALSE(Exited(pids[i])) << "replica " << i << " exited\n" << Logs();
+    EXPECT_EQ(replicas_->Pid(i), pids[i]);
+    EXPECT_FALSE(testing::ProcessExited(pids[i])) << "replica " << i << " exited\n"
+                                                  << replicas_->Logs();
     EXPECT_EQ(Direct(i, "GET", "/healthz").status, 200) << "replica " << i;
   }
-  const int leader = WaitForLeader(5s);
-  ASSERT_GE(leader, 0) << Logs();
+  const int leader = replicas_->WaitForLeader(5s);
+  ASSERT_GE(leader, 0) << replicas_->Logs();
   for (const std::string& id : {Str(made.body, "id"), Str(resumed.body, "id")}) {
     EXPECT_EQ(Direct(leader, "GET", "/v1/instances/" + id, token).status, 200) << id;
   }
