@@ -386,6 +386,18 @@ TEST(PostgresStoreTest, ErrorsNameTheDatabaseAndNeverItsPassword) {
   EXPECT_FALSE(IsPostgresUrl("./tessera-data"));
 }
 
+// The URL's own options reach libpq: sslmode=require against a server without TLS is refused,
+// not quietly downgraded.
+TEST(PostgresStoreTest, TheUrlsSslModeIsHonoured) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  const std::string url = pg.CreateDatabase();
+  auto plain = OpenPostgresStore(url + "?sslmode=disable");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  auto tls = OpenPostgresStore(url + "?sslmode=require");
+  ASSERT_FALSE(tls.ok());
+  EXPECT_NE(tls.status().message().find("SSL"), std::string::npos) << tls.status().message();
+}
+
 TEST(PostgresStoreTest, AStoreReconnectsWhenTheDatabaseComesBack) {
   TESSERA_POSTGRES_OR_SKIP(pg);
   auto s = OpenPostgresStore(pg.CreateDatabase());
