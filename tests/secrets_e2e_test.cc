@@ -81,10 +81,7 @@ std::string OpenableAs(uid_t uid, const std::vector<std::string>& paths) {
     _exit(0);
   }
   close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  std::string out = testing::ReadAll(fds[0]);
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);

@@ -162,22 +162,20 @@ std::string Text(const PGresult* r, int row, int col) {
   return std::string(PQgetvalue(r, row, col), static_cast<size_t>(PQgetlength(r, row, col)));
 }
 
-// libpq's last error, on one line.
-std::string ErrorOf(const PGconn* c) {
-  std::string e = c ? PQerrorMessage(c) : "out of memory";
-  while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
-  for (char& ch : e) {
-    if (ch == '\n') ch = ' ';
+// libpq's message on one line: its line breaks and indents as single spaces, none at the end.
+std::string OneLine(std::string_view message) {
+  std::string e;
+  for (const char ch : message) {
+    const bool space = ch == '\n' || ch == '\t' || ch == ' ';
+    if (space && (e.empty() || e.back() == ' ')) continue;
+    e += space ? ' ' : ch;
   }
+  while (!e.empty() && e.back() == ' ') e.pop_back();
   return e;
 }
+std::string ErrorOf(const PGconn* c) { return OneLine(c ? PQerrorMessage(c) : "out of memory"); }
 std::string ErrorOf(const PGresult* r) {
-  std::string e = r ? PQresultErrorMessage(r) : "no result";
-  while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
-  for (char& ch : e) {
-    if (ch == '\n') ch = ' ';
-  }
-  return e;
+  return OneLine(r ? PQresultErrorMessage(r) : "no result");
 }
 
 // A connection to the database with what every use of it needs: opened from the parsed

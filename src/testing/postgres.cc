@@ -61,12 +61,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const Account& who, const std:
   const int null = ::open("/dev/null", O_RDONLY);
   if (null >= 0) dup2(null, STDIN_FILENO);
   setsid();  // Out of the test's process group: a terminal's ^C stops the test, not this first.
-  std::vector<std::string> copy = argv;
-  std::vector<char*> args;
-  for (auto& a : copy) args.push_back(a.data());
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  _exit(127);
+  ExecArgv(argv);
 }
 
 int WaitFor(pid_t pid) {
@@ -237,10 +232,7 @@ std::optional<std::string> PostgresServer::Psql(const std::string& db,
     _exit(127);
   }
   close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  std::string out = ReadAll(fds[0]);
   close(fds[0]);
   if (WaitFor(pid) != 0) return std::nullopt;
   return out;

@@ -283,6 +283,18 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
     const auto id = static_cast<uid_t>(uid);
     if (setgroups(0, nullptr) != 0 || setgid(id) != 0 || setuid(id) != 0) _exit(126);
   }
+  ExecArgv(argv);
+}
+
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+void ExecArgv(const std::vector<std::string>& argv) {
   std::vector<std::string> copy = argv;
   std::vector<char*> args;
   for (auto& a : copy) args.push_back(a.data());

@@ -79,6 +79,12 @@ bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key)
 // tests accept).
 int FreeTcpPort();
 
+// Everything readable from `fd` until its end (a pipe's other side closed).
+std::string ReadAll(int fd);
+
+// In a forked child: runs argv (argv[0] a path); exits 127 when it cannot.
+[[noreturn]] void ExecArgv(const std::vector<std::string>& argv);
+
 // A child process (argv[0] a path) whose stdout and stderr go to `log` (appended); killed with
 // SIGKILL when the object dies, unless stopped before. With `uid` >= 0 it runs as that uid and
 // gid, with no supplementary groups (exit 126 when it cannot switch).
