@@ -203,6 +203,15 @@ Status Agent::Register() {
   json body = {{"protocol", kProtocol}, {"agent_id", agent_id_}, {"inventory", InventoryJson(inv)}};
   if (!options_.advertise_address.empty()) body["advertise_address"] = options_.advertise_address;
   gpu_count_ = static_cast<int>(inv.gpus.size());
+  if (!options_.mig_record.empty() && options_.catalog != nullptr && gpus_->CanChangeMig()) {
+    if (!mig_) {
+      mig_ = std::make_unique<MigManager>(
+          *gpus_, *options_.catalog, MigManagerOptions{options_.mig_record, options_.mig_adopt});
+    }
+    TESSERA_RETURN_IF_ERROR(mig_->Load(inv));
+    body["mig"] = mig_->LayoutJson();
+  }
+  register_again_ = false;
   TESSERA_ASSIGN_OR_RETURN(json desired, Exchange("/v1/agent/register", body, kSlack));
   node_ = desired.value("node", "");
   seq_ = 0;
@@ -315,6 +324,17 @@ json Agent::Report(milliseconds wait) {
                     {"note", workloads_->limits_note()}};
   // The server hosts one tenant at a time on a node whose workloads are not apart ("none").
   body["isolation"] = {{"mode", workloads_->isolation()}, {"note", workloads_->isolation_note()}};
+  if (mig_) {
+    body["mig"] = mig_->LayoutJson();
+    body["mig_repartitions"] = mig_->repartitions();
+  }
+  if (!mode_results_.empty()) {
+    json results = json::array();
+    for (const auto& [id, r] : mode_results_) {
+      results.push_back({{"id", id}, {"gpu", r.gpu}, {"state", r.state}, {"reason", r.reason}});
+    }
+    body["gpu_mode_results"] = std::move(results);
+  }
   // Telemetry every kTelemetryEvery reports (10 s at the default heartbeat, finer than
   // dcgm-exporter's default 30 s), and at once when a GPU reports an XID event, is lost or found,
   // or counts a new double-bit error: the server takes a sick GPU out of service, and bills its
@@ -546,7 +566,11 @@ void Agent::Apply(const json& desired) {
             if (name.is_string()) spec.port_env.push_back(name.get<std::string>());
           }
         }
-        if (image.empty()) {
+        if (Status s = PrepareMig(id, w, spec); !s.ok()) {
+          spdlog::error("starting {}: {}", key, s.message());
+          k.noop = true;
+          k.start_error = s.message();
+        } else if (image.empty()) {
           StartNow(k, spec);
         } else {
           StartWithImage(k, std::move(spec), w);
@@ -608,10 +632,116 @@ void Agent::Apply(const json& desired) {
     }
     ++it;
   }
+  if (mig_) {
+    // A MIG device goes once its instance is no longer the node's and nothing of it runs.
+    std::set<std::string> live;
+    for (const auto& [key, k] : known_) live.insert(k.instance);
+    mig_->Release(live);
+  }
+  ApplyModeRequests(desired);
   for (int g = 0; g < gpu_count_; ++g) gpus_->SetLoad(g, std::min(1000, load[g]));
   gpus_->SetMigLoads(std::move(mig_loads));
   std::lock_guard lock(metrics_mu_);
   metrics_holders_ = std::move(holders);
+}
+
+Status Agent::PrepareMig(const std::string& instance, const json& w, WorkloadSpec& spec) {
+  if (!mig_ || !w.contains("gpu_load") || !w["gpu_load"].is_array()) return Status::Ok();
+  std::map<std::string, std::string> uuids;  // The server's UUID of a slice -> the driver's.
+  for (const json& g : w["gpu_load"]) {
+    if (!g.is_object() || !g.contains("mig_profile")) continue;
+    TESSERA_ASSIGN_OR_RETURN(
+        MigDevice m, mig_->Acquire(instance, g.value("index", 0), g.value("mig_profile", ""),
+                                   g.value("mig_start", 0)));
+    if (g.contains("uuid") && g["uuid"].is_string()) uuids[g["uuid"].get<std::string>()] = m.uuid;
+  }
+  if (uuids.empty()) return Status::Ok();
+  // The workload is given exactly the devices NVML made, by the driver's UUIDs.
+  for (auto& [name, value] : spec.env) {
+    if (name != "CUDA_VISIBLE_DEVICES" && name != "NVIDIA_VISIBLE_DEVICES") continue;
+    std::string out;
+    for (size_t at = 0; at <= value.size();) {
+      size_t comma = value.find(',', at);
+      if (comma == std::string::npos) comma = value.size();
+      const std::string item = value.substr(at, comma - at);
+      auto it = uuids.find(item);
+      out += (out.empty() ? "" : ",") + (it != uuids.end() ? it->second : item);
+      at = comma + 1;
+    }
+    value = out;
+  }
+  if (options_.refresh_gpu_cdi) options_.gpu_cdi_devices = options_.refresh_gpu_cdi();
+  return Status::Ok();
+}
+
+void Agent::ApplyModeRequests(const json& desired) {
+  std::set<int64_t> asked;
+  const json empty = json::array();
+  const json& list =
+      desired.contains("gpu_mode_requests") && desired["gpu_mode_requests"].is_array()
+          ? desired["gpu_mode_requests"]
+          : empty;
+  for (const json& r : list) {
+    if (!r.is_object()) continue;
+    const int64_t id = r.value("id", int64_t{0});
+    const int gpu = r.value("gpu", -1);
+    const std::string mode = r.value("mode", "");
+    const bool allow_reset = r.value("allow_reset", false);
+    asked.insert(id);
+    auto done = mode_results_.find(id);
+    if (done != mode_results_.end() && !(done->second.state == "pending_reset" && allow_reset)) {
+      continue;
+    }
+    ModeResult result{gpu, "applied", ""};
+    auto fail = [&result](const char* state, std::string why) {
+      result.state = state;
+      result.reason = std::move(why);
+    };
+    if (gpu < 0 || gpu >= gpu_count_) {
+      fail("failed", fmt::format("this node has no GPU {}", gpu));
+    } else {
+      // The server asks only for changes into or out of MIG mode: the driver's to make.
+      Result<int> procs = gpus_->CountProcesses(gpu);
+      if (!procs.ok()) {
+        fail("failed", procs.status().message());
+      } else if (*procs > 0) {
+        fail("refused", fmt::format("{} process(es) use GPU {}: its mode changes only while it "
+                                    "is idle",
+                                    *procs, gpu));
+      } else if (done == mode_results_.end()) {
+        Result<std::string> set = gpus_->SetMigMode(gpu, mode == "mig");
+        if (!set.ok()) {
+          fail(set.status().code() == StatusCode::kFailedPrecondition ? "refused" : "failed",
+               set.status().message());
+        } else if (*set == "pending_reset") {
+          fail("pending_reset",
+               fmt::format("the driver applies MIG mode {} on GPU {} at its next reset; the "
+                           "agent resets it only when allowed (set-gpu-mode --allow-reset)",
+                           mode == "mig" ? "on" : "off", gpu));
+        }
+      } else {
+        result = done->second;  // Pending a reset, which is now allowed.
+      }
+      if (result.state == "pending_reset" && allow_reset) {
+        ExecOptions opts;
+        opts.deadline = std::chrono::seconds(120);
+        auto reset =
+            RunCommand({options_.nvidia_smi, "--gpu-reset", "-i", std::to_string(gpu)}, opts);
+        if (!reset.ok() || reset->exit_code != 0) {
+          fail("failed", fmt::format("{} --gpu-reset -i {}: {}", options_.nvidia_smi, gpu,
+                                     reset.ok() ? CutUtf8(reset->err + reset->out, 240)
+                                                : reset.status().message()));
+        } else {
+          result = ModeResult{gpu, "applied", ""};
+        }
+      }
+    }
+    if (result.state == "applied") register_again_ = true;
+    spdlog::info("GPU {} mode {}: {}{}{}", gpu, mode, result.state,
+                 result.reason.empty() ? "" : ": ", result.reason);
+    mode_results_[id] = std::move(result);
+  }
+  std::erase_if(mode_results_, [&asked](const auto& e) { return !asked.contains(e.first); });
 }
 
 Status Agent::Run() {
@@ -619,6 +749,7 @@ Status Agent::Run() {
   bool registered = false;
   while (!stop_) {
     const auto start = std::chrono::steady_clock::now();
+    if (register_again_) registered = false;  // A GPU's mode changed: a new inventory.
     Status s = !registered          ? Register()
                : options_.long_poll ? SyncOnce(period_)
                                     : SyncOnce(milliseconds(0));

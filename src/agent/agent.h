@@ -23,6 +23,7 @@
 
 #include "agent/container_image.h"
 #include "agent/gpu_backend.h"
+#include "agent/mig_manager.h"
 #include "agent/workload.h"
 #include "common/result.h"
 #include "telemetry/series.h"
@@ -62,6 +63,18 @@ struct AgentOptions {
   // Where other nodes reach this one (a group's MASTER_ADDR when rank 0 runs here); empty: the
   // address the server sees this agent's calls come from.
   std::string advertise_address;
+  // MIG devices made on demand (mig_manager.h) when the backend can change MIG and a record
+  // path and the catalog are given: the record of Tessera's devices, and whether devices Tessera
+  // did not make are taken over as free slices.
+  std::string mig_record;
+  bool mig_adopt = false;
+  const catalog::Catalog* catalog = nullptr;
+  // The CDI devices by GpuDeviceKey made afresh after MIG devices were made (the agent's command
+  // writes its CDI spec again); null: they stay as they were.
+  std::function<std::map<std::string, std::string>()> refresh_gpu_cdi;
+  // The program that resets a GPU when an operator allowed it (a MIG mode change pending a
+  // reset): run as `PROGRAM --gpu-reset -i INDEX`.
+  std::string nvidia_smi = "nvidia-smi";
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",
@@ -128,6 +141,18 @@ class Agent {
   void StartNow(Known& k, const WorkloadSpec& spec);
   // Whether the image has /bin/sh (its command then runs with sh -c), cached by reference.
   bool ImageHasShell(const std::string& image);
+  // Makes the MIG devices of a new workload's slices and writes their UUIDs into its
+  // environment in place of the server's; the failure, named, when one cannot be made.
+  Status PrepareMig(const std::string& instance, const nlohmann::json& w, WorkloadSpec& spec);
+  // Carries out the server's GPU mode requests (a MIG mode change) not yet answered.
+  void ApplyModeRequests(const nlohmann::json& desired);
+
+  // The outcome of a GPU mode request, reported until the server stops asking.
+  struct ModeResult {
+    int gpu = 0;
+    std::string state;  // "applied", "pending_reset", "refused" or "failed".
+    std::string reason;
+  };
 
   AgentOptions options_;
   Transport transport_;
@@ -145,8 +170,11 @@ class Agent {
   // Per GPU, whether it was lost and its double-bit ECC count, as last sent: a change is a fault
   // the server must hear of in this report, not at the next turn.
   std::vector<std::pair<bool, int64_t>> sent_faults_;
-  std::map<std::string, Known> known_;       // By workload key, "<instance>-a<attempt>".
-  std::map<std::string, bool> image_shell_;  // ImageHasShell's answers.
+  std::map<std::string, Known> known_;          // By workload key, "<instance>-a<attempt>".
+  std::map<std::string, bool> image_shell_;     // ImageHasShell's answers.
+  std::unique_ptr<MigManager> mig_;             // Null unless MIG devices are made on demand.
+  std::map<int64_t, ModeResult> mode_results_;  // By request id.
+  bool register_again_ = false;  // The inventory changed (a MIG mode did): register anew.
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   // What MetricsText renders, as the agent loop last saw it.

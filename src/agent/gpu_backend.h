@@ -83,12 +83,45 @@ class GpuBackend {
   // Every MIG instance's load (replacing the previous set), so a simulated MIG instance reports
   // readings of its own; the NVML backend ignores it.
   virtual void SetMigLoads(std::vector<MigLoad> /*loads*/) {}
+  // MIG devices made and destroyed on demand (mig_manager.h), and MIG mode. Only a backend that
+  // may change the GPUs does (NVML with MIG management on); the others answer FailedPrecondition
+  // and MIG slices use the devices that exist.
+  virtual bool CanChangeMig() const { return false; }
+  // The MIG devices on `gpu` now, as ReadInventory lists them.
+  virtual Result<std::vector<MigDevice>> ReadMigDevices(int /*gpu*/) { return Unimplemented(); }
+  // Creates a GPU instance of `profile` at memory slice `start` and one compute instance over all
+  // of it, and returns the MIG device with its UUID. Named failures: the profile is not supported
+  // here, the GPU is not in MIG mode, the placement is taken (the driver's
+  // INSUFFICIENT_RESOURCES: ResourceExhausted). Nothing is left half-made: a GPU instance whose
+  // compute instance could not be made is destroyed again.
+  virtual Result<MigDevice> CreateMigDevice(int /*gpu*/, const std::string& /*profile*/,
+                                            int /*start*/) {
+    return Unimplemented();
+  }
+  // Destroys a MIG device's compute instance and its GPU instance. FailedPrecondition while a
+  // process still uses it (the driver's IN_USE); NotFound when it is gone already.
+  virtual Status DestroyMigDevice(int /*gpu*/, const MigDevice& /*device*/) {
+    return Unimplemented();
+  }
+  // Turns MIG mode on or off. "applied" when it took effect, "pending_reset" when the driver
+  // needs the GPU reset first; FailedPrecondition, with the reason, while processes use the GPU
+  // or (turning MIG off) MIG devices exist.
+  virtual Result<std::string> SetMigMode(int /*gpu*/, bool /*enabled*/) { return Unimplemented(); }
+  // The processes with a context on `gpu` (any of its MIG devices included).
+  virtual Result<int> CountProcesses(int /*gpu*/) { return Unimplemented(); }
   // Injects a fault for tests and demos: "xid" (with `code`), "overheat", "cool", "lost" or
   // "found" (a lost GPU answers again).
   // Only the sim backend does; a real GPU's faults are its own.
   virtual Status InjectFault(const std::string& kind, int /*gpu*/, int64_t /*code*/) {
     return Status::FailedPrecondition("this backend does not inject faults ('" + kind +
                                       "'): only --backend sim does");
+  }
+
+ private:
+  static Status Unimplemented() {
+    return Status::FailedPrecondition(
+        "this backend does not change MIG devices or modes: only --backend nvml with MIG "
+        "management does");
   }
 };
 

@@ -3,9 +3,10 @@
 // function at run time with dlsym. The spellings are NVML's own (nvmlReturn_t, NVML_SUCCESS,
 // nvmlPciInfo_t), in our namespace, so each line can be checked against the reference; the
 // static_asserts hold the struct layouts to the reference's sizes and offsets (LP64).
-// Only read-only calls are declared (reference section 10); nothing here can change a GPU.
-// The fake library the tests load (src/testing/fake_nvml.cc) defines its symbols from these
-// same declarations.
+// Most calls only read. The few that change a GPU (section 8.4: MIG instances and MIG mode) are
+// grouped at the end and called only by the agent's MIG manager (mig_manager.h), never while
+// reading the inventory or sampling. The fake library the tests load (src/testing/fake_nvml.cc)
+// defines its symbols from these same declarations.
 // Thread-safety: declarations only.
 #pragma once
 
@@ -33,6 +34,9 @@ inline constexpr nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED = 9;
 inline constexpr nvmlReturn_t NVML_ERROR_TIMEOUT = 10;
 inline constexpr nvmlReturn_t NVML_ERROR_FUNCTION_NOT_FOUND = 13;
 inline constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
+inline constexpr nvmlReturn_t NVML_ERROR_RESET_REQUIRED = 16;
+inline constexpr nvmlReturn_t NVML_ERROR_IN_USE = 19;
+inline constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_RESOURCES = 23;
 inline constexpr nvmlReturn_t NVML_ERROR_UNKNOWN = 999;
 
 inline constexpr nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU = 0;
@@ -48,6 +52,8 @@ inline constexpr nvmlEnableState_t NVML_FEATURE_ENABLED = 1;
 inline constexpr unsigned int NVML_DEVICE_MIG_DISABLE = 0;
 inline constexpr unsigned int NVML_DEVICE_MIG_ENABLE = 1;
 inline constexpr unsigned long long nvmlEventTypeXidCriticalError = 0x8ULL;
+// nvmlGpuInstanceGetComputeInstanceProfileInfo's engine profile: engines shared within the GI.
+inline constexpr unsigned int NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0;
 // gpuInstanceId / computeInstanceId of an event that is not a MIG instance's.
 inline constexpr unsigned int kNvmlNoInstance = 0xFFFFFFFFu;
 
@@ -59,9 +65,11 @@ inline constexpr unsigned int NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96;
 // Opaque handles; MIG device handles have the device type too.
 struct nvmlDevice_st;
 struct nvmlGpuInstance_st;
+struct nvmlComputeInstance_st;
 struct nvmlEventSet_st;
 using nvmlDevice_t = nvmlDevice_st*;
 using nvmlGpuInstance_t = nvmlGpuInstance_st*;
+using nvmlComputeInstance_t = nvmlComputeInstance_st*;
 using nvmlEventSet_t = nvmlEventSet_st*;
 
 struct nvmlPciInfo_t {
@@ -115,6 +123,44 @@ static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24 &&
               offsetof(nvmlGpuInstanceInfo_t, profileId) == 12 &&
               offsetof(nvmlGpuInstanceInfo_t, placement) == 16);
 
+struct nvmlGpuInstanceProfileInfo_t {  // v1: no version field.
+  unsigned int id;                     // The profile ID the create calls take.
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+};
+static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48 &&
+              offsetof(nvmlGpuInstanceProfileInfo_t, memorySizeMB) == 40);
+
+struct nvmlComputeInstanceProfileInfo_t {  // v1: no version field.
+  unsigned int id;  // The profile ID nvmlGpuInstanceCreateComputeInstance takes.
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+};
+static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36);
+
+// A process with a context on a GPU (nvmlDeviceGetComputeRunningProcesses_v3).
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  // Bytes.
+  unsigned int gpuInstanceId;        // kNvmlNoInstance unless MIG is on.
+  unsigned int computeInstanceId;
+};
+static_assert(sizeof(nvmlProcessInfo_t) == 24 && offsetof(nvmlProcessInfo_t, gpuInstanceId) == 16);
+
 // Function types, one per symbol looked up; the symbol names are in nvml_backend.cc.
 using nvmlInit_fn = nvmlReturn_t (*)();
 using nvmlShutdown_fn = nvmlReturn_t (*)();
@@ -150,5 +196,23 @@ using nvmlDeviceRegisterEvents_fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long
                                                      nvmlEventSet_t);
 using nvmlEventSetWait_fn = nvmlReturn_t (*)(nvmlEventSet_t, nvmlEventData_t*, unsigned int);
 using nvmlEventSetFree_fn = nvmlReturn_t (*)(nvmlEventSet_t);
+using nvmlDeviceGetGpuInstanceProfileInfo_fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int,
+                                                                nvmlGpuInstanceProfileInfo_t*);
+using nvmlGpuInstanceGetComputeInstanceProfileInfo_fn = nvmlReturn_t (*)(
+    nvmlGpuInstance_t, unsigned int, unsigned int, nvmlComputeInstanceProfileInfo_t*);
+using nvmlGpuInstanceGetComputeInstanceById_fn = nvmlReturn_t (*)(nvmlGpuInstance_t, unsigned int,
+                                                                  nvmlComputeInstance_t*);
+using nvmlDeviceGetComputeRunningProcesses_fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*,
+                                                                 nvmlProcessInfo_t*);
+
+// The calls that change a GPU (reference section 8.4); they need root or the mig/config
+// capability.
+using nvmlDeviceCreateGpuInstanceWithPlacement_fn = nvmlReturn_t (*)(
+    nvmlDevice_t, unsigned int, const nvmlGpuInstancePlacement_t*, nvmlGpuInstance_t*);
+using nvmlGpuInstanceDestroy_fn = nvmlReturn_t (*)(nvmlGpuInstance_t);
+using nvmlGpuInstanceCreateComputeInstance_fn = nvmlReturn_t (*)(nvmlGpuInstance_t, unsigned int,
+                                                                 nvmlComputeInstance_t*);
+using nvmlComputeInstanceDestroy_fn = nvmlReturn_t (*)(nvmlComputeInstance_t);
+using nvmlDeviceSetMigMode_fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlReturn_t*);
 
 }  // namespace tessera::agent::nvml

@@ -4,6 +4,7 @@
 #include "agent/nvml_backend.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -63,6 +64,16 @@ struct Api {
   nv::nvmlDeviceRegisterEvents_fn event_register = nullptr;
   nv::nvmlEventSetWait_fn event_wait = nullptr;
   nv::nvmlEventSetFree_fn event_free = nullptr;
+  // Looked up only when the backend manages MIG (NvmlOptions::manage_mig).
+  nv::nvmlDeviceGetGpuInstanceProfileInfo_fn gi_profile = nullptr;
+  nv::nvmlGpuInstanceGetComputeInstanceProfileInfo_fn ci_profile = nullptr;
+  nv::nvmlGpuInstanceGetComputeInstanceById_fn compute_instance = nullptr;
+  nv::nvmlDeviceGetComputeRunningProcesses_fn processes = nullptr;
+  nv::nvmlDeviceCreateGpuInstanceWithPlacement_fn create_gi = nullptr;
+  nv::nvmlGpuInstanceDestroy_fn destroy_gi = nullptr;
+  nv::nvmlGpuInstanceCreateComputeInstance_fn create_ci = nullptr;
+  nv::nvmlComputeInstanceDestroy_fn destroy_ci = nullptr;
+  nv::nvmlDeviceSetMigMode_fn set_mig_mode = nullptr;
 };
 
 // Sets `fn` to the first of `names` the library exports (newest version first). A required
@@ -84,7 +95,7 @@ Status Find(void* lib, const std::string& library, Fn& fn, std::initializer_list
                                     "or the file is not NVML");
 }
 
-Status LoadApi(void* lib, const std::string& library, Api& a) {
+Status LoadApi(void* lib, const std::string& library, bool manage_mig, Api& a) {
   TESSERA_RETURN_IF_ERROR(Find(lib, library, a.init, {"nvmlInit_v2", "nvmlInit"}, true));
   TESSERA_RETURN_IF_ERROR(Find(lib, library, a.shutdown, {"nvmlShutdown"}, true));
   TESSERA_RETURN_IF_ERROR(Find(lib, library, a.error_string, {"nvmlErrorString"}, true));
@@ -123,6 +134,18 @@ Status LoadApi(void* lib, const std::string& library, Api& a) {
   (void)Find(lib, library, a.event_register, {"nvmlDeviceRegisterEvents"}, false);
   (void)Find(lib, library, a.event_wait, {"nvmlEventSetWait_v2", "nvmlEventSetWait"}, false);
   (void)Find(lib, library, a.event_free, {"nvmlEventSetFree"}, false);
+  if (!manage_mig) return Status::Ok();
+  // The MIG calls that change a GPU, and the queries only they need; a driver without one of
+  // them cannot make MIG devices, which each attempt then says.
+  (void)Find(lib, library, a.gi_profile, {"nvmlDeviceGetGpuInstanceProfileInfo"}, false);
+  (void)Find(lib, library, a.ci_profile, {"nvmlGpuInstanceGetComputeInstanceProfileInfo"}, false);
+  (void)Find(lib, library, a.compute_instance, {"nvmlGpuInstanceGetComputeInstanceById"}, false);
+  (void)Find(lib, library, a.processes, {"nvmlDeviceGetComputeRunningProcesses_v3"}, false);
+  (void)Find(lib, library, a.create_gi, {"nvmlDeviceCreateGpuInstanceWithPlacement"}, false);
+  (void)Find(lib, library, a.destroy_gi, {"nvmlGpuInstanceDestroy"}, false);
+  (void)Find(lib, library, a.create_ci, {"nvmlGpuInstanceCreateComputeInstance"}, false);
+  (void)Find(lib, library, a.destroy_ci, {"nvmlComputeInstanceDestroy"}, false);
+  (void)Find(lib, library, a.set_mig_mode, {"nvmlDeviceSetMigMode"}, false);
   return Status::Ok();
 }
 
@@ -183,7 +206,8 @@ class FieldReader {
 
 class NvmlBackend final : public GpuBackend {
  public:
-  NvmlBackend(const catalog::Catalog& catalog, void* lib) : catalog_(catalog), lib_(lib) {}
+  NvmlBackend(const catalog::Catalog& catalog, void* lib, bool manage_mig)
+      : catalog_(catalog), lib_(lib), manage_mig_(manage_mig) {}
   ~NvmlBackend() override {
     if (events_ != nullptr && api_.event_free != nullptr) api_.event_free(events_);
     if (initialized_) api_.shutdown();
@@ -197,6 +221,12 @@ class NvmlBackend final : public GpuBackend {
 
   Result<Inventory> ReadInventory() override;
   Result<Telemetry> Sample() override;
+  bool CanChangeMig() const override { return manage_mig_; }
+  Result<std::vector<MigDevice>> ReadMigDevices(int gpu) override;
+  Result<MigDevice> CreateMigDevice(int gpu, const std::string& profile, int start) override;
+  Status DestroyMigDevice(int gpu, const MigDevice& device) override;
+  Result<std::string> SetMigMode(int gpu, bool enabled) override;
+  Result<int> CountProcesses(int gpu) override;
 
  private:
   // "GPU is lost (NVML error 15)".
@@ -208,6 +238,11 @@ class NvmlBackend final : public GpuBackend {
   nv::nvmlReturn_t Device(unsigned int i, nv::nvmlDevice_t* out);
   Result<GpuInfo> ReadGpu(int index, nv::nvmlDevice_t dev);
   std::vector<MigDevice> ReadMigDevices(nv::nvmlDevice_t dev, const std::string& model);
+  // GPU `gpu`'s handle and catalog model, for the MIG calls; FailedPrecondition unless the
+  // backend manages MIG and the driver has `fn`.
+  Status MigCall(int gpu, bool has_fn, const char* fn, nv::nvmlDevice_t* dev);
+  // The compute-instance profile id that spans all `slices` compute slices of `gi`.
+  Result<unsigned int> FullComputeProfile(int gpu, nv::nvmlGpuInstance_t gi, unsigned int slices);
   // The normalized PCI bus ids at the far end of the GPU's active NVLinks.
   Result<std::vector<std::string>> LinkEndpoints(int index, nv::nvmlDevice_t dev);
   Result<GpuSample> SampleGpu(int index);
@@ -220,7 +255,9 @@ class NvmlBackend final : public GpuBackend {
   void* lib_;
   Api api_;
   bool initialized_ = false;
+  const bool manage_mig_;
   std::vector<nv::nvmlDevice_t> devices_;  // By index; null where the handle was refused.
+  std::vector<std::string> models_;        // Catalog model by index, once ReadInventory ran.
   nv::nvmlEventSet_t events_ = nullptr;
 };
 
@@ -239,7 +276,7 @@ Status NvmlBackend::CallError(int gpu, const char* function, nv::nvmlReturn_t r)
 }
 
 Status NvmlBackend::Start(const std::string& library) {
-  TESSERA_RETURN_IF_ERROR(LoadApi(lib_, library, api_));
+  TESSERA_RETURN_IF_ERROR(LoadApi(lib_, library, manage_mig_, api_));
   nv::nvmlReturn_t r = api_.init();
   if (r != nv::NVML_SUCCESS) {
     return Status::FailedPrecondition("nvmlInit_v2 failed: " + Describe(r) +
@@ -343,6 +380,8 @@ Result<Inventory> NvmlBackend::ReadInventory() {
     inv.gpus[i].nvlink_peers.assign(peers.begin(), peers.end());
   }
   inv.nvlink_islands = NvlinkIslands(inv.gpus);
+  models_.clear();
+  for (const GpuInfo& g : inv.gpus) models_.push_back(g.model);
   ReadHostResources(inv.cpu_milli, inv.memory_mib);
   return inv;
 }
@@ -542,6 +581,206 @@ void NvmlBackend::DrainXidEvents(std::vector<XidEvent>& out) {
   }
 }
 
+Status NvmlBackend::MigCall(int gpu, bool has_fn, const char* fn, nv::nvmlDevice_t* dev) {
+  if (!manage_mig_) {
+    return Status::FailedPrecondition("the agent does not manage MIG devices (--manage-mig false)");
+  }
+  if (!has_fn) {
+    return Status::FailedPrecondition(
+        fmt::format("the NVIDIA driver's library does not export {}: MIG devices cannot be "
+                    "changed on this node",
+                    fn));
+  }
+  if (gpu < 0 || static_cast<size_t>(gpu) >= devices_.size()) {
+    return Status::InvalidArgument(fmt::format("GPU {}: this node has {}", gpu, devices_.size()));
+  }
+  nv::nvmlReturn_t r = Device(static_cast<unsigned int>(gpu), dev);
+  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceGetHandleByIndex_v2", r);
+  if (models_.size() != devices_.size()) {
+    TESSERA_RETURN_IF_ERROR(ReadInventory().status());
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<MigDevice>> NvmlBackend::ReadMigDevices(int gpu) {
+  nv::nvmlDevice_t dev = nullptr;
+  TESSERA_RETURN_IF_ERROR(MigCall(gpu, true, "", &dev));
+  unsigned int current = nv::NVML_DEVICE_MIG_DISABLE, pending = nv::NVML_DEVICE_MIG_DISABLE;
+  if (api_.mig_mode == nullptr || api_.mig_mode(dev, &current, &pending) != nv::NVML_SUCCESS ||
+      current != nv::NVML_DEVICE_MIG_ENABLE) {
+    return std::vector<MigDevice>{};
+  }
+  return ReadMigDevices(dev, models_[static_cast<size_t>(gpu)]);
+}
+
+Result<unsigned int> NvmlBackend::FullComputeProfile(int gpu, nv::nvmlGpuInstance_t gi,
+                                                     unsigned int slices) {
+  // Walk the profile indices until INVALID_ARGUMENT; NOT_SUPPORTED only skips one (reference
+  // section 8.1).
+  for (unsigned int index = 0; index < 64; ++index) {
+    nv::nvmlComputeInstanceProfileInfo_t info{};
+    nv::nvmlReturn_t r =
+        api_.ci_profile(gi, index, nv::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &info);
+    if (r == nv::NVML_ERROR_INVALID_ARGUMENT) break;
+    if (r == nv::NVML_ERROR_NOT_SUPPORTED) continue;
+    if (r != nv::NVML_SUCCESS) {
+      return CallError(gpu, "nvmlGpuInstanceGetComputeInstanceProfileInfo", r);
+    }
+    if (info.sliceCount == slices) return info.id;
+  }
+  return Status::FailedPrecondition(fmt::format(
+      "GPU {}: the driver offers no compute-instance profile of {} slices", gpu, slices));
+}
+
+Result<MigDevice> NvmlBackend::CreateMigDevice(int gpu, const std::string& profile, int start) {
+  nv::nvmlDevice_t dev = nullptr;
+  TESSERA_RETURN_IF_ERROR(MigCall(gpu,
+                                  api_.gi_profile && api_.ci_profile && api_.create_gi &&
+                                      api_.destroy_gi && api_.create_ci && api_.destroy_ci &&
+                                      api_.compute_instance && api_.gpu_instance,
+                                  "the MIG create and destroy calls", &dev));
+  const std::string& model = models_[static_cast<size_t>(gpu)];
+  const mig::Table* table = catalog_.FindGpu(model)->mig;
+  const mig::Profile* p = table != nullptr ? table->Find(profile) : nullptr;
+  if (p == nullptr) {
+    return Status::NotFound(
+        fmt::format("GPU {}: MIG profile '{}' is not one of the {}'s", gpu, profile, model));
+  }
+  const std::string where = fmt::format("GPU {}: MIG {}@{}", gpu, profile, start);
+  unsigned int current = nv::NVML_DEVICE_MIG_DISABLE, pending = nv::NVML_DEVICE_MIG_DISABLE;
+  if (api_.mig_mode == nullptr || api_.mig_mode(dev, &current, &pending) != nv::NVML_SUCCESS ||
+      current != nv::NVML_DEVICE_MIG_ENABLE) {
+    return Status::FailedPrecondition(where + ": the GPU is not in MIG mode");
+  }
+  // The catalog's id must be one the driver offers on this GPU.
+  unsigned int slices = 0;
+  for (unsigned int index = 0; index < 64 && slices == 0; ++index) {
+    nv::nvmlGpuInstanceProfileInfo_t info{};
+    nv::nvmlReturn_t r = api_.gi_profile(dev, index, &info);
+    if (r == nv::NVML_ERROR_INVALID_ARGUMENT) break;
+    if (r == nv::NVML_ERROR_NOT_SUPPORTED) continue;
+    if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceGetGpuInstanceProfileInfo", r);
+    if (info.id == static_cast<unsigned int>(p->id)) slices = info.sliceCount;
+  }
+  if (slices == 0) {
+    return Status::FailedPrecondition(fmt::format(
+        "{}: the driver does not support the profile here (profile id {})", where, p->id));
+  }
+  const nv::nvmlGpuInstancePlacement_t placement{static_cast<unsigned int>(start),
+                                                 static_cast<unsigned int>(p->memory_slices)};
+  nv::nvmlGpuInstance_t gi = nullptr;
+  nv::nvmlReturn_t r = api_.create_gi(dev, static_cast<unsigned int>(p->id), &placement, &gi);
+  if (r == nv::NVML_ERROR_INSUFFICIENT_RESOURCES) {
+    return Status::ResourceExhausted(
+        fmt::format("{}: the placement is taken (nvmlDeviceCreateGpuInstanceWithPlacement: {})",
+                    where, Describe(r)));
+  }
+  if (r != nv::NVML_SUCCESS) {
+    return CallError(gpu, "nvmlDeviceCreateGpuInstanceWithPlacement", r).WithPrefix(where);
+  }
+  // From here on, a failure destroys the GPU instance again: nothing is left half-made.
+  auto undo = [&](Status why) {
+    const nv::nvmlReturn_t d = api_.destroy_gi(gi);
+    return Status(why.code(), why.message() + (d == nv::NVML_SUCCESS
+                                                   ? "; its GPU instance was destroyed again"
+                                                   : "; destroying its GPU instance failed too: " +
+                                                         Describe(d)));
+  };
+  nv::nvmlGpuInstanceInfo_t gi_info{};
+  r = api_.gpu_instance_info(gi, &gi_info);
+  if (r != nv::NVML_SUCCESS) return undo(CallError(gpu, "nvmlGpuInstanceGetInfo", r));
+  Result<unsigned int> ci_profile = FullComputeProfile(gpu, gi, slices);
+  if (!ci_profile.ok()) return undo(ci_profile.status().WithPrefix(where));
+  nv::nvmlComputeInstance_t ci = nullptr;
+  r = api_.create_ci(gi, *ci_profile, &ci);
+  if (r != nv::NVML_SUCCESS) {
+    return undo(CallError(gpu, "nvmlGpuInstanceCreateComputeInstance", r).WithPrefix(where));
+  }
+  for (MigDevice& m : ReadMigDevices(dev, model)) {
+    if (m.gpu_instance == static_cast<int>(gi_info.id)) {
+      m.profile = profile;
+      m.start = start;
+      return m;
+    }
+  }
+  if (api_.destroy_ci(ci) == nv::NVML_SUCCESS) {
+    return undo(Status::Internal(where + ": the new MIG device is not among the GPU's"));
+  }
+  return Status::Internal(where +
+                          ": the new MIG device is not among the GPU's, and could not be "
+                          "destroyed");
+}
+
+Status NvmlBackend::DestroyMigDevice(int gpu, const MigDevice& device) {
+  nv::nvmlDevice_t dev = nullptr;
+  TESSERA_RETURN_IF_ERROR(
+      MigCall(gpu, api_.destroy_gi && api_.destroy_ci && api_.compute_instance && api_.gpu_instance,
+              "the MIG destroy calls", &dev));
+  const std::string where = fmt::format("GPU {}: MIG device {}", gpu, device.uuid);
+  nv::nvmlGpuInstance_t gi = nullptr;
+  nv::nvmlReturn_t r = api_.gpu_instance(dev, static_cast<unsigned int>(device.gpu_instance), &gi);
+  if (r == nv::NVML_ERROR_NOT_FOUND) return Status::NotFound(where + ": gone already");
+  if (r != nv::NVML_SUCCESS) {
+    return CallError(gpu, "nvmlDeviceGetGpuInstanceById", r).WithPrefix(where);
+  }
+  nv::nvmlComputeInstance_t ci = nullptr;
+  r = api_.compute_instance(gi, static_cast<unsigned int>(device.compute_instance), &ci);
+  if (r == nv::NVML_SUCCESS) {
+    r = api_.destroy_ci(ci);
+    if (r == nv::NVML_ERROR_IN_USE) {
+      return Status::FailedPrecondition(where + ": in use by a process");
+    }
+    if (r != nv::NVML_SUCCESS) {
+      return CallError(gpu, "nvmlComputeInstanceDestroy", r).WithPrefix(where);
+    }
+  } else if (r != nv::NVML_ERROR_NOT_FOUND) {
+    return CallError(gpu, "nvmlGpuInstanceGetComputeInstanceById", r).WithPrefix(where);
+  }
+  r = api_.destroy_gi(gi);
+  if (r == nv::NVML_ERROR_IN_USE) {
+    return Status::FailedPrecondition(where + ": its GPU instance holds other compute instances");
+  }
+  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlGpuInstanceDestroy", r).WithPrefix(where);
+  return Status::Ok();
+}
+
+Result<std::string> NvmlBackend::SetMigMode(int gpu, bool enabled) {
+  nv::nvmlDevice_t dev = nullptr;
+  TESSERA_RETURN_IF_ERROR(MigCall(gpu, api_.set_mig_mode != nullptr && api_.mig_mode != nullptr,
+                                  "nvmlDeviceSetMigMode", &dev));
+  const unsigned int mode = enabled ? nv::NVML_DEVICE_MIG_ENABLE : nv::NVML_DEVICE_MIG_DISABLE;
+  nv::nvmlReturn_t activation = nv::NVML_SUCCESS;
+  nv::nvmlReturn_t r = api_.set_mig_mode(dev, mode, &activation);
+  if (r == nv::NVML_ERROR_IN_USE || activation == nv::NVML_ERROR_IN_USE) {
+    return Status::FailedPrecondition(
+        fmt::format("GPU {} is in use ({}): MIG mode changes only on an idle GPU", gpu,
+                    enabled ? "processes run on it" : "processes or MIG devices are on it"));
+  }
+  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceSetMigMode", r);
+  // The change may have unbound the GPU: take its handle afresh.
+  devices_[static_cast<size_t>(gpu)] = nullptr;
+  if (activation == nv::NVML_ERROR_RESET_REQUIRED) return std::string("pending_reset");
+  if (activation != nv::NVML_SUCCESS) {
+    return CallError(gpu, "nvmlDeviceSetMigMode (activation)", activation);
+  }
+  TESSERA_RETURN_IF_ERROR(MigCall(gpu, true, "", &dev));
+  unsigned int current = 0, pending = 0;
+  r = api_.mig_mode(dev, &current, &pending);
+  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceGetMigMode", r);
+  return std::string(current == mode ? "applied" : "pending_reset");
+}
+
+Result<int> NvmlBackend::CountProcesses(int gpu) {
+  nv::nvmlDevice_t dev = nullptr;
+  TESSERA_RETURN_IF_ERROR(
+      MigCall(gpu, api_.processes != nullptr, "nvmlDeviceGetComputeRunningProcesses_v3", &dev));
+  unsigned int count = 0;
+  nv::nvmlReturn_t r = api_.processes(dev, &count, nullptr);
+  if (r == nv::NVML_SUCCESS) return 0;
+  if (r == nv::NVML_ERROR_INSUFFICIENT_SIZE) return static_cast<int>(count);
+  return CallError(gpu, "nvmlDeviceGetComputeRunningProcesses_v3", r);
+}
+
 Result<Telemetry> NvmlBackend::Sample() {
   Telemetry t;
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -555,7 +794,7 @@ Result<Telemetry> NvmlBackend::Sample() {
 }  // namespace
 
 Result<std::unique_ptr<GpuBackend>> OpenNvmlBackend(const catalog::Catalog& catalog,
-                                                    const std::string& library) {
+                                                    const std::string& library, bool manage_mig) {
   dlerror();
   void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
@@ -564,7 +803,7 @@ Result<std::unique_ptr<GpuBackend>> OpenNvmlBackend(const catalog::Catalog& cata
                                       library + ": " + (why != nullptr ? why : "unknown error") +
                                       "; use --backend sim on a machine without a GPU");
   }
-  auto backend = std::make_unique<NvmlBackend>(catalog, lib);  // Owns `lib` from here.
+  auto backend = std::make_unique<NvmlBackend>(catalog, lib, manage_mig);  // Owns `lib` now.
   TESSERA_RETURN_IF_ERROR(backend->Start(library));
   return std::unique_ptr<GpuBackend>(std::move(backend));
 }

@@ -1,8 +1,11 @@
 // The NVML backend: reads the real GPUs of this host through the NVIDIA driver's library,
 // loaded at run time with dlopen, so the agent builds and runs on machines without a driver
-// (where it says so and points at --backend sim). It only ever calls NVML's read-only queries:
-// it never changes MIG mode, clocks, power limits or ECC, and never resets a GPU; the functions
-// that could are not even looked up. What it reads is listed in docs/agent-backends.md.
+// (where it says so and points at --backend sim). Reading the inventory and sampling only call
+// NVML's read-only queries. With `manage_mig` it also looks up the MIG calls that change a GPU
+// (reference section 8.4) and makes and destroys MIG devices, and switches MIG mode, when the
+// agent's MIG manager asks (mig_manager.h); without it those functions are not even looked up.
+// It never changes clocks, power limits or ECC, and never resets a GPU. What it reads is listed
+// in docs/agent-backends.md.
 // Thread-safety: as GpuBackend, one thread. NVML itself is thread-safe.
 #pragma once
 
@@ -23,6 +26,7 @@ namespace tessera::agent {
 // resolves each GPU's model and MIG profiles against it. The backend calls nvmlShutdown and
 // unloads the library when destroyed.
 Result<std::unique_ptr<GpuBackend>> OpenNvmlBackend(
-    const catalog::Catalog& catalog, const std::string& library = "libnvidia-ml.so.1");
+    const catalog::Catalog& catalog, const std::string& library = "libnvidia-ml.so.1",
+    bool manage_mig = false);
 
 }  // namespace tessera::agent

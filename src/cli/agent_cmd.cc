@@ -56,6 +56,9 @@ struct AgentFlags {
   std::vector<std::string> insecure_registries;
   std::string cdi_kind = "nvidia.com/gpu";
   std::string advertise_address;
+  bool manage_mig = true;
+  bool mig_adopt = false;
+  std::string nvidia_smi = "nvidia-smi";
 };
 
 int Fail(const std::string& message) {
@@ -83,6 +86,9 @@ Result<std::string> NodeToken(const AgentFlags& flags) {
   return token;
 }
 
+Result<std::map<std::string, std::string>> GpuCdiDevices(const AgentFlags& flags,
+                                                         agent::GpuBackend& gpus);
+
 // Workloads with an image: the image store (when podman is here and the agent is root), and
 // each GPU's and MIG device's CDI device (the node's own specs, or one the agent writes from its
 // inventory). Simulated GPUs have no device nodes: their containers get only what a node's own
@@ -104,6 +110,28 @@ Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
   auto images = agent::ImageStore::Open(io);
   if (!images.ok()) return images.status();
   options.images = std::shared_ptr<agent::ImageStore>(std::move(*images));
+  options.gpu_cdi_required = flags.backend == "nvml";
+  auto devices = GpuCdiDevices(flags, gpus);
+  if (!devices.ok()) return devices.status();
+  options.gpu_cdi_devices = std::move(*devices);
+  // MIG devices made later get CDI devices of their own: the spec is written again.
+  options.refresh_gpu_cdi = [&flags, &gpus, before = options.gpu_cdi_devices]() mutable {
+    auto again = GpuCdiDevices(flags, gpus);
+    if (!again.ok()) {
+      spdlog::warn("CDI: {}", again.status().message());
+      return before;
+    }
+    before = *again;
+    return before;
+  };
+  return Status::Ok();
+}
+
+// Each GPU's and MIG device's CDI device by GpuDeviceKey, from the node's own specs or one the
+// agent writes from its inventory.
+Result<std::map<std::string, std::string>> GpuCdiDevices(const AgentFlags& flags,
+                                                         agent::GpuBackend& gpus) {
+  std::map<std::string, std::string> out;
   agent::GpuCdiOptions co;
   co.kind = flags.cdi_kind;
   auto inventory = gpus.ReadInventory();
@@ -117,7 +145,6 @@ Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
   for (const std::string& note : list.notes) spdlog::warn("CDI: {}", note);
   agent::GpuCdiSetup setup;
   if (flags.backend == "nvml") {
-    options.gpu_cdi_required = true;
     co.driver_files = agent::FindNvidiaDriverFiles();
     auto made = agent::EnsureGpuCdiSpec(list.devices, co);
     if (!made.ok()) return made.status();
@@ -136,15 +163,15 @@ Status SetUpContainers(const AgentFlags& flags, agent::GpuBackend& gpus,
   for (const std::string& note : setup.notes) spdlog::warn("CDI: {}", note);
   if (setup.spec_path.empty()) {
     spdlog::info("containers: no CDI spec of kind {}: containers get no GPU devices", co.kind);
-    return Status::Ok();
+    return out;
   }
   for (size_t i = 0; i < list.devices.size(); ++i) {
     auto name = agent::CdiDeviceFor(setup, co.kind, list.devices[i]);
-    if (name.ok()) options.gpu_cdi_devices[list.keys[i]] = *name;
+    if (name.ok()) out[list.keys[i]] = *name;
   }
   spdlog::info("containers: GPUs by CDI from {} ({} of {} GPUs and MIG devices)", setup.spec_path,
-               options.gpu_cdi_devices.size(), list.devices.size());
-  return Status::Ok();
+               out.size(), list.devices.size());
+  return out;
 }
 
 int RunAgent(const AgentFlags& flags) {
@@ -169,7 +196,7 @@ int RunAgent(const AgentFlags& flags) {
   if (!catalog.ok()) return Fail(catalog.status().message());
   std::unique_ptr<agent::GpuBackend> gpus;
   if (flags.backend == "nvml") {
-    auto b = agent::OpenNvmlBackend(*catalog);
+    auto b = agent::OpenNvmlBackend(*catalog, "libnvidia-ml.so.1", flags.manage_mig);
     if (!b.ok()) return Fail(b.status().message());
     gpus = std::move(*b);
   } else if (flags.backend == "sim") {
@@ -231,6 +258,10 @@ int RunAgent(const AgentFlags& flags) {
   agent::AgentOptions options;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
   options.advertise_address = flags.advertise_address;
+  options.mig_record = flags.work_dir + "/mig-devices.json";
+  options.mig_adopt = flags.mig_adopt;
+  options.catalog = &*catalog;
+  options.nvidia_smi = flags.nvidia_smi;
   if (Status s = SetUpContainers(flags, *gpus, options); !s.ok()) return Fail(s.message());
   agent::Agent agent(options, std::move(*transport), std::move(gpus), std::move(*workloads));
 
@@ -318,6 +349,19 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--cdi-kind", flags->cdi_kind,
                   "The CDI kind of this node's GPUs in /etc/cdi or /var/run/cdi (with --backend "
                   "nvml the agent writes a spec of it when the node has none)")
+      ->capture_default_str();
+  cmd->add_option("--manage-mig", flags->manage_mig,
+                  "With --backend nvml: make each granted MIG slice's device at its granted "
+                  "start slice and destroy it when its instance ends, and change a GPU's MIG "
+                  "mode when the server asks (needs root or the mig/config capability); false "
+                  "uses only the MIG devices that exist")
+      ->capture_default_str();
+  cmd->add_flag("--mig-adopt", flags->mig_adopt,
+                "Take over MIG devices Tessera did not make as free slices it may use and "
+                "destroy; without it they are an operator's, never placed over");
+  cmd->add_option("--nvidia-smi", flags->nvidia_smi,
+                  "The program that resets a GPU when an operator allowed it "
+                  "(set-gpu-mode --allow-reset)")
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", flags->heartbeat_ms,
                   "The longest between two reports, in milliseconds; the server's report "

@@ -1,0 +1,202 @@
+#include "agent/mig_manager.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "agent/workload_files.h"
+#include "common/csv.h"
+#include "common/json.h"
+
+namespace tessera::agent {
+
+using nlohmann::json;
+
+MigManager::MigManager(GpuBackend& gpus, const catalog::Catalog& catalog, MigManagerOptions options)
+    : gpus_(gpus), catalog_(catalog), options_(std::move(options)) {}
+
+Status MigManager::Load(const Inventory& inventory) {
+  struct stat st {};
+  if (lstat(options_.record_path.c_str(), &st) == 0) {
+    TESSERA_ASSIGN_OR_RETURN(std::string text, ReadFile(options_.record_path));
+    auto j = ParseJson(text, options_.record_path);
+    if (!j.ok()) return j.status();
+    const json* devices = j->is_object() && j->contains("devices") ? &(*j)["devices"] : nullptr;
+    if (devices == nullptr || !devices->is_array()) {
+      return Status::DataLoss(options_.record_path + ": expected {\"devices\": [...]}");
+    }
+    for (const json& d : *devices) {
+      if (!d.is_object() || !d.contains("uuid") || !d["uuid"].is_string()) {
+        return Status::DataLoss(options_.record_path + ": a device without its 'uuid'");
+      }
+      recorded_[d["uuid"].get<std::string>()] = d.value("instance", "");
+    }
+  }
+  models_.clear();
+  layout_.clear();
+  for (const GpuInfo& g : inventory.gpus) {
+    if (!g.mig_enabled) continue;
+    models_[g.index] = g.model;
+    for (const MigDevice& m : g.mig_devices) {
+      Entry e;
+      e.device = m;
+      auto it = recorded_.find(m.uuid);
+      e.managed = it != recorded_.end() || options_.adopt_foreign;
+      if (it != recorded_.end()) e.instance = it->second;
+      if (e.managed && it == recorded_.end()) {
+        spdlog::info("MIG: adopted {} ({}@{}) on GPU {} as a free slice", m.uuid, m.profile,
+                     m.start, g.index);
+      }
+      layout_[g.index].push_back(std::move(e));
+    }
+  }
+  // What the record names that no longer exists is forgotten.
+  std::map<std::string, std::string> kept;
+  for (const auto& [gpu, entries] : layout_) {
+    for (const Entry& e : entries) {
+      if (e.managed) kept[e.device.uuid] = e.instance;
+    }
+  }
+  recorded_ = std::move(kept);
+  return SaveRecord();
+}
+
+int MigManager::MemorySlices(int gpu, const std::string& profile) const {
+  auto model = models_.find(gpu);
+  if (model == models_.end()) return 0;
+  const catalog::GpuModel* m = catalog_.FindGpu(model->second);
+  const mig::Profile* p = m && m->mig ? m->mig->Find(profile) : nullptr;
+  return p ? p->memory_slices : 0;
+}
+
+Status MigManager::Refresh(int gpu) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<MigDevice> devices, gpus_.ReadMigDevices(gpu));
+  std::vector<Entry> fresh;
+  for (const MigDevice& m : devices) {
+    Entry e;
+    e.device = m;
+    auto it = recorded_.find(m.uuid);
+    e.managed = it != recorded_.end();
+    if (e.managed) e.instance = it->second;
+    fresh.push_back(std::move(e));
+  }
+  layout_[gpu] = std::move(fresh);
+  return Status::Ok();
+}
+
+Result<MigDevice> MigManager::Acquire(const std::string& instance, int gpu,
+                                      const std::string& profile, int start) {
+  const std::string what = fmt::format("MIG {}@{} on GPU {}", profile, start, gpu);
+  if (!models_.contains(gpu)) {
+    return Status::FailedPrecondition(what + ": the GPU is not in MIG mode");
+  }
+  TESSERA_RETURN_IF_ERROR(Refresh(gpu));
+  std::vector<Entry>& entries = layout_[gpu];
+  for (Entry& e : entries) {
+    if (e.device.profile != profile || e.device.start != start) continue;
+    if (e.managed && (e.instance == instance || e.instance.empty())) {
+      e.instance = instance;
+      recorded_[e.device.uuid] = instance;
+      TESSERA_RETURN_IF_ERROR(SaveRecord());
+      return e.device;
+    }
+  }
+  const int size = MemorySlices(gpu, profile);
+  if (size == 0) return Status::NotFound(what + ": the profile is not one of this GPU model's");
+  // What lies on the slices the grant needs: idle devices of Tessera's go, anything else stops it.
+  std::vector<MigDevice> in_the_way;
+  for (const Entry& e : entries) {
+    const int other = MemorySlices(gpu, e.device.profile);
+    const bool unknown = e.device.start < 0 || other == 0;
+    if (!unknown && (e.device.start >= start + size || start >= e.device.start + other)) continue;
+    if (!e.managed || unknown) {
+      return Status::FailedPrecondition(
+          fmt::format("{}: the placement overlaps MIG device {} ({}@{}), which Tessera did not "
+                      "make",
+                      what, e.device.uuid, e.device.profile, e.device.start));
+    }
+    if (!e.instance.empty()) {
+      return Status::FailedPrecondition(
+          fmt::format("{}: the placement overlaps MIG device {} of instance {}", what,
+                      e.device.uuid, e.instance));
+    }
+    in_the_way.push_back(e.device);
+  }
+  for (const MigDevice& m : in_the_way) {
+    if (Status s = gpus_.DestroyMigDevice(gpu, m); !s.ok() && s.code() != StatusCode::kNotFound) {
+      (void)Refresh(gpu);
+      return s.WithPrefix(what + ": making room");
+    }
+    recorded_.erase(m.uuid);
+    spdlog::info("MIG: destroyed idle {} ({}@{}) on GPU {} to make {}", m.uuid, m.profile, m.start,
+                 gpu, what);
+  }
+  if (!in_the_way.empty()) ++repartitions_;
+  Result<MigDevice> made = gpus_.CreateMigDevice(gpu, profile, start);
+  if (!made.ok()) {
+    (void)Refresh(gpu);  // The driver's word on what is there now.
+    (void)SaveRecord();
+    return made.status();
+  }
+  recorded_[made->uuid] = instance;
+  Entry e;
+  e.device = *made;
+  e.managed = true;
+  e.instance = instance;
+  entries.push_back(std::move(e));
+  spdlog::info("MIG: made {} for {}: {}", what, instance, made->uuid);
+  TESSERA_RETURN_IF_ERROR(SaveRecord());
+  return made;
+}
+
+void MigManager::Release(const std::set<std::string>& live) {
+  bool changed = false;
+  for (auto& [gpu, entries] : layout_) {
+    for (auto it = entries.begin(); it != entries.end();) {
+      if (!it->managed || it->instance.empty() || live.contains(it->instance)) {
+        ++it;
+        continue;
+      }
+      Status s = gpus_.DestroyMigDevice(gpu, it->device);
+      if (!s.ok() && s.code() != StatusCode::kNotFound) {
+        spdlog::warn("MIG: {} of ended instance {}: {}; trying again later", it->device.uuid,
+                     it->instance, s.message());
+        ++it;
+        continue;
+      }
+      spdlog::info("MIG: destroyed {} of ended instance {}", it->device.uuid, it->instance);
+      recorded_.erase(it->device.uuid);
+      it = entries.erase(it);
+      changed = true;
+    }
+  }
+  if (changed) {
+    if (Status s = SaveRecord(); !s.ok()) spdlog::warn("MIG: {}", s.message());
+  }
+}
+
+json MigManager::LayoutJson() const {
+  json out = json::array();
+  for (const auto& [gpu, entries] : layout_) {
+    for (const Entry& e : entries) {
+      out.push_back({{"gpu", gpu},
+                     {"uuid", e.device.uuid},
+                     {"profile", e.device.profile},
+                     {"start", e.device.start},
+                     {"owner", e.managed ? e.instance : "unmanaged"}});
+    }
+  }
+  return out;
+}
+
+Status MigManager::SaveRecord() const {
+  json devices = json::array();
+  for (const auto& [uuid, instance] : recorded_) {
+    devices.push_back({{"uuid", uuid}, {"instance", instance}});
+  }
+  return WriteFileAtomic(options_.record_path, DumpJson({{"devices", devices}}, 1));
+}
+
+}  // namespace tessera::agent
