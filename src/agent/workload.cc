@@ -390,13 +390,28 @@ Status WorkloadSupervisor::SetUpIsolation() {
   return Status::Ok();
 }
 
-Result<int64_t> WorkloadSupervisor::AssignUid(const std::string& id, const std::string& tenant) {
-  std::set<int64_t> held;  // By other tenants, or by ended work whose files are still there.
+int64_t WorkloadSupervisor::RunningUidOf(const std::string& tenant, std::set<int64_t>& held) const {
   for (const auto& [other, e] : entries_) {
     if (e->uid < 0) continue;
     if (e->tenant == tenant && e->status.phase == WorkloadPhase::kRunning) return e->uid;
     held.insert(e->uid);
   }
+  return -1;
+}
+
+int64_t WorkloadSupervisor::PlannedUid(const std::string& tenant) const {
+  if (isolation_ != "uid") return -1;
+  std::set<int64_t> held;
+  if (const int64_t running = RunningUidOf(tenant, held); running >= 0) return running;
+  for (int64_t uid = options_.first_uid; uid <= options_.last_uid; ++uid) {
+    if (!held.count(uid)) return uid;
+  }
+  return -1;
+}
+
+Result<int64_t> WorkloadSupervisor::AssignUid(const std::string& id, const std::string& tenant) {
+  std::set<int64_t> held;  // By other tenants, or by ended work whose files are still there.
+  if (const int64_t running = RunningUidOf(tenant, held); running >= 0) return running;
   for (int64_t uid = options_.first_uid; uid <= options_.last_uid; ++uid) {
     if (held.count(uid)) continue;
     if (!ClaimUid(static_cast<uid_t>(uid), options_.work_dir, options_.uid_claims_dir)) continue;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -151,6 +152,11 @@ class WorkloadSupervisor {
   // the node then). isolation_note() says why, e.g. "the agent is not root".
   const std::string& isolation() const { return isolation_; }
   const std::string& isolation_note() const { return isolation_note_; }
+  // The uid a workload of `tenant` started now would run as: the one its running work has, else
+  // the lowest one no other work here holds (Start skips it still when another agent on the
+  // machine has claimed it, or it keeps processes that SIGKILL does not end). -1 when this
+  // supervisor runs no workload uids, or every one is held.
+  int64_t PlannedUid(const std::string& tenant) const;
 
  private:
   struct Entry;
@@ -167,6 +173,9 @@ class WorkloadSupervisor {
   // The uid for a workload of `tenant`: the one its running work already has, else the lowest one
   // no other tenant's workload (running, or ended but not forgotten) holds, emptied of processes.
   Result<int64_t> AssignUid(const std::string& id, const std::string& tenant);
+  // The uid of `tenant`'s running work, else -1 with the uids a new workload of `tenant` may not
+  // take (other tenants' work, and ended work not forgotten) added to `held`.
+  int64_t RunningUidOf(const std::string& tenant, std::set<int64_t>& held) const;
   // After `e` ended: when no other running workload has its uid, every process left of that uid
   // (one that left the process group, say) is killed.
   void ReleaseUid(const Entry& e);

@@ -748,6 +748,39 @@ TEST_F(WorkloadUidTest, AWorkloadCannotForgeItsExitNorExtendTheLease) {
   EXPECT_NE(ended.exit_code, 0);
 }
 
+// What the agent sets up for a workload before starting it (its MPS server's limits) is keyed by
+// PlannedUid, so the uid Start then gives must be that one.
+TEST_F(WorkloadUidTest, PlannedUidIsTheUidStartGives) {
+  auto o = UidOpts();
+  o.uid_claims_dir = tmp_.path() + "/claims";  // No other test's claims in the way.
+  auto sup = OpenSup(o);
+  const int64_t bob = sup->PlannedUid("bob");
+  EXPECT_EQ(bob, kFirst);
+  ASSERT_TRUE(sup->Start(TenantSpec("b-1", "bob", "id -u; sleep 30")).ok());
+  EXPECT_EQ(sup->PlannedUid("bob"), bob);  // Its running work's.
+  const int64_t alice = sup->PlannedUid("alice");
+  EXPECT_EQ(alice, kFirst + 1);
+  ASSERT_TRUE(sup->Start(TenantSpec("a-1", "alice", "id -u")).ok());
+  EXPECT_EQ(WaitExited(*sup, "a-1").exit_code, 0);
+  EXPECT_EQ(Log(*sup, "a-1"), std::to_string(alice) + "\n");
+  EXPECT_TRUE(WaitFor([&] { return Log(*sup, "b-1") == std::to_string(bob) + "\n"; }))
+      << Log(*sup, "b-1");
+  // Alice's ended work keeps its uid until forgotten: carol gets the next one.
+  EXPECT_EQ(sup->PlannedUid("carol"), kFirst + 2);
+  ASSERT_TRUE(sup->Stop("b-1", milliseconds(100)).ok());
+  WaitExited(*sup, "b-1");
+}
+
+TEST(WorkloadPlannedUidTest, MinusOneWithoutWorkloadUids) {
+  tessera::testing::TempDir tmp;
+  WorkloadSupervisor::Options o;
+  o.work_dir = tmp.path() + "/work";
+  o.cgroup_root = "none";
+  auto sup = WorkloadSupervisor::Open(o);
+  ASSERT_TRUE(sup.ok()) << sup.status().ToString();
+  EXPECT_EQ((*sup)->PlannedUid("bob"), -1);
+}
+
 TEST_F(WorkloadUidTest, ProcessesLeftBehindAreKilledWhenTheTenantsLastWorkloadEnds) {
   auto sup = OpenSup(UidOpts());
   ASSERT_TRUE(
