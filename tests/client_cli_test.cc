@@ -1,5 +1,6 @@
 // End-to-end tests of the client commands (`tessera tenants|instances|nodes`) against a real
 // server: tables, JSON output, and the server's message on error.
+#include <future>
 #include <regex>
 
 #include "server_test_util.h"
@@ -143,6 +144,72 @@ TEST_F(ClientCliTest, NodesListDrainUndrain) {
   auto json_list = Cli({"nodes", "list", "-o", "json"}, kAdminToken);
   EXPECT_EQ(json::parse(json_list.out)["nodes"][0]["state"], "draining");
   EXPECT_EQ(Cli({"nodes", "undrain", "node-h100-01"}, kAdminToken).out, "node-h100-01: ready\n");
+}
+
+// `nodes set-gpu-mode` on a node joined over HTTP, its agent played by the test: exclusive to
+// shared at once; into MIG a request, a reset it waits for (and the hint to allow it), and with
+// --allow-reset --wait the agent's result, exit 0 once applied.
+TEST_F(ClientCliTest, NodesSetGpuModeAppliesOrWaitsForTheAgent) {
+  auto added = Post("/v1/nodes", kAdminToken, {{"name", "gpu-x"}});
+  ASSERT_EQ(added.status, 201) << added.raw;
+  const std::string node_token = added.body["token"];
+  json gpus = json::array();
+  for (int i = 0; i < 2; ++i) {
+    gpus.push_back({{"index", i}, {"uuid", "gpu-x-u" + std::to_string(i)}, {"model", "H100-80GB"}});
+  }
+  auto registered =
+      Post("/v1/agent/register", node_token,
+           {{"protocol", 1},
+            {"agent_id", "t1"},
+            {"inventory", {{"cpu_milli", 8000}, {"memory_mib", 65536}, {"gpus", gpus}}}});
+  ASSERT_EQ(registered.status, 200) << registered.raw;
+  int64_t seq = 0;
+  auto report = [&](const std::string& state, const std::string& reason) {
+    auto r = Post(
+        "/v1/agent/sync", node_token,
+        {{"protocol", 1},
+         {"agent_id", "t1"},
+         {"seq", ++seq},
+         {"generation", 0},
+         {"gpu_mode_results", {{{"id", 1}, {"gpu", 1}, {"state", state}, {"reason", reason}}}}});
+    ASSERT_EQ(r.status, 200) << r.raw;
+  };
+
+  auto shared = Cli({"nodes", "set-gpu-mode", "gpu-x", "0", "shared"}, kAdminToken);
+  EXPECT_EQ(shared.exit_code, 0) << shared.err;
+  EXPECT_EQ(shared.out, "gpu-x GPU 0: shared mode applied\n");
+  auto requested = Cli({"nodes", "set-gpu-mode", "gpu-x", "1", "mig"}, kAdminToken);
+  EXPECT_EQ(requested.exit_code, 0) << requested.err;
+  EXPECT_EQ(requested.out, "gpu-x GPU 1: mig mode requested (request 1), waiting for its agent\n");
+  auto bad = Cli({"nodes", "set-gpu-mode", "gpu-x", "7", "shared"}, kAdminToken);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("field 'index'"), std::string::npos) << bad.err;
+
+  report("pending_reset", "the driver applies it at the next reset");
+  auto pending = Cli({"nodes", "set-gpu-mode", "gpu-x", "1", "mig"}, kAdminToken);
+  EXPECT_NE(pending.out.find("mig mode waits for a reset of the GPU: the driver applies it"),
+            std::string::npos)
+      << pending.out;
+  EXPECT_NE(pending.out.find("tessera nodes set-gpu-mode gpu-x 1 mig --allow-reset"),
+            std::string::npos)
+      << pending.out;
+
+  auto waited = std::async(std::launch::async, [&] {
+    return Cli({"nodes", "set-gpu-mode", "gpu-x", "1", "mig", "--allow-reset", "--wait"},
+               kAdminToken);
+  });
+  // Once the operator allowed it, the agent resets the GPU and answers.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json n = Get("/v1/nodes/gpu-x", kAdminToken).body;
+        return n["gpus"][1]["mode_change"].value("allow_reset", false);
+      },
+      std::chrono::seconds(10)));
+  report("applied", "");
+  const testing::CommandResult done = waited.get();
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_EQ(done.out, "gpu-x GPU 1: mig mode applied\n");
+  EXPECT_EQ(Get("/v1/nodes/gpu-x", kAdminToken).body["gpus"][1]["mode"], "mig");
 }
 
 }  // namespace

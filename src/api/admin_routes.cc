@@ -15,6 +15,54 @@ namespace {
 
 using nlohmann::json;
 
+// A GPU's sharing mode (docs/agent.md, "Changing a GPU's mode"): {"mode": "mig" | "exclusive" |
+// "shared", "allow_reset": false}. 200 when applied at once, 202 with the request its agent is
+// sent (into or out of MIG).
+void AddGpuModeRoute(Api& table) {
+  table.Add(
+      "POST", "/v1/nodes/{id}/gpus/{index}/mode", Access::kAdmin, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        catalog::SharingMode mode = catalog::SharingMode::kExclusive;
+        bool allow_reset = false;
+        int gpu = -1;
+        Status refusal = call->body_status;
+        if (refusal.ok()) {
+          JsonFields f(call->body, "body");
+          f.RejectUnknown({"mode", "allow_reset"});
+          const std::string text = f.String("mode");
+          allow_reset = f.Bool("allow_reset", false);
+          if (auto m = catalog::ParseSharingMode(text)) {
+            mode = *m;
+          } else if (f.ok()) {
+            f.Fail("mode", fmt::format("'{}' is not mig, exclusive or shared", Quote(text)));
+          }
+          refusal = BodyStatus(f);
+        }
+        const std::string& text = call->params[1];
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), gpu);
+        if (refusal.ok() && (ec != std::errc() || end != text.data() + text.size() || gpu < 0)) {
+          refusal = Status::InvalidArgument(
+              fmt::format("field 'index': '{}' is not a GPU index (0, 1, ...)", Quote(text)));
+        }
+        const std::string node = call->params[0];
+        api.Run<json>(call, refusal,
+                      {[node, gpu, mode, allow_reset](core::State& s, store::Batch& b,
+                                                      const core::Tenant&) -> Result<json> {
+                         TESSERA_ASSIGN_OR_RETURN(core::GpuModeChange c,
+                                                  s.SetGpuMode(node, gpu, mode, allow_reset, b));
+                         json j = {{"id", node},
+                                   {"gpu", gpu},
+                                   {"mode", catalog::SharingModeName(c.mode)},
+                                   {"state", core::ModeChangeStateName(c.state)}};
+                         if (!c.reason.empty()) j["reason"] = c.reason;
+                         if (c.id > 0) j["request"] = c.ToJson();
+                         return j;
+                       },
+                       200, Passthrough, [](const json& j) { return j.value("id", ""); }, nullptr,
+                       [](const json& j) { return j.contains("request") ? 202 : 200; }});
+      });
+}
+
 void AddNodeRoutes(Api& table) {
   table.Add(
       "GET", "/v1/nodes?limit&page_token", Access::kAdmin, BodyKind::kNone, false,
@@ -149,6 +197,7 @@ void AddNodeRoutes(Api& table) {
              },
              200, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
+  AddGpuModeRoute(table);
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";
     table.Add("POST", "/v1/nodes/{id}/" + verb, Access::kAdmin, BodyKind::kOptionalJson, true,

@@ -69,6 +69,8 @@ struct Op {
   std::function<std::string(const T&)> target;
   // When set, the whole answer for a result, in place of `render`'s JSON (CSV, text).
   std::function<HttpResponse(const T&)> respond = nullptr;
+  // When set, the success status for a result, in place of `ok_status` (200 or 202 by outcome).
+  std::function<int(const T&)> status = nullptr;
 };
 
 class Api {
@@ -199,7 +201,9 @@ void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
         if (!caller.ok()) return caller.status();
         Result<T> out = refusal.ok() ? shared_op->run(s, b, **caller) : Result<T>(refusal);
         if (call->audited) {
-          const int status = out.ok() ? shared_op->ok_status : StatusResponse(out.status()).status;
+          const int status = !out.ok()           ? StatusResponse(out.status()).status
+                             : shared_op->status ? shared_op->status(*out)
+                                                 : shared_op->ok_status;
           Audit(b, {0, FormatRfc3339(clock_->Now()), Actor(**caller),
                     call->request.method + " " + call->request.parsed.path,
                     out.ok() && shared_op->target ? shared_op->target(*out) : "", status,
@@ -210,10 +214,12 @@ void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
       [call, shared_op, this](Result<T> r) {
         // On the core thread: hand the result over and render it on the connection's thread.
         call->responder.SendLater([call, shared_op, this, r = std::move(r)]() {
-          HttpResponse response = !r.ok() ? StatusResponse(r.status())
-                                  : shared_op->respond
-                                      ? shared_op->respond(*r)
-                                      : JsonResponse(shared_op->ok_status, shared_op->render(*r));
+          HttpResponse response =
+              !r.ok() ? StatusResponse(r.status())
+              : shared_op->respond
+                  ? shared_op->respond(*r)
+                  : JsonResponse(shared_op->status ? shared_op->status(*r) : shared_op->ok_status,
+                                 shared_op->render(*r));
           metrics_.CountRequest(call->request.method, call->route, response.status);
           return response;
         });

@@ -184,6 +184,37 @@ TEST(CodecTest, ImageFieldsOfAnInstanceAndATemplateAreCheckedNamingTheField) {
   }
 }
 
+TEST(CodecTest, AnAgentsGpuModeResultsAreCheckedNamingTheField) {
+  auto sync = [](json results) { return SyncWith("gpu_mode_results", std::move(results)); };
+  auto ok = sync({{{"id", 3}, {"gpu", 1}, {"state", "pending_reset"}, {"reason", "a reset"}},
+                  {{"id", 4}, {"gpu", 0}, {"state", "applied"}}});
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  ASSERT_EQ(ok->gpu_mode_results.size(), 2u);
+  EXPECT_EQ(ok->gpu_mode_results[0].id, 3);
+  EXPECT_EQ(ok->gpu_mode_results[0].gpu, 1);
+  EXPECT_EQ(ok->gpu_mode_results[0].state, core::ModeChangeState::kPendingReset);
+  EXPECT_EQ(ok->gpu_mode_results[0].reason, "a reset");
+  EXPECT_EQ(ok->gpu_mode_results[1].state, core::ModeChangeState::kApplied);
+  const std::vector<std::pair<json, std::string>> refused = {
+      {{{"id", 1}, {"gpu", 0}, {"state", "requested"}},
+       "gpu_mode_results[0]: field 'state': 'requested' is not applied, pending_reset, refused or "
+       "failed"},
+      {{{"id", 0}, {"gpu", 0}, {"state", "applied"}}, "gpu_mode_results[0]: field 'id'"},
+      {{{"id", 1}, {"gpu", 16}, {"state", "applied"}}, "gpu_mode_results[0]: field 'gpu'"},
+      {{{"id", 1}, {"gpu", 0}}, "gpu_mode_results[0]: field 'state': is required"},
+      {{{"id", 1}, {"gpu", 0}, {"state", "failed"}, {"reason", std::string(513, 'r')}},
+       "gpu_mode_results[0]: field 'reason': is longer than 512 bytes"},
+      {{{"id", 1}, {"gpu", 0}, {"state", "failed"}, {"mode", "mig"}},
+       "gpu_mode_results[0]: field 'mode': is not a known field"},
+  };
+  for (const auto& [entry, message] : refused) {
+    auto r = sync(json::array({entry}));
+    ASSERT_FALSE(r.ok()) << entry.dump();
+    EXPECT_EQ(r.status().message().substr(0, message.size()), message) << r.status().message();
+  }
+  EXPECT_EQ(sync({{"id", 1}}).status().message(), "field 'gpu_mode_results': expected a list");
+}
+
 // A log's offset leaves room for a report's bytes: its end can never overflow.
 TEST(CodecTest, ALogOffsetNearTheEndOfInt64IsRefused) {
   auto sync = [](int64_t offset) {

@@ -635,11 +635,112 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   });
 }
 
+// Says where a GPU's mode change stands (docs/agent.md, "Changing a GPU's mode"): `change` is the
+// POST's answer, or a GPU's mode_change as GET /v1/nodes/{id} shows it.
+void PrintModeChange(const std::string& node, int gpu, const json& change) {
+  const std::string state = Str(change, "state");
+  const std::string mode = Str(change, "mode");
+  const std::string reason = change.value("reason", "");
+  std::cout << EscapeForTerminal(node) << " GPU " << gpu << ": " << EscapeForTerminal(mode)
+            << " mode ";
+  if (state == "requested") {
+    std::cout << "requested (request " << Str(change, "id") << "), waiting for its agent\n";
+  } else if (state == "pending_reset") {
+    std::cout << "waits for a reset of the GPU" << (reason.empty() ? "" : ": ")
+              << EscapeForTerminal(reason) << "\nRerun with --allow-reset to let its agent reset "
+              << "it: tessera nodes set-gpu-mode " << EscapeForTerminal(node) << " " << gpu << " "
+              << EscapeForTerminal(mode) << " --allow-reset\n";
+  } else {
+    std::cout << EscapeForTerminal(state) << (reason.empty() ? "" : ": ")
+              << EscapeForTerminal(reason) << "\n";
+  }
+}
+
+// Polls GET /v1/nodes/{node} until mode change `id` of GPU `gpu` leaves `requested`, for at most
+// `timeout`. Prints it; 0 once applied, 1 otherwise.
+int AwaitModeChange(const ClientFlags& f, const std::string& node, int gpu, int64_t id,
+                    std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto r = Call(f, "GET", "/v1/nodes/" + Encode(node));
+    if (!r) return kExitFailure;
+    const json& gpus = r->body.value("gpus", json::array());
+    const json change = static_cast<size_t>(gpu) < gpus.size()
+                            ? gpus[static_cast<size_t>(gpu)].value("mode_change", json())
+                            : json();
+    if (!change.is_object() || change.value("id", int64_t{0}) != id) {
+      std::cerr << "tessera: node " << EscapeForTerminal(node) << " GPU " << gpu
+                << " shows no mode change " << id << "\n";
+      return kExitFailure;
+    }
+    const bool done = change.value("state", "") != "requested";
+    if (done || std::chrono::steady_clock::now() >= deadline) {
+      if (f.output == "json") {
+        std::cout << DumpJson(change, 2) << "\n";
+      } else {
+        PrintModeChange(node, gpu, change);
+      }
+      if (!done) {
+        std::cerr << "tessera: its agent has not answered in " << timeout.count() << " s\n";
+      }
+      return change.value("state", "") == "applied" ? kExitOk : kExitFailure;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+// tessera nodes set-gpu-mode NODE GPU MODE [--allow-reset] [--wait].
+void RegisterSetGpuMode(CLI::App* group, std::shared_ptr<ClientFlags> f, Context& ctx) {
+  struct Flags {
+    std::string node;
+    int gpu = 0;
+    std::string mode;
+    bool allow_reset = false;
+    bool wait = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = group->add_subcommand(
+      "set-gpu-mode",
+      "Change a GPU's sharing mode: exclusive and shared at once, into or out of MIG through the "
+      "node's agent (the GPU must hold no work)");
+  AddCommon(cmd, *f);
+  cmd->add_option("node", flags->node, "Node id")->required();
+  cmd->add_option("gpu", flags->gpu, "GPU index on the node")->required();
+  cmd->add_option("mode", flags->mode, "mig, exclusive or shared")
+      ->required()
+      ->check(CLI::IsMember({"mig", "exclusive", "shared"}));
+  cmd->add_flag("--allow-reset", flags->allow_reset,
+                "Let the agent reset the GPU if the driver needs it to change MIG mode");
+  cmd->add_flag("--wait", flags->wait,
+                "Wait (at most 60 s) for the agent's result; exit 0 only once applied");
+  cmd->callback([f, flags, &ctx] {
+    const json body = {{"mode", flags->mode}, {"allow_reset", flags->allow_reset}};
+    auto r = Call(*f, "POST",
+                  fmt::format("/v1/nodes/{}/gpus/{}/mode", Encode(flags->node), flags->gpu), &body);
+    if (!r) {
+      ctx.exit_code = kExitFailure;
+      return;
+    }
+    const json request = r->body.value("request", json());
+    if (flags->wait && request.is_object() && request.value("state", "") == "requested") {
+      ctx.exit_code = AwaitModeChange(*f, flags->node, flags->gpu, request.value("id", int64_t{0}),
+                                      std::chrono::seconds(60));
+      return;
+    }
+    ctx.exit_code = Show(*f, r, [&](const json& j) {
+      PrintModeChange(flags->node, flags->gpu, request.is_object() ? request : j);
+    });
+    if (flags->wait && Str(r->body, "state") != "applied") ctx.exit_code = kExitFailure;
+  });
+}
+
 void RegisterNodes(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   auto id = std::make_shared<std::string>();
   CLI::App* group = app.add_subcommand(
-      "nodes", "List, add, drain and undrain nodes, and mark their GPUs' health (admin token)");
+      "nodes",
+      "List, add, drain and undrain nodes, mark their GPUs' health and set their GPUs' modes "
+      "(admin token)");
   group->require_subcommand(1);
   CLI::App* list = group->add_subcommand("list", "List nodes with capacity and allocations");
   AddCommon(list, *f);
@@ -733,6 +834,7 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
                     << EscapeForTerminal(Str(j, "fault")) << " queued for its agent\n";
         });
   });
+  RegisterSetGpuMode(group, f, ctx);
   for (const char* verb : {"drain", "undrain"}) {
     CLI::App* one =
         group->add_subcommand(verb, verb == std::string("drain") ? "Stop placing new work on a node"

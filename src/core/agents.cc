@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/json.h"
 
 namespace tessera::core {
@@ -109,6 +111,19 @@ std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& nod
     }
     j["dbe_cleared"] = std::move(cleared);
   }
+  if (!node.gpu_sharing.empty()) {
+    nlohmann::json modes = nlohmann::json::array();
+    for (const auto& [gpu, mode] : node.gpu_sharing) {
+      modes.push_back({{"gpu", gpu}, {"mode", catalog::SharingModeName(mode)}});
+    }
+    j["gpu_sharing"] = std::move(modes);
+  }
+  if (!node.mode_changes.empty()) {
+    nlohmann::json changes = nlohmann::json::array();
+    for (const auto& [_, change] : node.mode_changes) changes.push_back(change.ToJson());
+    j["mode_changes"] = std::move(changes);
+    j["next_mode_change"] = node.next_mode_change;
+  }
   return {std::string(kRecordPrefix) + node.name, DumpJson(j)};
 }
 
@@ -161,6 +176,29 @@ Result<AgentNode> AgentSupervisor::FromRecord(const std::string& key, const std:
       n.dbe_cleared[gpu] = count;
     }
   }
+  if (const nlohmann::json* list = f.Get("gpu_sharing", false); list && list->is_array()) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      JsonFields g((*list)[i], fmt::format("{}: gpu_sharing[{}]", where, i));
+      const auto gpu = static_cast<int>(g.Int("gpu", 0, 1023));
+      const auto mode = catalog::ParseSharingMode(g.String("mode"));
+      if (g.ok() && (!mode || *mode == catalog::SharingMode::kMig)) {
+        g.Fail("mode", "is not exclusive or shared");
+      }
+      if (!g.ok()) return Status::DataLoss(g.status().message());
+      n.gpu_sharing[gpu] = *mode;
+    }
+  }
+  if (const nlohmann::json* list = f.Get("mode_changes", false); list && list->is_array()) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      auto change =
+          GpuModeChange::FromJson((*list)[i], fmt::format("{}: mode_changes[{}]", where, i));
+      if (!change.ok()) return Status::DataLoss(change.status().message());
+      n.next_mode_change = std::max(n.next_mode_change, change->id + 1);
+      n.mode_changes[change->gpu] = std::move(*change);
+    }
+  }
+  n.next_mode_change =
+      std::max(n.next_mode_change, f.Int("next_mode_change", 1, INT64_MAX, false, 1));
   if (!sharing) f.Fail("sharing", "is not exclusive, mig or shared");
   if (!f.ok()) return Status::DataLoss(f.status().message());
   n.sharing = *sharing;

@@ -220,6 +220,10 @@ Status Fleet::CanGrant(const Node& n, const GpuGrant& grant) const {
     return Status::Unavailable(
         fmt::format("{}: is unhealthy, out of service", Where(n, grant.gpu)));
   }
+  if (gpu.held) {
+    return Status::Unavailable(
+        fmt::format("node '{}': GPU {} is changing its mode", n.name, grant.gpu));
+  }
   switch (gpu.mode) {
     case SharingMode::kExclusive:
       if (gpu.free_milli != kMilliPerGpu) {
@@ -473,6 +477,16 @@ Status Fleet::SetGpuHealthy(NodeIndex ni, int gpu_index, bool healthy) {
   Gpu& gpu = n.gpus[static_cast<size_t>(gpu_index)];
   if (gpu.healthy == healthy) return Status::Ok();
   gpu.healthy = healthy;
+  ++versions_[ni.value];
+  ++changes_;
+  return Status::Ok();
+}
+
+Status Fleet::SetGpuHeld(NodeIndex ni, int gpu_index, bool held) {
+  TESSERA_RETURN_IF_ERROR(CheckGpuIndex(ni, gpu_index));
+  Gpu& gpu = nodes_[ni.value].gpus[static_cast<size_t>(gpu_index)];
+  if (gpu.held == held) return Status::Ok();
+  gpu.held = held;
   ++versions_[ni.value];
   ++changes_;
   return Status::Ok();

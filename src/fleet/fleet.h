@@ -52,6 +52,12 @@ struct Gpu {
   // False once the server took the GPU out of service (a fatal XID, lost, double-bit ECC): its
   // capacity is still counted, but nothing new is granted on it (docs/fleet.md).
   bool healthy = true;
+  // True while the GPU changes its sharing mode (its agent turns MIG on or off): like an
+  // unhealthy GPU, it is granted to nobody meanwhile.
+  bool held = false;
+
+  // Whether anything new may be granted on it (what the scheduler counts as free).
+  bool grantable() const { return healthy && !held; }
 };
 
 struct Node {
@@ -142,6 +148,9 @@ class Fleet {
   // Takes a GPU out of service or puts it back. What it holds stays booked until released; an
   // unhealthy GPU is granted to nobody (CanAllocate says why).
   Status SetGpuHealthy(NodeIndex n, int gpu, bool healthy);
+  // Holds a GPU while its sharing mode changes, or releases it. What it holds stays booked; a held
+  // GPU is granted to nobody (CanAllocate says why).
+  Status SetGpuHeld(NodeIndex n, int gpu, bool held);
 
   // Incremented on every change to node n, so schedulers can cache per-node values.
   uint64_t version(NodeIndex n) const { return versions_[n.value]; }

@@ -29,8 +29,9 @@ std::string Dump(const Fleet& f) {
                        NodeStateName(n.state), n.cpu_milli_free, n.cpu_milli, n.memory_mib_free,
                        n.memory_mib, n.workloads);
     for (const Gpu& g : n.gpus) {
-      out += fmt::format("  {} i{} {} {}{}", catalog::SharingModeName(g.mode), g.island,
-                         g.free_milli, g.free_memory_mib, g.healthy ? "" : " unhealthy");
+      out += fmt::format("  {} i{} {} {}{}{}", catalog::SharingModeName(g.mode), g.island,
+                         g.free_milli, g.free_memory_mib, g.healthy ? "" : " unhealthy",
+                         g.held ? " held" : "");
       for (const MigInstance& m : g.mig_instances)
         out += fmt::format(" {}@{}", m.profile->name, m.start);
       out += "\n";
@@ -342,6 +343,18 @@ TEST_F(FleetRefusalTest, AllocateRefusesWhatWouldBreakAnInvariant) {
        [](FleetTest&, Fleet& f) { Ok(f.SetGpuHealthy(kA100, 0, false)); },
        [](Fleet& f) { return f.Allocate(F::Mig(kA100, 0, "1g.10gb", 0)); },
        StatusCode::kUnavailable, "node 'a100': gpu 0: is unhealthy"},
+      {"a whole GPU changing its mode",
+       [](FleetTest&, Fleet& f) { Ok(f.SetGpuHeld(kH100, 3, true)); },
+       [](Fleet& f) {
+         return f.Allocate(F::Whole(kH100, {2, 3}));
+       },
+       StatusCode::kUnavailable, "node 'h100': GPU 3 is changing its mode"},
+      {"a MIG slice of a GPU changing its mode",
+       [](FleetTest&, Fleet& f) { Ok(f.SetGpuHeld(kA100, 0, true)); },
+       [](Fleet& f) { return f.Allocate(F::Mig(kA100, 0, "1g.10gb", 0)); },
+       StatusCode::kUnavailable, "node 'a100': GPU 0 is changing its mode"},
+      {"holding a GPU past the end", nullptr, [](Fleet& f) { return f.SetGpuHeld(kT4, 2, true); },
+       StatusCode::kInvalidArgument, "node 't4': gpu 2 is out of range (it has 2)"},
       {"health of a GPU past the end", nullptr,
        [](Fleet& f) { return f.SetGpuHealthy(kT4, 2, false); }, StatusCode::kInvalidArgument,
        "node 't4': gpu 2 is out of range (it has 2)"},

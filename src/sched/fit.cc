@@ -47,7 +47,7 @@ bool PlanMig(const Need& need, const NodeTable& t, uint32_t n, int* gpu, int* st
   std::vector<mig::Placement> existing;
   for (size_t i = 0; i < node.gpus.size(); ++i) {
     const fleet::Gpu& g = node.gpus[i];
-    if (g.mode != SharingMode::kMig || !g.healthy) continue;
+    if (g.mode != SharingMode::kMig || !g.grantable()) continue;
     existing.clear();
     for (const fleet::MigInstance& m : g.mig_instances) existing.push_back({m.profile, m.start});
     Result<std::vector<mig::Placement>> plan = mig::Plan(*table, existing, {p});

@@ -111,10 +111,11 @@ void NodeTable::Read(uint32_t n) {
   for (int i = 0; i < g.count; ++i) {
     const fleet::Gpu& gpu = node.gpus[static_cast<size_t>(i)];
     const auto k = static_cast<size_t>(i);
-    // An unhealthy GPU reads as full: nothing is placed on it, and fragmentation counts it out.
-    const int free_milli = gpu.healthy ? gpu.free_milli : 0;
+    // An unhealthy GPU, or one changing its mode, reads as full: nothing is placed on it, and
+    // fragmentation counts it out.
+    const int free_milli = gpu.grantable() ? gpu.free_milli : 0;
     g.free[k] = static_cast<int16_t>(free_milli);
-    g.free_memory[k] = gpu.healthy ? gpu.free_memory_mib : 0;
+    g.free_memory[k] = gpu.grantable() ? gpu.free_memory_mib : 0;
     g.mode[k] = gpu.mode;
     g.island[k] = static_cast<int8_t>(gpu.island);
     f.gpu_free += free_milli;

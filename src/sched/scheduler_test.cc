@@ -250,6 +250,26 @@ TEST_P(PolicyTest, NeverPlacesOnAnUnhealthyGpu) {
   EXPECT_TRUE(s->last_error().ok()) << s->last_error().ToString();
 }
 
+// A GPU changing its mode (its agent turning MIG on or off) is granted to nobody meanwhile, by
+// any policy, as an unhealthy one; released, it is granted again.
+TEST_P(PolicyTest, NeverPlacesOnAGpuChangingItsMode) {
+  auto fleet = testing::MakeFleet({SharedNode("a", "T4", 2, 64)});
+  auto s = Make(fleet.get(), 42);
+  ASSERT_TRUE(fleet->SetGpuHeld(fleet::NodeIndex(0), 0, true).ok());
+  EXPECT_FALSE(s->Schedule(Whole(1000, 2)).has_value()) << "one GPU is held";
+  for (int i = 0; i < 4; ++i) {
+    const std::optional<fleet::Assignment> a =
+        s->Schedule(i % 2 ? Whole(1000, 1) : Share(1000, 300));
+    if (a) {
+      EXPECT_EQ(a->gpus[0].gpu, 1) << "placed on a held GPU";
+    }
+  }
+  ASSERT_TRUE(fleet->SetGpuHeld(fleet::NodeIndex(0), 0, false).ok());
+  const std::optional<fleet::Assignment> a = s->Schedule(Whole(1000, 1));
+  ASSERT_TRUE(a.has_value()) << "released, it takes work again";
+  EXPECT_EQ(a->gpus[0].gpu, 0);
+}
+
 std::vector<fleet::Assignment> RunStream(const std::string& policy, uint64_t seed,
                                          uint64_t stream) {
   Rng specs_rng(5);
