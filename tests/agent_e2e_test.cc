@@ -127,7 +127,60 @@ TEST_F(AgentTest, ASharedGpuInstanceSeesItsGpuAndItsMpsLimits) {
   const std::string uuid = Instance(id)["gpus"][0].value("uuid", "");
   const std::string out = RunDir("gpu-shared", id) + "/out";
   ASSERT_TRUE(WaitFor([&] { return !ReadFile(out).empty(); }, 5s));
-  EXPECT_EQ(ReadFile(out), fmt::format("{} 25 {}=8192M\n", uuid, uuid));
+  EXPECT_EQ(ReadFile(out), fmt::format("{} 25 0=8192M\n", uuid))
+      << "MPS names the device by its ordinal among the visible ones";
+}
+
+// With NVIDIA's MPS control program (here the fake, which records every command), a share's
+// limits are set through its tenant's daemon on that GPU, not only in its environment; the
+// daemon goes when the GPU holds no share of the tenant any more.
+TEST_F(AgentTest, AShareRunsUnderAnMpsDaemonThatHoldsItsLimits) {
+  const std::string control = std::string(TESSERA_FAKE_MPS_DIR) + "/nvidia-cuda-mps-control";
+  Join("gpu-mps", "L40S-48GB:1", "shared", {"--mps-control", control});
+  json body = {{"billing", "on_demand"},
+               {"gpu_model", "L40S-48GB"},
+               {"milli_gpu", 250},
+               {"gpu_memory_mib", 8192},
+               {"vcpus", 2},
+               {"memory_mib", 4096}};
+  const std::string out = Evidence("mps-pipe");
+  const std::string id = Create(body, "echo $CUDA_MPS_PIPE_DIRECTORY > " + out + "; sleep 60");
+  ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(out).empty(); }, 5s));
+  std::string pipe = ReadFile(out);
+  pipe.pop_back();
+  EXPECT_EQ(pipe.rfind(WorkDir("gpu-mps") + "/mps/uid-", 0), 0u) << pipe;
+  const std::string log = ReadFile(pipe + "/commands.log");
+  const size_t pct = log.find("set_default_active_thread_percentage 25");
+  const size_t mem = log.find("set_default_device_pinned_mem_limit 0 8192M");
+  const size_t start = log.find("start_server -uid ");
+  EXPECT_NE(pct, std::string::npos) << log;
+  EXPECT_NE(mem, std::string::npos) << log;
+  ASSERT_NE(start, std::string::npos) << log;
+  EXPECT_TRUE(pct < start && mem < start) << "the limits are set before its server starts: " << log;
+  auto node = Get("/v1/nodes/gpu-mps", kAdminToken).body;
+  EXPECT_EQ(node["agent"].value("share_enforcement", ""), "mps") << node.dump();
+
+  EXPECT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
+  ASSERT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
+  EXPECT_TRUE(WaitFor(
+      [&] { return ReadFile(pipe + "/commands.log").find("quit") != std::string::npos; }, 10s))
+      << "the daemon of a GPU without shares is stopped: " << ReadFile(pipe + "/commands.log");
+}
+
+// Without the control program, a node says its shares are time-sliced, without limits.
+TEST_F(AgentTest, WithoutMpsANodeSaysItsSharesAreTimeSliced) {
+  Join("gpu-nomps", "L40S-48GB:1", "shared", {"--mps-control", "/nonexistent/mps-control"});
+  auto node = Get("/v1/nodes/gpu-nomps", kAdminToken).body;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        node = Get("/v1/nodes/gpu-nomps", kAdminToken).body;
+        return node["agent"].value("share_enforcement_note", "").find("mps-control") !=
+               std::string::npos;
+      },
+      5s))
+      << node.dump();
+  EXPECT_EQ(node["agent"].value("share_enforcement", ""), "time_sliced");
 }
 
 TEST_F(AgentTest, AMigSliceSeesExactlyItsMigDevice) {

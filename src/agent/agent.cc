@@ -5,8 +5,12 @@
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -169,6 +173,16 @@ Agent::Agent(AgentOptions options, Transport transport, std::unique_ptr<GpuBacke
       workloads_(std::move(workloads)),
       agent_id_(RandomId()),
       period_(options_.heartbeat) {
+  if (!options_.mps_control.empty()) {
+    // Whether the program is here: an MpsDaemons looks it up once.
+    MpsOptions probe;
+    probe.control = options_.mps_control;
+    probe.root = options_.mps_root;
+    probe.stop_at_exit = false;
+    MpsDaemons daemons(probe);
+    mps_available_ = daemons.available();
+    mps_note_ = daemons.note();
+  }
   Adopt();
 }
 
@@ -203,6 +217,8 @@ Status Agent::Register() {
   json body = {{"protocol", kProtocol}, {"agent_id", agent_id_}, {"inventory", InventoryJson(inv)}};
   if (!options_.advertise_address.empty()) body["advertise_address"] = options_.advertise_address;
   gpu_count_ = static_cast<int>(inv.gpus.size());
+  gpu_uuids_.clear();
+  for (const GpuInfo& g : inv.gpus) gpu_uuids_.push_back(g.uuid);
   if (!options_.mig_record.empty() && options_.catalog != nullptr && gpus_->CanChangeMig()) {
     if (!mig_) {
       mig_ = std::make_unique<MigManager>(
@@ -328,6 +344,7 @@ json Agent::Report(milliseconds wait) {
     body["mig"] = mig_->LayoutJson();
     body["mig_repartitions"] = mig_->repartitions();
   }
+  body["shares"] = {{"mps", mps_available_}, {"note", mps_note_}};
   if (!mode_results_.empty()) {
     json results = json::array();
     for (const auto& [id, r] : mode_results_) {
@@ -517,6 +534,22 @@ void Agent::Apply(const json& desired) {
                          : empty;
   std::set<std::string> wanted;
   std::map<int, int> load;  // GPU index -> milli-GPU its workloads hold.
+  // What each tenant's shares add up to per GPU, before any new one starts under MPS.
+  share_limits_.clear();
+  for (const json& w : list) {
+    if (!w.is_object() || w.value("action", "run") != "run" || !w.contains("gpu_load") ||
+        !w["gpu_load"].is_array()) {
+      continue;
+    }
+    int64_t uid = workloads_->PlannedUid(w.value("tenant", ""));
+    if (uid < 0) uid = geteuid();
+    for (const json& g : w["gpu_load"]) {
+      if (!g.is_object() || g.contains("mig_profile") || g.value("milli", 1000) >= 1000) continue;
+      auto& [pct, mib] = share_limits_[{g.value("index", 0), uid}];
+      pct = std::max(pct, std::clamp(g.value("milli", 0) / 10, 1, 100));
+      mib += std::max<int64_t>(1, g.value("memory_mib", int64_t{1}));
+    }
+  }
   std::vector<MigLoad> mig_loads;
   std::vector<telemetry::Holder> holders;
   for (const json& w : list) {
@@ -566,7 +599,9 @@ void Agent::Apply(const json& desired) {
             if (name.is_string()) spec.port_env.push_back(name.get<std::string>());
           }
         }
-        if (Status s = PrepareMig(id, w, spec); !s.ok()) {
+        Status s = PrepareMig(id, w, spec);
+        if (s.ok()) s = PrepareMps(w, spec);
+        if (!s.ok()) {
           spdlog::error("starting {}: {}", key, s.message());
           k.noop = true;
           k.start_error = s.message();
@@ -639,6 +674,13 @@ void Agent::Apply(const json& desired) {
     mig_->Release(live);
   }
   ApplyModeRequests(desired);
+  if (mps_available_) {
+    // Daemons of GPUs, and servers of uids, that hold no share any more are stopped.
+    std::map<int64_t, std::map<int, std::set<int64_t>>> by_uid;
+    for (const auto& [key, limits] : share_limits_)
+      by_uid[key.second][key.first].insert(key.second);
+    for (auto& [uid, daemons] : mps_) daemons->Reconcile(by_uid[uid]);
+  }
   for (int g = 0; g < gpu_count_; ++g) gpus_->SetLoad(g, std::min(1000, load[g]));
   gpus_->SetMigLoads(std::move(mig_loads));
   std::lock_guard lock(metrics_mu_);
@@ -671,6 +713,50 @@ Status Agent::PrepareMig(const std::string& instance, const json& w, WorkloadSpe
     value = out;
   }
   if (options_.refresh_gpu_cdi) options_.gpu_cdi_devices = options_.refresh_gpu_cdi();
+  return Status::Ok();
+}
+
+MpsDaemons& Agent::MpsOf(int64_t uid) {
+  std::unique_ptr<MpsDaemons>& d = mps_[uid];
+  if (!d) {
+    // Each tenant's daemons have a directory only it (and root) may enter: another tenant's
+    // client cannot reach them, so cannot queue behind or in front of its server.
+    const std::string dir = fmt::format("{}/uid-{}", options_.mps_root, uid);
+    mkdir(options_.mps_root.c_str(), 0755);
+    mkdir(dir.c_str(), 0710);
+    if (chown(dir.c_str(), 0, static_cast<gid_t>(uid)) != 0 || chmod(dir.c_str(), 0710) != 0) {
+      spdlog::warn("MPS: {}: {}", dir, strerror(errno));
+    }
+    MpsOptions o;
+    o.control = options_.mps_control;
+    o.root = dir;
+    o.stop_at_exit = false;  // Workloads outlive the agent; the next run adopts the daemons.
+    d = std::make_unique<MpsDaemons>(o);
+  }
+  return *d;
+}
+
+Status Agent::PrepareMps(const json& w, WorkloadSpec& spec) {
+  if (!mps_available_ || !w.contains("gpu_load") || !w["gpu_load"].is_array()) {
+    return Status::Ok();
+  }
+  int64_t uid = workloads_->PlannedUid(w.value("tenant", ""));
+  if (uid < 0) uid = geteuid();
+  bool first = true;
+  for (const json& g : w["gpu_load"]) {
+    if (!g.is_object() || g.contains("mig_profile") || g.value("milli", 1000) >= 1000) continue;
+    const int gpu = g.value("index", 0);
+    if (gpu < 0 || static_cast<size_t>(gpu) >= gpu_uuids_.size()) continue;
+    MpsDaemons& daemons = MpsOf(uid);
+    TESSERA_RETURN_IF_ERROR(daemons.Ensure(gpu, gpu_uuids_[static_cast<size_t>(gpu)]));
+    const auto [pct, mib] = share_limits_[{gpu, uid}];
+    TESSERA_RETURN_IF_ERROR(daemons.SetLimits(gpu, uid, pct, mib));
+    // A client talks to one daemon: the first shared GPU's.
+    if (first) {
+      for (auto& [name, value] : daemons.ClientEnv(gpu)) spec.env.emplace_back(name, value);
+    }
+    first = false;
+  }
   return Status::Ok();
 }
 

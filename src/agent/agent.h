@@ -24,6 +24,7 @@
 #include "agent/container_image.h"
 #include "agent/gpu_backend.h"
 #include "agent/mig_manager.h"
+#include "agent/mps.h"
 #include "agent/workload.h"
 #include "common/result.h"
 #include "telemetry/series.h"
@@ -75,6 +76,11 @@ struct AgentOptions {
   // The program that resets a GPU when an operator allowed it (a MIG mode change pending a
   // reset): run as `PROGRAM --gpu-reset -i INDEX`.
   std::string nvidia_smi = "nvidia-smi";
+  // Shares of a GPU run under NVIDIA MPS (mps.h) when this control program is found: one daemon
+  // per GPU and tenant uid under `mps_root`, whose server's limits are the tenant's shares there.
+  // Empty: shares get only their environment.
+  std::string mps_control;
+  std::string mps_root;
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",
@@ -144,6 +150,11 @@ class Agent {
   // Makes the MIG devices of a new workload's slices and writes their UUIDs into its
   // environment in place of the server's; the failure, named, when one cannot be made.
   Status PrepareMig(const std::string& instance, const nlohmann::json& w, WorkloadSpec& spec);
+  // Starts a new workload's shares under MPS: its tenant's daemon on each shared GPU, limits for
+  // all the tenant's shares there, and the daemon's pipe in its environment.
+  Status PrepareMps(const nlohmann::json& w, WorkloadSpec& spec);
+  // The MPS daemons of `uid` (one per GPU it holds shares on).
+  MpsDaemons& MpsOf(int64_t uid);
   // Carries out the server's GPU mode requests (a MIG mode change) not yet answered.
   void ApplyModeRequests(const nlohmann::json& desired);
 
@@ -174,7 +185,14 @@ class Agent {
   std::map<std::string, bool> image_shell_;     // ImageHasShell's answers.
   std::unique_ptr<MigManager> mig_;             // Null unless MIG devices are made on demand.
   std::map<int64_t, ModeResult> mode_results_;  // By request id.
-  bool register_again_ = false;  // The inventory changed (a MIG mode did): register anew.
+  bool register_again_ = false;         // The inventory changed (a MIG mode did): register anew.
+  std::vector<std::string> gpu_uuids_;  // By index, as registered.
+  // MPS, per tenant uid; and what every tenant's shares add up to per (GPU, uid): the largest
+  // thread percentage and the sum of the memory.
+  std::map<int64_t, std::unique_ptr<MpsDaemons>> mps_;
+  std::map<std::pair<int, int64_t>, std::pair<int, int64_t>> share_limits_;
+  bool mps_available_ = false;
+  std::string mps_note_ = "no MPS control program was given";
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   // What MetricsText renders, as the agent loop last saw it.

@@ -5,6 +5,7 @@
 #include "api/codec.h"
 #include "common/json.h"
 #include "common/text.h"
+#include "fleet/fleet.h"
 #include "telemetry/sample.h"
 
 namespace tessera::api {
@@ -27,11 +28,42 @@ Status CheckProtocol(JsonFields& f) {
   return Status::Ok();
 }
 
+constexpr size_t kMaxMigDevices = fleet::kMaxGpusPerNode * 8;
+
+// "mig": the node's MIG devices, each {"gpu", "uuid", "profile", "start", "owner"}.
+Result<std::vector<core::MigReport>> ParseMigLayout(const json& list) {
+  if (!list.is_array() || list.size() > kMaxMigDevices) {
+    return Status::InvalidArgument(
+        fmt::format("field 'mig': expected a list of at most {} MIG devices", kMaxMigDevices));
+  }
+  std::vector<core::MigReport> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    JsonFields m(list[i], fmt::format("mig[{}]", i));
+    m.RejectUnknown({"gpu", "uuid", "profile", "start", "owner"});
+    core::MigReport r;
+    r.gpu = static_cast<int>(m.Int("gpu", 0, fleet::kMaxGpusPerNode - 1));
+    r.uuid = m.String("uuid");
+    r.profile = m.String("profile", false);
+    r.start = static_cast<int>(m.Int("start", -1, 7));
+    r.owner = m.String("owner", false);
+    for (auto [key, value] :
+         {std::pair{"uuid", &r.uuid}, {"profile", &r.profile}, {"owner", &r.owner}}) {
+      if (m.ok() && (value->size() > 96 || !IsPrintableAscii(*value) ||
+                     (key == std::string_view("uuid") && value->empty()))) {
+        m.Fail(key, "must be at most 96 printable ASCII characters");
+      }
+    }
+    TESSERA_RETURN_IF_ERROR(m.first_error());  // "mig[0]: field ...".
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<core::AgentRegistration> ParseRegistration(const json& body) {
   JsonFields f(body, "body");
-  f.RejectUnknown({"protocol", "agent_id", "inventory", "advertise_address"});
+  f.RejectUnknown({"protocol", "agent_id", "inventory", "advertise_address", "mig"});
   TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
   core::AgentRegistration r;
   r.agent_id = f.String("agent_id");
@@ -44,6 +76,9 @@ Result<core::AgentRegistration> ParseRegistration(const json& body) {
     }
   }
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  if (const json* mig = body.is_object() && body.contains("mig") ? &body["mig"] : nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(r.mig, ParseMigLayout(*mig));
+  }
   return r;
 }
 
@@ -106,12 +141,51 @@ Status ParseReport(const json& j, const std::string& where, core::AgentSync& s) 
   return Status::Ok();
 }
 
+constexpr size_t kMaxModeResults = 64;
+
+// "gpu_mode_results": what the agent did with the GPU mode changes it was sent, each
+// {"id", "gpu", "state": "applied" | "pending_reset" | "refused" | "failed", "reason"}.
+Status ParseModeResults(const json& list, core::AgentSync& s) {
+  if (!list.is_array()) {
+    return Status::InvalidArgument("field 'gpu_mode_results': expected a list");
+  }
+  if (list.size() > kMaxModeResults) {
+    return Status::InvalidArgument(fmt::format("field 'gpu_mode_results': {} entries; at most {}",
+                                               list.size(), kMaxModeResults));
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    JsonFields r(list[i], fmt::format("gpu_mode_results[{}]", i));
+    r.RejectUnknown({"id", "gpu", "state", "reason"});
+    core::GpuModeResult m;
+    m.id = r.Int("id", 1, INT64_MAX);
+    m.gpu = static_cast<int>(r.Int("gpu", 0, fleet::kMaxGpusPerNode - 1));
+    const std::string state = r.String("state");
+    m.reason = r.String("reason", false);
+    if (r.ok()) {
+      const auto parsed = core::ParseModeChangeState(state);
+      if (!parsed || *parsed == core::ModeChangeState::kRequested) {
+        r.Fail("state",
+               fmt::format("'{}' is not applied, pending_reset, refused or failed", Quote(state)));
+      } else {
+        m.state = *parsed;
+      }
+    }
+    if (m.reason.size() > core::kMaxModeReason) {
+      r.Fail("reason", fmt::format("is longer than {} bytes", core::kMaxModeReason));
+    }
+    TESSERA_RETURN_IF_ERROR(r.first_error());  // "gpu_mode_results[0]: field ...".
+    s.gpu_mode_results.push_back(std::move(m));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<core::AgentSync> ParseSync(json& body) {
   JsonFields f(body, "body");
   f.RejectUnknown({"protocol", "agent_id", "seq", "generation", "wait_ms", "workloads", "logs",
-                   "limits", "isolation", "telemetry"});
+                   "limits", "isolation", "telemetry", "gpu_mode_results", "mig",
+                   "mig_repartitions", "shares"});
   TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
   core::AgentSync s;
   s.agent_id = f.String("agent_id");
@@ -125,6 +199,13 @@ Result<core::AgentSync> ParseSync(json& body) {
     s.limits_enforced = limits.Bool("enforced");
     s.limits_note = limits.String("note", false);
     if (s.limits_note.size() > 512) limits.Fail("note", "is longer than 512 bytes");
+  }
+  JsonFields shares = f.Object("shares", false);
+  if (!shares.absent()) {
+    shares.RejectUnknown({"mps", "note"});
+    s.shares_mps = shares.Bool("mps");
+    s.shares_note = shares.String("note", false);
+    if (s.shares_note.size() > 512) shares.Fail("note", "is longer than 512 bytes");
   }
   JsonFields isolation = f.Object("isolation", false);
   if (!isolation.absent()) {
@@ -184,6 +265,14 @@ Result<core::AgentSync> ParseSync(json& body) {
       log.data = std::move(*data);
       s.logs.push_back(std::move(log));
     }
+  }
+  if (const json* results = f.Get("gpu_mode_results", false)) {
+    TESSERA_RETURN_IF_ERROR(ParseModeResults(*results, s));
+  }
+  if (const json* mig = f.Get("mig", false)) {
+    TESSERA_ASSIGN_OR_RETURN(s.mig, ParseMigLayout(*mig));
+    s.mig_repartitions = f.Int("mig_repartitions", 0, INT64_MAX, false, 0);
+    TESSERA_RETURN_IF_ERROR(BodyStatus(f));
   }
   return s;
 }

@@ -230,6 +230,27 @@ void AddAgentFields(json& node, json agent) {
     }
     agent.erase("unhealthy_gpus");
   }
+  // The MIG devices on each GPU, beside the GPU.
+  if (agent.contains("mig_devices")) {
+    for (json& d : agent["mig_devices"]) {
+      const size_t gpu = d.value("gpu", size_t{0});
+      if (!node.contains("gpus") || gpu >= node["gpus"].size()) continue;
+      d.erase("gpu");
+      node["gpus"][gpu]["mig_devices"].push_back(std::move(d));
+    }
+    agent.erase("mig_devices");
+  }
+  // A GPU's outstanding mode change, else its last one, beside the GPU.
+  if (agent.contains("gpu_mode_changes")) {
+    for (const json& c : agent["gpu_mode_changes"]) {
+      const size_t gpu = c.value("gpu", size_t{0});
+      if (!node.contains("gpus") || gpu >= node["gpus"].size()) continue;
+      json shown = c;
+      shown.erase("gpu");
+      node["gpus"][gpu]["mode_change"] = std::move(shown);
+    }
+    agent.erase("gpu_mode_changes");
+  }
   node["agent"] = std::move(agent);
 }
 

@@ -149,6 +149,19 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   Gauge(out, "tessera_gpus_unhealthy_total", "counter",
         "GPUs taken out of service since start (a fatal XID, lost, double-bit ECC, an operator).",
         state.counters().gpus_unhealthy);
+  {
+    // Per node, as its agent run counts them (a restarted agent counts from 0 again).
+    out +=
+        "# HELP tessera_mig_repartitions_total MIG layout changes an agent made to host a "
+        "granted slice (idle devices destroyed to make it).\n";
+    out += "# TYPE tessera_mig_repartitions_total counter\n";
+    for (const auto& [name, node] : state.agents().nodes()) {
+      if (node.mig_repartitions > 0 || !node.mig.empty()) {
+        out += fmt::format("tessera_mig_repartitions_total{{node=\"{}\"}} {}\n", name,
+                           node.mig_repartitions);
+      }
+    }
+  }
   Gauge(out, "tessera_agent_reports_total", "counter", "Agent reports applied.",
         state.counters().agent_reports);
   Gauge(out, "tessera_agent_reports_refused_total", "counter",

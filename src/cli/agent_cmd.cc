@@ -59,6 +59,7 @@ struct AgentFlags {
   bool manage_mig = true;
   bool mig_adopt = false;
   std::string nvidia_smi = "nvidia-smi";
+  std::string mps_control = "nvidia-cuda-mps-control";
 };
 
 int Fail(const std::string& message) {
@@ -262,6 +263,8 @@ int RunAgent(const AgentFlags& flags) {
   options.mig_adopt = flags.mig_adopt;
   options.catalog = &*catalog;
   options.nvidia_smi = flags.nvidia_smi;
+  options.mps_control = flags.mps_control;
+  options.mps_root = flags.work_dir + "/mps";
   if (Status s = SetUpContainers(flags, *gpus, options); !s.ok()) return Fail(s.message());
   agent::Agent agent(options, std::move(*transport), std::move(gpus), std::move(*workloads));
 
@@ -362,6 +365,12 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--nvidia-smi", flags->nvidia_smi,
                   "The program that resets a GPU when an operator allowed it "
                   "(set-gpu-mode --allow-reset)")
+      ->capture_default_str();
+  cmd->add_option("--mps-control", flags->mps_control,
+                  "NVIDIA's MPS control program: shares of a GPU run under an MPS daemon per GPU "
+                  "and tenant, with their thread and memory limits set through it; where it is "
+                  "not found, shares are time-sliced without limits (and the node says so); "
+                  "\"\" turns MPS off")
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", flags->heartbeat_ms,
                   "The longest between two reports, in milliseconds; the server's report "

@@ -3,6 +3,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,15 @@ namespace tessera {
 // surrogates, nothing above U+10FFFF), or nullopt when `s` is valid UTF-8.
 std::optional<size_t> FindInvalidUtf8(std::string_view s);
 inline bool IsValidUtf8(std::string_view s) { return !FindInvalidUtf8(s); }
+
+// Printable ASCII without spaces (an id, a UUID).
+inline bool IsPrintableAscii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+// Printable ASCII, spaces allowed (a GPU's name: "NVIDIA H100 80GB HBM3").
+inline bool IsPrintableText(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
 
 // `s` with everything a terminal would act on made visible: C0 controls and DEL as \n, \t, \r,
 // \e or \xNN; C1 controls, line separators and bidirectional overrides as \uNNNN; a backslash

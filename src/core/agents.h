@@ -28,6 +28,7 @@
 #include "common/clock.h"
 #include "common/result.h"
 #include "core/instance.h"
+#include "core/mode_change.h"
 #include "store/store.h"
 #include "telemetry/sample.h"
 #include "telemetry/series.h"
@@ -85,12 +86,25 @@ struct PullReport {
 };
 
 // POST /v1/agent/register: an agent run and its node's inventory (docs/agent.md).
+// One MIG device on a node as its agent reports it (mig_manager.h): on GPU `gpu`, of `profile`
+// at memory slice `start` (-1: the driver would not tell), and whose it is.
+struct MigReport {
+  int gpu = 0;
+  std::string uuid;
+  std::string profile;
+  int start = 0;
+  std::string owner;  // The instance holding it, "" (idle, Tessera's) or "unmanaged".
+  friend bool operator==(const MigReport&, const MigReport&) = default;
+};
+
 struct AgentRegistration {
   std::string agent_id;  // Unique per agent run.
   nlohmann::json inventory;
   // Where other nodes reach this one (groups' MASTER_ADDR): the agent's --advertise-address, else
   // the address the server saw its registration come from. Empty: the node's name.
   std::string address{};
+  // The node's MIG devices, from an agent that makes them on demand; absent otherwise.
+  std::optional<std::vector<MigReport>> mig{};
 };
 
 // New bytes of a workload's log, shipped by its agent.
@@ -115,6 +129,14 @@ struct AgentSync {
   std::optional<Isolation> isolation;  // Absent from an older agent.
   std::string isolation_note;
   std::shared_ptr<const telemetry::Telemetry> telemetry;
+  // What the agent did with the GPU mode changes it was sent (docs/agent.md).
+  std::vector<GpuModeResult> gpu_mode_results;
+  std::optional<std::vector<MigReport>> mig;  // As in AgentRegistration.
+  int64_t mig_repartitions = -1;              // The agent run's count; -1 when not told.
+  // Whether the node's shares run under MPS, with their limits set through it, or time-sliced
+  // without limits (and why); absent from an older agent.
+  std::optional<bool> shares_mps;
+  std::string shares_note;
 };
 
 // A node joined by an agent.
@@ -137,6 +159,12 @@ struct AgentNode {
   // Per GPU, the double-bit ECC count an operator accepted when clearing it: only errors above
   // it take the GPU out of service again (the driver's count survives until a reset).
   std::map<int, int64_t> dbe_cleared;
+  // Per GPU not in MIG mode, the mode an operator set (tessera nodes set-gpu-mode), which
+  // outlasts restarts; a GPU without one has `sharing`. A MIG GPU's mode is its inventory's.
+  std::map<int, catalog::SharingMode> gpu_sharing;
+  // Per GPU, its outstanding mode change (the GPU is held), else the last one that ended.
+  std::map<int, GpuModeChange> mode_changes;
+  int64_t next_mode_change = 1;
   // A fleet-file node served by one of the server's own simulated agents (--sim-agents): not
   // stored, its token made afresh at every start, and spot work on it has no notice period.
   bool simulated = false;
@@ -163,6 +191,14 @@ struct AgentNode {
   // Faults an admin asked its (simulated) GPUs to show: {"id", "fault"}, the newest kept.
   std::vector<nlohmann::json> faults;
   int64_t next_fault = 1;
+  // Its MIG devices as its agent last reported them (an agent that makes them on demand), the
+  // fleet bookings that keep the unmanaged ones' slices from being granted, and how often the
+  // agent run changed a GPU's layout to make a granted slice.
+  std::vector<MigReport> mig;
+  std::vector<fleet::Assignment> mig_held;
+  int64_t mig_repartitions = 0;
+  std::optional<bool> shares_mps;  // As AgentSync::shares_mps, last reported.
+  std::string shares_note;
 
   bool registered() const { return !inventory.is_null(); }
   // How many GPUs its agent registered.
@@ -173,6 +209,16 @@ struct AgentNode {
   nlohmann::json UnhealthyJson() const;
   // Whether each tenant's workloads run apart; false until its agent run said so.
   bool isolated() const { return isolation == Isolation::kUid; }
+  // The mode GPU `gpu` has when its inventory does not say MIG.
+  catalog::SharingMode SharingOf(int gpu) const {
+    auto it = gpu_sharing.find(gpu);
+    return it == gpu_sharing.end() ? sharing : it->second;
+  }
+  // GPU `gpu` is changing its mode: nothing new is granted on it.
+  bool mode_held(int gpu) const {
+    auto it = mode_changes.find(gpu);
+    return it != mode_changes.end() && it->second.outstanding();
+  }
 };
 
 // A long-polling agent, answered once its node's generation passes `after` or at `deadline`.

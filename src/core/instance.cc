@@ -221,7 +221,10 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const GpuRef& g : inst.gpus) {
     nlohmann::json gj = {{"uuid", g.uuid}, {"model", g.model}, {"index", g.index}};
-    if (!g.mig_profile.empty()) gj["mig_profile"] = g.mig_profile;
+    if (!g.mig_profile.empty()) {
+      gj["mig_profile"] = g.mig_profile;
+      gj["mig_start"] = g.mig_start;  // The memory slice its device starts at.
+    }
     if (g.milli_gpu > 0) gj["milli_gpu"] = g.milli_gpu;
     gpus.push_back(std::move(gj));
   }

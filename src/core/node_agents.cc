@@ -23,15 +23,6 @@ constexpr auto kLeaseCheckEvery = std::chrono::milliseconds(200);
 // The longest a report may carry in uuids and names.
 constexpr size_t kMaxUuid = 96;
 
-bool IsPrintableAscii(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-}
-
-// Printable ASCII, spaces allowed (a GPU's name: "NVIDIA H100 80GB HBM3").
-bool IsPrintableText(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
-}
-
 // The node a registration describes, checked field by field against the catalog.
 Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const AgentNode& node,
                                           const nlohmann::json& inventory) {
@@ -115,7 +106,8 @@ Result<fleet::NodeSpec> SpecFromInventory(const catalog::Catalog& catalog, const
       if (!g.ok()) return g.first_error();
       spec.gpu_model = model_of_first;
       spec.gpu_uuids.push_back(uuid);
-      spec.gpu_modes.push_back(mig ? catalog::SharingMode::kMig : node.sharing);
+      spec.gpu_modes.push_back(mig ? catalog::SharingMode::kMig
+                                   : node.SharingOf(static_cast<int>(i)));
     }
   }
   if (const nlohmann::json* islands = f.Get("nvlink_islands", false)) {
@@ -170,7 +162,8 @@ nlohmann::json WorkloadEnv(const Instance& inst) {
     uuids.push_back(g.uuid);
     if (g.milli_gpu > 0) {
       thread_percentage = std::max(thread_percentage, std::max(1, g.milli_gpu / 10));
-      mem_limits.push_back(fmt::format("{}={}M", g.uuid, inst.shape.gpu_memory_mib));
+      // MPS names a device by its ordinal among the visible ones, as CUDA numbers them.
+      mem_limits.push_back(fmt::format("{}={}M", uuids.size() - 1, inst.shape.gpu_memory_mib));
     }
   }
   const std::string visible = uuids.empty() ? "void" : fmt::format("{}", fmt::join(uuids, ","));
@@ -326,6 +319,11 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
           name, Describe(SpecFromInventory(*catalog_, *node, node->inventory).value()),
           Describe(spec)));
     }
+    // The operator's MIG devices are booked again from this registration's report, after the
+    // GPUs took their modes.
+    ReleaseMigHolds(*node);
+    node->mig.clear();
+    FollowInventoryModes(*node, spec);  // A GPU whose MIG mode changed.
   } else {
     auto added = fleet_->AddNode(spec);
     if (!added.ok()) return added.status().WithPrefix("inventory");
@@ -334,6 +332,12 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
     spdlog::info("node {} joined: {}", name, Describe(spec));
   }
   node->inventory = reg.inventory;
+  node->mig.clear();  // The inventory's devices are the registration's until the report's.
+  if (reg.mig) {
+    ApplyMigLayout(*node, *reg.mig, -1, batch);
+  } else {
+    ReleaseMigHolds(*node);  // An agent that does not report them.
+  }
   node->info = NodeInfoOf(*node);
   node->address = reg.address;
   if (node->agent_id != reg.agent_id) {
@@ -393,6 +397,10 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
       }
     }
   }
+  if (Status bad = CheckModeResults(*node, sync.gpu_mode_results); !bad.ok()) {
+    ++counters_.agent_reports_refused;
+    return bad;
+  }
   ++counters_.agent_reports;
   node->report_seq = sync.seq;
   node->last_seen = clock_->Now();
@@ -400,6 +408,10 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   if (sync.limits_enforced) {
     node->limits_enforced = sync.limits_enforced;
     node->limits_note = sync.limits_note;
+  }
+  if (sync.shares_mps) {
+    node->shares_mps = sync.shares_mps;
+    node->shares_note = sync.shares_note;
   }
   if (sync.isolation) {
     const bool opened = sync.isolation != node->isolation && *sync.isolation == Isolation::kUid;
@@ -422,6 +434,8 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
       AppendLog(*inst, log);
     }
   }
+  // Before the reports: an instance that starts in this one shows the UUID its device has.
+  if (sync.mig) ApplyMigLayout(*node, *sync.mig, sync.mig_repartitions, batch);
   for (const AgentReport& report : sync.reports) {
     Instance* inst = instances_.Find(report.instance);
     // Work the node no longer holds (moved while it was lost, or ended) is not its to report:
@@ -443,6 +457,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
       inst->pull = pull.progress;
     }
   }
+  ApplyModeResults(*node, sync.gpu_mode_results, batch);
   return sync.generation != node->generation || sync.wait <= Duration::zero();
 }
 
@@ -494,7 +509,9 @@ nlohmann::json State::DesiredState(const std::string& name) const {
         if (!g.mig_profile.empty()) {
           l["mig_profile"] = g.mig_profile;
           l["mig_start"] = g.mig_start;
+          l["uuid"] = g.uuid;  // The agent puts the UUID its device has in its place.
         }
+        if (g.milli_gpu > 0) l["memory_mib"] = inst->shape.gpu_memory_mib;  // Its MPS limit.
         load.push_back(std::move(l));
       }
       w["gpu_load"] = std::move(load);
@@ -502,6 +519,13 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       w["log_offset"] =
           log != logs_.end() && log->second.attempt == inst->restarts ? log->second.end : 0;
       workloads.push_back(std::move(w));
+    }
+  }
+  // Outstanding GPU mode changes (docs/agent.md, "Changing a GPU's mode").
+  nlohmann::json mode_requests = nlohmann::json::array();
+  if (node) {
+    for (const auto& [_, c] : node->mode_changes) {
+      if (c.outstanding()) mode_requests.push_back(c.RequestJson());
     }
   }
   using std::chrono::duration_cast;
@@ -513,7 +537,8 @@ nlohmann::json State::DesiredState(const std::string& name) const {
           {"generation", node ? node->generation : 0},
           {"lease_ms", duration_cast<milliseconds>(t.lease()).count()},
           {"heartbeat_ms", duration_cast<milliseconds>(t.report_period).count()},
-          {"workloads", std::move(workloads)}};
+          {"workloads", std::move(workloads)},
+          {"gpu_mode_requests", std::move(mode_requests)}};
 }
 
 Result<const AgentNode*> State::AuthenticateNode(std::string_view token_hash) const {
@@ -588,6 +613,35 @@ nlohmann::json State::AgentJson(const std::string& name) const {
     j["driver_version"] = n.inventory.value("driver_version", "");
   }
   j["unhealthy_gpus"] = n.UnhealthyJson();
+  // How shares of its GPUs are held to their size (docs/agent.md, "Shares on a GPU: MPS").
+  j["share_enforcement"] = n.shares_mps.value_or(false) ? "mps" : "time_sliced";
+  if (!n.shares_mps.value_or(false)) {
+    j["share_enforcement_note"] =
+        n.shares_note.empty() ? "its agent has not said it runs MPS" : n.shares_note;
+  }
+  if (n.registered()) {
+    // Each GPU's MIG devices, whose each is: an instance's, idle (""), or an operator's.
+    nlohmann::json mig = nlohmann::json::array();
+    const nlohmann::json& gpus = n.inventory.value("gpus", nlohmann::json::array());
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      for (const nlohmann::json& d : gpus[g].value("mig_devices", nlohmann::json::array())) {
+        nlohmann::json shown = {{"gpu", g},
+                                {"uuid", d.value("uuid", "")},
+                                {"profile", d.value("profile", "")},
+                                {"start", d.value("start", -1)}};
+        for (const MigReport& m : n.mig) {
+          if (m.uuid == shown["uuid"]) shown["owner"] = m.owner;
+        }
+        mig.push_back(std::move(shown));
+      }
+    }
+    j["mig_devices"] = std::move(mig);  // Shown beside each GPU (api::AddAgentFields).
+  }
+  if (!n.mode_changes.empty()) {
+    nlohmann::json changes = nlohmann::json::array();
+    for (const auto& [_, c] : n.mode_changes) changes.push_back(c.ToJson());
+    j["gpu_mode_changes"] = std::move(changes);  // Shown beside each GPU (api::AddAgentFields).
+  }
   if (n.telemetry) {
     j["telemetry"] = telemetry::ToJson(*n.telemetry);
     j["telemetry_at"] = FormatRfc3339(n.telemetry_at);
@@ -886,6 +940,7 @@ void State::ApplyNodeState(const AgentNode& node) {
   for (size_t g = 0; g < fleet_->node(*n).gpus.size(); ++g) {
     (void)fleet_->SetGpuHealthy(*n, static_cast<int>(g),
                                 !node.unhealthy.contains(static_cast<int>(g)));
+    (void)fleet_->SetGpuHeld(*n, static_cast<int>(g), node.mode_held(static_cast<int>(g)));
   }
   // A joined node's agent runs real processes, and unless it runs each tenant's under a uid of
   // their own, one tenant's workload could read or signal another's: such a node is shared, and

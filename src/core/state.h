@@ -211,6 +211,15 @@ class State {
   // `reason`, moving its work as a fault would. NotFound for an unknown node or GPU.
   Status SetGpuHealth(const std::string& node, int gpu, bool healthy, const std::string& reason,
                       store::Batch& batch);
+  // An operator sets GPU `gpu` of joined node `node` to `mode` (gpu_modes.cc; docs/agent.md,
+  // "Changing a GPU's mode"). Between exclusive and shared it is applied at once (state applied,
+  // id 0), as it is when the GPU is in `mode` already; into or out of MIG, a request for the
+  // node's agent (state requested), the GPU held until its result; asking again with
+  // `allow_reset` allows a reset on the same request. NotFound for an unknown node;
+  // FailedPrecondition for a node without a registered agent, a GPU that holds work (naming the
+  // instances) or one changing to another mode; InvalidArgument naming `index` or `mode`.
+  Result<GpuModeChange> SetGpuMode(const std::string& node, int gpu, catalog::SharingMode mode,
+                                   bool allow_reset, store::Batch& batch);
   // Serves fleet-file node `node` with one of the server's own simulated agents, which acts
   // with the node token `token_hash` (--sim-agents). NotFound for a node not in the fleet.
   Status AttachSimulatedAgent(const std::string& node, const std::string& token_hash);
@@ -556,6 +565,20 @@ class State {
                            store::Batch& batch);
   // After `node.unhealthy` changed: its series, the fleet, its agent and the store follow.
   void GpuHealthChanged(AgentNode& node, store::Batch& batch);
+  // GPU mode changes (gpu_modes.cc). FailedPrecondition naming the instances on GPU `gpu` of
+  // `node`, or saying it is allocated.
+  Status CheckGpuFree(const AgentNode& node, int gpu) const;
+  // InvalidArgument naming the first result for a GPU the node does not have.
+  Status CheckModeResults(const AgentNode& node, const std::vector<GpuModeResult>& results) const;
+  // Moves the node's outstanding mode changes on with its agent's results; an ended one releases
+  // its GPU, and an applied one puts the GPU in its new mode (EnterMode).
+  void ApplyModeResults(AgentNode& node, const std::vector<GpuModeResult>& results,
+                        store::Batch& batch);
+  void EnterMode(AgentNode& node, const GpuModeChange& change);
+  // A known node registered again: each GPU takes the mode its inventory gives (`spec`), unless
+  // something is allocated on it (logged; it keeps its mode).
+  void FollowInventoryModes(const AgentNode& node, const fleet::NodeSpec& spec);
+  void AuditModeChange(const AgentNode& node, const GpuModeChange& change, store::Batch& batch);
   // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
   void Displace(Instance& inst, const std::string& why, store::Batch& batch);
   void SaveNode(const AgentNode& node, store::Batch& batch);
@@ -567,6 +590,13 @@ class State {
   // On a joined node, a MIG slice whose profile and placement match a MIG device the node's
   // agent reported gets that device's UUID (what CUDA knows it by).
   void UseReportedMigUuids(Instance& inst) const;
+  // Takes the MIG devices a node's agent reported (node_mig.cc) as the server's view of them:
+  // the inventory lists them, the unmanaged ones' slices are booked so nothing is granted over
+  // them, and the node's instances get the UUIDs their devices were made with.
+  void ApplyMigLayout(AgentNode& node, const std::vector<MigReport>& mig, int64_t repartitions,
+                      store::Batch& batch);
+  // Frees the slices of `node`'s unmanaged MIG devices in the fleet.
+  void ReleaseMigHolds(AgentNode& node);
   void Save(const Instance& inst, store::Batch& batch);
   // Moves `inst` to `to`; leaving `running` closes its billing interval into `batch`, ended as
   // `ending` says.
