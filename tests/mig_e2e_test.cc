@@ -256,6 +256,31 @@ TEST_F(MigAgentTest, AHalfMadeDeviceIsDestroyedAndTheInstanceSaysWhy) {
   EXPECT_TRUE(DriverInstances().empty()) << "no GPU instance without its compute instance";
 }
 
+// A workload leaves a process behind that still uses its device when its instance ends: the
+// device stays (the driver refuses to destroy it), its slices stay booked so nothing is placed
+// over it, and it goes once that process does.
+TEST_F(MigAgentTest, ADeviceAnOrphanStillUsesIsNotPlacedOverAndGoesWithIt) {
+  Join(OneA100());
+  const std::string pid_file = Evidence("orphan.pid");
+  const std::string id =
+      Slice("3g.40gb", "setsid sh -c 'echo $$ > " + pid_file + "; exec sleep 300' & sleep 60");
+  ASSERT_EQ(AwaitState(tenant_, id, "running"), "running") << ReadFile(dir_.File("agent.log"));
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(pid_file).empty(); }, 5s));
+  const int orphan = std::stoi(ReadFile(pid_file));
+  EXPECT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
+  EXPECT_EQ(AwaitState(tenant_, id, "terminated"), "terminated");
+  const std::string whole = Slice("7g.80gb", "sleep 60");
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(Instance(whole).value("state", ""), "pending")
+      << "the lingering device's slices are not granted: " << Instance(whole).dump();
+  EXPECT_EQ(DriverInstances().size(), 1u);
+  kill(orphan, SIGKILL);
+  EXPECT_EQ(AwaitState(tenant_, whole, "running", 15s), "running")
+      << ReadFile(dir_.File("agent.log"));
+  ASSERT_EQ(DriverInstances().size(), 1u);
+  EXPECT_EQ(DriverInstances()[0].value("profile_id", -1), 0);
+}
+
 // A GPU into MIG mode on a driver that applies it at the GPU's next reset: the agent waits for
 // the operator's leave (pending_reset), then resets it and the GPU serves MIG slices.
 TEST_F(MigAgentTest, SetGpuModeWaitsForALeaveToResetThenServesSlices) {

@@ -534,6 +534,19 @@ void Agent::Apply(const json& desired) {
                          : empty;
   std::set<std::string> wanted;
   std::map<int, int> load;  // GPU index -> milli-GPU its workloads hold.
+  if (mig_) {
+    // The devices of instances that ended go before new ones are made: a new grant may lie on
+    // their slices.
+    std::set<std::string> live;
+    for (const json& w : list) {
+      if (w.is_object()) live.insert(w.value("id", ""));
+    }
+    for (const WorkloadStatus& s : workloads_->Poll()) {
+      auto k = known_.find(s.id);
+      if (k != known_.end() && s.phase == WorkloadPhase::kRunning) live.insert(k->second.instance);
+    }
+    mig_->Release(live);
+  }
   // What each tenant's shares add up to per GPU, before any new one starts under MPS.
   share_limits_.clear();
   for (const json& w : list) {

@@ -161,11 +161,15 @@ void MigManager::Release(const std::set<std::string>& live) {
       }
       Status s = gpus_.DestroyMigDevice(gpu, it->device);
       if (!s.ok() && s.code() != StatusCode::kNotFound) {
-        spdlog::warn("MIG: {} of ended instance {}: {}; trying again later", it->device.uuid,
-                     it->instance, s.message());
+        // Said once per device; it is tried again at every report.
+        if (stuck_.insert(it->device.uuid).second) {
+          spdlog::warn("MIG: {} of ended instance {}: {}; trying again at every report",
+                       it->device.uuid, it->instance, s.message());
+        }
         ++it;
         continue;
       }
+      stuck_.erase(it->device.uuid);
       spdlog::info("MIG: destroyed {} of ended instance {}", it->device.uuid, it->instance);
       recorded_.erase(it->device.uuid);
       it = entries.erase(it);

@@ -80,6 +80,7 @@ class MigManager {
   std::map<int, std::vector<Entry>> layout_;     // By GPU.
   std::map<std::string, std::string> recorded_;  // Tessera's devices: UUID -> instance.
   int64_t repartitions_ = 0;
+  std::set<std::string> stuck_;  // Devices of ended instances that could not be destroyed yet.
 };
 
 }  // namespace tessera::agent
