@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -68,9 +69,24 @@ class NvmlBackendTest : public ::testing::Test {
   void TearDown() override { unsetenv("TESSERA_FAKE_NVML_CONFIG"); }
 
   // Points the fake at `config` and opens the backend on it.
-  Result<std::unique_ptr<GpuBackend>> Open(const json& config) {
+  Result<std::unique_ptr<GpuBackend>> Open(const json& config, bool manage_mig = false) {
     setenv("TESSERA_FAKE_NVML_CONFIG", dir_.Write("nvml.json", config.dump()).c_str(), 1);
-    return OpenNvmlBackend(catalog::EmbeddedCatalogForTest(), FakeLibrary());
+    return OpenNvmlBackend(catalog::EmbeddedCatalogForTest(), FakeLibrary(), manage_mig);
+  }
+
+  // The MIG-managing backend on one A100 80GB (in MIG mode when `mig`), its inventory read.
+  std::unique_ptr<GpuBackend> OpenA100(bool mig, const json& extra = json::object()) {
+    json gpu = {{"name", "NVIDIA A100-SXM4-80GB"},
+                {"uuid", "GPU-a1000000-0000-0000-0000-00000000000a"},
+                {"memory_mib", 81920},
+                {"mig", mig},
+                {"mig_model", "A100-80GB"}};
+    gpu.update(extra);
+    auto backend = Open({{"gpus", {gpu}}}, true);
+    EXPECT_TRUE(backend.ok()) << backend.status().ToString();
+    if (!backend.ok()) return nullptr;
+    EXPECT_TRUE((*backend)->ReadInventory().ok());
+    return std::move(*backend);
   }
 
   testing::TempDir dir_;
@@ -301,6 +317,113 @@ TEST_F(NvmlBackendTest, OnlyReadOnlyCallsAndShutdownAtTheEnd) {
   EXPECT_TRUE(calls.contains("nvmlShutdown"));
   EXPECT_TRUE(calls.contains("nvmlEventSetFree"));
   EXPECT_TRUE(calls.contains("nvmlDeviceGetPciInfo_v3"));  // The newest version first.
+}
+
+TEST_F(NvmlBackendTest, MakesAMigDeviceAtItsStartAndDestroysIt) {
+  auto backend = OpenA100(true);
+  ASSERT_TRUE(backend);
+  ASSERT_TRUE(backend->CanChangeMig());
+  Result<MigDevice> made = backend->CreateMigDevice(0, "3g.40gb", 4);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_THAT(made->uuid, ::testing::StartsWith("MIG-"));
+  EXPECT_EQ(made->profile, "3g.40gb");
+  EXPECT_EQ(made->start, 4);
+  EXPECT_GE(made->gpu_instance, 1);
+  EXPECT_EQ(made->compute_instance, 0);
+  auto devices = backend->ReadMigDevices(0);
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 1u);
+  EXPECT_EQ((*devices)[0].uuid, made->uuid);
+  EXPECT_EQ((*devices)[0].start, 4);
+  ASSERT_TRUE(backend->DestroyMigDevice(0, *made).ok());
+  EXPECT_TRUE(backend->ReadMigDevices(0)->empty());
+  EXPECT_EQ(backend->DestroyMigDevice(0, *made).code(), StatusCode::kNotFound);
+}
+
+TEST_F(NvmlBackendTest, MigFailuresAreNamed) {
+  auto backend = OpenA100(true);
+  ASSERT_TRUE(backend);
+  ASSERT_TRUE(backend->CreateMigDevice(0, "4g.40gb", 0).ok());
+  // 3g.40gb@0 lies on the 4g's slices: the driver's INSUFFICIENT_RESOURCES.
+  Result<MigDevice> taken = backend->CreateMigDevice(0, "3g.40gb", 0);
+  EXPECT_EQ(taken.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(taken.status().message(), HasSubstr("MIG 3g.40gb@0: the placement is taken"));
+  Result<MigDevice> unknown = backend->CreateMigDevice(0, "5g.50gb", 0);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("'5g.50gb' is not one of the A100-80GB's"));
+  backend.reset();  // The fake reads its configuration again at the next first nvmlInit.
+
+  auto plain = OpenA100(false);
+  ASSERT_TRUE(plain);
+  Result<MigDevice> off = plain->CreateMigDevice(0, "1g.10gb", 0);
+  EXPECT_EQ(off.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(off.status().message(), HasSubstr("the GPU is not in MIG mode"));
+}
+
+TEST_F(NvmlBackendTest, AGpuInstanceWithoutItsComputeInstanceIsDestroyedAgain) {
+  json config = {{"gpus",
+                  {{{"name", "NVIDIA A100-SXM4-80GB"},
+                    {"uuid", "GPU-a1000000-0000-0000-0000-00000000000b"},
+                    {"memory_mib", 81920},
+                    {"mig", true},
+                    {"mig_model", "A100-80GB"}}}},
+                 {"fail_calls", {{"nvmlGpuInstanceCreateComputeInstance", 23}}}};
+  auto backend = Open(config, true);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  ASSERT_TRUE((*backend)->ReadInventory().ok());
+  Result<MigDevice> made = (*backend)->CreateMigDevice(0, "1g.10gb", 3);
+  ASSERT_FALSE(made.ok());
+  EXPECT_THAT(made.status().message(), HasSubstr("nvmlGpuInstanceCreateComputeInstance"));
+  EXPECT_THAT(made.status().message(), HasSubstr("its GPU instance was destroyed again"));
+  EXPECT_TRUE((*backend)->ReadMigDevices(0)->empty());
+}
+
+TEST_F(NvmlBackendTest, MigModeChangesNowOrAtTheNextReset) {
+  auto now = OpenA100(false);
+  ASSERT_TRUE(now);
+  Result<std::string> set = now->SetMigMode(0, true);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(*set, "applied");
+  now.reset();
+  auto later = OpenA100(false, {{"mig_mode_needs_reset", true}});
+  ASSERT_TRUE(later);
+  set = later->SetMigMode(0, true);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(*set, "pending_reset");
+}
+
+TEST_F(NvmlBackendTest, ProcessesOnAGpuAreCountedAndStopAModeChange) {
+  auto backend = OpenA100(false);
+  ASSERT_TRUE(backend);
+  EXPECT_EQ(backend->CountProcesses(0).value(), 0);
+  testing::ChildProcess user(
+      {"/bin/sleep", "30"}, dir_.File("user.log"),
+      {{"CUDA_VISIBLE_DEVICES", "GPU-a1000000-0000-0000-0000-00000000000a"}});
+  // Counted once it runs `sleep`: before its exec the child still has the test's environment.
+  int seen = 0;
+  for (int tries = 0; tries < 500 && seen != 1; ++tries) {
+    seen = backend->CountProcesses(0).value();
+    if (seen != 1) usleep(10'000);
+  }
+  EXPECT_EQ(seen, 1);
+  Result<std::string> set = backend->SetMigMode(0, true);
+  EXPECT_EQ(set.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(set.status().message(), HasSubstr("GPU 0 is in use"));
+}
+
+TEST_F(NvmlBackendTest, WithoutMigManagementNothingIsChanged) {
+  auto backend = Open({{"gpus",
+                        {{{"name", "NVIDIA A100-SXM4-80GB"},
+                          {"uuid", "GPU-a1000000-0000-0000-0000-00000000000c"},
+                          {"memory_mib", 81920},
+                          {"mig", true},
+                          {"mig_model", "A100-80GB"}}}}});
+  ASSERT_TRUE(backend.ok());
+  EXPECT_FALSE((*backend)->CanChangeMig());
+  Result<MigDevice> made = (*backend)->CreateMigDevice(0, "1g.10gb", 0);
+  EXPECT_EQ(made.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(made.status().message(), HasSubstr("--manage-mig false"));
+  EXPECT_EQ((*backend)->SetMigMode(0, false).status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
