@@ -281,6 +281,33 @@ TEST_F(MigAgentTest, ADeviceAnOrphanStillUsesIsNotPlacedOverAndGoesWithIt) {
   EXPECT_EQ(DriverInstances()[0].value("profile_id", -1), 0);
 }
 
+// An agent that may not make MIG devices runs a slice only on a device that exists, with its
+// UUID, and fails one granted where none does, saying so, rather than hand it a UUID CUDA would
+// not know.
+TEST_F(MigAgentTest, WithoutMigManagementASliceRunsOnlyOnADeviceThatExists) {
+  Join(OneA100({{{"uuid", "MIG-7e000000-0000-0000-0000-000000000001"},
+                 {"profile_id", 0},
+                 {"start", 0},
+                 {"name", "NVIDIA A100-SXM4-80GB MIG 7g.80gb"}}}),
+       {"--manage-mig", "false"});
+  const std::string small = Slice("1g.10gb", "sleep 60");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const std::string s = Instance(small).value("state", "");
+        return s == "failed" || s == "terminated";
+      },
+      10s))
+      << Instance(small).dump();
+  EXPECT_NE(Instance(small).value("reason", "").find("no such device, and this agent makes none"),
+            std::string::npos)
+      << Instance(small).dump();
+  const std::string out = Evidence("seen-7g");
+  const std::string whole = Slice("7g.80gb", "echo $CUDA_VISIBLE_DEVICES > " + out + "; sleep 60");
+  ASSERT_EQ(AwaitState(tenant_, whole, "running"), "running") << ReadFile(dir_.File("agent.log"));
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(out).empty(); }, 5s));
+  EXPECT_EQ(ReadFile(out), "MIG-7e000000-0000-0000-0000-000000000001\n");
+}
+
 // A GPU into MIG mode on a driver that applies it at the GPU's next reset: the agent waits for
 // the operator's leave (pending_reset), then resets it and the GPU serves MIG slices.
 TEST_F(MigAgentTest, SetGpuModeWaitsForALeaveToResetThenServesSlices) {

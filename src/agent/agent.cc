@@ -218,6 +218,7 @@ Status Agent::Register() {
   if (!options_.advertise_address.empty()) body["advertise_address"] = options_.advertise_address;
   gpu_count_ = static_cast<int>(inv.gpus.size());
   gpu_uuids_.clear();
+  backend_ = inv.backend;
   for (const GpuInfo& g : inv.gpus) gpu_uuids_.push_back(g.uuid);
   if (!options_.mig_record.empty() && options_.catalog != nullptr && gpus_->CanChangeMig()) {
     if (!mig_) {
@@ -701,13 +702,43 @@ void Agent::Apply(const json& desired) {
 }
 
 Status Agent::PrepareMig(const std::string& instance, const json& w, WorkloadSpec& spec) {
-  if (!mig_ || !w.contains("gpu_load") || !w["gpu_load"].is_array()) return Status::Ok();
+  if (!w.contains("gpu_load") || !w["gpu_load"].is_array()) return Status::Ok();
+  // Real GPUs whose MIG devices the agent may not make: a slice runs only on a device that
+  // exists, never with a UUID CUDA would not find.
+  const bool existing_only = !mig_ && backend_ == "nvml";
+  if (!mig_ && !existing_only) return Status::Ok();
+  std::optional<Inventory> now;
   std::map<std::string, std::string> uuids;  // The server's UUID of a slice -> the driver's.
   for (const json& g : w["gpu_load"]) {
     if (!g.is_object() || !g.contains("mig_profile")) continue;
-    TESSERA_ASSIGN_OR_RETURN(
-        MigDevice m, mig_->Acquire(instance, g.value("index", 0), g.value("mig_profile", ""),
-                                   g.value("mig_start", 0)));
+    const int gpu = g.value("index", 0);
+    const std::string profile = g.value("mig_profile", "");
+    const int start = g.value("mig_start", 0);
+    MigDevice m;
+    if (existing_only) {
+      if (!now) {
+        TESSERA_ASSIGN_OR_RETURN(Inventory read, gpus_->ReadInventory());
+        now = std::move(read);
+      }
+      const std::vector<MigDevice>* devices =
+          gpu >= 0 && static_cast<size_t>(gpu) < now->gpus.size()
+              ? &now->gpus[static_cast<size_t>(gpu)].mig_devices
+              : nullptr;
+      auto it = devices ? std::find_if(devices->begin(), devices->end(),
+                                       [&](const MigDevice& d) {
+                                         return d.profile == profile && d.start == start;
+                                       })
+                        : std::vector<MigDevice>::const_iterator{};
+      if (!devices || it == devices->end()) {
+        return Status::FailedPrecondition(fmt::format(
+            "MIG {}@{} on GPU {}: no such device, and this agent makes none (--manage-mig "
+            "false): an operator makes it, or the agent runs with --manage-mig",
+            profile, start, gpu));
+      }
+      m = *it;
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(m, mig_->Acquire(instance, gpu, profile, start));
+    }
     if (g.contains("uuid") && g["uuid"].is_string()) uuids[g["uuid"].get<std::string>()] = m.uuid;
   }
   if (uuids.empty()) return Status::Ok();

@@ -187,6 +187,7 @@ class Agent {
   std::map<int64_t, ModeResult> mode_results_;  // By request id.
   bool register_again_ = false;         // The inventory changed (a MIG mode did): register anew.
   std::vector<std::string> gpu_uuids_;  // By index, as registered.
+  std::string backend_;                 // The inventory's: "nvml" or "sim".
   // MPS, per tenant uid; and what every tenant's shares add up to per (GPU, uid): the largest
   // thread percentage and the sum of the memory.
   std::map<int64_t, std::unique_ptr<MpsDaemons>> mps_;
