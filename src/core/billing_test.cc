@@ -58,21 +58,15 @@ CreateInstanceRequest Type(const std::string& type, Billing billing) {
 
 Money Usd(const char* text) { return *Money::Parse(text); }
 
-class BillingTest : public ::testing::Test {
+class BillingTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
     clock_.Set(At(kNov30 + 3600));
-    store_ = store::NewMemoryStore();
-    state_ = NewState();
-    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
-    Join("gpu-1", 2, "H100-80GB", catalog::SharingMode::kExclusive);
-  }
-
-  std::unique_ptr<State> NewState() {
     StateOptions o;
     o.node_timeout = 10s;
     o.spot_notice = 5s;
-    return NewTestState(&clock_, o);
+    MakeState(o);
+    Join("gpu-1", 2, "H100-80GB", catalog::SharingMode::kExclusive);
   }
 
   void Join(const std::string& name, int gpus, const std::string& model,
@@ -80,12 +74,8 @@ class BillingTest : public ::testing::Test {
     // MIG mode is the agent's to report; the node itself is created exclusive.
     const auto created =
         mode == catalog::SharingMode::kMig ? catalog::SharingMode::kExclusive : mode;
-    ASSERT_TRUE(state_->CreateAgentNode(name, {}, created, "token-" + name, batch_).ok());
-    ASSERT_TRUE(state_
-                    ->RegisterAgent(
-                        name,
-                        {agent_, Inventory(gpus, model, mode == catalog::SharingMode::kMig, name)},
-                        batch_)
+    ASSERT_TRUE(JoinNode(name, Inventory(gpus, model, mode == catalog::SharingMode::kMig, name),
+                         agent_, created)
                     .ok());
     nodes_.push_back(name);
   }
@@ -96,12 +86,7 @@ class BillingTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.message();
   }
 
-  Result<Instance> Create(const CreateInstanceRequest& req) {
-    state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(acme_.id.str()), req, batch_);
-    state_->EndRound(batch_);
-    return out;
-  }
+  Result<Instance> Create(const CreateInstanceRequest& req) { return CreateInRound(req); }
 
   // Creates an instance and has its agent report it running now.
   Instance Running(const CreateInstanceRequest& req) {
@@ -145,9 +130,7 @@ class BillingTest : public ::testing::Test {
     s.seq = ++seq_[inst.node];
     s.pulls = {
         {inst.id.str(), inst.restarts, {int64_t{percent} * 1'000'000, 100'000'000, percent}}};
-    state_->BeginRound();
-    auto out = state_->SyncAgent(inst.node, s, batch_);
-    state_->EndRound(batch_);
+    auto out = SyncNode(inst.node, s);
     ASSERT_TRUE(out.ok()) << out.status().message();
   }
 
@@ -156,8 +139,6 @@ class BillingTest : public ::testing::Test {
     ASSERT_TRUE(state_->DeleteInstance(Admin(), inst.id.str(), batch_).ok());
     state_->EndRound(batch_);
   }
-
-  const Tenant& Acme() { return *state_->tenants().Find(acme_.id.str()); }
 
   static Tenant Admin() {
     Tenant admin;
@@ -233,12 +214,6 @@ class BillingTest : public ::testing::Test {
     return state_->CreateReservation(*state_->tenants().Find(acme_.id.str()), req, batch_);
   }
 
-  FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<State> state_;
-  Tenant acme_;
-  store::Batch batch_;
-  std::string agent_ = "a1";
   std::map<std::string, int64_t> seq_;
   std::vector<std::string> nodes_;
   int64_t seen_seq_ = 0;

@@ -1,14 +1,20 @@
-// Shared by the core's tests: the embedded catalog, loaded once.
+// Shared by the core's tests: the embedded catalog, loaded once, a state on it, agents' inventories
+// and syncs, and the fixture parts of a state whose nodes joined through agents. Single-threaded,
+// like the tests that use it.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "catalog/catalog.h"
+#include "common/clock.h"
 #include "core/state.h"
+#include "store/memory_store.h"
 
 namespace tessera::core {
 
@@ -50,18 +56,83 @@ inline CreateInstanceRequest TestH100(int gpus, Billing billing = Billing::kOnDe
   return r;
 }
 
-// One round in which `node`'s agent run `agent_id` reports `reports` as its report number `seq`:
-// what a sync through the API does.
+// One round in which `node`'s agent sends `sync`: what a sync through the API does.
+inline Result<bool> SyncInRound(State& state, const std::string& node, const AgentSync& sync,
+                                store::Batch& batch) {
+  state.BeginRound();
+  auto out = state.SyncAgent(node, sync, batch);
+  state.EndRound(batch);
+  return out;
+}
+
+// One round in which `node`'s agent run `agent_id` reports `reports` as its report number `seq`.
 inline Status SyncRound(State& state, const std::string& node, const std::string& agent_id,
                         int64_t seq, std::vector<AgentReport> reports, store::Batch& batch) {
   AgentSync s;
   s.agent_id = agent_id;
   s.seq = seq;
   s.reports = std::move(reports);
-  state.BeginRound();
-  auto out = state.SyncAgent(node, s, batch);
-  state.EndRound(batch);
-  return out.status();
+  return SyncInRound(state, node, s, batch).status();
 }
+
+// What the fixtures of a State with nodes joined by agents share: a fake clock, the in-memory
+// store, the state, tenant acme, the batch every round writes to and the agent run's id, with
+// helpers that each do in one round what a call through the API does. It does not use gtest (a
+// fuzz target includes this header): a fixture derives from ::testing::Test and from this, and
+// asserts on what the helpers return.
+class AgentNodeFixture {
+ protected:
+  // Makes the in-memory store, a state with `options` and tenant acme with `quota_milli`.
+  void MakeState(const StateOptions& options, int64_t quota_milli = 64000) {
+    options_ = options;
+    store_ = store::NewMemoryStore();
+    state_ = NewState();
+    acme_ = *state_->tenants().Create("acme", quota_milli, "h-acme", batch_);
+  }
+
+  // A new state on the fixture's clock with MakeState's options, empty until restored from a
+  // store: what a restart of the server starts with.
+  std::unique_ptr<State> NewState() const { return NewTestState(&clock_, options_); }
+
+  // Adds node `name`, created in `mode` with the token "token-<name>", and registers its agent
+  // run `agent` with `inventory`. The first error stops it.
+  Status JoinNode(const std::string& name, const nlohmann::json& inventory,
+                  const std::string& agent,
+                  catalog::SharingMode mode = catalog::SharingMode::kExclusive) {
+    auto node = state_->CreateAgentNode(name, {}, mode, "token-" + name, batch_);
+    if (!node.ok()) return node.status();
+    return state_->RegisterAgent(name, {agent, inventory}, batch_);
+  }
+
+  // Acme as the state holds it now.
+  const Tenant& Acme() { return *state_->tenants().Find(acme_.id.str()); }
+
+  // Creates `r` for `tenant`, as the state holds it now, in one round.
+  Result<Instance> CreateInRound(const Tenant& tenant, const CreateInstanceRequest& r) {
+    state_->BeginRound();
+    auto out = state_->CreateInstance(*state_->tenants().Find(tenant.id.str()), r, batch_);
+    state_->EndRound(batch_);
+    return out;
+  }
+
+  // Creates `r` for acme in one round.
+  Result<Instance> CreateInRound(const CreateInstanceRequest& r) { return CreateInRound(acme_, r); }
+
+  // One round in which `node`'s agent sends `sync`.
+  Result<bool> SyncNode(const std::string& node, const AgentSync& sync) {
+    return SyncInRound(*state_, node, sync, batch_);
+  }
+
+  // The instance `id`, which the test knows the state holds.
+  const Instance& Get(const std::string& id) { return *state_->instances().Find(id); }
+
+  FakeClock clock_;
+  StateOptions options_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<State> state_;
+  Tenant acme_;
+  store::Batch batch_;
+  std::string agent_ = "a1";
+};
 
 }  // namespace tessera::core

@@ -80,18 +80,12 @@ TEST(FindGpuFaultsTest, LostFatalXidsAndNewDoubleBitErrors) {
   EXPECT_EQ(FindGpuFaults(t, {{3, 2}}).size(), 1u);
 }
 
-class GpuHealthTest : public ::testing::Test {
+class GpuHealthTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
     clock_.Set(Time(std::chrono::seconds(1'795'996'800)));
-    store_ = store::NewMemoryStore();
-    state_ = NewTestState(&clock_, Options());
-    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
-    ASSERT_TRUE(
-        state_
-            ->CreateAgentNode("gpu-1", {}, catalog::SharingMode::kExclusive, "token-gpu-1", batch_)
-            .ok());
-    Register();
+    MakeState(Options());
+    ASSERT_TRUE(JoinNode("gpu-1", TestInventory(2), agent_).ok());
   }
 
   static StateOptions Options() {
@@ -111,9 +105,7 @@ class GpuHealthTest : public ::testing::Test {
     s.seq = ++seq_;
     s.reports = std::move(reports);
     s.telemetry = std::move(t);
-    state_->BeginRound();
-    auto out = state_->SyncAgent("gpu-1", s, batch_);
-    state_->EndRound(batch_);
+    auto out = SyncNode("gpu-1", s);
     ASSERT_TRUE(out.ok()) << out.status().message();
   }
 
@@ -131,9 +123,7 @@ class GpuHealthTest : public ::testing::Test {
   }
 
   Instance Create() {
-    state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(acme_.id.str()), TestH100(1), batch_);
-    state_->EndRound(batch_);
+    auto out = CreateInRound(TestH100(1));
     EXPECT_TRUE(out.ok()) << out.status().message();
     return out.ok() ? *out : Instance{};
   }
@@ -148,8 +138,6 @@ class GpuHealthTest : public ::testing::Test {
     Sync({r});
     return Get(inst.id.str());
   }
-
-  Instance Get(const std::string& id) { return *state_->instances().Find(id); }
 
   Status Health(int gpu, bool healthy, const std::string& reason = "") {
     state_->BeginRound();
@@ -172,12 +160,6 @@ class GpuHealthTest : public ::testing::Test {
     return out;
   }
 
-  FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<State> state_;
-  Tenant acme_;
-  store::Batch batch_;
-  std::string agent_ = "a1";
   int64_t seq_ = 0;
 };
 
@@ -225,7 +207,7 @@ TEST_F(GpuHealthTest, AFatalXidMovesTheWorkBillsItToTheFaultAndNothingLandsThere
   // A restart keeps it out of service: the store has it.
   ASSERT_TRUE(store_->Commit(batch_).ok());
   batch_ = {};
-  state_ = NewTestState(&clock_, Options());
+  state_ = NewState();
   ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
   agent_ = "a2";
   seq_ = 0;

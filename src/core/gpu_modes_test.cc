@@ -19,26 +19,16 @@ using catalog::SharingMode;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-class GpuModesTest : public ::testing::Test {
+class GpuModesTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
-    store_ = store::NewMemoryStore();
-    state_ = NewTestState(&clock_, {});
-    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
-    ASSERT_TRUE(
-        state_->CreateAgentNode("gpu-1", {}, SharingMode::kExclusive, "token-gpu-1", batch_).ok());
-    Register(TestInventory(2));
-  }
-
-  static AgentRegistration Registration(const std::string& agent, const json& inventory) {
-    AgentRegistration reg;
-    reg.agent_id = agent;
-    reg.inventory = inventory;
-    return reg;
+    MakeState({});
+    const Status joined = JoinNode("gpu-1", TestInventory(2), agent_);
+    ASSERT_TRUE(joined.ok()) << joined.message();
   }
 
   void Register(const json& inventory) {
-    auto s = state_->RegisterAgent("gpu-1", Registration(agent_, inventory), batch_);
+    auto s = state_->RegisterAgent("gpu-1", {agent_, inventory}, batch_);
     ASSERT_TRUE(s.ok()) << s.message();
     seq_ = 0;
   }
@@ -64,21 +54,14 @@ class GpuModesTest : public ::testing::Test {
     s.seq = ++seq_;
     s.reports = std::move(reports);
     s.gpu_mode_results = std::move(results);
-    state_->BeginRound();
-    auto out = state_->SyncAgent("gpu-1", s, batch_);
-    state_->EndRound(batch_);
-    return out.status();
+    return SyncNode("gpu-1", s).status();
   }
 
   Instance Create(CreateInstanceRequest r = TestH100(1)) {
-    state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(acme_.id.str()), r, batch_);
-    state_->EndRound(batch_);
+    auto out = CreateInRound(r);
     EXPECT_TRUE(out.ok()) << out.status().message();
     return out.ok() ? *out : Instance{};
   }
-
-  const Instance& Get(const std::string& id) { return *state_->instances().Find(id); }
   const fleet::Gpu& Gpu(int g) { return state_->fleet().nodes()[0].gpus[static_cast<size_t>(g)]; }
   json Requests() { return state_->DesiredState("gpu-1")["gpu_mode_requests"]; }
   json Shown(int gpu) {
@@ -100,18 +83,12 @@ class GpuModesTest : public ::testing::Test {
   void Restart(const json& inventory) {
     ASSERT_TRUE(store_->Commit(batch_).ok());
     batch_ = {};
-    state_ = NewTestState(&clock_, {});
+    state_ = NewState();
     ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
     agent_ = "a" + std::to_string(++runs_);
     Register(inventory);
   }
 
-  FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<State> state_;
-  Tenant acme_;
-  store::Batch batch_;
-  std::string agent_ = "a1";
   int runs_ = 1;
   int64_t seq_ = 0;
 };
@@ -128,11 +105,7 @@ TEST_F(GpuModesTest, AskingIsCheckedNamingTheField) {
   EXPECT_EQ(index.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(index.status().message(), HasSubstr("field 'index': node 'gpu-1' has no GPU 2"));
 
-  ASSERT_TRUE(
-      state_->CreateAgentNode("l4-1", {}, SharingMode::kExclusive, "token-l4-1", batch_).ok());
-  ASSERT_TRUE(
-      state_->RegisterAgent("l4-1", Registration("b1", TestInventory(1, "L4-24GB", "l4-")), batch_)
-          .ok());
+  ASSERT_TRUE(JoinNode("l4-1", TestInventory(1, "L4-24GB", "l4-"), "b1").ok());
   auto no_mig = SetMode(0, SharingMode::kMig, false, "l4-1");
   EXPECT_EQ(no_mig.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(no_mig.status().message(), HasSubstr("field 'mode': the L4-24GB has no MIG mode"));

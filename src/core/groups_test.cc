@@ -60,30 +60,19 @@ GroupRequest Gang(int size, int gpus, Topology topology = Topology::kNvlink,
   return g;
 }
 
-class GroupsTest : public ::testing::Test {
+class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
-    store_ = store::NewMemoryStore();
-    state_ = NewState();
-    acme_ = *state_->tenants().Create("acme", 1'000'000, "h-acme", batch_);
-  }
-
-  std::unique_ptr<State> NewState() {
     StateOptions o;
     o.node_timeout = 10s;
     o.spot_notice = 5s;
-    return NewTestState(&clock_, o);
+    MakeState(o, 1'000'000);
   }
 
   void Join(const std::string& name, int gpus, std::vector<std::vector<int>> islands) {
-    ASSERT_TRUE(
-        state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
-            .ok());
-    ASSERT_TRUE(state_->RegisterAgent(name, {agent_, Inventory(name, gpus, islands)}, batch_).ok());
+    ASSERT_TRUE(JoinNode(name, Inventory(name, gpus, islands), agent_).ok());
     nodes_[name] = {gpus, islands};
   }
-
-  const Tenant& Acme() { return *state_->tenants().Find(acme_.id.str()); }
 
   json Create(const GroupRequest& g) {
     state_->BeginRound();
@@ -182,9 +171,7 @@ class GroupsTest : public ::testing::Test {
         for (auto& [node, s] : by_node) {
           s.agent_id = agent_;
           s.seq = ++seq_[node];
-          state_->BeginRound();
-          ASSERT_TRUE(state_->SyncAgent(node, s, batch_).ok());
-          state_->EndRound(batch_);
+          ASSERT_TRUE(SyncNode(node, s).ok());
         }
       }
     };
@@ -198,9 +185,7 @@ class GroupsTest : public ::testing::Test {
     for (int done = 0; done < 10'000; done += 16) {
       std::vector<Instance> insts;
       for (int i = 0; i < 16; ++i) {
-        state_->BeginRound();
-        auto inst = state_->CreateInstance(Acme(), TestH100(1), batch_);
-        state_->EndRound(batch_);
+        auto inst = CreateInRound(TestH100(1));
         ASSERT_TRUE(inst.ok()) << inst.status().message();
         insts.push_back(*state_->GetInstance(Acme(), inst->id.str()));
       }
@@ -233,12 +218,6 @@ class GroupsTest : public ::testing::Test {
     }
   }
 
-  FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<State> state_;
-  Tenant acme_;
-  store::Batch batch_;
-  std::string agent_ = "a1";
   std::map<std::string, int64_t> seq_;
   std::map<std::string, std::pair<int, std::vector<std::vector<int>>>> nodes_;
 };

@@ -23,26 +23,20 @@ AgentReport Stopped(const Instance& inst) {
   return {inst.id.str(), inst.restarts, InstanceState::kTerminated, 0, "stopped", false, {}, {}};
 }
 
-class IsolationTest : public ::testing::Test {
+class IsolationTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
     StateOptions o;
     o.node_timeout = 10s;
     o.spot_notice = 30s;
-    state_ = NewTestState(&clock_, o);
-    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
+    MakeState(o);
     globex_ = *state_->tenants().Create("globex", 64000, "h-globex", batch_);
   }
 
   // Adds a node of `gpus` H100s; its agent registers and, unless `isolation` is empty, reports
   // it in its first sync.
   void Join(const std::string& name, int gpus, std::optional<Isolation> isolation) {
-    ASSERT_TRUE(
-        state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
-            .ok());
-    ASSERT_TRUE(
-        state_->RegisterAgent(name, {"a1", TestInventory(gpus, "H100-80GB", name + "-")}, batch_)
-            .ok());
+    ASSERT_TRUE(JoinNode(name, TestInventory(gpus, "H100-80GB", name + "-"), "a1").ok());
     if (isolation) {
       ASSERT_TRUE(Sync(name, {}, isolation).ok());
     }
@@ -58,16 +52,11 @@ class IsolationTest : public ::testing::Test {
     s.isolation = isolation;
     s.isolation_note =
         isolation == Isolation::kUid ? "one uid per tenant" : "the agent is not root";
-    state_->BeginRound();
-    auto out = state_->SyncAgent(node, s, batch_);
-    state_->EndRound(batch_);
-    return out;
+    return SyncNode(node, s);
   }
 
   Instance Create(const Tenant& who, const CreateInstanceRequest& r) {
-    state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(who.id.str()), r, batch_);
-    state_->EndRound(batch_);
+    auto out = CreateInRound(who, r);
     EXPECT_TRUE(out.ok()) << out.status().message();
     return out.ok() ? *out : Instance{};
   }
@@ -85,10 +74,7 @@ class IsolationTest : public ::testing::Test {
 
   const Instance& Get(const Instance& inst) { return *state_->instances().Find(inst.id.str()); }
 
-  FakeClock clock_;
-  std::unique_ptr<State> state_;
-  Tenant acme_, globex_;
-  store::Batch batch_;
+  Tenant globex_;
   std::map<std::string, int64_t> seq_;
 };
 

@@ -121,28 +121,19 @@ std::vector<alerts::Delivery> To(const std::vector<alerts::Delivery>& deliveries
   return out;
 }
 
-class MonitoringTest : public ::testing::Test {
+class MonitoringTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
-    store_ = store::NewMemoryStore();
-    state_ = NewState();
-    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
-    beta_ = *state_->tenants().Create("beta", 64000, "h-beta", batch_);
-  }
-
-  std::unique_ptr<State> NewState() {
     StateOptions o;
     o.node_timeout = kNodeTimeout;
     o.alert_interval = 1s;
-    return NewTestState(&clock_, o);
+    MakeState(o);
+    beta_ = *state_->tenants().Create("beta", 64000, "h-beta", batch_);
   }
 
   // Adds a node with `gpus` GPUs and registers its agent run.
   void Join(const std::string& name, int gpus) {
-    ASSERT_TRUE(
-        state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
-            .ok());
-    ASSERT_TRUE(state_->RegisterAgent(name, {agent_, Inventory(name, gpus)}, batch_).ok());
+    ASSERT_TRUE(JoinNode(name, Inventory(name, gpus), agent_).ok());
   }
 
   // Its agent reports that it runs each tenant's work under a uid of its own, so that two
@@ -152,9 +143,7 @@ class MonitoringTest : public ::testing::Test {
     s.agent_id = agent_;
     s.seq = ++seq_[node];
     s.isolation = Isolation::kUid;
-    state_->BeginRound();
-    auto out = state_->SyncAgent(node, s, batch_);
-    state_->EndRound(batch_);
+    auto out = SyncNode(node, s);
     ASSERT_TRUE(out.ok()) << out.status().message();
   }
 
@@ -164,16 +153,12 @@ class MonitoringTest : public ::testing::Test {
     s.agent_id = agent_;
     s.seq = ++seq_[node];
     s.telemetry = std::move(readings);
-    state_->BeginRound();
-    auto out = state_->SyncAgent(node, s, batch_);
-    state_->EndRound(batch_);
+    auto out = SyncNode(node, s);
     ASSERT_TRUE(out.ok()) << out.status().message();
   }
 
   Instance Create(const Tenant& tenant) {
-    state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(tenant.id.str()), OneH100(), batch_);
-    state_->EndRound(batch_);
+    auto out = CreateInRound(tenant, OneH100());
     EXPECT_TRUE(out.ok()) << out.status().message();
     return out.ok() ? *out : Instance{};
   }
@@ -219,12 +204,7 @@ class MonitoringTest : public ::testing::Test {
     return std::nullopt;
   }
 
-  FakeClock clock_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<State> state_;
-  Tenant acme_, beta_;
-  store::Batch batch_;
-  std::string agent_ = "a1";
+  Tenant beta_;
   std::map<std::string, int64_t> seq_;
 };
 

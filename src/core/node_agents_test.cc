@@ -14,27 +14,18 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-class NodeAgentsTest : public ::testing::Test {
+class NodeAgentsTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
-    auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());
-    auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}});
-    ASSERT_TRUE(sched.ok());
     StateOptions o;
     o.node_timeout = 10s;
     o.spot_notice = 30s;
-    state_ =
-        std::make_unique<State>(&TestCatalog(), &clock_, std::move(fleet), std::move(*sched), o);
-    acme_ = *state_->tenants().Create("acme", 64000, "h-acme", batch_);
+    MakeState(o);
   }
 
   // Adds a node and registers its agent run `agent`.
   void Join(const std::string& name, int gpus, const std::string& agent = "a1") {
-    ASSERT_TRUE(
-        state_->CreateAgentNode(name, {}, catalog::SharingMode::kExclusive, "token-" + name, batch_)
-            .ok());
-    ASSERT_TRUE(
-        state_->RegisterAgent(name, {agent, TestInventory(gpus, "H100-80GB", name)}, batch_).ok());
+    ASSERT_TRUE(JoinNode(name, TestInventory(gpus, "H100-80GB", name), agent).ok());
   }
 
   Result<bool> Report(const std::string& node, int64_t seq, std::vector<AgentReport> reports = {},
@@ -43,21 +34,14 @@ class NodeAgentsTest : public ::testing::Test {
     s.agent_id = agent;
     s.seq = seq;
     s.reports = std::move(reports);
-    state_->BeginRound();
-    auto out = state_->SyncAgent(node, s, batch_);
-    state_->EndRound(batch_);
-    return out;
+    return SyncNode(node, s);
   }
 
   Instance Create(const CreateInstanceRequest& r) {
-    state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(acme_.id.str()), r, batch_);
-    state_->EndRound(batch_);
+    auto out = CreateInRound(r);
     EXPECT_TRUE(out.ok()) << out.status().message();
     return out.ok() ? *out : Instance{};
   }
-
-  const Instance& Get(const std::string& id) { return *state_->instances().Find(id); }
 
   static AgentReport Running(const Instance& inst) {
     return {inst.id.str(), 0, InstanceState::kRunning, {}, "", false, {}, {}};
@@ -67,11 +51,6 @@ class NodeAgentsTest : public ::testing::Test {
     state_->BeginRound();
     state_->EndRound(batch_);
   }
-
-  FakeClock clock_;
-  std::unique_ptr<State> state_;
-  Tenant acme_;
-  store::Batch batch_;
 };
 
 TEST_F(NodeAgentsTest, RegistrationAddsTheNodeAsItsAgentDescribesItOrSaysWhatIsWrong) {
