@@ -85,6 +85,16 @@ class AgentTest : public ServerTest {
     return WorkDir(node) + "/" + id + "-a" + std::to_string(attempt);
   }
 
+  // A quarter of an L40S with 8 GiB of its memory.
+  static json QuarterL40S() {
+    return {{"billing", "on_demand"},
+            {"gpu_model", "L40S-48GB"},
+            {"milli_gpu", 250},
+            {"gpu_memory_mib", 8192},
+            {"vcpus", 2},
+            {"memory_mib", 4096}};
+  }
+
   // The protocol's timing, short: a silent node's work moves 9 s after its last report.
   std::vector<std::string> server_flags_ = {"--node-timeout", "4s", "--outage-bound", "0s",
                                             "--spot-notice",  "2s"};
@@ -114,12 +124,7 @@ TEST_F(AgentTest, AJoinedNodeRunsItsInstanceAsAProcessThatSeesExactlyItsGpus) {
 
 TEST_F(AgentTest, ASharedGpuInstanceSeesItsGpuAndItsMpsLimits) {
   Join("gpu-shared", "L40S-48GB:1", "shared");
-  json body = {{"billing", "on_demand"},
-               {"gpu_model", "L40S-48GB"},
-               {"milli_gpu", 250},
-               {"gpu_memory_mib", 8192},
-               {"vcpus", 2},
-               {"memory_mib", 4096}};
+  const json body = QuarterL40S();
   const std::string id = Create(body,
                                 "echo \"$CUDA_VISIBLE_DEVICES $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
                                 "$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT\" > out; sleep 30");
@@ -137,12 +142,7 @@ TEST_F(AgentTest, ASharedGpuInstanceSeesItsGpuAndItsMpsLimits) {
 TEST_F(AgentTest, AShareRunsUnderAnMpsDaemonThatHoldsItsLimits) {
   const std::string control = std::string(TESSERA_FAKE_MPS_DIR) + "/nvidia-cuda-mps-control";
   Join("gpu-mps", "L40S-48GB:1", "shared", {"--mps-control", control});
-  json body = {{"billing", "on_demand"},
-               {"gpu_model", "L40S-48GB"},
-               {"milli_gpu", 250},
-               {"gpu_memory_mib", 8192},
-               {"vcpus", 2},
-               {"memory_mib", 4096}};
+  const json body = QuarterL40S();
   const std::string out = Evidence("mps-pipe");
   const std::string id = Create(body, "echo $CUDA_MPS_PIPE_DIRECTORY > " + out + "; sleep 60");
   ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
