@@ -250,10 +250,9 @@ Status Core::RunRound(std::deque<Command>& round) {
   if (!committed.ok()) {
     spdlog::error("commit failed: {}; reloading state from the store", committed.message());
     if (store_->Fenced()) {
-      // Another replica leads now: nothing of this round is durable, and this one follows.
-      follower_ = true;
-      if (Status s = Rebuild(false); !s.ok()) stale_ = true;
-      if (on_step_down_) on_step_down_(committed.message());
+      // Another replica leads now (only replicas are fenced): nothing of this round is durable,
+      // and this one steps down and follows.
+      RebuildOrExit(committed.message());
       return Status::Unavailable(
           "this replica no longer leads; the request was not applied (retry on the leader)");
     }
