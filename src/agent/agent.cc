@@ -305,6 +305,8 @@ json Agent::Report(milliseconds wait) {
       r["exit_code"] = w.exit_code;
       r["reason"] = w.reason;
       if (w.lost) r["lost"] = true;
+      // A workload may end before any report saw it run: rank 0's port still frees its group.
+      if (w.port > 0) r["port"] = w.port;
     }
     workloads.push_back(std::move(r));
   }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/agent.h"
@@ -52,6 +53,54 @@ TEST(AgentReportTest, ALostOrFoundGpuIsReportedAtOnceNotAtTheNextTurn) {
   ASSERT_TRUE(gpus->LoseGpu(1, false).ok());  // Found again, with no XID of its own.
   EXPECT_TRUE(sync()) << "a GPU found again is reported at once";
   EXPECT_FALSE(reports.back()["telemetry"]["gpus"][1].value("lost", false));
+}
+
+// Rank 0 of a group may end before any report saw it run: its exit still names the port its
+// agent reserved, which the members held back for it are waiting for.
+TEST(AgentReportTest, AWorkloadThatHeldAPortNamesItInEveryReportItsExitIncluded) {
+  testing::TempDir dir;
+  auto backend = SimBackend::Create(catalog::EmbeddedCatalogForTest(), "H100-80GB:1", "n1", 1);
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  WorkloadSupervisor::Options o;
+  o.work_dir = dir.path() + "/work";
+  o.cgroup_root = "none";
+  auto workloads = WorkloadSupervisor::Open(o);
+  ASSERT_TRUE(workloads.ok()) << workloads.status().message();
+  const json desired = {{"node", "n1"},
+                        {"generation", 1},
+                        {"workloads",
+                         {{{"id", "inst-000001"},
+                           {"attempt", 0},
+                           {"tenant", "tenant-000001"},
+                           {"command", "true"},
+                           {"env", json::object()},
+                           {"action", "run"},
+                           {"reserve_port", "MASTER_PORT"},
+                           {"gpu_load", json::array()}}}}};
+  std::vector<json> entries;  // Every report of the workload, in order.
+  Transport transport = [&](const std::string& path, const std::string& body,
+                            milliseconds) -> Result<HttpAnswer> {
+    if (path == "/v1/agent/sync") {
+      const json report = json::parse(body);
+      for (const json& w : report["workloads"]) entries.push_back(w);
+    }
+    return HttpAnswer{200, desired.dump()};
+  };
+  AgentOptions options;
+  options.long_poll = false;
+  Agent agent(options, transport, std::move(*backend), std::move(*workloads));
+  ASSERT_TRUE(agent.Register().ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((entries.empty() || entries.back()["state"] != "exited") &&
+         std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(agent.SyncOnce(milliseconds(0)).ok());
+    std::this_thread::sleep_for(milliseconds(20));  // `true` exits on its own time.
+  }
+  ASSERT_FALSE(entries.empty());
+  ASSERT_EQ(entries.back()["state"], "exited") << entries.back().dump();
+  for (const json& e : entries) {
+    EXPECT_GE(e.value("port", 0), 29500) << "a report without the reserved port: " << e.dump();
+  }
 }
 
 }  // namespace

@@ -331,10 +331,12 @@ bool AwaitsRendezvous(const Instance& inst) {
   return !inst.group.empty() && !inst.group_env.empty() && !inst.group_env.count("MASTER_PORT");
 }
 
-void State::RendezvousReserved(Instance& rank0, int port, store::Batch& batch) {
+void State::RendezvousReserved(Instance& rank0, std::optional<int> reserved, store::Batch& batch) {
   if (rank0.rank != 0 || !AwaitsRendezvous(rank0)) return;
   auto g = groups_.find(rank0.group);
   if (g == groups_.end()) return;
+  const int port =
+      reserved.value_or(kMasterPortBase + static_cast<int>(g->second.seq % kMasterPorts));
   const std::string text = std::to_string(port);
   for (const std::string& id : g->second.members) {
     Instance* m = instances_.Find(id);

@@ -463,6 +463,34 @@ TEST_F(GroupsTest, MasterAddrIsRankZerosAdvertisedAddress) {
   EXPECT_EQ(Workload(r1)["env"]["MASTER_ADDR"], "10.0.0.7");
 }
 
+// Rank 0 may end before any report of its agent saw it run (`echo done` on a loaded node): the
+// exit names the port it held, and the members it held back start with it. Had it named none,
+// they start at the group's own port rather than wait for a rank 0 that is gone.
+TEST_F(GroupsTest, MembersHeldForRankZerosPortStartWhenRankZeroEndsBeforeItWasSeenRunning) {
+  Join("n1", 8, OneIsland(8));
+  const json named = Create(Gang(2, 1, Topology::kNode));
+  const Instance a0 = Member(named, 0), a1 = Member(named, 1);
+  ASSERT_TRUE(Workload(a1).is_null()) << "rank 1 waits for rank 0's port";
+  AgentReport ended = Report(a0, InstanceState::kTerminated, 0);
+  ended.port = 29533;
+  Sync("n1", {ended});
+  EXPECT_EQ(state_->GetInstance(Acme(), a0.id.str())->state, InstanceState::kSucceeded);
+  json w1 = Workload(a1);
+  ASSERT_TRUE(w1.is_object()) << "rank 1 is still held back after rank 0 ended";
+  EXPECT_EQ(w1["env"]["MASTER_PORT"], "29533");
+  Sync("n1", {Report(a1, InstanceState::kRunning)});
+  Sync("n1", {Report(a1, InstanceState::kTerminated, 0)});
+  EXPECT_EQ(Get(named["id"])["state"], "succeeded") << Get(named["id"]).dump();
+
+  const json unnamed = Create(Gang(2, 1, Topology::kNode));
+  const Instance b0 = Member(unnamed, 0), b1 = Member(unnamed, 1);
+  ASSERT_TRUE(Workload(b1).is_null());
+  Sync("n1", {Report(b0, InstanceState::kTerminated, 0)});
+  w1 = Workload(b1);
+  ASSERT_TRUE(w1.is_object()) << "rank 1 waits forever for a rank 0 that is gone";
+  EXPECT_GE(std::stoi(w1["env"]["MASTER_PORT"].get<std::string>()), 29500);
+}
+
 // A template's image, pull policy and registry credentials go to every member's desired state,
 // rank 0 included (an image with no command runs its entrypoint, so rank 0's agent reserves the
 // rendezvous port); the group's API form shows the username only; a restart keeps them all.

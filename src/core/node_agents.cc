@@ -675,8 +675,14 @@ Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::st
 bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
   if (report.attempt != inst.restarts) return false;  // An earlier attempt's copy.
   const Time now = clock_->Now();
+  // Rank 0's agent names the port it reserved as it reports rank 0 running, or with its exit when
+  // rank 0 ended before any report saw it run. One that succeeded naming none (an agent that
+  // reports no port on exit) releases the members it held back at the group's own port, so they
+  // do not wait for it forever; a failure restarts the group anyway.
+  const bool succeeded = report.state != InstanceState::kRunning && report.exit_code == 0 &&
+                         !report.lost && report.reason != "lease expired";
+  if (report.port || (succeeded && inst.rank == 0)) RendezvousReserved(inst, report.port, batch);
   if (report.state == InstanceState::kRunning) {
-    if (report.port) RendezvousReserved(inst, *report.port, batch);
     if (inst.state != InstanceState::kScheduled) return false;
     // A start before the instance was scheduled or after now is the agent's clock, or a lie:
     // clamped to the time it can have been, and counted.

@@ -541,8 +541,8 @@ class State {
   // Applies one report about `inst`; true when it changed something.
   bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
   // Rank 0's agent reserved its group's MASTER_PORT: every member placed in this attempt gets it,
-  // and those held back start.
-  void RendezvousReserved(Instance& rank0, int port, store::Batch& batch);
+  // and those held back start. Without `port` (rank 0 ended naming none), the group's own port.
+  void RendezvousReserved(Instance& rank0, std::optional<int> port, store::Batch& batch);
   // Ends an instance whose workload is gone: frees its capacity and tells its agent.
   void Release(Instance& inst);
   // Joined nodes that stopped reporting are not_ready, and their work moves once their lease has
