@@ -6,8 +6,14 @@
 // (enqueued to the agent's report that it runs) and as a client sees it (POST to the first GET
 // that says running, polled every 2 ms); and when the command itself ran (it prints /proc/uptime,
 // to 10 ms, compared with the boot-time clock at the POST). Prints p50, p95 and max of each.
-// Usage: start_bench [--starts N] [--only bare|container]. Needs root; the container kind also
-// podman, runc and busybox-static (scripts/bootstrap.sh), and is skipped without them.
+// A third kind is a MIG slice on a second node whose agent runs `--backend nvml --manage-mig` on
+// the fake NVML library (an A100 80GB in MIG mode): each start needs a new MIG device, made at
+// the start slice the server granted, and each delete destroys it. Every instance is placed at
+// its create on an idle node, so the server's figure is grant to running. The fake makes a
+// device at once; the driver's own creation time is not in it (unknown until measured on
+// hardware).
+// Usage: start_bench [--starts N] [--only bare|container|mig]. Needs root; the container kind
+// also podman, runc and busybox-static (scripts/bootstrap.sh), and is skipped without them.
 #include <fmt/format.h>
 #include <httplib.h>
 #include <sys/stat.h>
@@ -164,6 +170,41 @@ int Main(int argc, char** argv) {
   std::printf("create to running, one at a time, on one node (%d starts each)\n", starts);
   if (only.empty() || only == "bare") {
     Print("bare process (workload uid):", Run(api, tenant, shape, starts));
+  }
+  if (only.empty() || only == "mig") {
+#ifdef TESSERA_FAKE_NVML_DIR
+    const std::string mig_token =
+        Call(api, "POST", "/v1/nodes", kAdmin, {{"name", "mig-01"}}).value("token", "");
+    const json nvml = {{"gpus",
+                        {{{"name", "NVIDIA A100-SXM4-80GB"},
+                          {"uuid", fmt::format("GPU-a1000000-0000-0000-0000-{:012x}", getpid())},
+                          {"memory_mib", 81920},
+                          {"mig", true},
+                          {"mig_model", "A100-80GB"}}}}};
+    const std::string config = dir.Write("nvml.json", nvml.dump());
+    testing::ChildProcess mig_agent(
+        {TESSERA_BIN, "agent", "--server", server.url(), "--token-file",
+         testing::WritePrivateFile(dir.File("mig.token"), mig_token), "--backend", "nvml",
+         "--work-dir", dir.File("mig-work"), "--cgroup-root", "none"},
+        dir.File("mig-agent.log"),
+        {{"LD_LIBRARY_PATH", TESSERA_FAKE_NVML_DIR},
+         {"TESSERA_FAKE_NVML_CONFIG", config},
+         {"TESSERA_FAKE_NVML_STATE", dir.File("nvml-state.json")}});
+    bool ready = false;
+    for (int i = 0; i < 200 && !ready; ++i) {
+      for (const json& n : Call(api, "GET", "/v1/nodes", kAdmin).value("nodes", json::array())) {
+        ready |= n["id"] == "mig-01" && n["state"] == "ready";
+      }
+      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    json slice = shape;
+    slice.erase("gpus");
+    slice["gpu_model"] = "A100-80GB";
+    slice["mig_profile"] = "3g.40gb";
+    Print("MIG slice, a new device each start:", Run(api, tenant, slice, starts));
+#else
+    std::printf("MIG slice: skipped: built without the fake NVML library (the tests)\n");
+#endif
   }
   if (only.empty() || only == "container") {
     const std::string missing = support::PodmanMissing();

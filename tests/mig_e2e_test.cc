@@ -85,13 +85,19 @@ class MigAgentTest : public ServerTest {
     return "";
   }
 
-  // The GPU instances the fake driver holds now: [{"start", "profile_id", "uuid"}].
+  // The GPU instances the fake driver holds now: [{"start", "profile_id", "uuid"}], a GPU
+  // instance without a compute instance (half-made) with an empty "uuid".
   json DriverInstances() {
     json out = json::array();
     const json state = json::parse(ReadFile(dir_.File("nvml-state.json")), nullptr, false);
     if (!state.is_object()) return out;
     for (const json& gpu : state.value("gpus", json::array())) {
       for (const json& gi : gpu.value("gpu_instances", json::array())) {
+        if (gi.value("compute_instances", json::array()).empty()) {
+          out.push_back({{"start", gi.value("start", -1)},
+                         {"profile_id", gi.value("profile_id", -1)},
+                         {"uuid", ""}});
+        }
         for (const json& ci : gi.value("compute_instances", json::array())) {
           out.push_back({{"start", gi.value("start", -1)},
                          {"profile_id", gi.value("profile_id", -1)},
@@ -183,7 +189,10 @@ TEST_F(MigAgentTest, ARestartedAgentAdoptsTheDevicesItMade) {
   EXPECT_EQ(Instance(id).value("state", ""), "running") << Instance(id).dump();
   EXPECT_EQ(DriverInstances(), before) << "nothing made again, nothing destroyed";
   auto node = Get("/v1/nodes/mig-01", kAdminToken).body;
-  EXPECT_EQ(node["gpus"][0]["mig_devices"].size(), 1u) << node.dump();
+  ASSERT_EQ(node["gpus"][0]["mig_devices"].size(), 1u) << node.dump();
+  EXPECT_EQ(node["gpus"][0]["mig_devices"][0].value("owner", ""), id)
+      << "adopted as the instance's own device: " << node.dump();
+  EXPECT_EQ(node["gpus"][0]["mig_devices"][0].value("uuid", ""), before[0].value("uuid", ""));
   auto d = Call("DELETE", "/v1/instances/" + id, tenant_);
   EXPECT_EQ(d.status, 200) << d.raw;
   EXPECT_TRUE(WaitFor([&] { return DriverInstances().empty(); }, 15s))
@@ -211,6 +220,39 @@ TEST_F(MigAgentTest, AnOperatorsDeviceIsNeverPlacedOver) {
   EXPECT_EQ(Call("DELETE", "/v1/instances/" + b, tenant_).status, 200);
   EXPECT_TRUE(WaitFor([&] { return DriverInstances().size() == 1; }, 10s));
   EXPECT_EQ(DriverInstances()[0].value("uuid", ""), "MIG-0e000000-0000-0000-0000-000000000001");
+}
+
+// An operator makes MIG devices with nvidia-smi while the agent runs, one whole and one a bare GPU
+// instance (no compute instance): the agent reads its layout again at its next telemetry turn,
+// the server books both as unmanaged, and nothing is placed over them.
+TEST_F(MigAgentTest, DevicesAnOperatorMakesWhileTheAgentRunsAreNeverPlacedOver) {
+  Join(OneA100());
+  auto smi = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {std::string(TESSERA_FAKE_NVML_DIR) + "/nvidia-smi"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::ChildProcess run(argv, dir_.File("nvidia-smi.log"),
+                              {{"TESSERA_FAKE_NVML_CONFIG", config_},
+                               {"TESSERA_FAKE_NVML_STATE", dir_.File("nvml-state.json")}});
+    return run.Stop(0);
+  };
+  ASSERT_EQ(smi({"mig", "-i", "0", "-cgi", "9:0", "-C"}), 0)
+      << ReadFile(dir_.File("nvidia-smi.log"));
+  ASSERT_EQ(smi({"mig", "-i", "0", "-cgi", "19:4"}), 0) << ReadFile(dir_.File("nvidia-smi.log"));
+  auto devices = [&] {
+    return Get("/v1/nodes/mig-01", kAdminToken).body["gpus"][0]["mig_devices"];
+  };
+  ASSERT_TRUE(WaitFor([&] { return devices().size() == 2; }, 5s)) << devices().dump();
+  for (const json& d : devices()) EXPECT_EQ(d.value("owner", ""), "unmanaged") << d.dump();
+  // 4g.40gb has one placement, at 0: taken. 3g.40gb at 4 would cover the bare 1g.10gb at 4.
+  const std::string four = Slice("4g.40gb", "sleep 60");
+  const std::string three = Slice("3g.40gb", "sleep 60");
+  const std::string one = Slice("1g.10gb", "sleep 60");
+  ASSERT_EQ(AwaitState(tenant_, one, "running"), "running") << ReadFile(dir_.File("agent.log"));
+  const int at = Instance(one)["gpus"][0].value("mig_start", -1);
+  EXPECT_TRUE(at == 5 || at == 6) << "beside the operator's devices: " << Instance(one).dump();
+  EXPECT_EQ(Instance(four).value("state", ""), "pending") << Instance(four).dump();
+  EXPECT_EQ(Instance(three).value("state", ""), "pending") << Instance(three).dump();
+  EXPECT_EQ(DriverInstances().size(), 3u) << DriverInstances().dump();
 }
 
 TEST_F(MigAgentTest, AnIdleGpuIsRepartitionedForARequestThatFitNowhere) {

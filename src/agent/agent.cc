@@ -344,6 +344,8 @@ json Agent::Report(milliseconds wait) {
   // The server hosts one tenant at a time on a node whose workloads are not apart ("none").
   body["isolation"] = {{"mode", workloads_->isolation()}, {"note", workloads_->isolation_note()}};
   if (mig_) {
+    // At each telemetry turn the layout is read again: an operator may have changed it.
+    if (seq_ % kTelemetryEvery == 1) mig_->Rescan();
     body["mig"] = mig_->LayoutJson();
     body["mig_repartitions"] = mig_->repartitions();
   }

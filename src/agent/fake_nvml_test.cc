@@ -81,6 +81,8 @@ struct FakeNvml {
   nv::nvmlComputeInstanceDestroy_fn destroy_ci = nullptr;
   nv::nvmlDeviceGetComputeRunningProcesses_fn processes = nullptr;
   nv::nvmlReturn_t (*reset)(unsigned int) = nullptr;
+  nv::nvmlDeviceGetGpuInstances_fn gpu_instances = nullptr;
+  nv::nvmlDeviceGetGpuInstancePossiblePlacements_fn placements = nullptr;
 
   FakeNvml() = default;
   FakeNvml(const FakeNvml&) = delete;
@@ -123,6 +125,8 @@ struct FakeNvml {
     find(destroy_ci, "nvmlComputeInstanceDestroy");
     find(processes, "nvmlDeviceGetComputeRunningProcesses_v3");
     find(reset, "tesseraFakeNvmlResetGpu");
+    find(gpu_instances, "nvmlDeviceGetGpuInstances");
+    find(placements, "nvmlDeviceGetGpuInstancePossiblePlacements_v2");
     return missing.empty() ? "" : "missing:" + missing;
   }
 
@@ -374,6 +378,58 @@ TEST_F(FakeNvmlTest, PlacementsFollowTheTable) {
 
   // MIG off: nothing can be made.
   EXPECT_EQ(nvml_.CreateGi(nvml_.Gpu(1), 19, 0, 1, &gi), nv::NVML_ERROR_NOT_SUPPORTED);
+}
+
+// The queries that list what is there: every legal placement of a profile (used or not), and the
+// GPU instances of a profile, those without a compute instance included; an operator's
+// nvidia-smi makes devices through the same calls, seen by this process.
+TEST_F(FakeNvmlTest, PlacementsAndGpuInstancesAreListedAsTheDriverListsThem) {
+  ASSERT_EQ(Init({{"gpus", {A100(NewGpuUuid())}}}, /*with_state=*/true), kOk);
+  nv::nvmlDevice_t dev = nvml_.Gpu(0);
+  unsigned int count = 0;
+  ASSERT_EQ(nvml_.placements(dev, 15, nullptr, &count), kOk);  // 1g.20gb: starts 0, 2, 4, 6.
+  EXPECT_EQ(count, 4u);
+  std::vector<nv::nvmlGpuInstancePlacement_t> all(count);
+  ASSERT_EQ(nvml_.placements(dev, 15, all.data(), &count), kOk);
+  EXPECT_EQ(all[3].start, 6u);
+  EXPECT_EQ(all[3].size, 2u);
+  unsigned int small = 2;
+  EXPECT_EQ(nvml_.placements(dev, 15, all.data(), &small), nv::NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(small, 4u);
+  EXPECT_EQ(nvml_.placements(dev, 77, nullptr, &count), nv::NVML_ERROR_INVALID_ARGUMENT);
+
+  nv::nvmlGpuInstance_t a = nullptr, b = nullptr;
+  ASSERT_EQ(nvml_.CreateGi(dev, 19, 0, 1, &a), kOk);  // Bare: no compute instance.
+  ASSERT_EQ(nvml_.CreateGi(dev, 19, 3, 1, &b), kOk);
+  std::vector<nv::nvmlGpuInstance_t> found(7);
+  count = 7;
+  ASSERT_EQ(nvml_.gpu_instances(dev, 19, found.data(), &count), kOk);
+  ASSERT_EQ(count, 2u);
+  EXPECT_EQ(found[0], a);
+  EXPECT_EQ(found[1], b);
+  count = 1;
+  EXPECT_EQ(nvml_.gpu_instances(dev, 19, found.data(), &count), nv::NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(count, 2u);
+  count = 7;
+  ASSERT_EQ(nvml_.gpu_instances(dev, 9, found.data(), &count), kOk);
+  EXPECT_EQ(count, 0u);
+
+  testing::CommandResult smi = NvidiaSmi({"mig", "-i", "0", "-cgi", "9:4", "-C"});
+  ASSERT_EQ(smi.exit_code, 0) << smi.err;
+  EXPECT_THAT(smi.out, HasSubstr("Successfully created GPU instance ID  3 on GPU  0"));
+  EXPECT_THAT(smi.out, HasSubstr("Successfully created compute instance"));
+  count = 7;
+  ASSERT_EQ(nvml_.gpu_instances(dev, 9, found.data(), &count), kOk);
+  ASSERT_EQ(count, 1u) << "this process sees the operator's device";
+  EXPECT_EQ(nvml_.Info(found[0]).placement.start, 4u);
+  nv::nvmlDevice_t mig = nullptr;
+  EXPECT_EQ(nvml_.mig_device(dev, 0, &mig), kOk);
+  smi = NvidiaSmi({"mig", "-i", "0", "-cgi", "9:4", "-C"});
+  EXPECT_EQ(smi.exit_code, 255);
+  EXPECT_THAT(smi.err, HasSubstr("Insufficient Resources"));
+  smi = NvidiaSmi({"mig", "-i", "0", "-cgi", "nine"});
+  EXPECT_EQ(smi.exit_code, 2);
+  EXPECT_THAT(smi.err, HasSubstr("'nine' is not PROFILE_ID[:START]"));
 }
 
 TEST_F(FakeNvmlTest, ComputeInstancesShareTheirGpuInstance) {

@@ -29,6 +29,10 @@ struct MigDevice {
   // With the GPU's minor they name its /dev/nvidia-caps nodes (container_cdi.h).
   int gpu_instance = -1;
   int compute_instance = -1;
+  // A GPU instance without a compute instance: it holds its slices, yet is no device CUDA could
+  // use. Its `uuid` is "gpu-instance-<id>", a name of Tessera's. Listed only by a backend that
+  // manages MIG (the listing needs the driver's privileges).
+  bool bare = false;
 };
 
 struct GpuInfo {

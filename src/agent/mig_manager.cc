@@ -33,26 +33,25 @@ Status MigManager::Load(const Inventory& inventory) {
       }
       recorded_[d["uuid"].get<std::string>()] = d.value("instance", "");
     }
+    for (const json& m : j->value("making", json::array())) {
+      if (!m.is_object() || !m.contains("gpu") || !m["gpu"].is_number_integer() ||
+          !m.contains("start") || !m["start"].is_number_integer()) {
+        return Status::DataLoss(options_.record_path +
+                                ": a placement being made without its 'gpu' and 'start'");
+      }
+      making_.push_back({m["gpu"].get<int>(), m.value("profile", ""), m["start"].get<int>(),
+                         m.value("instance", "")});
+    }
   }
   models_.clear();
   layout_.clear();
   for (const GpuInfo& g : inventory.gpus) {
     if (!g.mig_enabled) continue;
     models_[g.index] = g.model;
-    for (const MigDevice& m : g.mig_devices) {
-      Entry e;
-      e.device = m;
-      auto it = recorded_.find(m.uuid);
-      e.managed = it != recorded_.end() || options_.adopt_foreign;
-      if (it != recorded_.end()) e.instance = it->second;
-      if (e.managed && it == recorded_.end()) {
-        spdlog::info("MIG: adopted {} ({}@{}) on GPU {} as a free slice", m.uuid, m.profile,
-                     m.start, g.index);
-      }
-      layout_[g.index].push_back(std::move(e));
-    }
+    TakeLayout(g.index, g.mig_devices);
   }
-  // What the record names that no longer exists is forgotten.
+  // What the record names that no longer exists is forgotten, and so is what an earlier run was
+  // making: its device, whole or half-made, was found above or never came to be.
   std::map<std::string, std::string> kept;
   for (const auto& [gpu, entries] : layout_) {
     for (const Entry& e : entries) {
@@ -60,7 +59,57 @@ Status MigManager::Load(const Inventory& inventory) {
     }
   }
   recorded_ = std::move(kept);
+  making_.clear();
   return SaveRecord();
+}
+
+bool MigManager::TakeLayout(int gpu, const std::vector<MigDevice>& devices) {
+  bool changed = false;
+  std::vector<Entry> fresh;
+  for (const MigDevice& m : devices) {
+    Entry e;
+    e.device = m;
+    auto it = recorded_.find(m.uuid);
+    auto made = std::find_if(making_.begin(), making_.end(), [&](const Making& k) {
+      return k.gpu == gpu && k.start == m.start && (m.profile.empty() || k.profile == m.profile);
+    });
+    if (it != recorded_.end()) {
+      e.managed = true;
+      e.instance = it->second;
+    } else if (made != making_.end() && m.bare) {
+      // Half-made by Tessera: its compute instance was never made. Nothing may be left so.
+      Status s = gpus_.DestroyMigDevice(gpu, m);
+      if (s.ok() || s.code() == StatusCode::kNotFound) {
+        spdlog::warn(
+            "MIG: destroyed a half-made device (GPU instance {} without its compute "
+            "instance, {}@{}) on GPU {} that making one for {} left",
+            m.gpu_instance, m.profile, m.start, gpu, made->instance);
+        continue;
+      }
+      spdlog::warn("MIG: a half-made device on GPU {} ({}@{}) could not be destroyed yet: {}", gpu,
+                   m.profile, m.start, s.message());
+      e.managed = true;  // Idle and Tessera's: destroyed when a grant needs its slices.
+      recorded_[m.uuid] = "";
+      changed = true;
+    } else if (made != making_.end()) {
+      // Made whole by an attempt whose record did not follow: the instance's.
+      e.managed = true;
+      e.instance = made->instance;
+      recorded_[m.uuid] = e.instance;
+      changed = true;
+      spdlog::info("MIG: {} ({}@{}) on GPU {} is the device made for {}", m.uuid, m.profile,
+                   m.start, gpu, e.instance);
+    } else if (options_.adopt_foreign) {
+      e.managed = true;
+      recorded_[m.uuid] = "";
+      changed = true;
+      spdlog::info("MIG: adopted {} ({}@{}) on GPU {} as a free slice", m.uuid, m.profile, m.start,
+                   gpu);
+    }
+    fresh.push_back(std::move(e));
+  }
+  layout_[gpu] = std::move(fresh);
+  return changed;
 }
 
 int MigManager::MemorySlices(int gpu, const std::string& profile) const {
@@ -73,17 +122,16 @@ int MigManager::MemorySlices(int gpu, const std::string& profile) const {
 
 Status MigManager::Refresh(int gpu) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<MigDevice> devices, gpus_.ReadMigDevices(gpu));
-  std::vector<Entry> fresh;
-  for (const MigDevice& m : devices) {
-    Entry e;
-    e.device = m;
-    auto it = recorded_.find(m.uuid);
-    e.managed = it != recorded_.end();
-    if (e.managed) e.instance = it->second;
-    fresh.push_back(std::move(e));
-  }
-  layout_[gpu] = std::move(fresh);
+  if (TakeLayout(gpu, devices)) TESSERA_RETURN_IF_ERROR(SaveRecord());
   return Status::Ok();
+}
+
+void MigManager::Rescan() {
+  for (const auto& [gpu, model] : models_) {
+    if (Status s = Refresh(gpu); !s.ok()) {
+      spdlog::warn("MIG: reading GPU {}'s devices again: {}", gpu, s.message());
+    }
+  }
 }
 
 Result<MigDevice> MigManager::Acquire(const std::string& instance, int gpu,
@@ -95,7 +143,7 @@ Result<MigDevice> MigManager::Acquire(const std::string& instance, int gpu,
   TESSERA_RETURN_IF_ERROR(Refresh(gpu));
   std::vector<Entry>& entries = layout_[gpu];
   for (Entry& e : entries) {
-    if (e.device.profile != profile || e.device.start != start) continue;
+    if (e.device.profile != profile || e.device.start != start || e.device.bare) continue;
     if (e.managed && (e.instance == instance || e.instance.empty())) {
       e.instance = instance;
       recorded_[e.device.uuid] = instance;
@@ -130,16 +178,23 @@ Result<MigDevice> MigManager::Acquire(const std::string& instance, int gpu,
       return s.WithPrefix(what + ": making room");
     }
     recorded_.erase(m.uuid);
+    std::erase_if(entries, [&](const Entry& e) { return e.device.uuid == m.uuid; });
     spdlog::info("MIG: destroyed idle {} ({}@{}) on GPU {} to make {}", m.uuid, m.profile, m.start,
                  gpu, what);
   }
   if (!in_the_way.empty()) ++repartitions_;
+  // Recorded before the driver's first call: a run that dies between its two create calls leaves
+  // a bare GPU instance here, which the next run destroys (TakeLayout).
+  making_ = {{gpu, profile, start, instance}};
+  TESSERA_RETURN_IF_ERROR(SaveRecord());
   Result<MigDevice> made = gpus_.CreateMigDevice(gpu, profile, start);
   if (!made.ok()) {
-    (void)Refresh(gpu);  // The driver's word on what is there now.
+    (void)Refresh(gpu);  // The driver's word on what is there now; a bare leftover goes.
+    making_.clear();
     (void)SaveRecord();
     return made.status();
   }
+  making_.clear();
   recorded_[made->uuid] = instance;
   Entry e;
   e.device = *made;
@@ -200,7 +255,12 @@ Status MigManager::SaveRecord() const {
   for (const auto& [uuid, instance] : recorded_) {
     devices.push_back({{"uuid", uuid}, {"instance", instance}});
   }
-  return WriteFileAtomic(options_.record_path, DumpJson({{"devices", devices}}, 1));
+  json record = {{"devices", devices}};
+  for (const Making& m : making_) {
+    record["making"].push_back(
+        {{"gpu", m.gpu}, {"profile", m.profile}, {"start", m.start}, {"instance", m.instance}});
+  }
+  return WriteFileAtomic(options_.record_path, DumpJson(record, 1));
 }
 
 }  // namespace tessera::agent

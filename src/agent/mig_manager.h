@@ -10,8 +10,14 @@
 // Which devices are Tessera's survives an agent restart in a small record file beside the
 // agent's work: devices in the record that still exist are Tessera's again, with their instance;
 // the record's devices that are gone are forgotten. The driver itself keeps the devices.
-// The layout is reported to the server with every sync (LayoutJson), so the server's view of a
-// MIG GPU is what exists.
+// Before it makes a device the manager records the placement it is making: an agent that dies
+// between the driver's two create calls leaves a GPU instance without its compute instance (a
+// bare one), which the next run finds at that placement and destroys; one that dies after them
+// finds the whole device there and takes it as the instance's. A bare GPU instance nobody
+// recorded is an operator's, unmanaged like any other.
+// The layout is reported to the server with every sync (LayoutJson), and read from the driver
+// again at every telemetry turn (Rescan) as well as around each change, so the server's view of a
+// MIG GPU is what exists: a device an operator made meanwhile is booked within one turn.
 // Thread-safety: not thread-safe; the agent loop owns it.
 #pragma once
 
@@ -54,6 +60,10 @@ class MigManager {
   // again at the next call.
   void Release(const std::set<std::string>& live);
 
+  // Reads every MIG GPU's devices from the driver again (an operator may have made or destroyed
+  // some). A GPU the driver would not list keeps what was known of it.
+  void Rescan();
+
   // The layout as the server takes it: [{"gpu", "uuid", "profile", "start", "owner"}], owner
   // being the instance's id, "" for an idle device or "unmanaged".
   nlohmann::json LayoutJson() const;
@@ -67,8 +77,21 @@ class MigManager {
     std::string instance;  // Its holder; "" while idle or unmanaged.
   };
 
+  // A placement being made: recorded before the driver's first create call, dropped once the
+  // device is recorded or the attempt undone.
+  struct Making {
+    int gpu = 0;
+    std::string profile;
+    int start = 0;
+    std::string instance;
+  };
+
   // Reads `gpu`'s devices from the driver, keeping what is known of each by UUID.
   Status Refresh(int gpu);
+  // `devices` as the layout of `gpu`: what the record names is Tessera's; what lies at a
+  // placement being made is the half-made (bare: destroyed) or whole device of that attempt.
+  // True when the record changed.
+  bool TakeLayout(int gpu, const std::vector<MigDevice>& devices);
   // The memory slices a device spans on `gpu`'s model; 0 when its profile is unknown.
   int MemorySlices(int gpu, const std::string& profile) const;
   Status SaveRecord() const;
@@ -79,6 +102,7 @@ class MigManager {
   std::map<int, std::string> models_;            // GPUs in MIG mode, with their catalog model.
   std::map<int, std::vector<Entry>> layout_;     // By GPU.
   std::map<std::string, std::string> recorded_;  // Tessera's devices: UUID -> instance.
+  std::vector<Making> making_;                   // As recorded; at most one at a time.
   int64_t repartitions_ = 0;
   std::set<std::string> stuck_;  // Devices of ended instances that could not be destroyed yet.
 };

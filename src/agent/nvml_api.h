@@ -204,6 +204,13 @@ using nvmlGpuInstanceGetComputeInstanceById_fn = nvmlReturn_t (*)(nvmlGpuInstanc
                                                                   nvmlComputeInstance_t*);
 using nvmlDeviceGetComputeRunningProcesses_fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*,
                                                                  nvmlProcessInfo_t*);
+// With `placements` NULL, `*count` returns how many placements the profile has; else fills them.
+using nvmlDeviceGetGpuInstancePossiblePlacements_fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int,
+                                                                       nvmlGpuInstancePlacement_t*,
+                                                                       unsigned int*);
+// Size `gpuInstances` from the profile's instanceCount; `*count` returns how many were found.
+using nvmlDeviceGetGpuInstances_fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int,
+                                                      nvmlGpuInstance_t*, unsigned int*);
 
 // The calls that change a GPU (reference section 8.4); they need root or the mig/config
 // capability.

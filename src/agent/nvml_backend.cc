@@ -74,6 +74,7 @@ struct Api {
   nv::nvmlGpuInstanceCreateComputeInstance_fn create_ci = nullptr;
   nv::nvmlComputeInstanceDestroy_fn destroy_ci = nullptr;
   nv::nvmlDeviceSetMigMode_fn set_mig_mode = nullptr;
+  nv::nvmlDeviceGetGpuInstances_fn gpu_instances = nullptr;
 };
 
 // Sets `fn` to the first of `names` the library exports (newest version first). A required
@@ -146,6 +147,7 @@ Status LoadApi(void* lib, const std::string& library, bool manage_mig, Api& a) {
   (void)Find(lib, library, a.create_ci, {"nvmlGpuInstanceCreateComputeInstance"}, false);
   (void)Find(lib, library, a.destroy_ci, {"nvmlComputeInstanceDestroy"}, false);
   (void)Find(lib, library, a.set_mig_mode, {"nvmlDeviceSetMigMode"}, false);
+  (void)Find(lib, library, a.gpu_instances, {"nvmlDeviceGetGpuInstances"}, false);
   return Status::Ok();
 }
 
@@ -238,6 +240,10 @@ class NvmlBackend final : public GpuBackend {
   nv::nvmlReturn_t Device(unsigned int i, nv::nvmlDevice_t* out);
   Result<GpuInfo> ReadGpu(int index, nv::nvmlDevice_t dev);
   std::vector<MigDevice> ReadMigDevices(nv::nvmlDevice_t dev, const std::string& model);
+  // Appends the GPU instances of `dev` that hold no compute instance (none of `out`'s) as bare
+  // devices; nothing when the driver would not list them.
+  void AddBareGpuInstances(nv::nvmlDevice_t dev, const mig::Table* table,
+                           std::vector<MigDevice>& out);
   // GPU `gpu`'s handle and catalog model, for the MIG calls; FailedPrecondition unless the
   // backend manages MIG and the driver has `fn`.
   Status MigCall(int gpu, bool has_fn, const char* fn, nv::nvmlDevice_t* dev);
@@ -471,7 +477,43 @@ std::vector<MigDevice> NvmlBackend::ReadMigDevices(nv::nvmlDevice_t dev, const s
     }
     out.push_back(std::move(m));
   }
+  AddBareGpuInstances(dev, table, out);
   return out;
+}
+
+void NvmlBackend::AddBareGpuInstances(nv::nvmlDevice_t dev, const mig::Table* table,
+                                      std::vector<MigDevice>& out) {
+  if (table == nullptr || api_.gpu_instances == nullptr || api_.gi_profile == nullptr ||
+      api_.gpu_instance_info == nullptr) {
+    return;
+  }
+  std::set<int> with_device;
+  for (const MigDevice& m : out) with_device.insert(m.gpu_instance);
+  // Every GPU instance profile in turn (reference section 8.1: INVALID_ARGUMENT past the last,
+  // NOT_SUPPORTED skips one).
+  for (unsigned int index = 0; index < 64; ++index) {
+    nv::nvmlGpuInstanceProfileInfo_t profile{};
+    const nv::nvmlReturn_t r = api_.gi_profile(dev, index, &profile);
+    if (r == nv::NVML_ERROR_NOT_SUPPORTED) continue;
+    if (r != nv::NVML_SUCCESS) break;
+    std::vector<nv::nvmlGpuInstance_t> gis(std::max(1u, profile.instanceCount));
+    auto count = static_cast<unsigned int>(gis.size());
+    if (api_.gpu_instances(dev, profile.id, gis.data(), &count) != nv::NVML_SUCCESS) continue;
+    for (unsigned int i = 0; i < count && i < gis.size(); ++i) {
+      nv::nvmlGpuInstanceInfo_t info{};
+      if (api_.gpu_instance_info(gis[i], &info) != nv::NVML_SUCCESS) continue;
+      if (with_device.contains(static_cast<int>(info.id))) continue;
+      MigDevice m;
+      m.uuid = fmt::format("gpu-instance-{}", info.id);
+      m.start = static_cast<int>(info.placement.start);
+      m.gpu_instance = static_cast<int>(info.id);
+      m.bare = true;
+      for (const mig::Profile& p : table->profiles) {
+        if (p.id == static_cast<int>(info.profileId)) m.profile = p.name;
+      }
+      out.push_back(std::move(m));
+    }
+  }
 }
 
 Result<std::vector<std::string>> NvmlBackend::LinkEndpoints(int index, nv::nvmlDevice_t dev) {
@@ -697,7 +739,7 @@ Result<MigDevice> NvmlBackend::CreateMigDevice(int gpu, const std::string& profi
     return undo(CallError(gpu, "nvmlGpuInstanceCreateComputeInstance", r).WithPrefix(where));
   }
   for (MigDevice& m : ReadMigDevices(dev, model)) {
-    if (m.gpu_instance == static_cast<int>(gi_info.id)) {
+    if (!m.bare && m.gpu_instance == static_cast<int>(gi_info.id)) {
       m.profile = profile;
       m.start = start;
       return m;

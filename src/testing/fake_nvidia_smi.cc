@@ -1,13 +1,16 @@
 // A fake nvidia-smi for tests, built beside the fake libnvidia-ml.so.1 (fake_nvml.cc). It knows
-// one command, the GPU reset that applies a pending MIG mode:
+// two commands: the GPU reset that applies a pending MIG mode, and an operator's MIG device:
 //   nvidia-smi --gpu-reset -i N      (or -r; -i N, --id N or --id=N, in any order)
+//   nvidia-smi mig -i N -cgi PROFILE_ID[:START] [-C]
+// The second makes a GPU instance of that profile id (at START, else where the driver puts it)
+// and, with -C, its compute instance over all of it, through the NVML calls an operator's
+// nvidia-smi makes; it prints the real tool's "Successfully created ..." lines.
 // It loads the libnvidia-ml.so.1 in its own folder, initializes it (so it reads
-// $TESSERA_FAKE_NVML_CONFIG and $TESSERA_FAKE_NVML_STATE as any process would) and calls the
-// fake's tesseraFakeNvmlResetGpu, which writes the result to the state file, where the other
-// processes using the fake see it. It prints what the real one prints on success,
-// "GPU 00000000:10:00.0 was successfully reset.", and exits 0; otherwise it says why on stderr and
-// exits with nvidia-smi's code for the failure (2 for a bad argument, 6 for no such GPU, 255 for
-// a GPU in use and other errors).
+// $TESSERA_FAKE_NVML_CONFIG and $TESSERA_FAKE_NVML_STATE as any process would) and acts on it;
+// the result goes to the state file, where the other processes using the fake see it. A reset
+// prints what the real one prints on success, "GPU 00000000:10:00.0 was successfully reset.";
+// either exits 0, or says why on stderr and exits with nvidia-smi's code for the failure (2 for a
+// bad argument, 6 for no such GPU, 255 for a GPU in use and other errors).
 // Thread-safety: a single-threaded program.
 #include <dlfcn.h>
 #include <unistd.h>
@@ -41,7 +44,8 @@ int ExitCode(nv::nvmlReturn_t r) {
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "nvidia-smi (Tessera's fake): %s\n"
-               "usage: nvidia-smi --gpu-reset -i N   (or -r -i N)\n",
+               "usage: nvidia-smi --gpu-reset -i N   (or -r -i N)\n"
+               "       nvidia-smi mig -i N -cgi PROFILE_ID[:START] [-C]\n",
                problem.c_str());
   return kExitBadArgument;
 }
@@ -73,15 +77,116 @@ bool Find(void* lib, const char* name, Fn& fn) {
 
 }  // namespace
 
+// `nvidia-smi mig -cgi ID[:START] [-C]` on GPU `dev`: a GPU instance and, with `with_ci`, its
+// compute instance over all of it. The exit status.
+int MakeMigDevice(void* lib, nv::nvmlDevice_t dev, unsigned int index, unsigned int profile_id,
+                  long start, bool with_ci, nv::nvmlErrorString_fn error_string) {
+  nv::nvmlDeviceGetGpuInstanceProfileInfo_fn gi_profile = nullptr;
+  nv::nvmlDeviceCreateGpuInstanceWithPlacement_fn create_at = nullptr;
+  nv::nvmlDeviceGetGpuInstancePossiblePlacements_fn placements_fn = nullptr;
+  nv::nvmlReturn_t (*create_gi)(nv::nvmlDevice_t, unsigned int, nv::nvmlGpuInstance_t*) = nullptr;
+  nv::nvmlGpuInstanceGetInfo_fn gi_info = nullptr;
+  nv::nvmlGpuInstanceGetComputeInstanceProfileInfo_fn ci_profile = nullptr;
+  nv::nvmlGpuInstanceCreateComputeInstance_fn create_ci = nullptr;
+  if (!Find(lib, "nvmlDeviceGetGpuInstanceProfileInfo", gi_profile) ||
+      !Find(lib, "nvmlDeviceCreateGpuInstanceWithPlacement", create_at) ||
+      !Find(lib, "nvmlDeviceGetGpuInstancePossiblePlacements_v2", placements_fn) ||
+      !Find(lib, "nvmlDeviceCreateGpuInstance", create_gi) ||
+      !Find(lib, "nvmlGpuInstanceGetInfo", gi_info) ||
+      !Find(lib, "nvmlGpuInstanceGetComputeInstanceProfileInfo", ci_profile) ||
+      !Find(lib, "nvmlGpuInstanceCreateComputeInstance", create_ci)) {
+    return kExitOther;
+  }
+  nv::nvmlGpuInstanceProfileInfo_t profile{};
+  bool found = false;
+  for (unsigned int i = 0; i < 64 && !found; ++i) {
+    const nv::nvmlReturn_t r = gi_profile(dev, i, &profile);
+    if (r == nv::NVML_ERROR_INVALID_ARGUMENT) break;
+    found = r == nv::NVML_SUCCESS && profile.id == profile_id;
+  }
+  if (!found) {
+    std::fprintf(stderr,
+                 "Unable to create a GPU instance on GPU %u using profile %u: Invalid "
+                 "Argument\n",
+                 index, profile_id);
+    return kExitBadArgument;
+  }
+  nv::nvmlGpuInstance_t gi = nullptr;
+  nv::nvmlReturn_t r = nv::NVML_SUCCESS;
+  if (start >= 0) {
+    // The placement's size is the profile's, as the driver lists its placements.
+    std::vector<nv::nvmlGpuInstancePlacement_t> placements(8);
+    auto count = static_cast<unsigned int>(placements.size());
+    r = placements_fn(dev, profile_id, placements.data(), &count);
+    const nv::nvmlGpuInstancePlacement_t* at = nullptr;
+    for (unsigned int i = 0; r == nv::NVML_SUCCESS && i < count; ++i) {
+      if (placements[i].start == static_cast<unsigned int>(start)) at = &placements[i];
+    }
+    if (r == nv::NVML_SUCCESS && at == nullptr) r = nv::NVML_ERROR_INVALID_ARGUMENT;
+    if (r == nv::NVML_SUCCESS) r = create_at(dev, profile_id, at, &gi);
+  } else {
+    r = create_gi(dev, profile_id, &gi);
+  }
+  if (r != nv::NVML_SUCCESS) {
+    std::fprintf(stderr, "Unable to create a GPU instance on GPU %u using profile %u: %s\n", index,
+                 profile_id, error_string(r));
+    return ExitCode(r);
+  }
+  nv::nvmlGpuInstanceInfo_t info{};
+  (void)gi_info(gi, &info);
+  std::printf("Successfully created GPU instance ID %2u on GPU %2u using profile ID %2u\n", info.id,
+              index, profile_id);
+  if (!with_ci) return 0;
+  for (unsigned int i = 0; i < 64; ++i) {
+    nv::nvmlComputeInstanceProfileInfo_t cp{};
+    r = ci_profile(gi, i, nv::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &cp);
+    if (r == nv::NVML_ERROR_INVALID_ARGUMENT) break;
+    if (r != nv::NVML_SUCCESS || cp.sliceCount != profile.sliceCount) continue;
+    nv::nvmlComputeInstance_t ci = nullptr;
+    r = create_ci(gi, cp.id, &ci);
+    if (r != nv::NVML_SUCCESS) break;
+    std::printf(
+        "Successfully created compute instance on GPU %2u GPU instance ID %2u using "
+        "profile ID %2u\n",
+        index, info.id, cp.id);
+    return 0;
+  }
+  std::fprintf(stderr, "Unable to create a compute instance on GPU %u GPU instance ID %u: %s\n",
+               index, info.id, error_string(r));
+  return ExitCode(r);
+}
+
 int main(int argc, char** argv) {
-  bool reset = false;
+  bool reset = false, mig = false, with_ci = false;
   bool have_index = false;
   unsigned int index = 0;
+  long profile_id = -1, start = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     std::string_view value;
     if (arg == "-r" || arg == "--gpu-reset") {
       reset = true;
+      continue;
+    }
+    if (arg == "mig" && i == 1) {
+      mig = true;
+      continue;
+    }
+    if (mig && arg == "-C") {
+      with_ci = true;
+      continue;
+    }
+    if (mig && arg == "-cgi") {
+      if (i + 1 == argc) return Usage("-cgi needs a profile id");
+      const std::string spec = argv[++i];
+      const size_t colon = spec.find(':');
+      unsigned int id = 0, at = 0;
+      if (!ParseIndex(spec.substr(0, colon), id) ||
+          (colon != std::string::npos && !ParseIndex(spec.substr(colon + 1), at))) {
+        return Usage("'" + spec + "' is not PROFILE_ID[:START]");
+      }
+      profile_id = id;
+      if (colon != std::string::npos) start = at;
       continue;
     }
     if (arg == "-i" || arg == "--id") {
@@ -97,8 +202,9 @@ int main(int argc, char** argv) {
     }
     have_index = true;
   }
-  if (!reset) return Usage("only --gpu-reset (-r) is supported");
-  if (!have_index) return Usage("name the GPU to reset with -i N");
+  if (!reset && !mig) return Usage("only --gpu-reset (-r) and mig -cgi are supported");
+  if (mig && profile_id < 0) return Usage("mig: only -cgi PROFILE_ID[:START] [-C] is supported");
+  if (!have_index) return Usage(mig ? "name the GPU with -i N" : "name the GPU to reset with -i N");
   if (std::getenv("TESSERA_FAKE_NVML_STATE") == nullptr) {
     std::fprintf(stderr,
                  "nvidia-smi (Tessera's fake): TESSERA_FAKE_NVML_STATE is not set, so a reset "
@@ -140,6 +246,12 @@ int main(int argc, char** argv) {
     return kExitNotFound;
   }
   if (get_handle(index, &dev) == nv::NVML_SUCCESS) (void)get_pci(dev, &pci);
+  if (mig) {
+    const int code = MakeMigDevice(lib, dev, index, static_cast<unsigned int>(profile_id), start,
+                                   with_ci, error_string);
+    shutdown();
+    return code;
+  }
   const nv::nvmlReturn_t r = reset_gpu(index);
   shutdown();
   if (r == nv::NVML_ERROR_IN_USE) {

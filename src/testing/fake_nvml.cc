@@ -19,7 +19,10 @@
 //              "mig_devices": [{"uuid": "MIG-...", "profile_id": 19, "start": 0,
 //                               "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
 //                               "compute_instance": 0}],   GPU instances 1, 2, ..., one compute
-//                                                          instance each, made at first init
+//                                                          instance each, made at first init;
+//                                                          "bare": true makes the GPU instance
+//                                                          alone (as a crash between the two
+//                                                          create calls leaves it)
 //              "nvlink_peers": [1], "nvswitches": ["00000000:A0:00.0"],
 //              "util": 37, "mem_util": 20, "temperature": 55, "power_mw": 300000,
 //              "sm_clock": 1980, "mem_clock": 2619, "pcie_tx": 1000, "pcie_rx": 2000,
@@ -41,6 +44,9 @@
 // at least that many compute slices, and its compute instances share its slices (else
 // INSUFFICIENT_RESOURCES); 5, 6 and 7 (8 and 6 slices, 1_SLICE_REV1) are NOT_SUPPORTED, 8 and up
 // INVALID_ARGUMENT, as is any engine profile but the shared one.
+// nvmlDeviceGetGpuInstancePossiblePlacements_v2 lists a profile's starts from the table, used or
+// not; nvmlDeviceGetGpuInstances lists the GPU instances of a profile, those without a compute
+// instance too (the only call that shows them), INSUFFICIENT_SIZE when the array is too small.
 // A new compute instance's MIG device gets a fresh UUID (from the GPU's UUID, the GPU-instance id
 // and a counter kept in the state) and the name "<GPU name> MIG <profile>", or
 // "<GPU name> MIG <N>c.<profile>" when it has N of the instance's compute slices, as nvidia-smi
@@ -687,8 +693,8 @@ void FillPci(const std::string& bus_id, nv::nvmlPciInfo_t* pci) {
   pci->pciDeviceId = 0x233010DE;
 }
 
-// Makes the config's "mig_devices" GPU instances 1, 2, ..., each with one compute instance.
-// Empty, or what is wrong with them.
+// Makes the config's "mig_devices" GPU instances 1, 2, ..., each with one compute instance unless
+// "bare". Empty, or what is wrong with them.
 std::string AddConfigInstances(FakeGpu& g, const json& migs, unsigned long long& uuid_counter) {
   for (size_t m = 0; m < migs.size(); ++m) {
     auto gi = std::make_unique<FakeGi>();
@@ -710,7 +716,7 @@ std::string AddConfigInstances(FakeGpu& g, const json& migs, unsigned long long&
       if (ci->name.empty()) ci->name = MigDeviceName(g, *gi, gi->profile->compute_slices);
     }
     if (ci->uuid.empty()) ci->uuid = NewMigUuid(g, gi->id, ++uuid_counter);
-    gi->cis.push_back(std::move(ci));
+    if (!migs[m].value("bare", false)) gi->cis.push_back(std::move(ci));
     g.gis.push_back(std::move(gi));
   }
   if (g.table == nullptr) return "";
@@ -1260,6 +1266,59 @@ nvmlReturn_t nvmlDeviceCreateGpuInstance(nv::nvmlDevice_t dev, unsigned int prof
     }
   }
   return nv::NVML_ERROR_INSUFFICIENT_RESOURCES;
+}
+
+// Every legal placement of profile `profile_id`, used or not, whether MIG is on or not; with
+// `placements` NULL, only their count.
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nv::nvmlDevice_t dev, unsigned int profile_id, nv::nvmlGpuInstancePlacement_t* placements,
+    unsigned int* count) {
+  FAKE_DEVICE(dev, nullptr);
+  if (t.ci != nullptr || count == nullptr) return nv::NVML_ERROR_INVALID_ARGUMENT;
+  if (!t.gpu->mig || t.gpu->table == nullptr) return nv::NVML_ERROR_NOT_SUPPORTED;
+  const mig::Profile* p = ProfileById(*t.gpu->table, profile_id);
+  if (p == nullptr) return nv::NVML_ERROR_INVALID_ARGUMENT;
+  const auto needed = static_cast<unsigned int>(p->starts.size());
+  if (placements == nullptr) {
+    *count = needed;
+    return nv::NVML_SUCCESS;
+  }
+  if (needed > *count) {
+    *count = needed;
+    return nv::NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (unsigned int i = 0; i < needed; ++i) {
+    placements[i] = {static_cast<unsigned int>(p->starts[i]),
+                     static_cast<unsigned int>(p->memory_slices)};
+  }
+  *count = needed;
+  return nv::NVML_SUCCESS;
+}
+
+// The GPU instances of profile `profile_id`, in id order. As the driver's, it needs the caller to
+// size the array from the profile's instanceCount: more found than `*count` is
+// INSUFFICIENT_SIZE with the number needed in `*count`.
+nvmlReturn_t nvmlDeviceGetGpuInstances(nv::nvmlDevice_t dev, unsigned int profile_id,
+                                       nv::nvmlGpuInstance_t* out, unsigned int* count) {
+  FAKE_DEVICE(dev, nullptr);
+  if (t.ci != nullptr || out == nullptr || count == nullptr) {
+    return nv::NVML_ERROR_INVALID_ARGUMENT;
+  }
+  if (!t.gpu->mig || t.gpu->table == nullptr) return nv::NVML_ERROR_NOT_SUPPORTED;
+  if (f.mig_no_permission) return nv::NVML_ERROR_NO_PERMISSION;
+  if (ProfileById(*t.gpu->table, profile_id) == nullptr) return nv::NVML_ERROR_INVALID_ARGUMENT;
+  std::vector<nv::nvmlGpuInstance_t> found;
+  for (auto& gi : t.gpu->gis) {
+    if (gi->profile_id == profile_id) found.push_back(&gi->handle);
+  }
+  const auto needed = static_cast<unsigned int>(found.size());
+  if (needed > *count) {
+    *count = needed;
+    return nv::NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  std::copy(found.begin(), found.end(), out);
+  *count = needed;
+  return nv::NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetGpuInstanceById(nv::nvmlDevice_t dev, unsigned int id,
