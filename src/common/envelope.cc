@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <openssl/rand.h>
 #include <poll.h>
 #include <signal.h>
@@ -27,6 +29,9 @@ namespace {
 constexpr std::string_view kPrefix = "enc:v1:";
 constexpr size_t kNonceBytes = 12;
 constexpr size_t kTagBytes = 16;
+constexpr size_t kSaltBytes = 32;
+// HKDF's info: what the derived key is for.
+constexpr std::string_view kDekInfo = "tessera-envelope:v1 data key";
 // Additional authenticated data labels, so a wrapped DEK never opens as a value, nor back.
 constexpr std::string_view kValueLabel = "tessera-envelope:v1";
 constexpr std::string_view kWrapLabel = "tessera-kek-wrap:v1";
@@ -129,12 +134,55 @@ std::optional<std::string> DecodeCanonical(std::string_view text) {
   return bytes;
 }
 
-Result<std::string> RandomKey() {
-  std::string key(kDataKeyBytes, '\0');
+Result<std::string> RandomBytes(size_t n) {
+  std::string key(n, '\0');
   if (RAND_bytes(Bytes(key), static_cast<int>(key.size())) != 1) {
     return Status::Internal("the system random generator failed");
   }
   return key;
+}
+
+Result<std::string> RandomKey() { return RandomBytes(kDataKeyBytes); }
+
+// The data key HKDF-SHA256 derives from `seed` and `salt` (RFC 5869); the caller cleanses it.
+Result<std::string> DeriveDek(std::string_view seed, std::string_view salt) {
+  // Fetched once: a fetch looks the algorithm up in the provider's tables.
+  static EVP_KDF* const kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  std::unique_ptr<EVP_KDF_CTX, decltype(&EVP_KDF_CTX_free)> ctx(
+      kdf ? EVP_KDF_CTX_new(kdf) : nullptr, &EVP_KDF_CTX_free);
+  std::string digest = "SHA256";
+  std::string key(seed), salt_copy(salt), info(kDekInfo);
+  Cleanse cleanse_key(key);
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest.data(), 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, key.data(), key.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, salt_copy.data(), salt_copy.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info.data(), info.size()),
+      OSSL_PARAM_construct_end()};
+  std::string dek(kDataKeyBytes, '\0');
+  if (!ctx || EVP_KDF_derive(ctx.get(), Bytes(dek), dek.size(), params) != 1) {
+    return Status::Internal("HKDF-SHA256 failed");
+  }
+  return dek;
+}
+
+// The payload of a sealed value (salt | nonce | ciphertext | tag) of `plaintext` under `seed`.
+Result<std::string> SealWithSeed(std::string_view seed, std::string_view aad,
+                                 std::string_view plaintext) {
+  TESSERA_ASSIGN_OR_RETURN(std::string salt, RandomBytes(kSaltBytes));
+  TESSERA_ASSIGN_OR_RETURN(std::string dek, DeriveDek(seed, salt));
+  Cleanse cleanse(dek);
+  TESSERA_ASSIGN_OR_RETURN(std::string sealed, GcmSeal(dek, aad, plaintext));
+  return salt + sealed;
+}
+
+// The plaintext of a payload SealWithSeed made, or nullopt when it fails authentication.
+Result<std::optional<std::string>> OpenWithSeed(std::string_view seed, std::string_view aad,
+                                                std::string_view payload) {
+  if (payload.size() < kSaltBytes + kNonceBytes + kTagBytes) return std::optional<std::string>();
+  TESSERA_ASSIGN_OR_RETURN(std::string dek, DeriveDek(seed, payload.substr(0, kSaltBytes)));
+  Cleanse cleanse(dek);
+  return GcmOpen(dek, aad, payload.substr(kSaltBytes));
 }
 
 // ---- File keyring ----
@@ -523,49 +571,167 @@ Result<std::string> NewKeyLine(std::string_view id) {
   return fmt::format("{} {}", id, Base64Encode(key));
 }
 
-Result<std::string> Seal(const Keyring& keyring, std::string_view plaintext,
-                         std::string_view context) {
+namespace {
+
+Status CheckSize(std::string_view plaintext) {
   if (plaintext.size() > kMaxSealedPlaintextBytes) {
     return Status::InvalidArgument(fmt::format("a value to seal is {} bytes; the most is {}",
                                                plaintext.size(), kMaxSealedPlaintextBytes));
   }
-  TESSERA_ASSIGN_OR_RETURN(std::string dek, RandomKey());
-  Cleanse cleanse(dek);
-  TESSERA_ASSIGN_OR_RETURN(WrappedKey wrapped, keyring.Wrap(dek));
+  return Status::Ok();
+}
+
+// A new seed wrapped by `keyring`'s current key.
+Result<WrappedKey> NewSeed(const Keyring& keyring, std::string& seed) {
+  TESSERA_ASSIGN_OR_RETURN(seed, RandomKey());
+  TESSERA_ASSIGN_OR_RETURN(WrappedKey wrapped, keyring.Wrap(seed));
   if (!IsValidKeyId(wrapped.key_id)) {
     return Status::Internal(
         fmt::format("the keyring wrapped under a bad key id '{}'", Quote(wrapped.key_id)));
   }
-  TESSERA_ASSIGN_OR_RETURN(std::string payload,
-                           GcmSeal(dek, Aad(kValueLabel, wrapped.key_id, context), plaintext));
+  return wrapped;
+}
+
+std::string Format(const WrappedKey& wrapped, std::string_view payload) {
   return fmt::format("{}{}:{}:{}", kPrefix, wrapped.key_id, Base64Encode(wrapped.wrapped),
                      Base64Encode(payload));
 }
 
-Result<std::string> Open(const Keyring& keyring, std::string_view sealed,
-                         std::string_view context) {
+// A sealed value's fields decoded: its key id, wrapped seed and payload.
+struct Decoded {
+  std::string key_id, wrapped, payload;
+};
+
+Result<Decoded> Decode(std::string_view sealed) {
   TESSERA_ASSIGN_OR_RETURN(SealedFields fields, ParseSealed(sealed));
   std::optional<std::string> wrapped = DecodeCanonical(fields.wrapped);
   std::optional<std::string> payload = DecodeCanonical(fields.payload);
-  if (!wrapped || !payload || payload->size() < kNonceBytes + kTagBytes) {
+  if (!wrapped || !payload || payload->size() < kSaltBytes + kNonceBytes + kTagBytes) {
     return Status::DataLoss(
         fmt::format("the value sealed under key '{}' is malformed: bad base64", fields.key_id));
   }
-  TESSERA_ASSIGN_OR_RETURN(std::string dek, keyring.Unwrap(fields.key_id, *wrapped));
-  Cleanse cleanse(dek);
-  if (dek.size() != kDataKeyBytes) {
-    return Status::Internal(fmt::format("key '{}': the keyring gave a data key of {} bytes",
-                                        fields.key_id, dek.size()));
+  return Decoded{std::string(fields.key_id), std::move(*wrapped), std::move(*payload)};
+}
+
+// The plaintext of `d` under `seed`.
+Result<std::string> OpenDecoded(const Decoded& d, std::string_view seed, std::string_view context) {
+  if (seed.size() != kDataKeyBytes) {
+    return Status::Internal(
+        fmt::format("key '{}': the keyring gave a seed of {} bytes", d.key_id, seed.size()));
   }
-  std::optional<std::string> plaintext =
-      GcmOpen(dek, Aad(kValueLabel, fields.key_id, context), *payload);
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> plaintext,
+                           OpenWithSeed(seed, Aad(kValueLabel, d.key_id, context), d.payload));
   if (!plaintext) {
     return Status::DataLoss(fmt::format(
         "the value sealed under key '{}' fails authentication: it was altered, or it belongs to "
         "another record than '{}'",
-        fields.key_id, Quote(context)));
+        d.key_id, Quote(context)));
   }
   return std::move(*plaintext);
+}
+
+}  // namespace
+
+Result<std::string> Seal(const Keyring& keyring, std::string_view plaintext,
+                         std::string_view context) {
+  TESSERA_RETURN_IF_ERROR(CheckSize(plaintext));
+  std::string seed;
+  Cleanse cleanse(seed);
+  TESSERA_ASSIGN_OR_RETURN(WrappedKey wrapped, NewSeed(keyring, seed));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::string payload,
+      SealWithSeed(seed, Aad(kValueLabel, wrapped.key_id, context), plaintext));
+  return Format(wrapped, payload);
+}
+
+Result<std::string> Open(const Keyring& keyring, std::string_view sealed,
+                         std::string_view context) {
+  TESSERA_ASSIGN_OR_RETURN(Decoded d, Decode(sealed));
+  TESSERA_ASSIGN_OR_RETURN(std::string seed, keyring.Unwrap(d.key_id, d.wrapped));
+  Cleanse cleanse(seed);
+  return OpenDecoded(d, seed, context);
+}
+
+// ---- Sealer ----
+
+struct Sealer::Seed {
+  WrappedKey wrapped;
+  std::string secret;
+  ~Seed() { OPENSSL_cleanse(secret.data(), secret.size()); }
+};
+
+namespace {
+std::string CacheKey(std::string_view key_id, std::string_view wrapped) {
+  std::string key(key_id);
+  key.append(1, '\0').append(wrapped);
+  return key;
+}
+}  // namespace
+
+Sealer::Sealer(std::shared_ptr<const Keyring> keyring) : keyring_(std::move(keyring)) {}
+Sealer::~Sealer() = default;
+
+std::shared_ptr<const Keyring> Sealer::keyring() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keyring_;
+}
+
+void Sealer::SetKeyring(std::shared_ptr<const Keyring> keyring) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keyring_ = std::move(keyring);
+  current_.reset();
+}
+
+Result<std::string> Sealer::CurrentKeyId() { return keyring()->CurrentKeyId(); }
+
+Result<std::string> Sealer::Seal(std::string_view plaintext, std::string_view context) {
+  TESSERA_RETURN_IF_ERROR(CheckSize(plaintext));
+  std::shared_ptr<const Seed> seed;
+  std::shared_ptr<const Keyring> keyring;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seed = current_;
+    keyring = keyring_;
+  }
+  if (!seed) {
+    // Made outside the lock: a plugin's wrap may take a while. Two threads may both make one;
+    // the last stays current and both seal correctly.
+    auto made = std::make_shared<Seed>();
+    TESSERA_ASSIGN_OR_RETURN(made->wrapped, NewSeed(*keyring, made->secret));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (keyring_ == keyring) current_ = made;
+    if (cache_.size() >= kSeedsCached) cache_.erase(cache_.begin());
+    cache_[CacheKey(made->wrapped.key_id, made->wrapped.wrapped)] = made;
+    seed = std::move(made);
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      std::string payload,
+      SealWithSeed(seed->secret, Aad(kValueLabel, seed->wrapped.key_id, context), plaintext));
+  return Format(seed->wrapped, payload);
+}
+
+Result<std::shared_ptr<const Sealer::Seed>> Sealer::Unwrapped(std::string_view key_id,
+                                                              std::string_view wrapped) {
+  const std::string key = CacheKey(key_id, wrapped);
+  std::shared_ptr<const Keyring> keyring;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    keyring = keyring_;
+  }
+  auto seed = std::make_shared<Seed>();
+  TESSERA_ASSIGN_OR_RETURN(seed->secret, keyring->Unwrap(key_id, wrapped));
+  seed->wrapped = {std::string(key_id), std::string(wrapped)};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cache_.size() >= kSeedsCached) cache_.erase(cache_.begin());
+  cache_[key] = seed;
+  return std::shared_ptr<const Seed>(std::move(seed));
+}
+
+Result<std::string> Sealer::Open(std::string_view sealed, std::string_view context) {
+  TESSERA_ASSIGN_OR_RETURN(Decoded d, Decode(sealed));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const Seed> seed, Unwrapped(d.key_id, d.wrapped));
+  return OpenDecoded(d, seed->secret, context);
 }
 
 bool IsSealed(std::string_view value) {

@@ -1,22 +1,30 @@
 // Envelope encryption for values stored at rest (issue 29 §3; Kubernetes KMS v2 and dstack are
-// the models). Each value is sealed with AES-256-GCM under a fresh random 256-bit data key (DEK)
-// and a fresh 96-bit nonce; the DEK is wrapped by a key-encryption key (KEK) that a Keyring holds
-// and names by an id. A keyring is a private file of keys (--kek-file) or an external KMS plugin
-// (--kms-command). The sealed text form, printable ASCII only, is
+// the models). Each value is sealed with AES-256-GCM under a data key (DEK) of its own and a fresh
+// 96-bit nonce. As in KMS v2, the DEK is derived, not wrapped one by one: a random 256-bit seed is
+// wrapped by a key-encryption key (KEK) that a Keyring holds and names by an id, and each value's
+// DEK is HKDF-SHA256(seed, a fresh random 256-bit salt). So every value has a key of its own,
+// while a KMS plugin is called once per seed (a Sealer keeps one seed until its keyring's current
+// key changes, and caches seeds it unwrapped), not once per value. A keyring is a private file of
+// keys (--kek-file) or an external KMS plugin (--kms-command). The sealed text form, printable
+// ASCII only, is
 //
-//   enc:v1:<key_id>:<base64 of wrapped DEK>:<base64 of nonce(12) | ciphertext | tag(16)>
+//   enc:v1:<key_id>:<base64 of wrapped seed>:<base64 of salt(32) | nonce(12) | ciphertext |
+//   tag(16)>
 //
 // with standard padded base64 (RFC 4648), accepted only in its canonical form. The version, the
 // key id and a caller's context (such as "instances/i-123/env") are the GCM additional
 // authenticated data, so a value moved to another record or relabelled with another key id does
-// not open. A file keyring wraps a DEK with AES-256-GCM too, under the KEK, with a random nonce
+// not open. A file keyring wraps a seed with AES-256-GCM too, under the KEK, with a random nonce
 // and the key id as AAD: 60 bytes (nonce, wrapped key, tag). Random nonces bound one KEK to about
-// 2^32 wraps (NIST SP 800-38D); rotate keys long before. DEKs are cleansed after use.
-// Thread-safety: every function and keyring here is safe to call from any thread at once.
+// 2^32 wraps (NIST SP 800-38D), and a DEK encrypts one value, so neither limit is near. Seeds and
+// DEKs are cleansed after use.
+// Thread-safety: every function, keyring and Sealer here is safe to call from any thread at once.
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +34,7 @@
 
 namespace tessera {
 
-// A data key's length: AES-256.
+// A data key's (and a seed's) length: AES-256.
 inline constexpr size_t kDataKeyBytes = 32;
 // The largest plaintext Seal takes. Values at rest are records, not files.
 inline constexpr size_t kMaxSealedPlaintextBytes = 256 * 1024 * 1024;
@@ -85,8 +93,9 @@ std::unique_ptr<Keyring> NewCommandKeyring(std::vector<std::string> argv,
 // InvalidArgument for a bad id; Internal if the system random generator fails.
 Result<std::string> NewKeyLine(std::string_view id);
 
-// `plaintext` sealed under a fresh data key wrapped by `keyring`'s current key, in the text form
-// above, bound to `context` (which Open must be given again). Errors are the keyring's.
+// `plaintext` sealed under a data key derived from a fresh seed wrapped by `keyring`'s current
+// key (one keyring call), in the text form above, bound to `context` (which Open must be given
+// again). Errors are the keyring's. For many values, a Sealer calls the keyring once.
 Result<std::string> Seal(const Keyring& keyring, std::string_view plaintext,
                          std::string_view context);
 
@@ -94,6 +103,41 @@ Result<std::string> Seal(const Keyring& keyring, std::string_view plaintext,
 // altered or belongs to another context (no partial plaintext is returned); NotFound naming the
 // key id when `keyring` lacks it; FailedPrecondition for a format version this build lacks.
 Result<std::string> Open(const Keyring& keyring, std::string_view sealed, std::string_view context);
+
+// Seals and opens many values with one keyring: one seed, wrapped once by the keyring's current
+// key, serves every Seal until the keyring (or its current key) changes; seeds unwrapped by Open
+// are kept (at most kSeedsCached) so a record set sealed under a few seeds costs a few keyring
+// calls to open, not one a record.
+class Sealer {
+ public:
+  static constexpr size_t kSeedsCached = 1024;
+
+  explicit Sealer(std::shared_ptr<const Keyring> keyring);
+  ~Sealer();
+  Sealer(const Sealer&) = delete;
+  Sealer& operator=(const Sealer&) = delete;
+
+  // As the free Seal and Open above.
+  Result<std::string> Seal(std::string_view plaintext, std::string_view context);
+  Result<std::string> Open(std::string_view sealed, std::string_view context);
+  // The id of the key new values are sealed under: the keyring's current one.
+  Result<std::string> CurrentKeyId();
+  // Replaces the keyring (a keyring file read again, its new first key now current): the next
+  // Seal makes a new seed under it. Seeds already unwrapped stay cached.
+  void SetKeyring(std::shared_ptr<const Keyring> keyring);
+  std::shared_ptr<const Keyring> keyring() const;
+
+ private:
+  struct Seed;
+  // The seed `wrapped` under `key_id` unwraps to, from the cache or the keyring.
+  Result<std::shared_ptr<const Seed>> Unwrapped(std::string_view key_id, std::string_view wrapped);
+
+  mutable std::mutex mu_;
+  std::shared_ptr<const Keyring> keyring_;  // GUARDED_BY(mu_).
+  std::shared_ptr<const Seed> current_;     // GUARDED_BY(mu_); null until the first Seal.
+  // Unwrapped seeds by key id and wrapped bytes; GUARDED_BY(mu_).
+  std::map<std::string, std::shared_ptr<const Seed>, std::less<>> cache_;
+};
 
 // True when `value` has the shape of a sealed value of any version ("enc:v<digits>:..."), so a
 // store tells a sealed value from a legacy plaintext one; it says nothing of whether it opens.

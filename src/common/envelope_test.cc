@@ -73,8 +73,8 @@ TEST(EnvelopeTest, AnotherContextDoesNotOpen) {
 
 TEST(EnvelopeTest, EveryTamperedByteFails) {
   const std::unique_ptr<Keyring> ring = Ring(KeyLine("k1", 'a') + "\n" + KeyLine("k2", 'b'));
-  // 13 bytes make a 41-byte payload, whose base64 ends in one '='.
-  const std::string sealed = Seal(*ring, "attack at daw", "ctx").value();
+  // 14 bytes make a 74-byte payload (salt, nonce, text, tag), whose base64 ends in one '='.
+  const std::string sealed = Seal(*ring, "attack at dawn", "ctx").value();
   ASSERT_TRUE(sealed.ends_with("=") && !sealed.ends_with("=="));
   std::vector<std::string> tampered = {sealed.substr(0, sealed.size() - 1), sealed + "A",
                                        sealed + ":", ""};
@@ -226,6 +226,70 @@ TEST(KeyringTest, NewKeyLinesParseAndDiffer) {
   EXPECT_EQ(Open(*ring, Seal(*ring, "v", "").value(), "").value(), "v");
   EXPECT_EQ(NewKeyLine("bad id").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(NewKeyLine("").status().code(), StatusCode::kInvalidArgument);
+}
+
+// Counts a keyring's calls, forwarding them to `inner`.
+class CountingKeyring final : public Keyring {
+ public:
+  explicit CountingKeyring(std::unique_ptr<Keyring> inner) : inner_(std::move(inner)) {}
+  Result<std::string> CurrentKeyId() const override { return inner_->CurrentKeyId(); }
+  Result<WrappedKey> Wrap(std::string_view dek) const override {
+    ++wraps;
+    return inner_->Wrap(dek);
+  }
+  Result<std::string> Unwrap(std::string_view key_id, std::string_view wrapped) const override {
+    ++unwraps;
+    return inner_->Unwrap(key_id, wrapped);
+  }
+  mutable int wraps = 0, unwraps = 0;
+
+ private:
+  std::unique_ptr<Keyring> inner_;
+};
+
+// A Sealer wraps one seed for any number of values, each still under a data key of its own, and
+// unwraps each seed once however many values it opens: a KMS plugin runs per seed, not per value.
+TEST(SealerTest, OneKeyringCallPerSeedNotPerValue) {
+  auto ring =
+      std::make_shared<CountingKeyring>(Ring(KeyLine("k1", 'a') + "\n" + KeyLine("k0", 'c')));
+  Sealer sealer(ring);
+  std::vector<std::string> sealed;
+  for (int i = 0; i < 1000; ++i) {
+    sealed.push_back(sealer.Seal("value " + std::to_string(i), "rec/" + std::to_string(i)).value());
+  }
+  EXPECT_EQ(ring->wraps, 1);
+  EXPECT_NE(Split(sealed[0], ':')[4], Split(sealed[1], ':')[4]);
+  EXPECT_EQ(Split(sealed[0], ':')[3], Split(sealed[1], ':')[3]) << "one wrapped seed";
+  // Another sealer (a restarted server) opens them all with one unwrap.
+  Sealer reader(ring);
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(reader.Open(sealed[static_cast<size_t>(i)], "rec/" + std::to_string(i)).value(),
+              "value " + std::to_string(i));
+  }
+  EXPECT_EQ(ring->unwraps, 1);
+  // The free functions open what a Sealer sealed, and the other way round.
+  EXPECT_EQ(Open(*ring, sealed[7], "rec/7").value(), "value 7");
+  EXPECT_EQ(reader.Open(Seal(*ring, "x", "c").value(), "c").value(), "x");
+  EXPECT_EQ(reader.Open(sealed[7], "rec/8").status().code(), StatusCode::kDataLoss);
+}
+
+// A new keyring (its file read again with a new first key) makes the sealer seal under the new
+// key at once; values under the old key still open while the keyring has it, and fail closed,
+// naming the key, once it does not.
+TEST(SealerTest, ANewKeyringSealsUnderItsCurrentKeyAndOpensWhatItHolds) {
+  Sealer sealer(Ring(KeyLine("k1", 'a')));
+  const std::string old = sealer.Seal("v", "c").value();
+  EXPECT_EQ(sealer.CurrentKeyId().value(), "k1");
+  sealer.SetKeyring(Ring(KeyLine("k2", 'b') + "\n" + KeyLine("k1", 'a')));
+  EXPECT_EQ(sealer.CurrentKeyId().value(), "k2");
+  const std::string fresh = sealer.Seal("v", "c").value();
+  EXPECT_EQ(SealedKeyId(fresh).value(), "k2");
+  EXPECT_EQ(sealer.Open(old, "c").value(), "v");
+  Sealer without_k1(Ring(KeyLine("k2", 'b')));
+  const Result<std::string> lost = without_k1.Open(old, "c");
+  EXPECT_EQ(lost.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(lost.status().message(), HasSubstr("key 'k1' is not in the keyring"));
+  EXPECT_EQ(without_k1.Open(fresh, "c").value(), "v");
 }
 
 // A fake KMS plugin: it "wraps" a data key by prefixing "wrapped:" to its base64 (its crypto is
