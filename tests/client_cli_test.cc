@@ -73,8 +73,8 @@ TEST_F(ClientCliTest, BillingCommandsAndTheRecommender) {
 
   auto usage = Cli({"usage"}, token);
   ASSERT_EQ(usage.exit_code, 0) << usage.err;
-  EXPECT_TRUE(
-      std::regex_search(usage.out, std::regex(id + " +gpu\\.1xh100 +on_demand +[0-9.]+ +60 ")))
+  EXPECT_TRUE(std::regex_search(
+      usage.out, std::regex(id + " +gpu\\.1xh100 +on_demand +user-[0-9]+ +[0-9.]+ +60 ")))
       << usage.out;
   EXPECT_NE(usage.out.find("TOTAL"), std::string::npos);
   auto csv = Cli({"usage", "--group-by", "billing", "-o", "csv"}, token);

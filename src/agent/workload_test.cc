@@ -771,6 +771,26 @@ TEST_F(WorkloadUidTest, PlannedUidIsTheUidStartGives) {
   WaitExited(*sup, "b-1");
 }
 
+// A relative path (`make run`'s --data ./tessera-data) is walked from the working directory up;
+// its dots once sent the walk round "." for ever, and the server never started its agents.
+TEST(FirstUntraversableTest, ARelativePathIsWalkedFromTheWorkingDirectoryUp) {
+  testing::TempDir dir;
+  ASSERT_EQ(mkdir((dir.path() + "/open").c_str(), 0711), 0);
+  ASSERT_EQ(mkdir((dir.path() + "/open/closed").c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((dir.path() + "/open/closed/below").c_str(), 0711), 0);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0711), 0);
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
+  ASSERT_EQ(chdir((dir.path() + "/open").c_str()), 0);
+  const std::string below = FirstUntraversable("./closed/below");
+  const std::string here = FirstUntraversable(".");
+  const std::string relative = FirstUntraversable("closed");
+  ASSERT_EQ(chdir(cwd), 0);
+  EXPECT_EQ(below, dir.path() + "/open/closed");
+  EXPECT_EQ(relative, dir.path() + "/open/closed");
+  EXPECT_NE(here, dir.path() + "/open") << "the working directory itself is traversable";
+}
+
 TEST(WorkloadPlannedUidTest, MinusOneWithoutWorkloadUids) {
   tessera::testing::TempDir tmp;
   WorkloadSupervisor::Options o;

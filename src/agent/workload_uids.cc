@@ -100,7 +100,11 @@ Status CheckUidRange(const UidRange& range) {
 }
 
 std::string FirstUntraversable(const std::string& path) {
-  std::string p = path;
+  // Absolute first: walking "./data" up by its slashes would stop at "." for ever.
+  std::error_code ec;
+  std::string p = std::filesystem::absolute(path, ec).lexically_normal().string();
+  if (ec) return path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
   while (!p.empty()) {
     struct stat st {};
     if (stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return p;

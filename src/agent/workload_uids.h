@@ -36,7 +36,8 @@ Result<UidRange> ParseUidRange(const std::string& text);
 Status CheckUidRange(const UidRange& range);
 
 // The first directory from `path` up to "/" that others may not traverse (no o+x), so a workload
-// uid could not reach its directory below it; "" when every one may be traversed.
+// uid could not reach its directory below it; "" when every one may be traversed. A relative
+// `path` is taken from the working directory up.
 std::string FirstUntraversable(const std::string& path);
 
 // Several agents may share a machine (the server's simulated nodes, tests): a uid is claimed

@@ -131,7 +131,9 @@ Result<std::pair<std::string, std::string>> NewToken() {
 Api::Api(const catalog::Catalog* catalog, const Clock* clock) : catalog_(catalog), clock_(clock) {}
 
 void Api::Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
-              Handler handler) {
+              Handler handler, std::optional<core::Role> need) {
+  const bool write = method != "GET" && method != "HEAD";
+  const core::Role role = need.value_or(write ? core::Role::kMember : core::Role::kViewer);
   std::vector<std::string> query;
   bool any_query = false;
   if (const size_t mark = pattern.find('?'); mark != std::string::npos) {
@@ -146,7 +148,17 @@ void Api::Add(std::string method, std::string pattern, Access access, BodyKind b
   }
   std::vector<std::string> segments = Segments(pattern);
   routes_.push_back({std::move(method), std::move(pattern), std::move(segments), std::move(query),
-                     any_query, access, body, audited, std::move(handler)});
+                     any_query, access, body, audited, std::move(handler), role, write});
+}
+
+std::vector<std::pair<std::string, core::Role>> Api::RoleTable() const {
+  std::vector<std::pair<std::string, core::Role>> out;
+  for (const Route& r : routes_) {
+    if (r.access == Access::kTenant || r.access == Access::kAnyToken) {
+      out.emplace_back(r.method + " " + r.pattern, r.need);
+    }
+  }
+  return out;
 }
 
 Status Api::CheckQuery(const Route& route, const Target& target) {
@@ -265,6 +277,14 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
       metrics_.CountRequest(head.method, route->pattern, 403);
       return decision;
     }
+    // A tenant's user acts within its role; a read-only token only reads (docs/users.md).
+    if (Status role = core::Authorize(principal, route->need, route->write); !role.ok()) {
+      decision.refuse = StatusResponse(role);
+      metrics_.CountRefusal("role");
+      if (route->audited) AuditAsync(principal, head, 403, role.message());
+      metrics_.CountRequest(head.method, route->pattern, 403);
+      return decision;
+    }
   }
   // After the token, as an unknown body field is refused only for a known caller.
   if (Status query = CheckQuery(*route, head.parsed); !query.ok()) {
@@ -298,9 +318,9 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
   }
   decision.handler = [this, route, params = std::move(params), token_hash, principal](
                          HttpRequest&& request, Responder responder) {
-    auto call = std::make_shared<Call>(Call{std::move(request), route->pattern, route->audited,
-                                            params, token_hash, principal, nlohmann::json::object(),
-                                            Status::Ok(), std::move(responder)});
+    auto call = std::make_shared<Call>(Call{
+        std::move(request), route->pattern, route->audited, params, token_hash, principal,
+        route->need, route->write, nlohmann::json::object(), Status::Ok(), std::move(responder)});
     if (route->body != BodyKind::kNone) {
       if (call->request.body.empty() && route->body == BodyKind::kOptionalJson) {
         call->body = nlohmann::json::object();
@@ -356,7 +376,8 @@ void Api::AuditAsync(const core::Principal& who, const HttpRequest& head, int st
                             head.method + " " + head.parsed.path,
                             "",
                             status,
-                            detail};
+                            detail,
+                            who.user};
   core_->Submit<bool>(
       [this, record = std::move(record)](core::State&, store::Batch& b) -> Result<bool> {
         Audit(b, record);

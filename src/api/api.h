@@ -29,6 +29,8 @@
 
 namespace tessera::api {
 
+class KeyRotator;  // keys.h
+
 // Who may call a route.
 enum class Access {
   kPublic,    // No token (health checks).
@@ -53,6 +55,9 @@ struct Call {
   std::vector<std::string> params;  // The pattern's {placeholders}, in order.
   std::string token_hash;           // Empty on public routes.
   core::Principal principal;
+  // What the route asks of a tenant's token: a role, and whether it writes (docs/users.md).
+  core::Role need = core::Role::kViewer;
+  bool write = false;
   nlohmann::json body;  // The parsed body (kJson, kOptionalJson); {} otherwise.
   Status body_status;   // Why the body could not be parsed, if it could not.
   Responder responder;
@@ -83,8 +88,12 @@ class Api {
   // Registers a route; `pattern` segments in braces ("{id}") match any one segment. The pattern
   // ends in the query parameters the route takes, if any ("/v1/instances?limit&page_token"); a
   // request with any other is refused with 400 naming it. "?*" takes any (the console's files).
+  // `need` is the role a tenant's user must have (docs/users.md): by default a viewer for GET and
+  // HEAD, a member for the rest; owner routes say so.
   void Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
-           Handler handler);
+           Handler handler, std::optional<core::Role> need = std::nullopt);
+  // The role each route needs, for the table test and docs: "METHOD PATTERN" -> role.
+  std::vector<std::pair<std::string, core::Role>> RoleTable() const;
 
   // The HTTP layer's head handler: match, authenticate, check the media type.
   HeadDecision OnHead(const HttpRequest& head);
@@ -112,6 +121,9 @@ class Api {
   void set_replica(const core::Replica* replica) { replica_ = replica; }
   bool ready() const { return ready_; }
   void set_ready(bool ready) { ready_ = ready; }
+  // Key rotation (keys.h); null when not set. Must outlive serving.
+  KeyRotator* keys() const { return keys_; }
+  void set_keys(KeyRotator* keys) { keys_ = keys; }
   // Whether tenants' webhooks may name private addresses (--allow-private-receivers).
   bool allow_private_receivers() const { return allow_private_receivers_; }
   void set_allow_private_receivers(bool allow) { allow_private_receivers_ = allow; }
@@ -127,6 +139,8 @@ class Api {
     BodyKind body;
     bool audited;
     Handler handler;
+    core::Role need;
+    bool write;  // Not GET or HEAD: a read-only token is refused.
   };
 
   // The route and its parameters for a path, and the methods the path allows.
@@ -151,6 +165,7 @@ class Api {
 
   core::Core* core_ = nullptr;
   const core::Replica* replica_ = nullptr;
+  KeyRotator* keys_ = nullptr;
   const catalog::Catalog* catalog_;
   const Clock* clock_;
   Metrics metrics_;
@@ -199,6 +214,11 @@ void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
         auto caller = s.tenants().Authenticate(call->token_hash);
         // A token refused here was valid at the head stage and revoked since: no audit either.
         if (!caller.ok()) return caller.status();
+        // Its user's role may have changed since the head stage too.
+        if (auto p = core::Authenticate(*s.tenants().index(), call->token_hash, clock_->Now());
+            p.ok()) {
+          TESSERA_RETURN_IF_ERROR(core::Authorize(*p, call->need, call->write));
+        }
         Result<T> out = refusal.ok() ? shared_op->run(s, b, **caller) : Result<T>(refusal);
         if (call->audited) {
           const int status = !out.ok()           ? StatusResponse(out.status()).status
@@ -207,7 +227,7 @@ void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
           Audit(b, {0, FormatRfc3339(clock_->Now()), Actor(**caller),
                     call->request.method + " " + call->request.parsed.path,
                     out.ok() && shared_op->target ? shared_op->target(*out) : "", status,
-                    out.ok() ? "" : out.status().message()});
+                    out.ok() ? "" : out.status().message(), call->principal.user});
         }
         return out;
       },

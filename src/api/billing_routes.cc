@@ -191,6 +191,7 @@ void AddBillingRoutes(Api& table) {
         Result<billing::ReservationRequest> req =
             call->body_status.ok() ? billing::ParseReservationRequest(call->body)
                                    : Result<billing::ReservationRequest>(call->body_status);
+        if (req.ok()) req->user = call->principal.user;
         // A dry run answers 200 with what would be made, without an id.
         const bool dry_run = req.ok() && req->dry_run;
         api.Run<json>(
@@ -205,7 +206,8 @@ void AddBillingRoutes(Api& table) {
                return j;
              },
              dry_run ? 200 : 201, Passthrough, [](const json& j) { return j.value("id", ""); }});
-      });
+      },
+      core::Role::kOwner);
   table.Add("GET", "/v1/reservations", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Run<json>(
@@ -230,48 +232,54 @@ void AddBillingRoutes(Api& table) {
                              },
                              200, Passthrough, nullptr});
             });
-  table.Add("DELETE", "/v1/reservations/{id}", Access::kAnyToken, BodyKind::kNone, true,
-            [](Api& api, std::shared_ptr<Call> call) {
-              api.Run<json>(call, Status::Ok(),
-                            {[call](core::State& s, store::Batch& b,
-                                    const core::Tenant& caller) -> Result<json> {
-                               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
-                                                        s.GetReservation(caller, call->params[0]));
-                               TESSERA_RETURN_IF_ERROR(s.DeleteReservation(caller, r.id, b));
-                               return ReservationView(s, r);
-                             },
-                             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
-            });
+  table.Add(
+      "DELETE", "/v1/reservations/{id}", Access::kAnyToken, BodyKind::kNone, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        api.Run<json>(
+            call, Status::Ok(),
+            {[call](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
+                                        s.GetReservation(caller, call->params[0]));
+               TESSERA_RETURN_IF_ERROR(s.DeleteReservation(caller, r.id, b));
+               return ReservationView(s, r);
+             },
+             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
+      },
+      core::Role::kOwner);
 
   // Budgets: a tenant's own, or the admin's for any tenant.
-  table.Add("PUT", "/v1/tenants/{id}/budget", Access::kAnyToken, BodyKind::kJson, true,
-            [](Api& api, std::shared_ptr<Call> call) {
-              Result<billing::Budget> budget = call->body_status.ok()
-                                                   ? billing::ParseBudget(call->body)
-                                                   : Result<billing::Budget>(call->body_status);
-              api.Run<json>(call, budget.status(),
-                            {[call, budget](core::State& s, store::Batch& b,
-                                            const core::Tenant& caller) -> Result<json> {
-                               TESSERA_RETURN_IF_ERROR(
-                                   s.SetBudget(caller, call->params[0], *budget, b).status());
-                               json all = s.Budgets(caller);
-                               for (json& j : all["budgets"]) {
-                                 if (j["tenant"] == call->params[0]) return j;
-                               }
-                               return Status::Internal("the budget just set is not listed");
-                             },
-                             200, Passthrough, [call](const json&) { return call->params[0]; }});
-            });
-  table.Add("DELETE", "/v1/tenants/{id}/budget", Access::kAnyToken, BodyKind::kNone, true,
-            [](Api& api, std::shared_ptr<Call> call) {
-              api.Run<json>(call, Status::Ok(),
-                            {[call](core::State& s, store::Batch& b,
-                                    const core::Tenant& caller) -> Result<json> {
-                               TESSERA_RETURN_IF_ERROR(s.DeleteBudget(caller, call->params[0], b));
-                               return json{{"tenant", call->params[0]}, {"deleted", true}};
-                             },
-                             200, Passthrough, [call](const json&) { return call->params[0]; }});
-            });
+  table.Add(
+      "PUT", "/v1/tenants/{id}/budget", Access::kAnyToken, BodyKind::kJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        Result<billing::Budget> budget = call->body_status.ok()
+                                             ? billing::ParseBudget(call->body)
+                                             : Result<billing::Budget>(call->body_status);
+        api.Run<json>(
+            call, budget.status(),
+            {[call, budget](core::State& s, store::Batch& b,
+                            const core::Tenant& caller) -> Result<json> {
+               TESSERA_RETURN_IF_ERROR(s.SetBudget(caller, call->params[0], *budget, b).status());
+               json all = s.Budgets(caller);
+               for (json& j : all["budgets"]) {
+                 if (j["tenant"] == call->params[0]) return j;
+               }
+               return Status::Internal("the budget just set is not listed");
+             },
+             200, Passthrough, [call](const json&) { return call->params[0]; }});
+      },
+      core::Role::kOwner);
+  table.Add(
+      "DELETE", "/v1/tenants/{id}/budget", Access::kAnyToken, BodyKind::kNone, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        api.Run<json>(
+            call, Status::Ok(),
+            {[call](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
+               TESSERA_RETURN_IF_ERROR(s.DeleteBudget(caller, call->params[0], b));
+               return json{{"tenant", call->params[0]}, {"deleted", true}};
+             },
+             200, Passthrough, [call](const json&) { return call->params[0]; }});
+      },
+      core::Role::kOwner);
   table.Add("GET", "/v1/budgets", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Run<json>(
@@ -300,7 +308,7 @@ void AddBillingRoutes(Api& table) {
             by = *parsed;
           } else {
             refusal = Status::InvalidArgument(fmt::format(
-                "query parameter 'group_by': '{}' is not instance, type, billing or day",
+                "query parameter 'group_by': '{}' is not instance, type, billing, day or user",
                 Quote(*g, 32)));
           }
         }

@@ -57,6 +57,15 @@ json ErrorBody(const std::string& code, const std::string& message) {
 // JsonFields prefixes errors with "body: field 'x': ..."; the API names the field plainly.
 Status BodyStatus(const JsonFields& f) { return f.body_error(); }
 
+int64_t ReadGpus(JsonFields& f, std::string_view key) {
+  const double gpus = f.Number(key, 0, 1e6);
+  const double milli = gpus * 1000;
+  if (f.ok() && std::abs(milli - std::round(milli)) > 1e-6) {
+    f.Fail(key, fmt::format("{} is finer than the unit, a thousandth of a GPU", gpus));
+  }
+  return static_cast<int64_t>(std::llround(milli));
+}
+
 namespace {
 
 struct Quota {
@@ -73,14 +82,7 @@ Quota ReadQuota(JsonFields& f, const json& body, bool required) {
   if (q.absent()) return out;
   q.RejectUnknown({"gpus", "max_pending"});
   const json& given = body.at("quota");  // An object: the reader is not absent.
-  if (given.contains("gpus") || !given.contains("max_pending")) {
-    const double gpus = q.Number("gpus", 0, 1e6);
-    const double milli = gpus * 1000;
-    if (q.ok() && std::abs(milli - std::round(milli)) > 1e-6) {
-      q.Fail("gpus", fmt::format("{} is finer than the unit, a thousandth of a GPU", gpus));
-    }
-    out.gpu_milli = static_cast<int64_t>(std::llround(milli));
-  }
+  if (given.contains("gpus") || !given.contains("max_pending")) out.gpu_milli = ReadGpus(q, "gpus");
   if (given.contains("max_pending")) {
     out.max_pending = q.Int("max_pending", 0, core::kMaxMaxPending);
   }

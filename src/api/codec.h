@@ -53,6 +53,10 @@ struct RotateTokenRequest {
 };
 Result<RotateTokenRequest> ParseRotateToken(const nlohmann::json& body);
 
+// Field `key` of `f` in GPUs (fractions allowed, in whole milli-GPUs: the unit every share is
+// counted in), as milli-GPU; a finer amount is an error rather than rounded without a word.
+int64_t ReadGpus(JsonFields& f, std::string_view key);
+
 // POST /v1/instances: billing, optional name/command/restart/labels/annotations, optional
 // image/pull_policy/registry_auth (core/image.h), and the shape as instance_type or {gpu_model,
 // gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus, memory_mib, nvlink?}.

@@ -62,6 +62,7 @@ void AddGroupRoutes(Api& table) {
               Result<core::GroupRequest> req = call->body_status.ok()
                                                    ? ParseCreateGroup(call->body)
                                                    : Result<core::GroupRequest>(call->body_status);
+              if (req.ok()) req->member.user = call->principal.user;
               api.Run<json>(call, req.status(),
                             {[req](core::State& s, store::Batch& b, const core::Tenant& caller) {
                                return s.CreateGroup(caller, *req, b);

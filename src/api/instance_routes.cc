@@ -45,6 +45,7 @@ void AddInstanceRoutes(Api& table) {
               Result<core::CreateInstanceRequest> req =
                   call->body_status.ok() ? ParseCreateInstance(call->body)
                                          : Result<core::CreateInstanceRequest>(call->body_status);
+              if (req.ok()) req->user = call->principal.user;
               api.Run<core::Instance>(
                   call, req.status(),
                   {[req](core::State& s, store::Batch& b, const core::Tenant& caller) {

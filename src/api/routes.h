@@ -17,5 +17,8 @@ void AddAgentRoutes(Api& api);  // /v1/agent/... (node tokens)
 void AddBillingRoutes(Api& api);
 void AddGroupRoutes(Api& api);    // /v1/groups...
 void AddConsoleRoutes(Api& api);  // /, /console/... (console.cc)
+void AddSecretRoutes(Api& api);   // /v1/secrets... (secret_routes.cc)
+void AddUserRoutes(Api& api);     // /v1/tenants/{id}/users... (user_routes.cc)
+void AddKeyRoutes(Api& api);      // /v1/keys... (keys.cc)
 
 }  // namespace tessera::api

@@ -1,16 +1,19 @@
 #include "api/server.h"
 
 #include "api/api.h"
+#include "api/keys.h"
 #include "api/routes.h"
 
 namespace tessera::api {
 
 struct ApiServer::Impl {
   Api api;
+  KeyRotator keys;  // Stops its rotation before `api` goes, after the HTTP threads did.
   HttpServer http;
 
   Impl(const catalog::Catalog* catalog, ServerOptions options)
       : api(catalog, options.clock ? options.clock : &SystemClock::Get()),
+        keys(options.clock ? options.clock : &SystemClock::Get()),
         http(std::move(options.http),
              [this](const HttpRequest& head) { return api.OnHead(head); }) {
     AddTenantRoutes(api);
@@ -20,8 +23,12 @@ struct ApiServer::Impl {
     AddAgentRoutes(api);
     AddBillingRoutes(api);
     AddGroupRoutes(api);
+    AddSecretRoutes(api);
+    AddUserRoutes(api);
+    AddKeyRoutes(api);
     AddConsoleRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
+    api.set_keys(&keys);
     api.set_allow_private_receivers(options.allow_private_receivers);
   }
 };
@@ -39,8 +46,13 @@ bool ApiServer::tls() const { return impl_->http.tls(); }
 
 void ApiServer::set_replica(const core::Replica* replica) { impl_->api.set_replica(replica); }
 
+void ApiServer::set_keyring(Sealer* sealer, std::string description) {
+  impl_->keys.set_keyring(sealer, std::move(description));
+}
+
 void ApiServer::Start(core::Core* core) {
   impl_->api.set_core(core);
+  impl_->keys.set_core(core);
   impl_->api.set_ready(true);
   impl_->http.Start();
 }

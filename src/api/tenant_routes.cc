@@ -79,16 +79,24 @@ void AddTenantRoutes(Api& table) {
                              200, Passthrough, nullptr});
             });
   // Who the token acts for: the console's sign-in, `tessera whoami`.
-  table.Add("GET", "/v1/whoami", Access::kAnyToken, BodyKind::kNone, false,
-            [](Api& api, std::shared_ptr<Call> call) {
-              api.Run<json>(
-                  call, Status::Ok(),
-                  {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     if (caller.admin) return json{{"admin", true}};
-                     return json{{"admin", false}, {"tenant", TenantJson(s, caller)}};
-                   },
-                   200, Passthrough, nullptr});
-            });
+  table.Add(
+      "GET", "/v1/whoami", Access::kAnyToken, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        const core::Principal who = call->principal;
+        api.Run<json>(
+            call, Status::Ok(),
+            {[who](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+               if (caller.admin) return json{{"admin", true}};
+               json j = {{"admin", false}, {"tenant", TenantJson(s, caller)}};
+               // The user the token acts as, with its role as it is now.
+               if (const core::User* u = s.tenants().users().Find(who.user)) {
+                 j["user"] = {{"id", u->id}, {"name", u->name}, {"role", core::RoleName(u->role)}};
+               }
+               j["read_only"] = who.read_only;
+               return j;
+             },
+             200, Passthrough, nullptr});
+      });
   table.Add("GET", "/v1/tenants/{id}", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               const std::string id = call->params[0];
@@ -117,27 +125,28 @@ void AddTenantRoutes(Api& table) {
                    200, Passthrough, [](const json& j) { return j.value("id", ""); }});
             });
   // A tenant rotates its own token; the admin rotates any tenant's.
-  table.Add("POST", "/v1/tenants/{id}/tokens", Access::kAnyToken, BodyKind::kOptionalJson, true,
-            [](Api& api, std::shared_ptr<Call> call) {
-              Result<RotateTokenRequest> req = call->body_status.ok()
-                                                   ? ParseRotateToken(call->body)
-                                                   : Result<RotateTokenRequest>(call->body_status);
-              auto token = NewToken();
-              if (!token.ok()) return api.ReplyError(*call, token.status());
-              const std::string id = call->params[0];
-              api.Run<json>(call, req.status(),
-                            {[req, token, id](core::State& s, store::Batch& b,
-                                              const core::Tenant& caller) -> Result<json> {
-                               TESSERA_RETURN_IF_ERROR(Visible(s, caller, id).status());
-                               TESSERA_ASSIGN_OR_RETURN(
-                                   core::Tenant t,
-                                   s.tenants().Rotate(id, token->second, req->grace, b));
-                               json j = TenantJson(s, t);
-                               j["token"] = token->first;  // Shown this once.
-                               return j;
-                             },
-                             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
-            });
+  table.Add(
+      "POST", "/v1/tenants/{id}/tokens", Access::kAnyToken, BodyKind::kOptionalJson, true,
+      [](Api& api, std::shared_ptr<Call> call) {
+        Result<RotateTokenRequest> req = call->body_status.ok()
+                                             ? ParseRotateToken(call->body)
+                                             : Result<RotateTokenRequest>(call->body_status);
+        auto token = NewToken();
+        if (!token.ok()) return api.ReplyError(*call, token.status());
+        const std::string id = call->params[0];
+        api.Run<json>(call, req.status(),
+                      {[req, token, id](core::State& s, store::Batch& b,
+                                        const core::Tenant& caller) -> Result<json> {
+                         TESSERA_RETURN_IF_ERROR(Visible(s, caller, id).status());
+                         TESSERA_ASSIGN_OR_RETURN(
+                             core::Tenant t, s.tenants().Rotate(id, token->second, req->grace, b));
+                         json j = TenantJson(s, t);
+                         j["token"] = token->first;  // Shown this once.
+                         return j;
+                       },
+                       201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+      },
+      core::Role::kOwner);
   table.Add(
       "GET", "/v1/instance-types", Access::kAnyToken, BodyKind::kNone, false,
       [](Api& api, std::shared_ptr<Call> call) {

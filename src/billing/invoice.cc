@@ -13,6 +13,7 @@ std::optional<GroupBy> ParseGroupBy(std::string_view s) {
   if (s == "type") return GroupBy::kType;
   if (s == "billing") return GroupBy::kBilling;
   if (s == "day") return GroupBy::kDay;
+  if (s == "user") return GroupBy::kUser;
   return std::nullopt;
 }
 
@@ -43,17 +44,20 @@ void Summary::Add(const store::LedgerRecord& l, bool open) {
   KeyView key;
   switch (by_) {
     case GroupBy::kInstance:
-      key = {l.instance, l.instance_type, l.billing, l.reservation, "", l.rate_micros};
+      key = {l.instance, l.instance_type, l.billing, l.reservation, "", l.user, l.rate_micros};
       break;
     case GroupBy::kType:
-      key = {"", l.instance_type, "", "", "", 0};
+      key = {"", l.instance_type, "", "", "", "", 0};
       break;
     case GroupBy::kBilling:
-      key = {"", "", l.billing, "", "", 0};
+      key = {"", "", l.billing, "", "", "", 0};
       break;
     case GroupBy::kDay:
       day = DayName(l.start);
-      key = {"", "", "", "", day, 0};
+      key = {"", "", "", "", day, "", 0};
+      break;
+    case GroupBy::kUser:
+      key = {"", "", "", "", "", l.user, 0};
       break;
   }
   auto it = items_.find(key);
@@ -61,7 +65,7 @@ void Summary::Add(const store::LedgerRecord& l, bool open) {
   if (fresh) {
     it = items_
              .emplace(Key{std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key),
-                          std::get<4>(key), std::get<5>(key)},
+                          std::get<4>(key), std::get<5>(key), std::get<6>(key)},
                       Item{})
              .first;
   }
@@ -72,6 +76,7 @@ void Summary::Add(const store::LedgerRecord& l, bool open) {
     item.billing = std::get<2>(key);
     item.reservation = std::get<3>(key);
     item.day = std::get<4>(key);
+    item.user = std::get<5>(key);
     if (by_ == GroupBy::kInstance) item.rate = Money::FromMicros(l.rate_micros);
   }
   // A reservation's own line names no instance.
@@ -96,11 +101,12 @@ json Summary::ToJson() const {
     json j;
     switch (by_) {
       case GroupBy::kInstance:
-        j = {{"instance", i.instance},
-             {"instance_type", i.instance_type},
-             {"billing", i.billing},
-             {"reservation", i.reservation},
-             {"rate_usd_per_hour", Usd(*i.rate)}};
+        j = {{"instance", i.instance}, {"instance_type", i.instance_type},
+             {"billing", i.billing},   {"reservation", i.reservation},
+             {"user", i.user},         {"rate_usd_per_hour", Usd(*i.rate)}};
+        break;
+      case GroupBy::kUser:
+        j = {{"user", i.user}};
         break;
       case GroupBy::kType:
         j = {{"instance_type", i.instance_type}};
@@ -126,8 +132,11 @@ std::string Summary::ToCsv() const {
   switch (by_) {
     case GroupBy::kInstance:
       out =
-          "instance,instance_type,billing,reservation,rate_usd_per_hour,seconds,reserved_unit_"
+          "instance,instance_type,billing,reservation,user,rate_usd_per_hour,seconds,reserved_unit_"
           "seconds,amount_usd\n";
+      break;
+    case GroupBy::kUser:
+      out = "user,seconds,reserved_unit_seconds,amount_usd\n";
       break;
     case GroupBy::kType:
       out = "instance_type,seconds,reserved_unit_seconds,amount_usd\n";
@@ -142,8 +151,12 @@ std::string Summary::ToCsv() const {
   for (const auto& [key, i] : items_) {
     switch (by_) {
       case GroupBy::kInstance:
-        out += fmt::format("{},{},{},{},{},", CsvField(i.instance), CsvField(i.instance_type),
-                           CsvField(i.billing), CsvField(i.reservation), Usd(*i.rate));
+        out += fmt::format("{},{},{},{},{},{},", CsvField(i.instance), CsvField(i.instance_type),
+                           CsvField(i.billing), CsvField(i.reservation), CsvField(i.user),
+                           Usd(*i.rate));
+        break;
+      case GroupBy::kUser:
+        out += CsvField(i.user) + ",";
         break;
       case GroupBy::kType:
         out += CsvField(i.instance_type) + ",";
@@ -157,7 +170,7 @@ std::string Summary::ToCsv() const {
     }
     out += fmt::format("{},{},{}\n", i.seconds, i.reserved_unit_seconds, Usd(i.amount));
   }
-  const size_t columns = by_ == GroupBy::kInstance ? 8 : 4;
+  const size_t columns = by_ == GroupBy::kInstance ? 9 : 4;
   out += "total" + std::string(columns - 1, ',') + Usd(total_) + "\n";
   return out;
 }

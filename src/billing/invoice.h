@@ -20,8 +20,9 @@
 
 namespace tessera::billing {
 
-enum class GroupBy { kInstance, kType, kBilling, kDay };
-std::optional<GroupBy> ParseGroupBy(std::string_view s);  // instance, type, billing, day.
+enum class GroupBy { kInstance, kType, kBilling, kDay, kUser };
+// instance, type, billing, day, user.
+std::optional<GroupBy> ParseGroupBy(std::string_view s);
 
 struct Item {
   std::string instance;       // kInstance (reservation lines: "").
@@ -29,6 +30,7 @@ struct Item {
   std::string billing;        // kInstance, kBilling.
   std::string reservation;    // kInstance.
   std::string day;            // kDay: "YYYY-MM-DD" (UTC).
+  std::string user;           // kInstance, kUser: the user who made it ("" when not known).
   std::optional<Money> rate;  // kInstance: per hour (per unit-hour for a reservation).
   int64_t seconds = 0;        // Billed seconds of instances' use.
   // A reservation's term as it passes: units x seconds, used or not. Never in `seconds`, so a
@@ -56,17 +58,18 @@ class Summary {
   std::string ToCsv() const;
 
  private:
-  using Key = std::tuple<std::string, std::string, std::string, std::string, std::string, int64_t>;
+  using Key = std::tuple<std::string, std::string, std::string, std::string, std::string,
+                         std::string, int64_t>;
   // A key's fields as views into a line: looked up without copying a string.
   using KeyView = std::tuple<std::string_view, std::string_view, std::string_view, std::string_view,
-                             std::string_view, int64_t>;
+                             std::string_view, std::string_view, int64_t>;
   // Orders keys and views alike, so a line's key is looked up as views.
   struct KeyLess {
     using is_transparent = void;
     static KeyView View(const KeyView& k) { return k; }
     static KeyView View(const Key& k) {
-      return {std::get<0>(k), std::get<1>(k), std::get<2>(k),
-              std::get<3>(k), std::get<4>(k), std::get<5>(k)};
+      return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
+              std::get<4>(k), std::get<5>(k), std::get<6>(k)};
     }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {

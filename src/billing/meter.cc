@@ -83,6 +83,7 @@ void Close(Meter& meter, const Payer& payer, int64_t end, Ending how,
     l.amount_micros = Amount(meter.rate, seconds).micros();
     l.note = std::move(note);
     l.gpu_milli = payer.gpu_milli;
+    l.user = payer.user;
     out.push_back(std::move(l));
   };
   const size_t first = out.size();

@@ -55,6 +55,7 @@ void Observe(Meter& meter, double util_pct, int64_t at, int64_t max_gap);
 struct Payer {
   std::string tenant, instance, instance_type, billing, reservation;
   int64_t gpu_milli = 0;
+  std::string user = "";  // The user who made the instance, for its lines.
 };
 
 // How an interval stops.

@@ -62,15 +62,17 @@ json ToApiJson(const Reservation& r) {
 }
 
 json ToJson(const Reservation& r) {
-  return {{"id", r.id},
-          {"tenant", r.tenant},
-          {"instance_type", r.instance_type},
-          {"count", r.count},
-          {"term", r.term},
-          {"start", Timestamp(r.start)},
-          {"end", Timestamp(r.end)},
-          {"rate_usd_per_hour", r.rate.ToString(2)},
-          {"created_at", Timestamp(r.created_at)}};
+  json j = {{"id", r.id},
+            {"tenant", r.tenant},
+            {"instance_type", r.instance_type},
+            {"count", r.count},
+            {"term", r.term},
+            {"start", Timestamp(r.start)},
+            {"end", Timestamp(r.end)},
+            {"rate_usd_per_hour", r.rate.ToString(2)},
+            {"created_at", Timestamp(r.created_at)}};
+  if (!r.created_by.empty()) j["created_by"] = r.created_by;
+  return j;
 }
 
 Result<Reservation> ReservationFromJson(const json& j, const std::string& where) {
@@ -90,6 +92,7 @@ Result<Reservation> ReservationFromJson(const json& j, const std::string& where)
   r.start = time("start");
   r.end = time("end");
   r.created_at = time("created_at");
+  r.created_by = f.String("created_by", false);
   auto rate = Money::Parse(f.String("rate_usd_per_hour"));
   if (rate.ok()) {
     r.rate = *rate;
@@ -119,6 +122,7 @@ void ReservationLines(const Reservation& r, int64_t from, int64_t to,
     l.rate_micros = r.rate.micros();
     l.amount_micros = Amount(r.rate, l.seconds).micros();
     l.note = fmt::format("reservation: {} x {} for {}", r.count, r.instance_type, r.term);
+    l.user = r.created_by;
     out.push_back(std::move(l));
   }
 }

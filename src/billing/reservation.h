@@ -31,6 +31,7 @@ struct Reservation {
   int64_t end = 0;
   Money rate;  // Per unit-hour, the catalog's reserved rate for the term when it was made.
   int64_t created_at = 0;
+  std::string created_by = "";  // The user who made it; "" when not known.
   // Derived from the catalog, not stored: the GPU model and milli-GPU one unit holds.
   std::string gpu_model;
   int64_t unit_milli = 0;
@@ -52,6 +53,7 @@ struct ReservationRequest {
   std::string term;
   std::optional<int64_t> start;
   bool dry_run = false;
+  std::string user = "";  // Who asks (not in the body: the caller's user).
 };
 Result<ReservationRequest> ParseReservationRequest(const nlohmann::json& body);
 

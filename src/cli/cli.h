@@ -30,6 +30,8 @@ void RegisterMigCommands(CLI::App& app, Context& ctx);
 void RegisterSimCommands(CLI::App& app, Context& ctx);
 void RegisterServerCommands(CLI::App& app, Context& ctx);
 void RegisterClientCommands(CLI::App& app, Context& ctx);
+// users, tokens, secrets, keys (identity_cmd.cc).
+void RegisterIdentityCommands(CLI::App& app, Context& ctx);
 void RegisterAgentCommands(CLI::App& app, Context& ctx);
 void RegisterStoreCommands(CLI::App& app, Context& ctx);
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "cli/table.h"
 #include "common/json.h"
 #include "common/server_list.h"
@@ -26,173 +27,6 @@ namespace tessera::cli {
 namespace {
 
 using nlohmann::json;
-
-struct ClientFlags {
-  std::string url;
-  std::string token;
-  std::string ca;
-  std::string output = "table";
-};
-
-struct Response {
-  int status = 0;
-  json body;
-  std::string text;  // The body as sent (routes that answer text).
-  httplib::Headers headers;
-};
-
-// Sends one request; a transport failure or an error status is printed and returns nullopt.
-std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
-                             const std::string& path, const json* body = nullptr,
-                             const std::string& accept = "") {
-  const std::string url =
-      flags.url.empty() ? EnvOr("TESSERA_URL", "http://127.0.0.1:8080") : flags.url;
-  const std::string token = flags.token.empty() ? EnvOr("TESSERA_TOKEN", "") : flags.token;
-  const std::string ca = flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca;
-  auto servers = ServerList::Parse(url, "--url");
-  if (!servers.ok()) {
-    std::cerr << "tessera: " << EscapeForTerminal(servers.status().message()) << "\n";
-    return std::nullopt;
-  }
-  httplib::Headers headers;
-  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-  if (!accept.empty()) headers.emplace("Accept", accept);
-  const std::string text = body ? body->dump() : "{}";
-  // Replicas (docs/ha.md): a follower's 307 leads to a listed leader; a server that cannot be
-  // reached, or knows no leader yet, to the next. A request is sent again only when it was
-  // surely not applied (no connection, a redirect, no leader).
-  const size_t n = servers->urls().size();
-  std::vector<std::string> failures;
-  std::optional<httplib::Result> answer;
-  bool unlisted = false;  // The last redirect named a server --url does not list.
-  for (size_t tries = 0; tries < (n > 1 ? 2 * n : 1); ++tries) {
-    httplib::Client client(servers->current());
-    if (!client.is_valid()) {
-      std::cerr << "tessera: '" << EscapeForTerminal(servers->current())
-                << "' is not a server URL (http://HOST:PORT or https://HOST:PORT)\n";
-      return std::nullopt;
-    }
-    if (!ca.empty()) client.set_ca_cert_path(ca);
-    client.enable_server_certificate_verification(true);
-    client.set_connection_timeout(5);
-    client.set_read_timeout(60);
-    answer.emplace(method == "GET"      ? client.Get(path, headers)
-                   : method == "DELETE" ? client.Delete(path, headers)
-                   : method == "PATCH"  ? client.Patch(path, headers, text, "application/json")
-                   : method == "PUT"    ? client.Put(path, headers, text, "application/json")
-                                        : client.Post(path, headers, text, "application/json"));
-    httplib::Result& r = *answer;
-    if (!r) {
-      std::string why = httplib::to_string(r.error());
-      if (r.error() == httplib::Error::SSLServerVerification) {
-        why += " (the server's certificate is not signed by a known authority: give --ca FILE)";
-      }
-      failures.push_back("cannot reach " + EscapeForTerminal(servers->current()) + ": " + why);
-      // Sent but unanswered: it may have been applied, so it is not sent again.
-      if (r.error() != httplib::Error::Connection || failures.size() == n) break;
-      servers->Next();
-      continue;
-    }
-    failures.clear();  // Reached: only the last round of failures is news.
-    if (n > 1 && r->status == 307) {
-      unlisted = !servers->Follow(r->get_header_value("Location"));
-      if (unlisted) servers->Next();
-      continue;
-    }
-    if (n > 1 && r->status == 503 && r->body.find("\"no_leader\"") != std::string::npos) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      servers->Next();
-      continue;
-    }
-    break;
-  }
-  if (!answer || !*answer) {
-    std::cerr << "tessera: " << fmt::format("{}", fmt::join(failures, "; ")) << "\n";
-    return std::nullopt;
-  }
-  httplib::Result& r = *answer;
-  if (r->status == 307) {
-    const std::string leader = EscapeForTerminal(r->get_header_value("Location"));
-    if (unlisted || n == 1) {
-      std::cerr << "tessera: " << EscapeForTerminal(servers->current())
-                << " follows; the leader is at " << leader
-                << ", which --url does not list (give every replica's URL, separated by commas)\n";
-    } else {
-      std::cerr << "tessera: the replicas send the request to " << leader
-                << ", which does not lead (a failover is under way); retry shortly\n";
-    }
-    return std::nullopt;
-  }
-  Response out{r->status, json::parse(r->body, nullptr, false), r->body, r->headers};
-  if (r->status >= 400) {
-    std::string message = r->body;
-    if (out.body.is_object() && out.body.contains("error") && out.body["error"].is_object()) {
-      message = out.body["error"].value("message", r->body);
-    }
-    std::cerr << "tessera: " << EscapeForTerminal(message) << " (HTTP " << r->status << ")\n";
-    return std::nullopt;
-  }
-  return out;
-}
-
-// Percent-encodes `s` for a path segment or a query value: everything but unreserved characters.
-std::string Encode(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += c;
-    } else {
-      out += fmt::format("%{:02X}", u);
-    }
-  }
-  return out;
-}
-
-// "KEY=VALUE" flags into a JSON object; the error names the flag.
-std::optional<json> KeyValues(const std::vector<std::string>& pairs, const char* flag) {
-  json out = json::object();
-  for (const std::string& p : pairs) {
-    const size_t eq = p.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      std::cerr << "tessera: " << flag << " '" << EscapeForTerminal(p) << "' is not KEY=VALUE\n";
-      return std::nullopt;
-    }
-    out[p.substr(0, eq)] = p.substr(eq + 1);
-  }
-  return out;
-}
-
-// Every page of a list route: `path` (which may carry a query) is fetched page after page, and
-// the items under `key` are put together as one answer.
-std::optional<Response> CallAll(const ClientFlags& flags, const std::string& path,
-                                const std::string& key) {
-  const std::string sep = path.find('?') == std::string::npos ? "?" : "&";
-  std::optional<Response> all;
-  std::string token;
-  for (;;) {
-    auto page = Call(flags, "GET",
-                     path + sep + "limit=1000" + (token.empty() ? "" : "&page_token=" + token));
-    if (!page) return std::nullopt;
-    if (!all) {
-      all = Response{page->status, {{key, json::array()}}, "", {}};
-    }
-    for (auto& item : page->body[key]) all->body[key].push_back(std::move(item));
-    if (!page->body.contains("next_page_token")) return all;
-    token = Encode(page->body["next_page_token"].get<std::string>());
-  }
-}
-
-std::string Str(const json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return "-";
-  if (j[key].is_string()) return j[key].get<std::string>();
-  return j[key].dump();
-}
-
-// A GPU count as people write it: 16, 0.5.
-std::string Gpus(const json& v) {
-  return v.is_number() ? fmt::format("{:g}", v.get<double>()) : "-";
-}
 
 // An instance's state as a person reads it: "pulling 42%" while its image is being pulled.
 std::string StateText(const json& i) {
@@ -309,33 +143,6 @@ void PrintTop(const json& body) {
   t.Print(std::cout);
 }
 
-int Show(const ClientFlags& f, const std::optional<Response>& r,
-         const std::function<void(const json&)>& table) {
-  if (!r) return kExitFailure;
-  if (f.output == "json") {
-    // JSON escapes control characters itself; only invalid UTF-8 needs replacing.
-    std::cout << DumpJson(r->body, 2) << "\n";
-  } else {
-    table(r->body);
-  }
-  return kExitOk;
-}
-
-void AddCommon(CLI::App* cmd, ClientFlags& f, bool csv = false) {
-  cmd->add_option("--url", f.url, "Server URL (default $TESSERA_URL or http://127.0.0.1:8080)");
-  cmd->add_option("--token", f.token, "Bearer token (default $TESSERA_TOKEN)");
-  cmd->add_option("--ca", f.ca,
-                  "PEM file of the authority that signed an https server's certificate "
-                  "(default $TESSERA_CA, else the system's)");
-  if (csv) {
-    cmd->add_option("-o,--output", f.output, "table, json or csv")
-        ->check(CLI::IsMember({"table", "json", "csv"}));
-  } else {
-    cmd->add_option("-o,--output", f.output, "table or json")
-        ->check(CLI::IsMember({"table", "json"}));
-  }
-}
-
 struct CreateFlags {
   std::string billing = "on_demand", type, gpu_model, mig_profile, name, command;
   std::string image, pull_policy, registry_username, registry_password_file;
@@ -343,6 +150,8 @@ struct CreateFlags {
   int64_t vcpus = 0, memory_mib = 0, gpu_memory_mib = 0;
   bool no_restart = false;
   std::vector<std::string> labels, annotations;
+  std::vector<std::string> env, env_secrets;
+  std::string registry_password_secret;
 };
 
 json CreateBody(const CreateFlags& c) {
@@ -394,15 +203,35 @@ void AddCreateOptions(CLI::App* create, CreateFlags& c) {
                      "A file holding the image registry's password or token (one line)");
   create->add_flag("--no-restart", c.no_restart, "Do not restart after preemption or failure");
   create->add_option("--label", c.labels, "A label KEY=VALUE (repeatable)");
+  create->add_option("--env", c.env,
+                     "An environment variable NAME=VALUE (repeatable; argv is visible to other "
+                     "users of this machine: put secret values in a secret, --env-secret)");
+  create->add_option("--env-secret", c.env_secrets,
+                     "An environment variable NAME=SECRET from the tenant's secret SECRET "
+                     "(repeatable; `tessera secrets create`)");
+  create->add_option("--registry-password-secret", c.registry_password_secret,
+                     "The tenant's secret that holds the image registry's password (with "
+                     "--registry-username)");
   create->add_option("--annotation", c.annotations, "An annotation KEY=VALUE (repeatable)");
 }
 
 // The registry credentials of --registry-username and --registry-password-file into `body`;
 // false (after saying why) when only one is given or the file cannot be read.
 bool AddRegistryAuth(const CreateFlags& c, json& body) {
-  if (c.registry_username.empty() && c.registry_password_file.empty()) return true;
-  if (c.registry_username.empty() || c.registry_password_file.empty()) {
-    std::cerr << "tessera: give --registry-username and --registry-password-file together\n";
+  if (c.registry_username.empty() && c.registry_password_file.empty() &&
+      c.registry_password_secret.empty()) {
+    return true;
+  }
+  if (!c.registry_password_secret.empty() && !c.registry_username.empty() &&
+      c.registry_password_file.empty()) {
+    body["registry_auth"] = {{"username", c.registry_username},
+                             {"password", {{"secret", c.registry_password_secret}}}};
+    return true;
+  }
+  if (c.registry_username.empty() || c.registry_password_file.empty() ||
+      !c.registry_password_secret.empty()) {
+    std::cerr << "tessera: give --registry-username with one of --registry-password-file or "
+                 "--registry-password-secret\n";
     return false;
   }
   std::ifstream in(c.registry_password_file, std::ios::binary);
@@ -427,6 +256,12 @@ std::optional<json> CreateBodyWithLabels(const CreateFlags& c) {
   if (!labels || !annotations) return std::nullopt;
   if (!labels->empty()) body["labels"] = *labels;
   if (!annotations->empty()) body["annotations"] = *annotations;
+  const auto env = KeyValues(c.env, "--env");
+  const auto refs = KeyValues(c.env_secrets, "--env-secret");
+  if (!env || !refs) return std::nullopt;
+  json all = *env;
+  for (const auto& [name, secret] : refs->items()) all[name] = {{"secret", secret}};
+  if (!all.empty()) body["env"] = std::move(all);
   return body;
 }
 
@@ -964,9 +799,9 @@ void RegisterAlerts(CLI::App& app, Context& ctx) {
 // A billing report's items as a table: the columns its grouping gave.
 void PrintReport(const json& body) {
   static const std::vector<std::pair<const char*, const char*>> kColumns = {
-      {"instance", "INSTANCE"}, {"instance_type", "TYPE"},
-      {"billing", "BILLING"},   {"reservation", "RESERVATION"},
-      {"day", "DAY"},           {"rate_usd_per_hour", "RATE/H"}};
+      {"instance", "INSTANCE"},       {"instance_type", "TYPE"}, {"billing", "BILLING"},
+      {"reservation", "RESERVATION"}, {"user", "USER"},          {"day", "DAY"},
+      {"rate_usd_per_hour", "RATE/H"}};
   const json& items = body["items"];
   std::vector<std::string> header;
   std::vector<const char*> keys;
@@ -1042,8 +877,8 @@ void RegisterBilling(CLI::App& app, Context& ctx) {
   AddCommon(usage, *f, /*csv=*/true);
   usage->add_option("--from", u->from, "YYYY-MM-DD or RFC 3339 (default: this month's start)");
   usage->add_option("--to", u->to, "YYYY-MM-DD or RFC 3339, excluded (default: now)");
-  usage->add_option("--group-by", u->group_by, "instance, type, billing or day")
-      ->check(CLI::IsMember({"instance", "type", "billing", "day"}));
+  usage->add_option("--group-by", u->group_by, "instance, type, billing, day or user")
+      ->check(CLI::IsMember({"instance", "type", "billing", "day", "user"}));
   usage->add_option("--tenant", u->tenant, "The tenant's id (admin; default: every tenant)");
   usage->callback([f, u, &ctx] {
     std::string path = "/v1/usage?group_by=" + Encode(u->group_by);
@@ -1303,6 +1138,7 @@ void RegisterClientCommands(CLI::App& app, Context& ctx) {
   RegisterBilling(app, ctx);
   RegisterGroups(app, ctx);
   RegisterRecommend(app, ctx);
+  RegisterIdentityCommands(app, ctx);
 }
 
 }  // namespace tessera::cli

@@ -28,6 +28,7 @@
 #include "api/server.h"
 #include "catalog/catalog.h"
 #include "cli/cli.h"
+#include "cli/server_keys.h"
 #include "common/auth.h"
 #include "common/memory.h"
 #include "common/secret_env.h"
@@ -69,6 +70,7 @@ struct ServerFlags {
   std::string advertise_url;
   std::string lease = "3s";
   int64_t max_pending_per_tenant = core::kDefaultMaxPending;
+  KeyringFlags keys;
 };
 
 // "90s", "15m", "1h", "90d" (or "0": for ever, where allowed) as a Duration; the error names
@@ -570,6 +572,7 @@ int RunServer(const ServerFlags& flags) {
   options.autoscale_interval = *autoscale_interval;
   options.max_pending_per_tenant = flags.max_pending_per_tenant;
   std::unique_ptr<alerts::Notifier> notifier;  // Outlives the core, which hands it alerts.
+  std::unique_ptr<Sealer> sealer;              // Outlives the core, which seals with it.
   std::unique_ptr<core::Core> core;
   api::ApiServer server(&*catalog, server_options);
   if (Status s = server.Bind(); !s.ok()) return Fail(s);
@@ -583,6 +586,18 @@ int RunServer(const ServerFlags& flags) {
   notifier = std::make_unique<alerts::Notifier>(notify, &SystemClock::Get());
   options.notifier = notifier.get();
   if (Status s = PrepareDataDir(flags.data); !s.ok()) return Fail(s);
+  // Values at rest are sealed with this keyring; a store holding a value under a key it lacks
+  // stops the start below, naming the key.
+  auto keyring = OpenServerKeyring(flags.keys, flags.data, flags.store.empty());
+  if (!keyring.ok()) return Fail(keyring.status());
+  if (keyring->keyring) {
+    sealer = std::make_unique<Sealer>(keyring->keyring);
+    sealer->SetReload(keyring->reload);
+    options.sealer = sealer.get();
+  }
+  spdlog::info("values at rest are sealed with: {}", keyring->description);
+  server.set_keyring(sealer.get(), keyring->description);
+
   const std::string url =
       fmt::format("{}://{}:{}", server.tls() ? "https" : "http", listen->first, server.port());
   // Several replicas on one database: the lease is read before the state is built, so that a
@@ -732,6 +747,13 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--tls-cert", flags->tls_cert,
                   "PEM certificate (chain) to serve HTTPS with; needs --tls-key");
   cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--kek-file", flags->keys.kek_file,
+                  "Keyring of key-encryption keys that seal secrets and other values at rest "
+                  "(docs/secrets.md): 'ID BASE64_OF_32_BYTES' a line, the first current; 0600. "
+                  "Default with the SQLite store: DATA/keyring, made at the first start");
+  cmd->add_option("--kms-command", flags->keys.kms_command,
+                  "A KMS plugin that wraps and unwraps data keys instead of --kek-file: "
+                  "'PROGRAM ARGS', run as PROGRAM ARGS wrap|unwrap KEY_ID (docs/secrets.md)");
   cmd->add_option("--max-connections", flags->max_connections,
                   "Connections held at once; more are answered 503")
       ->capture_default_str();

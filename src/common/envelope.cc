@@ -684,6 +684,23 @@ void Sealer::SetKeyring(std::shared_ptr<const Keyring> keyring) {
 
 Result<std::string> Sealer::CurrentKeyId() { return keyring()->CurrentKeyId(); }
 
+void Sealer::SetReload(Reload reload) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reload_ = std::move(reload);
+}
+
+Status Sealer::ReloadKeyring() {
+  Reload reload;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reload = reload_;
+  }
+  if (!reload) return Status::FailedPrecondition("this keyring cannot be read again");
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const Keyring> keyring, reload());
+  SetKeyring(std::move(keyring));
+  return Status::Ok();
+}
+
 Result<std::string> Sealer::Seal(std::string_view plaintext, std::string_view context) {
   TESSERA_RETURN_IF_ERROR(CheckSize(plaintext));
   std::shared_ptr<const Seed> seed;
@@ -720,7 +737,11 @@ Result<std::shared_ptr<const Sealer::Seed>> Sealer::Unwrapped(std::string_view k
     keyring = keyring_;
   }
   auto seed = std::make_shared<Seed>();
-  TESSERA_ASSIGN_OR_RETURN(seed->secret, keyring->Unwrap(key_id, wrapped));
+  Result<std::string> unwrapped = keyring->Unwrap(key_id, wrapped);
+  if (unwrapped.status().code() == StatusCode::kNotFound && ReloadKeyring().ok()) {
+    unwrapped = this->keyring()->Unwrap(key_id, wrapped);  // Its file may have gained the key.
+  }
+  TESSERA_ASSIGN_OR_RETURN(seed->secret, std::move(unwrapped));
   seed->wrapped = {std::string(key_id), std::string(wrapped)};
   std::lock_guard<std::mutex> lock(mu_);
   if (cache_.size() >= kSeedsCached) cache_.erase(cache_.begin());

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -126,6 +127,13 @@ class Sealer {
   // Seal makes a new seed under it. Seeds already unwrapped stay cached.
   void SetKeyring(std::shared_ptr<const Keyring> keyring);
   std::shared_ptr<const Keyring> keyring() const;
+  // How to read the keyring again (its file, say). When set, an Open that meets a key the keyring
+  // lacks reads it again once and retries: a replica whose keyring file gained a rotation's new
+  // key opens the values its leader sealed under it.
+  using Reload = std::function<Result<std::shared_ptr<const Keyring>>()>;
+  void SetReload(Reload reload);
+  // Reads the keyring again now (SetReload's) and uses it. FailedPrecondition without a reload.
+  Status ReloadKeyring();
 
  private:
   struct Seed;
@@ -134,6 +142,7 @@ class Sealer {
 
   mutable std::mutex mu_;
   std::shared_ptr<const Keyring> keyring_;  // GUARDED_BY(mu_).
+  Reload reload_;                           // GUARDED_BY(mu_).
   std::shared_ptr<const Seed> current_;     // GUARDED_BY(mu_); null until the first Seal.
   // Unwrapped seeds by key id and wrapped bytes; GUARDED_BY(mu_).
   std::map<std::string, std::shared_ptr<const Seed>, std::less<>> cache_;

@@ -308,11 +308,13 @@ std::string Admission::PendingReason(const Instance& inst, size_t preemptible) c
   return out;
 }
 
-Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::json& body) {
-  f.RejectUnknown({"billing", "name", "command", "restart", "stop_grace_seconds", "labels",
-                   "annotations", "instance_type", "gpu_model", "gpus", "mig_profile", "milli_gpu",
-                   "gpu_memory_mib", "vcpus", "memory_mib", "nvlink", "image", "pull_policy",
-                   "registry_auth"});
+Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::json& body,
+                                                 Secrets form) {
+  f.RejectUnknown(
+      {"billing",     "name",        "command",        "restart",       "stop_grace_seconds",
+       "labels",      "annotations", "instance_type",  "gpu_model",     "gpus",
+       "mig_profile", "milli_gpu",   "gpu_memory_mib", "vcpus",         "memory_mib",
+       "nvlink",      "image",       "pull_policy",    "registry_auth", "env"});
   CreateInstanceRequest r;
   const std::string billing = f.String("billing");
   if (f.ok()) {
@@ -328,7 +330,16 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
   if (r.command.size() > kMaxCommandBytes) {
     f.Fail("command", fmt::format("is {} bytes; at most {}", r.command.size(), kMaxCommandBytes));
   }
-  ReadImageSpec(f, body, r.image);
+  ReadImageSpec(f, body, r.image, form);
+  if (form == Secrets::kStored) {
+    if (const nlohmann::json* env = f.Get("env", false)) {
+      auto stored = EnvFromStoredJson(*env, f.where());
+      if (!stored.ok()) return stored.status();
+      r.env = std::move(*stored);
+    }
+  } else {
+    ReadEnv(f, body, r.env);
+  }
   r.restart = f.Bool("restart", false, true);
   r.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   r.labels = f.StringMap("labels", false);
@@ -382,6 +393,8 @@ nlohmann::json ToJson(const CreateInstanceRequest& r, Secrets secrets) {
                       {"annotations", r.annotations}};
   if (!r.name.empty()) j["name"] = r.name;
   AddImageJson(r.image, secrets, j);
+  if (!r.env.empty())
+    j["env"] = secrets == Secrets::kStored ? StoredEnvJson(r.env) : EnvJson(r.env);
   if (!r.instance_type.empty()) {
     j["instance_type"] = r.instance_type;
     return j;

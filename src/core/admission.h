@@ -15,6 +15,7 @@
 #include "catalog/catalog.h"
 #include "common/json.h"
 #include "common/money.h"
+#include "core/env.h"
 #include "core/image.h"
 #include "core/instance.h"
 #include "fleet/fleet.h"
@@ -35,16 +36,24 @@ struct CreateInstanceRequest {
   Shape shape;  // ...or this, field by field (instance_type empty).
   // An OCI image to run (its own entrypoint when `command` is empty); empty for a bare process.
   ImageSpec image;
+  // Its environment: literals and references to the tenant's secrets (core/env.h).
+  Env env;
+  // The user who asks (core/users.h): it is recorded with the instance and counts against that
+  // user's quota. "" when not known (the tenant's first owner in stores before users existed).
+  std::string user;
 };
 
 // The most a `command` may hold.
 inline constexpr size_t kMaxCommandBytes = 64 << 10;
 
 // Reads a create request from `body` (POST /v1/instances, a group's template): its errors go to
-// `f`, named by field; InvalidArgument also for malformed labels or annotations.
-Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::json& body);
-// The request as ReadCreateInstance reads it back, with the registry password only under
-// Secrets::kIncluded (the store's form; the API's never has it).
+// `f`, named by field; InvalidArgument also for malformed labels or annotations. `form` kStored
+// reads the store's form (sealed values).
+Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::json& body,
+                                                 Secrets form = Secrets::kHidden);
+// The request as ReadCreateInstance reads it back: under Secrets::kStored (the store's form) with
+// the sealed registry password and env literals (REQUIRES: sealed), under kHidden without the
+// password.
 nlohmann::json ToJson(const CreateInstanceRequest& r, Secrets secrets);
 
 struct Admitted {

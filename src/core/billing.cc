@@ -21,9 +21,13 @@ std::string InstanceTypeOf(const Shape& shape) {
 }  // namespace
 
 billing::Payer State::PayerOf(const Instance& inst) const {
-  return {inst.tenant.str(),          inst.id.str(),
-          InstanceTypeOf(inst.shape), std::string(BillingName(inst.billing)),
-          inst.reservation,           GpuMilliOf(inst)};
+  return {inst.tenant.str(),
+          inst.id.str(),
+          InstanceTypeOf(inst.shape),
+          std::string(BillingName(inst.billing)),
+          inst.reservation,
+          GpuMilliOf(inst),
+          inst.created_by};
 }
 
 void State::StartMeter(Instance& inst) {
@@ -259,6 +263,7 @@ Result<billing::Reservation> State::CreateReservation(const Tenant& caller,
   billing::Reservation r;
   r.id = fmt::format("resv-{:06}", next_reservation_);
   r.tenant = caller.id.str();
+  r.created_by = req.user;
   r.instance_type = req.instance_type;
   r.count = req.count;
   r.term = req.term;

@@ -610,7 +610,7 @@ TEST_F(BillingTest, TheDryRunCountsLargeRequestsWithoutPlacingThem) {
 TEST_F(BillingTest, APullIsNotBilledAndARestartKeepsTheImageAndItsCredentials) {
   CreateInstanceRequest req = Type("gpu.1xh100", Billing::kOnDemand);
   req.image.ref = "registry.example.com/team/train:1.4";
-  req.image.auth = RegistryAuth{"robot", "s3cret-pw"};
+  req.image.auth = RegistryAuth{.username = "robot", .password = "s3cret-pw"};
   auto created = Create(req);
   ASSERT_TRUE(created.ok()) << created.status().message();
   const std::string id = created->id.str();

@@ -42,6 +42,7 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.autoscale_interval = options.autoscale_interval;
   state_options.max_pending_per_tenant = options.max_pending_per_tenant;
   state_options.alerts = options.alerts;
+  state_options.sealer = options.sealer;
   auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
                                        std::move(scheduler), state_options);
   TESSERA_ASSIGN_OR_RETURN(RecoveryReport r, RestoreFromStore(*state, store, batch));
@@ -81,6 +82,9 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
     node_states[key.substr(std::string("node_state/").size())] =
         value == "draining" ? fleet::NodeState::kDraining : fleet::NodeState::kReady;
   }
+  // Secrets before instances and groups: what refers to one needs it to run.
+  TESSERA_ASSIGN_OR_RETURN(auto secrets, store.ListSettings(std::string(TenantSecrets::kPrefix)));
+  TESSERA_RETURN_IF_ERROR(state.RestoreSecrets(secrets));
   // Joined nodes before instances: the instances name them.
   TESSERA_ASSIGN_OR_RETURN(auto agent_nodes,
                            store.ListSettings(std::string(AgentSupervisor::kRecordPrefix)));
@@ -109,6 +113,11 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));
   TESSERA_ASSIGN_OR_RETURN(RecoveryReport report,
                            state.Restore(tenants, instances, node_states, batch));
+  // Users after tenants: a tenant without its first owner gets one.
+  TESSERA_ASSIGN_OR_RETURN(auto users, store.ListSettings(std::string(Users::kPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto users_meta, store.ListSettings("users/"));
+  users.insert(users.end(), users_meta.begin(), users_meta.end());
+  TESSERA_RETURN_IF_ERROR(state.RestoreUsers(users, batch));
   // After tenants and joined nodes: a store that predates the record is dated by them.
   TESSERA_ASSIGN_OR_RETURN(auto fleet_since, store.GetSetting(std::string(State::kFleetSince)));
   TESSERA_RETURN_IF_ERROR(state.RestoreFleetSince(fleet_since, batch));
@@ -116,7 +125,7 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto groups, store.ListSettings(std::string(State::kGroupPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto next_group, store.GetSetting(std::string(State::kNextGroup)));
   if (next_group) groups.emplace_back(State::kNextGroup, *next_group);
-  TESSERA_RETURN_IF_ERROR(state.RestoreGroups(groups));
+  TESSERA_RETURN_IF_ERROR(state.RestoreGroups(groups, batch));
   TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(State::kRulePrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(State::kAlertPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(State::kMetaPrefix)));

@@ -72,6 +72,8 @@ struct CoreOptions {
   int64_t max_pending_per_tenant = kDefaultMaxPending;
   alerts::EvaluatorOptions alerts;
   alerts::Notifier* notifier = nullptr;
+  // Seals values at rest (common/envelope.h); null: none can be stored. Must outlive the core.
+  Sealer* sealer = nullptr;
   // How long audit entries are kept; zero keeps them for ever.
   Duration audit_retention = std::chrono::hours(24 * 90);
   // Billing reads (usage, invoices, cost reports) run on these threads, not the core's; a tenant

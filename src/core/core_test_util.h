@@ -13,6 +13,8 @@
 
 #include "catalog/catalog.h"
 #include "common/clock.h"
+#include "common/envelope.h"
+#include "common/text.h"
 #include "core/state.h"
 #include "store/memory_store.h"
 
@@ -21,6 +23,16 @@ namespace tessera::core {
 inline const catalog::Catalog& TestCatalog() {
   static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
   return c;
+}
+
+// A sealer on a fixed test keyring (key "test-1"), for states that store secret values.
+inline Sealer* TestSealer() {
+  static Sealer* const sealer = [] {
+    auto ring = KeyringFromText("test-1 " + Base64Encode(std::string(kDataKeyBytes, 't')), "test");
+    if (!ring.ok()) std::abort();
+    return new Sealer(std::shared_ptr<const Keyring>(std::move(*ring)));
+  }();
+  return sealer;
 }
 
 // A state on an empty fleet (nodes join through agents) with the guarded-fgd policy.
@@ -85,6 +97,7 @@ class AgentNodeFixture {
   // Makes the in-memory store, a state with `options` and tenant acme with `quota_milli`.
   void MakeState(const StateOptions& options, int64_t quota_milli = 64000) {
     options_ = options;
+    if (!options_.sealer) options_.sealer = TestSealer();
     store_ = store::NewMemoryStore();
     state_ = NewState();
     acme_ = *state_->tenants().Create("acme", quota_milli, "h-acme", batch_);

@@ -176,7 +176,7 @@ std::optional<GroupState> ParseGroupState(std::string_view s) {
   return std::nullopt;
 }
 
-Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body) {
+Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body, Secrets form) {
   f.RejectUnknown({"name", "template", "size", "placement", "topology", "min_available", "restart",
                    "autoscale", "elastic"});
   GroupRequest r;
@@ -208,7 +208,7 @@ Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body)
   if (f.ok()) r.elastic = ReadElastic(f, body, r.size, r.autoscale);
   JsonFields t = f.Object("template");
   if (!t.absent()) {
-    auto member = ReadCreateInstance(t, body["template"]);
+    auto member = ReadCreateInstance(t, body["template"], form);
     if (!member.ok() && f.ok()) return member.status().WithPrefix("field 'template'");
     if (member.ok()) r.member = std::move(*member);
   }
@@ -235,6 +235,8 @@ nlohmann::json ToJson(const Group& g, Secrets secrets) {
                       {"updated_at", FormatRfc3339(g.updated_at)}};
   if (!g.reason.empty()) j["reason"] = g.reason;
   if (!g.draining.empty()) j["draining"] = g.draining;
+  // Its members are made as this user's (their quota, their ledger lines).
+  if (!g.spec.member.user.empty()) j["created_by"] = g.spec.member.user;
   if (g.spec.autoscale) j["autoscale"] = AutoscaleJson(*g.spec.autoscale);
   j["elastic"] = g.spec.elastic
                      ? nlohmann::json{{"min", g.spec.elastic->min}, {"max", g.spec.elastic->max}}
@@ -254,7 +256,7 @@ Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where) {
     if (j.is_object() && j.contains(key)) request[key] = j[key];
   }
   JsonFields rf(request, where);
-  auto spec = ReadGroupRequest(rf, request);
+  auto spec = ReadGroupRequest(rf, request, Secrets::kStored);
   const auto state = ParseGroupState(f.String("state"));
   g.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
   g.members = f.Strings("members");
@@ -271,6 +273,7 @@ Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where) {
   }
   g.tenant = *tenant;
   g.spec = std::move(*spec);
+  g.spec.member.user = j.value("created_by", "");
   g.state = *state;
   g.created_at = *created;
   g.updated_at = *updated;

@@ -78,7 +78,9 @@ struct GroupRequest {
 };
 
 // Reads a group request from `body`; errors name the field ("template.gpus", "size").
-Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body);
+// `form` kStored reads the store's form (the template's values sealed).
+Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body,
+                                      Secrets form = Secrets::kHidden);
 
 enum class GroupState {
   kWaiting,    // No member placed yet: the gang waits for room for min_available members.
@@ -88,6 +90,8 @@ enum class GroupState {
   kDeleted,    // Deleted by its owner: its members stop.
 };
 std::string_view GroupStateName(GroupState s);
+// True once a group ended (succeeded, failed or deleted): it runs nothing again.
+inline bool Ended(GroupState s) { return s != GroupState::kWaiting && s != GroupState::kRunning; }
 std::optional<GroupState> ParseGroupState(std::string_view s);
 
 struct Group {
@@ -122,8 +126,9 @@ struct Group {
   int64_t scale_ups = 0, scale_downs = 0;
 };
 
-// The stored form under Secrets::kIncluded; under Secrets::kHidden, the form the API shows (with
-// its members' states added), whose template has no registry password.
+// The stored form under Secrets::kStored (the template's values sealed); under Secrets::kHidden,
+// the form the API shows (with its members' states added), whose template has no registry
+// password.
 nlohmann::json ToJson(const Group& g, Secrets secrets);
 // DataLoss naming the record and the field when it is malformed.
 Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where);

@@ -15,6 +15,9 @@ namespace tessera::core {
 
 namespace {
 
+// The record a group's template values are sealed under.
+std::string TemplateRecord(const std::string& group) { return "group/" + group + "/template"; }
+
 constexpr int kMasterPortBase = 29500;  // torchrun's default MASTER_PORT, and the range above it.
 constexpr int kMasterPorts = 1000;
 // Candidate nodes tried one by one for a member before the policy chooses on its own.
@@ -23,8 +26,6 @@ constexpr size_t kMemberTries = 64;
 constexpr int kGroupFailuresPerPass = 16;
 // Preemption searches a gang may add to its round: one per member it still needs, up to this.
 constexpr size_t kGangSearches = 64;
-
-bool Ended(GroupState s) { return s != GroupState::kWaiting && s != GroupState::kRunning; }
 
 }  // namespace
 
@@ -35,6 +36,11 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
   g.tenant = caller.id;
   g.spec = req;
   g.seq = next_group_ - 1;
+  // The template's values are sealed under the group's own record (its members' under theirs).
+  TESSERA_RETURN_IF_ERROR(CheckSecretRefs(caller, g.spec.member, "template."));
+  TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, TemplateRecord(g.id), g.spec.member.env));
+  TESSERA_RETURN_IF_ERROR(
+      SealImageAuth(options_.sealer, TemplateRecord(g.id), g.spec.member.image));
   g.created_at = g.updated_at = clock_->Now();
   Group& stored = groups_.emplace(g.id, std::move(g)).first->second;
   if (Status s = AddMembers(stored, 0, stored.spec.size, batch); !s.ok()) {
@@ -506,9 +512,17 @@ nlohmann::json State::GroupView(const Group& g) const {
   return j;
 }
 
-void State::SaveGroup(const Group& g, store::Batch& batch) {
+void State::SaveGroup(Group& g, store::Batch& batch) {
+  if (Ended(g.state)) {
+    // A group that ended makes no members again: its template keeps no values.
+    DropEnvValues(g.spec.member.env);
+    if (g.spec.member.image.auth) {
+      g.spec.member.image.auth->password.clear();
+      g.spec.member.image.auth->sealed.clear();
+    }
+  }
   batch.settings.emplace_back(std::string(kGroupPrefix) + g.id,
-                              DumpJson(ToJson(g, Secrets::kIncluded)));
+                              DumpJson(ToJson(g, Secrets::kStored)));
 }
 
 Result<nlohmann::json> State::GetGroup(const Tenant& caller, std::string_view id) const {
@@ -789,7 +803,8 @@ void State::ReleaseMembers(const std::vector<std::string>& ids) {
   }
 }
 
-Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records) {
+Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records,
+                            store::Batch& batch) {
   for (const auto& [key, value] : records) {
     if (key == kNextGroup) {
       next_group_ = std::max<int64_t>(next_group_, std::atoll(value.c_str()));
@@ -799,6 +814,14 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(Group g, GroupFromJson(*j, "setting " + key));
     next_group_ = std::max(next_group_, g.seq + 1);
+    const std::string record = TemplateRecord(g.id);
+    TESSERA_RETURN_IF_ERROR(OpenEnv(options_.sealer, record, g.spec.member.env));
+    TESSERA_RETURN_IF_ERROR(OpenImageAuth(options_.sealer, record, g.spec.member.image));
+    if (HoldsPlainPassword(g.spec.member.image) && (Ended(g.state) || options_.sealer)) {
+      // Stored in the clear before envelope encryption: sealed now (or dropped, if it ended).
+      TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, g.spec.member.image));
+      SaveGroup(g, batch);
+    }
     // As in a running server, an ended group stays in memory for the retention only.
     if (Ended(g.state) && g.updated_at < clock_->Now() - options_.retention) continue;
     // The window's recommendations are gone with the last run: none is made up.

@@ -501,7 +501,7 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
   req.member.command.clear();
   req.member.image.ref = "registry.example.com/team/train:1.4";
   req.member.image.pull_policy = PullPolicy::kNever;
-  req.member.image.auth = RegistryAuth{"robot", "s3cret-pw"};
+  req.member.image.auth = RegistryAuth{.username = "robot", .password = "s3cret-pw"};
   const json g = Create(req);
   ASSERT_EQ(g["state"], "running");
   EXPECT_EQ(g["template"]["image"], "registry.example.com/team/train:1.4");

@@ -7,7 +7,9 @@
 #include <charconv>
 #include <vector>
 
+#include "common/envelope.h"
 #include "common/text.h"
+#include "core/env.h"
 
 namespace tessera::core {
 
@@ -155,7 +157,7 @@ Status ValidateImageRef(std::string_view ref) {
   return Status::Ok();
 }
 
-void ReadImageSpec(JsonFields& f, const nlohmann::json& body, ImageSpec& out) {
+void ReadImageSpec(JsonFields& f, const nlohmann::json& body, ImageSpec& out, Secrets form) {
   out.ref = f.String("image", false);
   const bool given = body.is_object() && body.contains("image");
   if (given && f.ok()) {
@@ -179,8 +181,63 @@ void ReadImageSpec(JsonFields& f, const nlohmann::json& body, ImageSpec& out) {
   auth.RejectUnknown({"username", "password"});
   RegistryAuth a;
   ReadCredential(auth, "username", a.username);
-  ReadCredential(auth, "password", a.password);
+  const nlohmann::json* password = auth.Get("password", false);
+  if (password != nullptr && password->is_object()) {
+    JsonFields p = auth.Object("password");
+    if (form == Secrets::kStored && password->contains("sealed")) {
+      p.RejectUnknown({"sealed"});
+      a.sealed = p.String("sealed");
+    } else {
+      p.RejectUnknown({"secret"});
+      a.password_secret = p.String("secret");
+      if (p.ok() && !IsValidSecretName(a.password_secret)) {
+        p.Fail("secret", fmt::format("'{}' is not a secret's name", Quote(a.password_secret)));
+      }
+    }
+  } else if (password != nullptr || form != Secrets::kStored) {
+    ReadCredential(auth, "password", a.password);
+  }  // A stored record without one: its work ended, and the password was dropped.
   out.auth = std::move(a);
+}
+
+namespace {
+std::string PasswordContext(std::string_view record) {
+  return fmt::format("{}/registry_auth/password", record);
+}
+}  // namespace
+
+Status SealImageAuth(Sealer* sealer, std::string_view record, ImageSpec& image) {
+  if (!image.auth || !image.auth->password_secret.empty() || !image.auth->sealed.empty() ||
+      image.auth->password.empty()) {
+    return Status::Ok();  // Nothing to seal: a reference, sealed already, or dropped.
+  }
+  if (sealer == nullptr) return NoKeyring("registry_auth.password");
+  auto sealed = sealer->Seal(image.auth->password, PasswordContext(record));
+  if (!sealed.ok()) return sealed.status().WithPrefix("sealing registry_auth.password");
+  image.auth->sealed = std::move(*sealed);
+  return Status::Ok();
+}
+
+Status OpenImageAuth(Sealer* sealer, std::string_view record, ImageSpec& image) {
+  if (!image.auth || image.auth->sealed.empty()) return Status::Ok();
+  if (sealer == nullptr) {
+    auto key = SealedKeyId(image.auth->sealed);
+    return Status::FailedPrecondition(fmt::format(
+        "{}: registry_auth.password is sealed under key '{}', and this server has no keyring "
+        "(--kek-file or --kms-command)",
+        record, key.ok() ? *key : "?"));
+  }
+  auto opened = sealer->Open(image.auth->sealed, PasswordContext(record));
+  if (!opened.ok()) {
+    return opened.status().WithPrefix(fmt::format("{}: registry_auth.password", record));
+  }
+  image.auth->password = std::move(*opened);
+  return Status::Ok();
+}
+
+bool HoldsPlainPassword(const ImageSpec& image) {
+  return image.auth && image.auth->password_secret.empty() && image.auth->sealed.empty() &&
+         !image.auth->password.empty();
 }
 
 void AddImageJson(const ImageSpec& image, Secrets secrets, nlohmann::json& j) {
@@ -189,7 +246,17 @@ void AddImageJson(const ImageSpec& image, Secrets secrets, nlohmann::json& j) {
   j["pull_policy"] = PullPolicyName(image.pull_policy);
   if (!image.auth) return;
   nlohmann::json auth = {{"username", image.auth->username}};
-  if (secrets == Secrets::kIncluded) auth["password"] = image.auth->password;
+  if (!image.auth->password_secret.empty() && secrets != Secrets::kIncluded) {
+    auth["password"] = {{"secret", image.auth->password_secret}};
+  } else if (secrets == Secrets::kStored && !image.auth->sealed.empty()) {
+    auth["password"] = {{"sealed", image.auth->sealed}};
+  } else if (secrets == Secrets::kStored && !image.auth->password.empty()) {
+    // One a server without a keyring restored as it was stored before envelope encryption; it is
+    // sealed as soon as a keyring is given. (Empty: dropped, with the work it was for.)
+    auth["password"] = image.auth->password;
+  } else if (secrets == Secrets::kIncluded) {
+    auth["password"] = image.auth->password;
+  }
   j["registry_auth"] = std::move(auth);
 }
 

@@ -174,7 +174,7 @@ TEST(ImageSpecTest, TheApiFormShowsTheUsernameOnlyAndTheStoredFormReadsBack) {
   ImageSpec spec;
   spec.ref = "registry.example.com/team/train:1.4";
   spec.pull_policy = PullPolicy::kNever;
-  spec.auth = RegistryAuth{"robot", "s3cret"};
+  spec.auth = RegistryAuth{.username = "robot", .password = "s3cret"};
   json shown = json::object();
   AddImageJson(spec, Secrets::kHidden, shown);
   EXPECT_EQ(shown, json({{"image", "registry.example.com/team/train:1.4"},

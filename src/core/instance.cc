@@ -244,6 +244,10 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
                       {"node", inst.node.empty() ? nlohmann::json() : nlohmann::json(inst.node)},
                       {"gpus", std::move(gpus)}};
   AddImageJson(inst.image, secrets, j);
+  if (!inst.env.empty()) {
+    j["env"] = secrets == Secrets::kStored ? StoredEnvJson(inst.env) : EnvJson(inst.env);
+  }
+  if (!inst.created_by.empty()) j["created_by"] = inst.created_by;
   j["labels"] = inst.labels;
   j["annotations"] = inst.annotations;
   if (!inst.reason.empty()) j["reason"] = inst.reason;
@@ -285,7 +289,7 @@ nlohmann::json ToJson(const Instance& inst) {
 }
 
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
-  nlohmann::json j = BaseJson(inst, Secrets::kIncluded);
+  nlohmann::json j = BaseJson(inst, Secrets::kStored);
   j["seq"] = inst.seq;
   j["enqueued_at"] = FormatRfc3339(inst.enqueued_at);
   if (inst.assignment) j["assignment"] = AssignmentJson(*inst.assignment, fleet);
@@ -342,7 +346,13 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   const auto state = ParseState(f.String("state"));
   const auto billing = ParseBilling(f.String("billing"));
   inst.command = f.String("command");
-  ReadImageSpec(f, j, inst.image);
+  ReadImageSpec(f, j, inst.image, Secrets::kStored);
+  inst.created_by = f.String("created_by", false);
+  if (j.is_object() && j.contains("env")) {
+    auto env = EnvFromStoredJson(j["env"], where);
+    if (!env.ok()) return env.status();
+    inst.env = std::move(*env);
+  }
   inst.restart = f.Bool("restart");
   inst.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   auto price = Money::Parse(f.String("price_per_hour_usd"));

@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "common/money.h"
 #include "common/result.h"
+#include "core/env.h"
 #include "core/image.h"
 #include "fleet/fleet.h"
 
@@ -91,8 +92,13 @@ struct Instance {
   Shape shape;
   std::string command;  // Empty with an image: the image's own entrypoint runs.
   // Its OCI image, pull policy and registry credentials; stored with the instance, the password
-  // as given until envelope encryption (issue 29) wraps it.
+  // sealed (core/image.h).
   ImageSpec image;
+  // Its environment (core/env.h): literals sealed at rest under "instance/<id>", and references
+  // to the tenant's secrets. Once it ended, the literals' values are dropped from memory and
+  // store alike: work that will not run again keeps no values at rest.
+  Env env;
+  std::string created_by;       // The user who made it (core/users.h); "" when not known.
   bool restart = true;          // Spot: re-queue automatically after preemption.
   int stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long.
   std::map<std::string, std::string> labels;
@@ -130,7 +136,7 @@ struct Instance {
 // "pulling" and `pull`; registry credentials show their username only.
 nlohmann::json ToJson(const Instance& inst);
 // The stored form: the API form (its real state, no pull) plus what recovery needs (the exact
-// assignment, seq) and the registry password.
+// assignment, seq), with the registry password and env literals sealed (REQUIRES: sealed).
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet);
 // An instance rebuilt from its stored form, and whether the assignment it held still names
 // today's fleet: `binding` is FailedPrecondition, saying what changed, when its node, GPU or MIG

@@ -47,6 +47,13 @@ class InstanceTable {
   void ForEach(Fn fn) {
     for (auto& [seq, inst] : by_seq_) fn(inst);
   }
+  // The instances created after seq `after`, in creation order, while `fn` returns true.
+  template <typename Fn>
+  void ForEachAfter(int64_t after, Fn fn) {
+    for (auto it = by_seq_.upper_bound(after); it != by_seq_.end(); ++it) {
+      if (!fn(it->second)) return;
+    }
+  }
 
  private:
   std::map<int64_t, Instance> by_seq_;  // Nodes are stable: pointers into it stay valid.

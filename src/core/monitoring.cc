@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <set>
 
+#include "common/envelope.h"
 #include "common/json.h"
+#include "core/env.h"
 #include "core/state.h"
 
 namespace tessera::core {
@@ -179,9 +181,11 @@ Result<alerts::Rule> State::CreateAlertRule(const Tenant& caller, alerts::Rule r
         "first",
         alerts::kMaxRulesPerTenant, alerts::kMaxTenantRules));
   }
-  rule.id = fmt::format("rule-{:06d}", next_rule_++);
+  rule.id = fmt::format("rule-{:06d}", next_rule_);
   rule.created_at = clock_->Now();
-  batch.settings.emplace_back(std::string(kRulePrefix) + rule.id, DumpJson(alerts::RuleJson(rule)));
+  TESSERA_ASSIGN_OR_RETURN(std::string stored, SealRule(rule));
+  ++next_rule_;
+  batch.settings.emplace_back(std::string(kRulePrefix) + rule.id, std::move(stored));
   batch.settings.emplace_back(std::string(kNextRule), std::to_string(next_rule_));
   evaluator_.Put(rule);
   return rule;
@@ -206,6 +210,7 @@ Result<alerts::Rule> State::GetAlertRule(const Tenant& caller, std::string_view 
 Status State::DeleteAlertRule(const Tenant& caller, std::string_view id, store::Batch& batch) {
   TESSERA_RETURN_IF_ERROR(GetAlertRule(caller, id).status());
   evaluator_.Remove(std::string(id), clock_->Now());
+  rule_keys_.erase(std::string(id));
   batch.deleted_settings.push_back(std::string(kRulePrefix) + std::string(id));
   // The resolved alerts and their notices are stored and sent with the next evaluation.
   last_alert_eval_ = Time{};
@@ -257,7 +262,14 @@ Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string
     if (key == kNextRule) next_rule_ = std::max<int64_t>(next_rule_, std::atoll(value.c_str()));
   }
   for (const auto& [key, value] : rules) {
-    TESSERA_ASSIGN_OR_RETURN(alerts::Rule r, alerts::RuleFromStored(key, value));
+    bool plain = false;
+    TESSERA_ASSIGN_OR_RETURN(std::string opened, OpenRule(key, value, plain));
+    TESSERA_ASSIGN_OR_RETURN(alerts::Rule r, alerts::RuleFromStored(key, opened));
+    if (plain && options_.sealer) {
+      // A webhook URL stored in the clear before envelope encryption: sealed now.
+      TESSERA_ASSIGN_OR_RETURN(std::string sealed, SealRule(r));
+      batch.settings.emplace_back(key, std::move(sealed));
+    }
     int64_t n = 0;
     if (std::sscanf(r.id.c_str(), "rule-%ld", &n) == 1) next_rule_ = std::max(next_rule_, n + 1);
     evaluator_.Put(std::move(r));
@@ -272,13 +284,66 @@ Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string
   }
   for (alerts::Rule& r : alerts::BuiltinRules(clock_->Now())) {
     if (seeded.contains(seed_key(r))) continue;
-    batch.settings.emplace_back(std::string(kRulePrefix) + r.id, DumpJson(alerts::RuleJson(r)));
+    TESSERA_ASSIGN_OR_RETURN(std::string stored, SealRule(r));  // Built-ins have no webhook.
+    batch.settings.emplace_back(std::string(kRulePrefix) + r.id, std::move(stored));
     evaluator_.Put(std::move(r));
   }
   for (std::string_view mark : {kBuiltinSeeded, kBudgetRulesSeeded, kInterruptedRuleSeeded}) {
     if (!seeded.contains(mark)) batch.settings.emplace_back(std::string(mark), "1");
   }
   return Status::Ok();
+}
+
+namespace {
+std::string WebhookContext(const std::string& rule, size_t i) {
+  return fmt::format("alert_rule/{}/notify/{}", rule, i);
+}
+}  // namespace
+
+Result<std::string> State::SealRule(const alerts::Rule& rule) {
+  nlohmann::json j = alerts::RuleJson(rule);
+  rule_keys_.erase(rule.id);
+  for (size_t i = 0; i < j["notify"].size(); ++i) {
+    nlohmann::json& n = j["notify"][i];
+    if (!n.contains("webhook")) continue;
+    if (options_.sealer == nullptr) return NoKeyring(fmt::format("notify[{}].webhook", i));
+    auto sealed =
+        options_.sealer->Seal(n["webhook"].get<std::string>(), WebhookContext(rule.id, i));
+    if (!sealed.ok()) return sealed.status().WithPrefix(fmt::format("sealing notify[{}]", i));
+    if (auto key = SealedKeyId(*sealed); key.ok()) rule_keys_[rule.id] = *key;
+    n["webhook"] = {{"sealed", *sealed}};
+  }
+  return DumpJson(j);
+}
+
+Result<std::string> State::OpenRule(const std::string& key, const std::string& value, bool& plain) {
+  auto j = ParseJson(value, key);
+  if (!j.ok() || !j->is_object() || !j->contains("notify") || !(*j)["notify"].is_array()) {
+    return value;  // RuleFromStored says what is wrong with it.
+  }
+  const std::string id = j->value("id", "");
+  for (size_t i = 0; i < (*j)["notify"].size(); ++i) {
+    nlohmann::json& n = (*j)["notify"][i];
+    if (!n.is_object() || !n.contains("webhook")) continue;
+    if (n["webhook"].is_string()) {
+      plain = true;
+      continue;
+    }
+    const std::string sealed =
+        n["webhook"].is_object() ? n["webhook"].value("sealed", "") : std::string();
+    if (options_.sealer == nullptr) {
+      auto k = SealedKeyId(sealed);
+      return Status::FailedPrecondition(
+          fmt::format("{}: a webhook URL is sealed under key '{}', and this server has no keyring "
+                      "(--kek-file or --kms-command)",
+                      key, k.ok() ? *k : "?"));
+    }
+    auto opened = options_.sealer->Open(sealed, WebhookContext(id, i));
+    if (!opened.ok()) return opened.status().WithPrefix(fmt::format("{}: notify[{}]", key, i));
+    if (auto k = SealedKeyId(sealed); k.ok()) rule_keys_[id] = *k;
+    n["webhook"] = *opened;
+  }
+  return DumpJson(*j);
 }
 
 void State::EvaluateAlerts(store::Batch& batch) {

@@ -477,8 +477,14 @@ nlohmann::json State::DesiredState(const std::string& name) const {
                           {"cpu_milli", inst->shape.vcpus * 1000},
                           {"memory_mib", inst->shape.memory_mib},
                           {"stop_grace_ms", inst->stop_grace_seconds * 1000}};
-      // Only this node's agent, authenticated by its node token, is sent the registry password.
+      // Only this node's agent, authenticated by its node token, is sent the workload's secret
+      // values and registry password.
+      AddUserEnv(*inst, w["env"]);
       AddImageJson(inst->image, Secrets::kIncluded, w);
+      if (inst->image.auth && !inst->image.auth->password_secret.empty()) {
+        const Secret* s = secrets_.Find(inst->tenant.str(), inst->image.auth->password_secret);
+        w["registry_auth"]["password"] = s ? s->value : "";
+      }
       switch (inst->state) {
         case InstanceState::kStopping:
           w["action"] = "stop";

@@ -409,7 +409,7 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   r.command.clear();  // The image's own entrypoint runs.
   r.image.ref = "registry.example.com/team/train:1.4";
   r.image.pull_policy = PullPolicy::kAlways;
-  r.image.auth = RegistryAuth{"robot", "s3cret-pw"};
+  r.image.auth = RegistryAuth{.username = "robot", .password = "s3cret-pw"};
   const Instance inst = Create(r);
   ASSERT_EQ(inst.state, InstanceState::kScheduled);
   const std::string id = inst.id.str();
@@ -448,7 +448,11 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   const json stored = ToStoredJson(Get(id), state_->fleet());
   EXPECT_EQ(stored["state"], "scheduled") << "the store keeps the real state";
   EXPECT_FALSE(stored.contains("pull")) << "a pull is not stored";
-  EXPECT_EQ(stored["registry_auth"]["password"], "s3cret-pw") << "the credentials are";
+  // The credentials are stored, sealed under the instance's own record.
+  EXPECT_EQ(stored.dump().find("s3cret-pw"), std::string::npos) << stored.dump();
+  const std::string sealed = stored["registry_auth"]["password"].value("sealed", "");
+  EXPECT_EQ(TestSealer()->Open(sealed, "instance/" + id + "/registry_auth/password").value(),
+            "s3cret-pw");
   // Another node's report, or one of another attempt, changes nothing.
   AgentSync elsewhere;
   elsewhere.agent_id = "a1";

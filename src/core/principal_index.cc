@@ -83,12 +83,52 @@ Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view tok
   const Principal* p = index.Find(token_hash);
   if (!p) return Status::Unauthenticated("invalid token");
   if (p->expires_at && *p->expires_at <= now) {
-    return Status::Unauthenticated("this token was replaced and its grace period has ended");
+    return Status::Unauthenticated(
+        p->user_token ? fmt::format("this token expired at {}", FormatRfc3339(*p->expires_at))
+                      : std::string("this token was replaced and its grace period has ended"));
   }
   if (p->disabled) {
     return Status::PermissionDenied(fmt::format("tenant '{}' is disabled", p->tenant.str()));
   }
+  if (p->user_disabled) {
+    return Status::PermissionDenied(
+        fmt::format("user '{}' of tenant '{}' is disabled", p->user_name, p->tenant.str()));
+  }
   return *p;
+}
+
+Status Authorize(const Principal& p, Role need, bool write) {
+  if (p.admin || !p.node.empty()) return Status::Ok();
+  if (write && p.read_only) {
+    return Status::PermissionDenied(
+        "this token is read-only: it may read, but not change anything (make a token without "
+        "read_only to write)");
+  }
+  if (static_cast<int>(p.role) < static_cast<int>(need)) {
+    return Status::PermissionDenied(
+        fmt::format("this needs role {}; user '{}' has role {}", RoleName(need),
+                    p.user_name.empty() ? p.user : p.user_name, RoleName(p.role)));
+  }
+  return Status::Ok();
+}
+
+std::string_view RoleName(Role r) {
+  switch (r) {
+    case Role::kViewer:
+      return "viewer";
+    case Role::kMember:
+      return "member";
+    case Role::kOwner:
+      return "owner";
+  }
+  return "?";
+}
+
+std::optional<Role> ParseRole(std::string_view s) {
+  for (Role r : {Role::kViewer, Role::kMember, Role::kOwner}) {
+    if (RoleName(r) == s) return r;
+  }
+  return std::nullopt;
 }
 
 }  // namespace tessera::core

@@ -27,13 +27,28 @@
 
 namespace tessera::core {
 
+// A tenant user's role (docs/users.md), weakest first: a viewer reads; a member also creates and
+// deletes work; an owner also manages the tenant's users, tokens, budget, reservations and
+// secrets. The tenant's own token acts as its first owner.
+enum class Role { kViewer = 0, kMember = 1, kOwner = 2 };
+std::string_view RoleName(Role r);  // "viewer", "member", "owner".
+std::optional<Role> ParseRole(std::string_view s);
+
 // Who a token acts for, as the index holds it.
 struct Principal {
   TenantId tenant;  // "admin" for the operator.
   bool admin = false;
   bool disabled = false;
   std::optional<Time> expires_at;
-  std::string node;  // A node token's node (docs/agent.md); empty for the admin and tenants.
+  std::string node = "";  // A node token's node (docs/agent.md); empty for the admin and tenants.
+  // A tenant's token acts as a user of the tenant (core/users.h): its id and name, its role, and
+  // whether this token may only read.
+  std::string user = "";
+  std::string user_name = "";
+  Role role = Role::kOwner;
+  bool read_only = false;
+  bool user_token = false;     // A user's own token (else the tenant's, or the admin's).
+  bool user_disabled = false;  // The user is disabled: its tokens stop.
 };
 
 class PrincipalIndex {
@@ -67,7 +82,14 @@ class PrincipalIndex {
 };
 
 // The principal `token_hash` acts for at `now`. Unauthenticated for an unknown or expired token,
-// PermissionDenied for a disabled tenant. The one rule for the HTTP threads and the core alike.
+// PermissionDenied for a disabled tenant or user. The one rule for the HTTP threads and the core
+// alike.
 Result<Principal> Authenticate(const PrincipalIndex& index, std::string_view token_hash, Time now);
+
+// Whether `p` may call a route that needs role `need` and, when `write`, changes something: the
+// operator and nodes always (their routes are theirs); a tenant's token as its user's role
+// allows; a read-only token never writes. PermissionDenied naming the role needed and the user's.
+// The one rule for the HTTP threads and the core alike.
+Status Authorize(const Principal& p, Role need, bool write);
 
 }  // namespace tessera::core

@@ -33,8 +33,10 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       scheduler_(std::move(scheduler)),
       options_(options),
       tenants_(clock),
+      secrets_(clock, options.sealer),
       admission_(catalog, fleet_.get(), options.whole_gpus_on_shared),
       usage_(catalog),
+      user_usage_(catalog),
       pending_(options.max_pending_per_tenant),
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
       agents_(options.sim_agents, options.simulated_notice),
@@ -69,6 +71,7 @@ Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> q
 Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
                                  bool readmit) {
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(req));
+  TESSERA_RETURN_IF_ERROR(CheckSecretRefs(caller, req));
   const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape) * count;
   const int64_t used = usage_.Milli(caller.id.str());
   if (used + want > caller.quota_gpu_milli) {
@@ -76,6 +79,18 @@ Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceReque
         "quota exceeded by {} GPUs: tenant '{}' has a quota of {} GPUs, uses {}, and asks for {}",
         Gpus(used + want - caller.quota_gpu_milli), caller.name, Gpus(caller.quota_gpu_milli),
         Gpus(used), Gpus(want)));
+  }
+  // A user's own quota, inside the tenant's.
+  const User* user = req.user.empty() ? nullptr : tenants_.users().Find(req.user);
+  if (user && user->quota_gpu_milli) {
+    const int64_t mine = user_usage_.Milli(user->id);
+    const int64_t asks = user_usage_.Marginal(user->id, admitted.shape) * count;
+    if (mine + asks > *user->quota_gpu_milli) {
+      return Status::ResourceExhausted(fmt::format(
+          "quota exceeded by {} GPUs: user '{}' has a quota of {} GPUs, uses {}, and asks for {}",
+          Gpus(mine + asks - *user->quota_gpu_milli), user->name, Gpus(*user->quota_gpu_milli),
+          Gpus(mine), Gpus(asks)));
+    }
   }
   if (!readmit) TESSERA_RETURN_IF_ERROR(pending_.Admit(caller, count));
   TESSERA_RETURN_IF_ERROR(CheckBudget(caller, req.billing));
@@ -85,18 +100,28 @@ Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceReque
 Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                      Admitted admitted) {
   Instance inst;
+  // Sealed under this instance's own record before anything changes: a keyring that fails
+  // leaves the state as it was.
+  const InstanceId id = InstanceId::FromNumber(next_instance_);
+  const std::string record = "instance/" + id.str();
+  inst.env = req.env;
+  inst.image = req.image;
+  for (auto& [name, v] : inst.env) v.sealed.clear();  // A template's, under the group's record.
+  if (inst.image.auth) inst.image.auth->sealed.clear();
+  TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, record, inst.env));
+  TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, inst.image));
   if (req.billing == Billing::kReserved) {
     TESSERA_ASSIGN_OR_RETURN(inst.reservation, ClaimReservation(caller, admitted.shape));
     ++reservation_used_[inst.reservation];
   }
-  inst.id = InstanceId::FromNumber(next_instance_);
+  inst.id = id;
   inst.seq = next_instance_++;
+  inst.created_by = req.user;
   inst.tenant = caller.id;
   inst.name = req.name.empty() ? inst.id.str() : req.name;
   inst.billing = req.billing;
   inst.shape = std::move(admitted.shape);
   inst.command = req.command;
-  inst.image = req.image;
   inst.restart = req.restart;
   inst.stop_grace_seconds = req.stop_grace_seconds;
   inst.labels = req.labels;
@@ -105,7 +130,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.created_at = inst.updated_at = inst.enqueued_at = clock_->Now();
   inst.history.push_back({inst.created_at, InstanceState::kPending, ""});
   Instance& stored = instances_.Add(std::move(inst));
-  usage_.Add(stored.tenant.str(), stored.shape);
+  CountUsage(stored, true);
   pending_.Add(stored.tenant.str());
   return &stored;
 }
@@ -273,10 +298,10 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   if (to == InstanceState::kRunning && inst.state != InstanceState::kRunning) StartMeter(inst);
   const bool was_active = IsActive(inst.state);
   if (was_active && !IsActive(to)) {
-    usage_.Remove(inst.tenant.str(), inst.shape);
+    CountUsage(inst, false);
     if (!inst.reservation.empty()) --reservation_used_[inst.reservation];
   }
-  if (!was_active && IsActive(to)) usage_.Add(inst.tenant.str(), inst.shape);
+  if (!was_active && IsActive(to)) CountUsage(inst, true);
   if (inst.state == InstanceState::kPending && to != InstanceState::kPending) {
     pending_.Remove(inst.tenant.str());
   } else if (inst.state != InstanceState::kPending && to == InstanceState::kPending) {
@@ -284,9 +309,25 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   }
   inst.state = to;
   inst.pull.reset();  // A pull belongs to a scheduled attempt: it started, ended or moved.
+  // Work that ended for good keeps no values in memory or at rest (a preempted instance may be
+  // queued again: EndPreempted drops them when it is not).
+  if (to == InstanceState::kTerminated || to == InstanceState::kSucceeded ||
+      to == InstanceState::kFailed) {
+    DropSecretValues(inst);
+  }
   Record(inst, std::move(reason));
   if (!IsActive(to)) instances_.Ended(inst);
   if (was_active && !IsActive(to) && !inst.group.empty()) ended_members_.push_back(inst.id.str());
+}
+
+void State::CountUsage(const Instance& inst, bool add) {
+  if (add) {
+    usage_.Add(inst.tenant.str(), inst.shape);
+    if (!inst.created_by.empty()) user_usage_.Add(inst.created_by, inst.shape);
+  } else {
+    usage_.Remove(inst.tenant.str(), inst.shape);
+    if (!inst.created_by.empty()) user_usage_.Remove(inst.created_by, inst.shape);
+  }
 }
 
 void State::Record(Instance& inst, std::string reason) {
@@ -462,7 +503,11 @@ void State::EndPreempted(Instance& v, const std::string& why, store::Batch& batc
   Transition(v, InstanceState::kPreempted, why, batch, billing::Ending::kPlatform);
   v.preempted_at = clock_->Now();
   // A group member's group restarts whole (SettleGroups).
-  if (v.restart && v.group.empty()) Requeue(v, why, batch);
+  if (v.restart && v.group.empty()) {
+    Requeue(v, why, batch);
+  } else {
+    DropSecretValues(v);
+  }
 }
 
 void State::Requeue(Instance& inst, const std::string& why, store::Batch& batch) {
@@ -470,6 +515,14 @@ void State::Requeue(Instance& inst, const std::string& why, store::Batch& batch)
     // A member does not wait alone: its attempt fails, and its group restarts whole.
     Transition(inst, InstanceState::kFailed, why, batch, billing::Ending::kPlatform);
     return;
+  }
+  for (const auto& [var, v] : inst.env) {
+    if (v.is_secret() && !secrets_.Find(inst.tenant.str(), v.secret)) {
+      Transition(inst, InstanceState::kFailed,
+                 fmt::format("{}; it cannot restart: its secret '{}' was deleted", why, v.secret),
+                 batch, billing::Ending::kPlatform);
+      return;
+    }
   }
   ++inst.restarts;
   inst.started_at.reset();
@@ -490,11 +543,23 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     auto j = ParseJson(rec.doc, "stored instance " + rec.id);
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(StoredInstance stored, FromStoredJson(*j, *fleet_));
+    // Values sealed at rest are opened now: a key the keyring lacks stops the start, naming it.
+    const std::string record = "instance/" + rec.id;
+    TESSERA_RETURN_IF_ERROR(OpenEnv(options_.sealer, record, stored.instance.env));
+    TESSERA_RETURN_IF_ERROR(OpenImageAuth(options_.sealer, record, stored.instance.image));
+    const bool plain = HoldsPlainPassword(stored.instance.image);
     Instance& inst = instances_.Add(std::move(stored.instance));
+    if (plain && (!IsActive(inst.state) || options_.sealer)) {
+      // A password stored in the clear before envelope encryption: sealed now, or dropped from
+      // work that ended.
+      if (!IsActive(inst.state)) DropSecretValues(inst);
+      TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, inst.image));
+      Save(inst, batch);
+    }
     next_instance_ = std::max(next_instance_, inst.seq + 1);
     ++report.instances;
     if (!IsActive(inst.state)) continue;
-    usage_.Add(inst.tenant.str(), inst.shape);
+    CountUsage(inst, true);
     if (inst.state == InstanceState::kPending) pending_.Add(inst.tenant.str());
     if (!inst.reservation.empty()) ++reservation_used_[inst.reservation];
     stored.instance = inst;  // WhyNotRestorable reads the shape and the binding.

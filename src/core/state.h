@@ -44,6 +44,7 @@
 #include "core/preemptor.h"
 #include "core/queue.h"
 #include "core/recovery.h"
+#include "core/secrets.h"
 #include "core/tenants.h"
 #include "core/usage.h"
 #include "fleet/fleet.h"
@@ -120,6 +121,9 @@ struct StateOptions {
   // `spot_notice` as on a joined agent's node, and the caller ends it at its preempt_at with
   // WorkloadExited (the what-if simulator, which drives the clock).
   bool simulated_notice = false;
+  // Seals what is stored encrypted (secrets, env literals, registry passwords, webhook URLs;
+  // common/envelope.h); null: nothing of the kind can be stored. Must outlive the state.
+  Sealer* sealer = nullptr;
 };
 
 // A page of instances, and where the next one starts.
@@ -171,6 +175,46 @@ class State {
 
   Tenants& tenants() { return tenants_; }
   const Tenants& tenants() const { return tenants_; }
+
+  // Secrets (secrets.h, docs/secrets.md): a tenant's own; the admin lists every tenant's.
+  const TenantSecrets& secrets() const { return secrets_; }
+  // Creates (`replace` false) or replaces a secret of the caller's tenant; see TenantSecrets::Put.
+  Result<Secret> PutSecret(const Tenant& caller, const std::string& name, std::string value,
+                           const std::string& user, bool replace, store::Batch& batch);
+  // NotFound for an unknown name and another tenant's alike.
+  Result<Secret> GetSecret(const Tenant& caller, std::string_view name) const;
+  // Deletes a secret. FailedPrecondition naming the instances and groups that refer to it, unless
+  // `force`: then instances that wait or are scheduled fail ("its secret ... was deleted"), and
+  // what runs keeps running with the environment it started with.
+  Status DeleteSecret(const Tenant& caller, const std::string& name, bool force,
+                      store::Batch& batch);
+  // The instances (not ended) and groups (not ended) of `tenant` that refer to secret `name`.
+  std::vector<std::string> SecretUsers(const std::string& tenant, const std::string& name) const;
+  // Key rotation (rotation.cc, docs/secrets.md). Where a walk over every sealed value has got to.
+  struct RotationCursor {
+    int kind = 0;      // Secrets, instances, groups, alert rules; 4: done.
+    std::string text;  // The last key seen (secrets, groups, rules).
+    int64_t seq = 0;   // The last instance seen.
+    bool done() const { return kind >= 4; }
+  };
+  // One step of a rotation: looks at up to `limit` records after `cursor` and re-seals, into
+  // `batch`, the values not sealed under `key_id`; moves `cursor` on.
+  Result<ResealStep> Reseal(const std::string& key_id, RotationCursor& cursor, size_t limit,
+                            store::Batch& batch);
+  // How many records hold a value sealed under each key id (a record with values under two keys
+  // counts under both).
+  std::map<std::string, int64_t> SealedKeys() const;
+  // Rebuilds users from their records and publishes their tokens (Tenants::RestoreUsers).
+  Status RestoreUsers(const std::vector<std::pair<std::string, std::string>>& records,
+                      store::Batch& batch) {
+    return tenants_.RestoreUsers(records, batch);
+  }
+  // What a user's active instances hold, in milli-GPU (its quota's unit).
+  int64_t UserGpuMilli(const std::string& user) const { return user_usage_.Milli(user); }
+  // Rebuilds secrets from their records (TenantSecrets::kPrefix).
+  Status RestoreSecrets(const std::vector<std::pair<std::string, std::string>>& records) {
+    return secrets_.Restore(records);
+  }
   // Changes a tenant's quota, its cap on pending work or its disabled flag. Disabling ends its
   // pending instances (they leave the queue as terminated, with the reason) and releases their
   // quota; what runs keeps running.
@@ -386,7 +430,10 @@ class State {
   const std::map<std::string, Group>& groups() const { return groups_; }
   size_t log_tails() const { return logs_.size(); }  // Instances whose output is in memory.
   // Rebuilds groups from their records (kGroupPrefix and kNextGroup), after the instances.
-  Status RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records);
+  // Values sealed at rest are opened (a key the keyring lacks fails it, naming the key); a
+  // registry password stored in the clear before envelope encryption is sealed into `batch`.
+  Status RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records,
+                       store::Batch& batch);
   static constexpr std::string_view kGroupPrefix = "group/";
   static constexpr std::string_view kNextGroup = "groups/next";
   static constexpr std::string_view kNextReservation = "billing/next_reservation";
@@ -444,6 +491,14 @@ class State {
   // utilization).
   void MeterUtilization(const AgentNode& node);
   billing::Payer PayerOf(const Instance& inst) const;
+  // OK, or InvalidArgument naming the field of `req` that refers to a secret the caller's tenant
+  // does not have (`field` prefixes it: "template." for a group's).
+  Status CheckSecretRefs(const Tenant& caller, const CreateInstanceRequest& req,
+                         std::string_view field = "") const;
+  // The values a workload's agent is told: `inst`'s env with each reference resolved.
+  void AddUserEnv(const Instance& inst, nlohmann::json& env) const;
+  // Drops `inst`'s env literals and registry password from memory (it ended for good).
+  static void DropSecretValues(Instance& inst);
   // CreateInstance's parts: admission with the quota for `count` such instances, the cap on
   // pending work (unless `readmit`: a group's restart, which makes again what was admitted) and
   // the budget; then the instance itself, pending (with its reservation unit for `reserved`).
@@ -481,7 +536,8 @@ class State {
   // Every autoscale_interval: each autoscaled group's metric, floor and decision (audited).
   void AutoscaleGroups(store::Batch& batch);
   std::optional<double> GroupMetric(const Group& g) const;
-  void SaveGroup(const Group& g, store::Batch& batch);
+  // Saves `g`; one that ended drops its template's values first.
+  void SaveGroup(Group& g, store::Batch& batch);
   // Ended groups that ended before `cutoff` leave memory (the store keeps them).
   void EvictEndedGroups(Time cutoff);
   // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for
@@ -584,6 +640,12 @@ class State {
   void SaveNode(const AgentNode& node, store::Batch& batch);
   // Evaluates the alert rules when the interval passed; stores what changed.
   void EvaluateAlerts(store::Batch& batch);
+  // A rule's stored form, its webhook URLs sealed under "alert_rule/<id>/notify/<i>" (they often
+  // embed tokens); FailedPrecondition without a keyring when it has one.
+  Result<std::string> SealRule(const alerts::Rule& rule);
+  // A stored rule's text with its webhook URLs opened, for RuleFromStored; `plain` is set when
+  // one was stored in the clear (before envelope encryption).
+  Result<std::string> OpenRule(const std::string& key, const std::string& value, bool& plain);
   // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
   void ApplyNodeState(const AgentNode& node);
   void AppendLog(const Instance& inst, const WorkloadLog& log);
@@ -598,6 +660,8 @@ class State {
   // Frees the slices of `node`'s unmanaged MIG devices in the fleet.
   void ReleaseMigHolds(AgentNode& node);
   void Save(const Instance& inst, store::Batch& batch);
+  // Counts `inst` (add) in, or out of, its tenant's and its user's usage.
+  void CountUsage(const Instance& inst, bool add);
   // Moves `inst` to `to`; leaving `running` closes its billing interval into `batch`, ended as
   // `ending` says.
   void Transition(Instance& inst, InstanceState to, std::string reason, store::Batch& batch,
@@ -619,8 +683,10 @@ class State {
   StateOptions options_;
 
   Tenants tenants_;
+  TenantSecrets secrets_;
   Admission admission_;
   Usage usage_;
+  Usage user_usage_;  // By user id: what each user's active instances hold (users' quotas).
   PendingWork pending_;
   InstanceTable instances_;
   PendingQueue queue_;
@@ -647,6 +713,7 @@ class State {
   // silent for time before it.
   Time up_since_;
   int64_t next_rule_ = 1;
+  std::map<std::string, std::string> rule_keys_;  // Rules with a sealed webhook: id -> key id.
   // Billing: running instances with an open interval, the last midnight rolled, reservations
   // and the units active instances hold of each.
   std::set<std::pair<std::string, std::string>> metered_;  // (tenant, instance id).

@@ -21,14 +21,15 @@ void Prune(Tenant& t, Time now) {
   }
 }
 
-// The index's entry for one of a tenant's tokens.
-PrincipalIndex::Change TokenEntry(const Tenant& t, const Token& k) {
-  return {k.hash, Principal{t.id, false, t.disabled, k.expires_at, ""}};
-}
-
 std::vector<std::string> Hashes(const Tenant& t) {
   std::vector<std::string> out;
   for (const Token& k : t.tokens) out.push_back(k.hash);
+  return out;
+}
+
+std::vector<std::string> Hashes(const User& u) {
+  std::vector<std::string> out;
+  for (const UserToken& k : u.tokens) out.push_back(k.hash);
   return out;
 }
 
@@ -42,7 +43,18 @@ int64_t TenantNumber(std::string_view id) {
   return ec == std::errc() && ptr == id.data() + id.size() ? n : 0;
 }
 
-Tenants::Tenants(const Clock* clock) : clock_(clock) {
+PrincipalIndex::Change Tenants::TokenEntry(const Tenant& t, const Token& k) const {
+  Principal p{t.id, false, t.disabled, k.expires_at, ""};
+  if (const User* owner = users_.FirstOwner(t.id)) {
+    p.user = owner->id;
+    p.user_name = owner->name;
+    p.role = owner->role;
+    p.user_disabled = owner->disabled;
+  }
+  return {k.hash, p};
+}
+
+Tenants::Tenants(const Clock* clock) : clock_(clock), users_(clock) {
   admin_.id = TenantId::Unchecked("admin");
   admin_.name = "admin";
   admin_.admin = true;
@@ -100,9 +112,98 @@ Result<Tenant> Tenants::Create(const std::string& name, int64_t quota_gpu_milli,
   t.created_at = clock_->Now();
   t.tokens.push_back({token_hash, t.created_at, std::nullopt});
   Tenant& stored = by_id_[t.id.str()] = std::move(t);
+  TESSERA_RETURN_IF_ERROR(
+      users_.Create(stored.id, "owner", Role::kOwner, std::nullopt, true, batch).status());
   Save(stored, batch);
   Reindex(stored, {});
   return stored;
+}
+
+Result<User> Tenants::CreateUser(const TenantId& tenant, const std::string& name, Role role,
+                                 std::optional<int64_t> quota_gpu_milli, store::Batch& batch) {
+  if (!Find(tenant.str()))
+    return Status::NotFound(fmt::format("tenant '{}' not found", tenant.str()));
+  TESSERA_ASSIGN_OR_RETURN(User u,
+                           users_.Create(tenant, name, role, quota_gpu_milli, false, batch));
+  ReindexUser(u, {});
+  return u;
+}
+
+Result<User> Tenants::UpdateUser(const std::string& id, const UserUpdate& update,
+                                 store::Batch& batch) {
+  const User* before = users_.Find(id);
+  const std::vector<std::string> hashes = before ? Hashes(*before) : std::vector<std::string>{};
+  TESSERA_ASSIGN_OR_RETURN(User u, users_.Update(id, update, batch));
+  ReindexUser(u, hashes);
+  return u;
+}
+
+Status Tenants::DeleteUser(const std::string& id, store::Batch& batch) {
+  const User* u = users_.Find(id);
+  if (!u) return Status::NotFound(fmt::format("user '{}' not found", id));
+  const std::vector<std::string> hashes = Hashes(*u);
+  TESSERA_RETURN_IF_ERROR(users_.Delete(id, batch));
+  std::vector<PrincipalIndex::Change> changes;
+  for (const std::string& h : hashes) changes.push_back({h, std::nullopt});
+  index_ = index_->With(changes);
+  return Status::Ok();
+}
+
+Result<UserToken> Tenants::AddUserToken(const std::string& id, const std::string& hash,
+                                        const std::string& name, std::optional<Time> expires_at,
+                                        bool read_only, store::Batch& batch) {
+  const User* before = users_.Find(id);
+  const std::vector<std::string> hashes = before ? Hashes(*before) : std::vector<std::string>{};
+  TESSERA_ASSIGN_OR_RETURN(UserToken t,
+                           users_.AddToken(id, hash, name, expires_at, read_only, batch));
+  ReindexUser(*users_.Find(id), hashes);
+  return t;
+}
+
+Status Tenants::RevokeUserToken(const std::string& id, const std::string& token,
+                                store::Batch& batch) {
+  const User* before = users_.Find(id);
+  const std::vector<std::string> hashes = before ? Hashes(*before) : std::vector<std::string>{};
+  TESSERA_RETURN_IF_ERROR(users_.RevokeToken(id, token, batch));
+  ReindexUser(*users_.Find(id), hashes);
+  return Status::Ok();
+}
+
+void Tenants::ReindexUser(const User& u, const std::vector<std::string>& before) {
+  const Tenant* t = Find(u.tenant.str());
+  std::vector<PrincipalIndex::Change> changes;
+  for (const std::string& hash : before) {
+    const bool kept = std::any_of(u.tokens.begin(), u.tokens.end(),
+                                  [&](const UserToken& k) { return k.hash == hash; });
+    if (!kept) changes.push_back({hash, std::nullopt});
+  }
+  for (auto& c : users_.Entries(u, t && t->disabled)) changes.push_back(std::move(c));
+  if (u.first_owner && t) {
+    for (const Token& k : t->tokens) changes.push_back(TokenEntry(*t, k));
+  }
+  index_ = index_->With(changes);
+}
+
+Status Tenants::RestoreUsers(const std::vector<std::pair<std::string, std::string>>& records,
+                             store::Batch& batch) {
+  TESSERA_RETURN_IF_ERROR(users_.Restore(records));
+  for (const auto& [id, t] : by_id_) {
+    if (users_.FirstOwner(t.id)) continue;
+    // A tenant from before users existed: its token acts as its first owner from now on.
+    std::string name = "owner";
+    for (int n = 2; users_.Lookup(t.id, name); ++n) name = fmt::format("owner-{}", n);
+    TESSERA_RETURN_IF_ERROR(
+        users_.Create(t.id, name, Role::kOwner, std::nullopt, true, batch).status());
+  }
+  std::vector<PrincipalIndex::Change> changes;
+  for (const auto& [id, t] : by_id_) {
+    for (const Token& k : t.tokens) changes.push_back(TokenEntry(t, k));
+    for (const User* u : users_.List(t.id)) {
+      for (auto& c : users_.Entries(*u, t.disabled)) changes.push_back(std::move(c));
+    }
+  }
+  index_ = index_->With(changes);
+  return Status::Ok();
 }
 
 const Tenant* Tenants::Find(std::string_view id) const {
@@ -128,9 +229,10 @@ Result<Tenant> Tenants::Update(std::string_view id, std::optional<int64_t> quota
   const std::vector<std::string> before = Hashes(t);
   if (quota_gpu_milli) t.quota_gpu_milli = *quota_gpu_milli;
   if (max_pending) t.max_pending = *max_pending;
+  const bool disabling = disabled && *disabled != t.disabled;
   if (disabled) t.disabled = *disabled;
   Save(t, batch);
-  Reindex(t, before);
+  Reindex(t, before, /*users=*/disabling);
   return t;
 }
 
@@ -168,7 +270,7 @@ void Tenants::Save(Tenant& t, store::Batch& batch) {
   batch.tenants.push_back({t.id.str(), t.name, current, ToStoredJson(t).dump()});
 }
 
-void Tenants::Reindex(const Tenant& t, const std::vector<std::string>& before) {
+void Tenants::Reindex(const Tenant& t, const std::vector<std::string>& before, bool users) {
   std::vector<PrincipalIndex::Change> changes;
   for (const std::string& hash : before) {
     const bool kept = std::any_of(t.tokens.begin(), t.tokens.end(),
@@ -177,6 +279,11 @@ void Tenants::Reindex(const Tenant& t, const std::vector<std::string>& before) {
   }
   for (const Token& k : t.tokens) {
     changes.push_back(TokenEntry(t, k));
+  }
+  if (users) {
+    for (const User* u : users_.List(t.id)) {
+      for (auto& c : users_.Entries(*u, t.disabled)) changes.push_back(std::move(c));
+    }
   }
   index_ = index_->With(changes);
 }

@@ -22,6 +22,7 @@
 #include "common/ids.h"
 #include "common/result.h"
 #include "core/principal_index.h"
+#include "core/users.h"
 #include "store/store.h"
 
 namespace tessera::core {
@@ -67,10 +68,27 @@ class Tenants {
   void SetAdminTokenHash(const std::string& hash, store::Batch& batch);
   void RestoreAdminTokenHash(const std::string& hash);
 
-  // AlreadyExists for a name in use.
+  // AlreadyExists for a name in use. The tenant's token acts as its first owner, user "owner",
+  // made with it.
   Result<Tenant> Create(const std::string& name, int64_t quota_gpu_milli,
                         const std::string& token_hash, store::Batch& batch,
                         std::optional<int64_t> max_pending = std::nullopt);
+
+  // Users (users.h). Each change publishes the index entries it changes.
+  const Users& users() const { return users_; }
+  Result<User> CreateUser(const TenantId& tenant, const std::string& name, Role role,
+                          std::optional<int64_t> quota_gpu_milli, store::Batch& batch);
+  Result<User> UpdateUser(const std::string& id, const UserUpdate& update, store::Batch& batch);
+  Status DeleteUser(const std::string& id, store::Batch& batch);
+  Result<UserToken> AddUserToken(const std::string& id, const std::string& hash,
+                                 const std::string& name, std::optional<Time> expires_at,
+                                 bool read_only, store::Batch& batch);
+  Status RevokeUserToken(const std::string& id, const std::string& token, store::Batch& batch);
+  // Rebuilds users from their records (Users::kPrefix, kNextUser, kNextToken), gives every tenant
+  // without one its first owner (recorded in `batch`: stores from before users existed), and
+  // publishes the whole index again. REQUIRES: after Restore.
+  Status RestoreUsers(const std::vector<std::pair<std::string, std::string>>& records,
+                      store::Batch& batch);
   // The tenant with this id, or nullptr (also for "admin").
   const Tenant* Find(std::string_view id) const;
   // Every tenant, in creation order.
@@ -98,11 +116,18 @@ class Tenants {
 
  private:
   // Publishes `t`'s tokens in a new index; `before` are the hashes it had, and those it no
-  // longer has leave the index.
-  void Reindex(const Tenant& t, const std::vector<std::string>& before);
+  // longer has leave the index. With `users`, its users' tokens are published again too (the
+  // tenant was disabled or enabled).
+  void Reindex(const Tenant& t, const std::vector<std::string>& before, bool users = false);
+  // Publishes user `u`'s tokens (and, for the first owner, its tenant's); `before` are the hashes
+  // of its own tokens it had.
+  void ReindexUser(const User& u, const std::vector<std::string>& before);
+  // The index entry of one of `t`'s own tokens, acting as its first owner.
+  PrincipalIndex::Change TokenEntry(const Tenant& t, const Token& k) const;
   void Save(Tenant& t, store::Batch& batch);
 
   const Clock* clock_;
+  Users users_;
   Tenant admin_;
   std::string admin_hash_;
   std::map<std::string, Tenant, std::less<>> by_id_;

@@ -65,6 +65,11 @@ BEGIN
   END IF;
 END $$;
 )sql",
+    // Audit rows and ledger lines name the user who acted (docs/users.md).
+    R"sql(
+ALTER TABLE audit ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE ledger ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 // The SQLSTATE tessera_fence raises.
@@ -74,7 +79,7 @@ constexpr int64_t kMigrationLock = 0x7465737365726131;  // "tessera1": the migra
 
 constexpr const char* kLedgerColumns =
     "seq,tenant,instance,instance_type,billing,reservation,start,\"end\",seconds,rate_micros,"
-    "amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds";
+    "amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds,user_id";
 
 // The statements a commit sends, prepared once per connection.
 struct Prepared {
@@ -90,9 +95,9 @@ constexpr Prepared kPutInstance = {
     "INSERT INTO instances(id,tenant,state,doc,ended_at) VALUES($1,$2,$3,$4,$5) ON CONFLICT(id) "
     "DO UPDATE SET tenant=excluded.tenant, state=excluded.state, doc=excluded.doc, "
     "ended_at=excluded.ended_at"};
-constexpr Prepared kPutAudit = {
-    "put_audit",
-    "INSERT INTO audit(at,actor,action,target,status,detail) VALUES($1,$2,$3,$4,$5,$6)"};
+constexpr Prepared kPutAudit = {"put_audit",
+                                "INSERT INTO audit(at,actor,action,target,status,detail,user_id) "
+                                "VALUES($1,$2,$3,$4,$5,$6,$7)"};
 constexpr Prepared kPutSetting = {
     "put_setting",
     "INSERT INTO settings(key,value) VALUES($1,$2) ON CONFLICT(key) DO UPDATE SET "
@@ -101,8 +106,8 @@ constexpr Prepared kDeleteSetting = {"delete_setting", "DELETE FROM settings WHE
 constexpr Prepared kPutLedger = {
     "put_ledger",
     "INSERT INTO ledger(seq,tenant,instance,instance_type,billing,reservation,start,\"end\","
-    "seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds) "
-    "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)"};
+    "seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds,"
+    "user_id) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"};
 constexpr Prepared kFence = {"fence", "SELECT tessera_fence($1)"};
 constexpr const Prepared* kPrepared[] = {&kPutTenant,     &kPutInstance, &kPutAudit, &kPutSetting,
                                          &kDeleteSetting, &kPutLedger,   &kFence};
@@ -304,6 +309,7 @@ void ForEachLedgerRow(const PGresult* r, const std::function<void(const LedgerRe
     l.gpu_milli = Int(r, row, 12);
     l.util_pct_seconds = Int(r, row, 13);
     l.util_observed_seconds = Int(r, row, 14);
+    l.user = Text(r, row, 15);
     fn(l);
   }
 }
@@ -445,14 +451,14 @@ class PostgresStore final : public Store {
     p.Add(after_seq).Add(int64_t{limit});
     TESSERA_ASSIGN_OR_RETURN(
         PgResult r, conn_.Query("reading the audit log",
-                                "SELECT seq,at,actor,action,target,status,detail FROM audit "
-                                "WHERE seq>$1 ORDER BY seq LIMIT $2",
+                                "SELECT seq,at,actor,action,target,status,detail,user_id FROM "
+                                "audit WHERE seq>$1 ORDER BY seq LIMIT $2",
                                 std::move(p)));
     std::vector<AuditRecord> out;
     for (int i = 0; i < PQntuples(r.get()); ++i) {
       out.push_back({Int(r.get(), i, 0), Text(r.get(), i, 1), Text(r.get(), i, 2),
                      Text(r.get(), i, 3), Text(r.get(), i, 4), static_cast<int>(Int(r.get(), i, 5)),
-                     Text(r.get(), i, 6)});
+                     Text(r.get(), i, 6), Text(r.get(), i, 7)});
     }
     return out;
   }
@@ -642,14 +648,14 @@ class PostgresStore final : public Store {
     TESSERA_ASSIGN_OR_RETURN(
         copied.audit,
         Copy("copying the audit log",
-             "COPY audit(seq,at,actor,action,target,status,detail) FROM STDIN",
+             "COPY audit(seq,at,actor,action,target,status,detail,user_id) FROM STDIN",
              [&](CopyRows& rows, const std::function<Status()>& flush) {
                for (int64_t after = 0;;) {
                  TESSERA_ASSIGN_OR_RETURN(auto page, from.ListAudit(after, 10'000));
                  if (page.empty()) return Status::Ok();
                  for (const AuditRecord& a : page) {
                    rows.Field(a.seq).Field(a.at).Field(a.actor).Field(a.action).Field(a.target);
-                   rows.Field(int64_t{a.status}).Field(a.detail);
+                   rows.Field(int64_t{a.status}).Field(a.detail).Field(a.user);
                    if (rows.EndRow()) TESSERA_RETURN_IF_ERROR(flush());
                    after = a.seq;
                  }
@@ -671,7 +677,7 @@ class PostgresStore final : public Store {
                      rows.Field(l.billing).Field(l.reservation).Field(l.start).Field(l.end);
                      rows.Field(l.seconds).Field(l.rate_micros).Field(l.amount_micros);
                      rows.Field(l.note).Field(l.gpu_milli).Field(l.util_pct_seconds);
-                     rows.Field(l.util_observed_seconds);
+                     rows.Field(l.util_observed_seconds).Field(l.user);
                      if (rows.EndRow() && sent.ok()) sent = flush();
                    }));
                return sent;
@@ -766,6 +772,7 @@ class PostgresStore final : public Store {
     for (const auto& a : b.audit) {
       Params p;
       p.Add(a.at).Add(a.actor).Add(a.action).Add(a.target).Add(int64_t{a.status}).Add(a.detail);
+      p.Add(a.user);
       send_prepared(kPutAudit, std::move(p), "appending to the audit log");
     }
     for (const auto& [k, v] : b.settings) {
@@ -783,7 +790,7 @@ class PostgresStore final : public Store {
       p.Add(next_ledger_seq_++).Add(l.tenant).Add(l.instance).Add(l.instance_type).Add(l.billing);
       p.Add(l.reservation).Add(l.start).Add(l.end).Add(l.seconds).Add(l.rate_micros);
       p.Add(l.amount_micros).Add(l.note).Add(l.gpu_milli).Add(l.util_pct_seconds);
-      p.Add(l.util_observed_seconds);
+      p.Add(l.util_observed_seconds).Add(l.user);
       send_prepared(kPutLedger, std::move(p), "appending to the ledger");
     }
     send("COMMIT", "committing");

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS instances (
 CREATE INDEX IF NOT EXISTS instances_by_tenant ON instances(tenant);
 CREATE TABLE IF NOT EXISTS audit (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, actor TEXT NOT NULL,
-  action TEXT NOT NULL, target TEXT NOT NULL, status INTEGER NOT NULL, detail TEXT NOT NULL);
+  action TEXT NOT NULL, target TEXT NOT NULL, status INTEGER NOT NULL, detail TEXT NOT NULL,
+  user_id TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audit_by_time ON audit(at);
 )sql";
@@ -37,7 +38,8 @@ CREATE TABLE {} (
   start INTEGER NOT NULL, end INTEGER NOT NULL, seconds INTEGER NOT NULL,
   rate_micros INTEGER NOT NULL, amount_micros INTEGER NOT NULL, note TEXT NOT NULL,
   gpu_milli INTEGER NOT NULL, util_pct_seconds INTEGER NOT NULL,
-  util_observed_seconds INTEGER NOT NULL, PRIMARY KEY (tenant, start, seq)) WITHOUT ROWID;
+  util_observed_seconds INTEGER NOT NULL, user_id TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (tenant, start, seq)) WITHOUT ROWID;
 )sql",
                      name);
 }
@@ -45,9 +47,10 @@ CREATE TABLE {} (
 // Stores written before kept the ledger by seq with an index: move the lines over, seqs
 // unchanged.
 constexpr const char* kClusterLedger = R"sql(
-INSERT INTO ledger_by_start SELECT seq,tenant,instance,instance_type,billing,reservation,start,
-  end,seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds
-  FROM ledger;
+INSERT INTO ledger_by_start(seq,tenant,instance,instance_type,billing,reservation,start,end,
+  seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds)
+  SELECT seq,tenant,instance,instance_type,billing,reservation,start,end,seconds,rate_micros,
+  amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds FROM ledger;
 DROP TABLE ledger;
 ALTER TABLE ledger_by_start RENAME TO ledger;
 )sql";
@@ -61,6 +64,12 @@ UPDATE instances SET ended_at = COALESCE(json_extract(doc, '$.updated_at'), '')
 )sql";
 constexpr const char* kIndexEndedAt =
     "CREATE INDEX IF NOT EXISTS instances_by_end ON instances(ended_at);";
+
+// Audit rows and ledger lines name the user who acted (docs/users.md) since users exist.
+constexpr const char* kAddAuditUser =
+    "ALTER TABLE audit ADD COLUMN user_id TEXT NOT NULL DEFAULT '';";
+constexpr const char* kAddLedgerUser =
+    "ALTER TABLE ledger ADD COLUMN user_id TEXT NOT NULL DEFAULT '';";
 
 // A prepared statement, finalized on destruction.
 class Stmt {
@@ -111,8 +120,8 @@ Status ScanLedgerRows(sqlite3* db, const std::string& path, const std::string& t
                       const std::function<void(const LedgerRecord&)>& fn) {
   constexpr const char* kColumns =
       "SELECT seq,tenant,instance,instance_type,billing,reservation,start,end,seconds,"
-      "rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds FROM "
-      "ledger ";
+      "rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,util_observed_seconds,user_id "
+      "FROM ledger ";
   // No ORDER BY: sums need no order, and sorting a month of lines costs more than reading them.
   const std::string sql =
       std::string(kColumns) + (tenant.empty() ? "WHERE start>=?2 AND start<?3 AND seq<=?4"
@@ -147,6 +156,7 @@ Status ScanLedgerRows(sqlite3* db, const std::string& path, const std::string& t
     l.gpu_milli = q.Int(12);
     l.util_pct_seconds = q.Int(13);
     l.util_observed_seconds = q.Int(14);
+    l.user = q.Text(15);
     fn(l);
   }
   return rc == SQLITE_DONE ? Status::Ok() : failed("reading the ledger");
@@ -182,6 +192,11 @@ class SqliteStore final : public Store {
     if (!clustered) {
       TESSERA_RETURN_IF_ERROR(Migrate(LedgerTable("ledger_by_start") + kClusterLedger));
     }
+    for (const auto& [table, sql] :
+         {std::pair{"audit", kAddAuditUser}, {"ledger", kAddLedgerUser}}) {
+      TESSERA_ASSIGN_OR_RETURN(bool has_user, HasColumn(table, "user_id"));
+      if (!has_user) TESSERA_RETURN_IF_ERROR(Migrate(sql));
+    }
     {
       Stmt q;
       TESSERA_RETURN_IF_ERROR(PrepareOne("SELECT COALESCE(MAX(seq), 0) FROM ledger", q));
@@ -199,15 +214,16 @@ class SqliteStore final : public Store {
                    "CONFLICT(id) DO UPDATE SET tenant=excluded.tenant, state=excluded.state, "
                    "doc=excluded.doc, ended_at=excluded.ended_at",
                    put_instance_));
-    TESSERA_RETURN_IF_ERROR(PrepareOne(
-        "INSERT INTO audit(at,actor,action,target,status,detail) VALUES(?1,?2,?3,?4,?5,?6)",
-        put_audit_));
+    TESSERA_RETURN_IF_ERROR(
+        PrepareOne("INSERT INTO audit(at,actor,action,target,status,detail,user_id) "
+                   "VALUES(?1,?2,?3,?4,?5,?6,?7)",
+                   put_audit_));
     TESSERA_RETURN_IF_ERROR(PrepareOne("DELETE FROM settings WHERE key=?1", delete_setting_));
     TESSERA_RETURN_IF_ERROR(
         PrepareOne("INSERT INTO ledger(tenant,instance,instance_type,billing,reservation,start,end,"
                    "seconds,rate_micros,amount_micros,note,gpu_milli,util_pct_seconds,"
-                   "util_observed_seconds,seq) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
-                   "?14,?15)",
+                   "util_observed_seconds,seq,user_id) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                   "?12,?13,?14,?15,?16)",
                    put_ledger_));
     return PrepareOne(
         "INSERT INTO settings(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET "
@@ -273,14 +289,14 @@ class SqliteStore final : public Store {
     std::vector<AuditRecord> out;
     Stmt q;
     TESSERA_RETURN_IF_ERROR(PrepareOne(
-        "SELECT seq,at,actor,action,target,status,detail FROM audit WHERE seq>?1 ORDER BY seq "
-        "LIMIT ?2",
+        "SELECT seq,at,actor,action,target,status,detail,user_id FROM audit WHERE seq>?1 ORDER "
+        "BY seq LIMIT ?2",
         q));
     q.Bind(1, after_seq);
     q.Bind(2, int64_t{limit});
     while (sqlite3_step(q.get()) == SQLITE_ROW) {
       out.push_back({q.Int(0), q.Text(1), q.Text(2), q.Text(3), q.Text(4),
-                     static_cast<int>(q.Int(5)), q.Text(6)});
+                     static_cast<int>(q.Int(5)), q.Text(6), q.Text(7)});
     }
     TESSERA_RETURN_IF_ERROR(Check(sqlite3_errcode(db_), "reading the audit log"));
     return out;
@@ -352,6 +368,7 @@ class SqliteStore final : public Store {
       put_audit_.Bind(4, a.target);
       put_audit_.Bind(5, int64_t{a.status});
       put_audit_.Bind(6, a.detail);
+      put_audit_.Bind(7, a.user);
       TESSERA_RETURN_IF_ERROR(StepDone(put_audit_, "appending to the audit log"));
     }
     for (const auto& [k, v] : b.settings) {
@@ -382,6 +399,7 @@ class SqliteStore final : public Store {
       put_ledger_.Bind(13, l.util_pct_seconds);
       put_ledger_.Bind(14, l.util_observed_seconds);
       put_ledger_.Bind(15, next_ledger_seq_++);
+      put_ledger_.Bind(16, l.user);
       TESSERA_RETURN_IF_ERROR(StepDone(put_ledger_, "appending to the ledger"));
     }
     return Status::Ok();

@@ -36,13 +36,14 @@ struct InstanceRecord {
 };
 
 struct AuditRecord {
-  int64_t seq = 0;     // Assigned by the store on append, increasing.
-  std::string at;      // RFC 3339.
-  std::string actor;   // "admin" or a tenant id.
-  std::string action;  // e.g. "POST /v1/instances".
-  std::string target;  // The id acted upon, if any.
-  int status = 0;      // The HTTP status answered.
-  std::string detail;  // A short JSON or text detail (the error message on failure).
+  int64_t seq = 0;        // Assigned by the store on append, increasing.
+  std::string at;         // RFC 3339.
+  std::string actor;      // "admin" or a tenant id.
+  std::string action;     // e.g. "POST /v1/instances".
+  std::string target;     // The id acted upon, if any.
+  int status = 0;         // The HTTP status answered.
+  std::string detail;     // A short JSON or text detail (the error message on failure).
+  std::string user = "";  // The tenant's user who acted ("user-000042"); "" for the admin.
 };
 
 // One line of the billing ledger (docs/billing.md): a billed stretch of one instance's run, or
@@ -65,6 +66,7 @@ struct LedgerRecord {
   // had readings, and those seconds (the mean is their ratio; 0 observed: no readings).
   int64_t util_pct_seconds = 0;
   int64_t util_observed_seconds = 0;
+  std::string user = "";  // The user who made the instance; "" when not known.
 };
 
 // One atomic unit of change.

@@ -1,0 +1,58 @@
+// What the client commands share (client_cmd.cc, identity_cmd.cc): the flags every one takes,
+// one request to the server with its errors printed, and the ways an answer is shown. Whatever
+// the server sent is escaped before it reaches the terminal.
+// Thread-safety: used from main() only.
+#pragma once
+
+#include <httplib.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tessera::cli {
+
+struct ClientFlags {
+  std::string url;
+  std::string token;
+  std::string ca;
+  std::string output = "table";
+};
+
+struct Response {
+  int status = 0;
+  nlohmann::json body;
+  std::string text;  // The body as sent (routes that answer text).
+  httplib::Headers headers;
+};
+
+// Sends one request (`body` as JSON; none: {}), following a replica's redirect to a listed
+// leader; a transport failure or an error status is printed and returns nullopt.
+std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
+                             const std::string& path, const nlohmann::json* body = nullptr,
+                             const std::string& accept = "");
+// Every page of a list route: the items under `key` put together as one answer.
+std::optional<Response> CallAll(const ClientFlags& flags, const std::string& path,
+                                const std::string& key);
+// Percent-encodes `s` for a path segment or a query value.
+std::string Encode(std::string_view s);
+// "KEY=VALUE" flags into a JSON object; nullopt (after saying why, naming `flag`) otherwise.
+std::optional<nlohmann::json> KeyValues(const std::vector<std::string>& pairs, const char* flag);
+// j[key] as text: a string as it is, "-" when absent or null, else its JSON.
+std::string Str(const nlohmann::json& j, const char* key);
+// A GPU count as people write it: 16, 0.5.
+std::string Gpus(const nlohmann::json& v);
+// Prints `r` as JSON (-o json) or through `table`; returns the exit code.
+int Show(const ClientFlags& f, const std::optional<Response>& r,
+         const std::function<void(const nlohmann::json&)>& table);
+// --url, --token, --ca and -o (table, json; and csv when `csv`).
+void AddCommon(CLI::App* cmd, ClientFlags& f, bool csv = false);
+
+}  // namespace tessera::cli

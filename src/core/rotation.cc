@@ -1,0 +1,157 @@
+// Key rotation (docs/secrets.md): every value sealed at rest lives in a record the state holds
+// (a secret; a live instance's env literals and registry password, which an instance that ended
+// no longer keeps; a live group's template; an alert rule's webhook URLs), so a rotation walks
+// memory, a bounded step a round, and re-seals into the round's batch what is not under the
+// keyring's current key. Nothing else is written: the store then holds no value under the old key.
+#include <fmt/format.h>
+
+#include "common/envelope.h"
+#include "core/state.h"
+
+namespace tessera::core {
+
+namespace {
+
+// The key ids of an env's sealed literals.
+void EnvKeys(const Env& env, std::set<std::string>& keys) {
+  for (const auto& [name, v] : env) {
+    if (v.sealed.empty()) continue;
+    auto id = SealedKeyId(v.sealed);
+    keys.insert(id.ok() ? *id : "?");
+  }
+}
+
+void ImageKeys(const ImageSpec& image, std::set<std::string>& keys) {
+  if (!image.auth || image.auth->sealed.empty()) return;
+  auto id = SealedKeyId(image.auth->sealed);
+  keys.insert(id.ok() ? *id : "?");
+}
+
+// True when some value of `env` or `image` is sealed under a key other than `key_id`; those are
+// unsealed (their sealed form dropped) so that SealEnv and SealImageAuth seal them anew.
+bool Unseal(const std::string& key_id, Env& env, ImageSpec& image) {
+  bool stale = false;
+  for (auto& [name, v] : env) {
+    if (v.sealed.empty()) continue;
+    auto id = SealedKeyId(v.sealed);
+    if (id.ok() && *id == key_id) continue;
+    v.sealed.clear();
+    stale = true;
+  }
+  if (image.auth && !image.auth->sealed.empty()) {
+    auto id = SealedKeyId(image.auth->sealed);
+    if (!id.ok() || *id != key_id) {
+      image.auth->sealed.clear();
+      stale = true;
+    }
+  }
+  return stale;
+}
+
+}  // namespace
+
+Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& cursor, size_t limit,
+                                 store::Batch& batch) {
+  ResealStep step;
+  while (!cursor.done() && step.examined < limit) {
+    const size_t left = limit - step.examined;
+    switch (cursor.kind) {
+      case 0: {
+        TESSERA_ASSIGN_OR_RETURN(ResealStep s, secrets_.Reseal(key_id, cursor.text, left, batch));
+        step.examined += s.examined;
+        step.resealed += s.resealed;
+        if (s.done) {
+          ++cursor.kind;
+          cursor.text.clear();
+        }
+        break;
+      }
+      case 1: {
+        Status failed;
+        bool more = false;
+        instances_.ForEachAfter(cursor.seq, [&](Instance& inst) {
+          if (step.examined == limit) {
+            more = true;
+            return false;
+          }
+          ++step.examined;
+          cursor.seq = inst.seq;
+          if (!IsActive(inst.state) || !Unseal(key_id, inst.env, inst.image)) return true;
+          const std::string record = "instance/" + inst.id.str();
+          failed = SealEnv(options_.sealer, record, inst.env);
+          if (failed.ok()) failed = SealImageAuth(options_.sealer, record, inst.image);
+          if (!failed.ok()) return false;
+          Save(inst, batch);
+          ++step.resealed;
+          return true;
+        });
+        TESSERA_RETURN_IF_ERROR(failed);
+        if (!more) ++cursor.kind;
+        break;
+      }
+      case 2: {
+        auto it = cursor.text.empty() ? groups_.begin() : groups_.upper_bound(cursor.text);
+        for (; it != groups_.end() && step.examined < limit; ++it) {
+          Group& g = it->second;
+          ++step.examined;
+          cursor.text = it->first;
+          if (Ended(g.state) || !Unseal(key_id, g.spec.member.env, g.spec.member.image)) continue;
+          const std::string record = "group/" + g.id + "/template";
+          TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, record, g.spec.member.env));
+          TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, g.spec.member.image));
+          SaveGroup(g, batch);
+          ++step.resealed;
+        }
+        if (it == groups_.end()) {
+          ++cursor.kind;
+          cursor.text.clear();
+        }
+        break;
+      }
+      case 3: {
+        auto it = cursor.text.empty() ? rule_keys_.begin() : rule_keys_.upper_bound(cursor.text);
+        std::vector<std::string> stale;
+        for (; it != rule_keys_.end() && step.examined + stale.size() < limit; ++it) {
+          cursor.text = it->first;
+          if (it->second != key_id) stale.push_back(it->first);
+          ++step.examined;
+        }
+        const bool end = it == rule_keys_.end();
+        for (const std::string& id : stale) {
+          const alerts::Rule* r = evaluator_.Find(id);
+          if (!r) continue;
+          TESSERA_ASSIGN_OR_RETURN(std::string stored, SealRule(*r));
+          batch.settings.emplace_back(std::string(kRulePrefix) + id, std::move(stored));
+          ++step.resealed;
+        }
+        if (end) ++cursor.kind;
+        break;
+      }
+      default:
+        cursor.kind = 4;
+    }
+  }
+  step.done = cursor.done();
+  return step;
+}
+
+std::map<std::string, int64_t> State::SealedKeys() const {
+  std::map<std::string, int64_t> out;
+  secrets_.CountKeys(out);
+  instances_.ForEach([&](const Instance& inst) {
+    std::set<std::string> keys;
+    EnvKeys(inst.env, keys);
+    ImageKeys(inst.image, keys);
+    for (const std::string& k : keys) ++out[k];
+  });
+  for (const auto& [id, g] : groups_) {
+    std::set<std::string> keys;
+    EnvKeys(g.spec.member.env, keys);
+    ImageKeys(g.spec.member.image, keys);
+    for (const std::string& k : keys) ++out[k];
+  }
+  for (const auto& [id, key] : rule_keys_) ++out[key];
+  return out;
+}
+
+}  // namespace tessera::core
