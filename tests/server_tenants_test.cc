@@ -106,9 +106,8 @@ TEST_F(TenantLifecycleTest, QuotaChangesAndADisabledTenantStopsQueuing) {
   EXPECT_EQ(refused.status, 403);
   EXPECT_EQ(refused.body["error"]["message"], "tenant '" + id + "' is disabled");
   // The two placed instances run once their agent has started them.
-  for (const auto& i : Get("/v1/instances", kAdminToken).body["instances"]) {
-    Settle(kAdminToken, i["id"]);
-  }
+  const auto placed = Get("/v1/instances", kAdminToken).body["instances"];
+  for (const auto& i : placed) Settle(kAdminToken, i["id"]);
   auto all = Get("/v1/instances", kAdminToken).body["instances"];
   int running = 0;
   for (const auto& i : all) {

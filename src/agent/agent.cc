@@ -107,7 +107,11 @@ json InventoryJson(const Inventory& inv) {
 }
 
 Result<Transport> HttpTransport(const std::string& url, const std::string& token,
-                                const std::string& ca_file) {
+                                const std::string& ca_file, const std::string& client_cert,
+                                const std::string& client_key) {
+  if (client_cert.empty() != client_key.empty()) {
+    return Status::InvalidArgument("give --client-cert and --client-key together");
+  }
   TESSERA_ASSIGN_OR_RETURN(ServerList list, ServerList::Parse(url, "--server"));
   struct Servers {
     ServerList list;
@@ -115,7 +119,10 @@ Result<Transport> HttpTransport(const std::string& url, const std::string& token
   };
   auto servers = std::make_shared<Servers>(Servers{std::move(list), {}});
   for (const std::string& u : servers->list.urls()) {
-    auto client = std::make_unique<httplib::Client>(u);
+    // The client certificate proves the node to a server with --client-ca (mutual TLS).
+    auto client = client_cert.empty()
+                      ? std::make_unique<httplib::Client>(u)
+                      : std::make_unique<httplib::Client>(u, client_cert, client_key);
     if (!client->is_valid()) {
       return Status::InvalidArgument(fmt::format(
           "--server: '{}' is not a server URL (http://HOST:PORT or https://HOST:PORT)", Quote(u)));

@@ -40,9 +40,12 @@ struct HttpAnswer {
 using Transport = std::function<Result<HttpAnswer>(const std::string& path, const std::string& body,
                                                    std::chrono::milliseconds timeout)>;
 
-// A transport over HTTP(S) to `url` with a bearer token; `ca_file` for a private authority.
+// A transport over HTTP(S) to `url` with a bearer token; `ca_file` for a private authority, and a
+// client certificate and key (both or neither) for a server that asks for one (mutual TLS).
 Result<Transport> HttpTransport(const std::string& url, const std::string& token,
-                                const std::string& ca_file = "");
+                                const std::string& ca_file = "",
+                                const std::string& client_cert = "",
+                                const std::string& client_key = "");
 
 struct AgentOptions {
   // The longest the agent waits between reports, unless the server's answers say less.

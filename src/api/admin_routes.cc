@@ -270,7 +270,7 @@ void AddObservabilityRoutes(Api& table) {
               if (refusal.ok()) refusal = IntParam(call->request.parsed, "limit", 0, 1000, limit);
               core::Core* core = &api.core();
               api.Run<json>(call, refusal,
-                            {[core, after, limit](core::State&, store::Batch&,
+                            {[core, after, limit](core::State& s, store::Batch&,
                                                   const core::Tenant&) -> Result<json> {
                                // The store belongs to the core thread, where this runs.
                                TESSERA_ASSIGN_OR_RETURN(
@@ -278,13 +278,19 @@ void AddObservabilityRoutes(Api& table) {
                                    core->store().ListAudit(after, static_cast<int>(limit)));
                                json out = json::array();
                                for (const auto& e : entries) {
-                                 out.push_back({{"seq", e.seq},
-                                                {"at", e.at},
-                                                {"actor", e.actor},
-                                                {"action", e.action},
-                                                {"target", e.target},
-                                                {"status", e.status},
-                                                {"detail", e.detail}});
+                                 json row = {{"seq", e.seq},
+                                             {"at", e.at},
+                                             {"actor", e.actor},
+                                             {"action", e.action},
+                                             {"target", e.target},
+                                             {"status", e.status},
+                                             {"detail", e.detail}};
+                                 // The user who acted, with its name while it exists.
+                                 row["user"] = e.user.empty() ? json() : json(e.user);
+                                 if (const core::User* u = s.tenants().users().Find(e.user)) {
+                                   row["user_name"] = u->name;
+                                 }
+                                 out.push_back(std::move(row));
                                }
                                return json{{"entries", std::move(out)}};
                              },
@@ -295,6 +301,11 @@ void AddObservabilityRoutes(Api& table) {
 }  // namespace
 
 void AddAdminRoutes(Api& table) {
+  // What each route takes and who may call it: the role a tenant's user needs (docs/users.md).
+  table.Add("GET", "/v1/routes", Access::kAnyToken, BodyKind::kNone, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              api.Reply(*call, JsonResponse(200, {{"routes", api.RoutesJson()}}));
+            });
   AddNodeRoutes(table);
   AddObservabilityRoutes(table);
 }

@@ -151,12 +151,19 @@ void Api::Add(std::string method, std::string pattern, Access access, BodyKind b
                      any_query, access, body, audited, std::move(handler), role, write});
 }
 
-std::vector<std::pair<std::string, core::Role>> Api::RoleTable() const {
-  std::vector<std::pair<std::string, core::Role>> out;
+nlohmann::json Api::RoutesJson() const {
+  static constexpr const char* kAccess[] = {"public", "any_token", "admin", "tenant", "node"};
+  nlohmann::json out = nlohmann::json::array();
   for (const Route& r : routes_) {
+    nlohmann::json j = {{"method", r.method},
+                        {"pattern", r.pattern},
+                        {"query", r.query},
+                        {"access", kAccess[static_cast<int>(r.access)]},
+                        {"write", r.write}};
     if (r.access == Access::kTenant || r.access == Access::kAnyToken) {
-      out.emplace_back(r.method + " " + r.pattern, r.need);
+      j["role"] = core::RoleName(r.need);
     }
+    out.push_back(std::move(j));
   }
   return out;
 }
@@ -274,6 +281,23 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
                        : "the admin token has no quota; create instances with a tenant's token";
       decision.refuse = ErrorResponse(403, "forbidden", message);
       if (route->audited) AuditAsync(principal, head, 403, message);
+      metrics_.CountRequest(head.method, route->pattern, 403);
+      return decision;
+    }
+    // With --client-ca, a node token counts only over a connection whose client certificate
+    // names its node (in-process agents have no connection to prove).
+    if (node_route && require_client_certs_ && head.peer != kInProcessPeer &&
+        std::find(head.client_names.begin(), head.client_names.end(), principal.node) ==
+            head.client_names.end()) {
+      const std::string message = fmt::format(
+          "the agent routes need a client certificate for node '{}' signed by the server's "
+          "--client-ca (the connection presented {})",
+          principal.node,
+          head.client_names.empty()
+              ? std::string("none that verified")
+              : fmt::format("one for {}", fmt::join(head.client_names, ", ")));
+      decision.refuse = ErrorResponse(403, "forbidden", message);
+      metrics_.CountRefusal("client_certificate");
       metrics_.CountRequest(head.method, route->pattern, 403);
       return decision;
     }

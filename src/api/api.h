@@ -92,8 +92,9 @@ class Api {
   // HEAD, a member for the rest; owner routes say so.
   void Add(std::string method, std::string pattern, Access access, BodyKind body, bool audited,
            Handler handler, std::optional<core::Role> need = std::nullopt);
-  // The role each route needs, for the table test and docs: "METHOD PATTERN" -> role.
-  std::vector<std::pair<std::string, core::Role>> RoleTable() const;
+  // Every route: {"method", "pattern", "query", "access", "role", "write"}, role and write being
+  // what a tenant's token needs (GET /v1/routes, the role table test, docs/users.md).
+  nlohmann::json RoutesJson() const;
 
   // The HTTP layer's head handler: match, authenticate, check the media type.
   HeadDecision OnHead(const HttpRequest& head);
@@ -121,6 +122,9 @@ class Api {
   void set_replica(const core::Replica* replica) { replica_ = replica; }
   bool ready() const { return ready_; }
   void set_ready(bool ready) { ready_ = ready; }
+  // Mutual TLS for the agent routes (--client-ca): a node token is taken only over a connection
+  // whose client certificate, signed by the client CA, names the node.
+  void set_require_client_certs(bool require) { require_client_certs_ = require; }
   // Key rotation (keys.h); null when not set. Must outlive serving.
   KeyRotator* keys() const { return keys_; }
   void set_keys(KeyRotator* keys) { keys_ = keys; }
@@ -173,6 +177,7 @@ class Api {
   std::function<HttpStats()> http_stats_;
   std::atomic<bool> ready_{false};
   bool allow_private_receivers_ = false;
+  bool require_client_certs_ = false;
   std::vector<Route> routes_;  // Fixed before serving starts.
 
   std::mutex sample_mu_;

@@ -63,6 +63,12 @@ struct HttpOptions {
   HttpLimits limits;
   std::string tls_cert_file;  // PEM; TLS when set (with tls_key_file).
   std::string tls_key_file;
+  // The oldest TLS version served: "1.3" (the default) or "1.2".
+  std::string tls_min_version = "1.3";
+  // PEM of the authority whose certificates clients may present (mutual TLS); a certificate it
+  // signed is verified at the handshake and its names reach the request (client_names). A client
+  // without one is still served: which routes require one is the API's to say.
+  std::string client_ca_file;
 };
 
 // The peer of a call made inside the server (its simulated agents): no address.
@@ -77,6 +83,9 @@ struct HttpRequest {
   std::string body;
   bool has_body = false;  // A body follows the head (known at the head stage).
   std::string peer;       // The client's address, e.g. "127.0.0.1", or kInProcessPeer.
+  // The names (subject CN, then DNS subject alternative names) of the certificate the client
+  // presented, verified against HttpOptions::client_ca_file; empty when it presented none.
+  std::vector<std::string> client_names;
 
   // The value of header `name` (lower-case), or nullptr when absent.
   const std::string* Header(std::string_view name) const;
@@ -186,6 +195,10 @@ class HttpServer {
   // The bound port (after Bind).
   int port() const;
   bool tls() const;
+  // Reads the TLS certificate and key (and client CA) again from their files: connections made
+  // from now on are served with them; those open keep theirs. On an error (named) nothing
+  // changes. FailedPrecondition on a server without TLS.
+  Status ReloadTls();
   // Starts the I/O threads: connections are accepted and served from now on.
   void Start();
   // Stops accepting, closes every connection and joins the threads. Idempotent.

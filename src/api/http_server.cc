@@ -9,6 +9,7 @@
 // Sessions are owned by the server's registry, so a Responder held by another thread keeps only
 // a weak reference, and nothing bound to the io_context outlives it.
 #include <fmt/format.h>
+#include <openssl/x509v3.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio.hpp>
@@ -204,6 +205,82 @@ class StreamImpl final : public HttpStream {
   size_t max_buffer_;
 };
 
+// A server TLS context from `o`: the certificate chain and key (checked to match), TLS 1.3 and up
+// unless `tls_min_version` is "1.2", and with a client CA, client certificates requested (not
+// required) and verified against it. Errors name the flag and file.
+Result<std::shared_ptr<ssl::context>> MakeTlsContext(const HttpOptions& o) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
+  int min = 0;
+  if (o.tls_min_version == "1.3") {
+    min = TLS1_3_VERSION;
+  } else if (o.tls_min_version == "1.2") {
+    min = TLS1_2_VERSION;
+  } else {
+    return Status::InvalidArgument(
+        fmt::format("--tls-min-version: '{}' is not 1.2 or 1.3", Quote(o.tls_min_version, 16)));
+  }
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), min);
+  beast::error_code ec;
+  ctx->use_certificate_chain_file(o.tls_cert_file, ec);
+  if (ec) {
+    return Status::InvalidArgument(fmt::format("--tls-cert {}: cannot load the certificate: {}",
+                                               o.tls_cert_file, ec.message()));
+  }
+  ctx->use_private_key_file(o.tls_key_file, ssl::context::pem, ec);
+  if (ec) {
+    return Status::InvalidArgument(
+        fmt::format("--tls-key {}: cannot load the private key: {}", o.tls_key_file, ec.message()));
+  }
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return Status::InvalidArgument(
+        fmt::format("--tls-key {} does not match --tls-cert {}", o.tls_key_file, o.tls_cert_file));
+  }
+  if (!o.client_ca_file.empty()) {
+    ctx->load_verify_file(o.client_ca_file, ec);
+    if (ec) {
+      return Status::InvalidArgument(
+          fmt::format("--client-ca {}: cannot load it: {}", o.client_ca_file, ec.message()));
+    }
+    // Asked for, verified when given, never required at the handshake: tenants and the CLI
+    // present none; the API requires one on the agent routes.
+    ctx->set_verify_mode(ssl::verify_peer);
+    // A certificate that does not verify is not refused at the handshake either: the request
+    // then carries no names (PeerNames checks the verdict), and the API answers why.
+    ctx->set_verify_callback([](bool, ssl::verify_context&) { return true; });
+  }
+  return ctx;
+}
+
+// The subject CN and DNS alternative names of the certificate `ssl`'s peer presented, when it
+// verified against the client CA; empty otherwise.
+std::vector<std::string> PeerNames(SSL* ssl) {
+  std::vector<std::string> names;
+  X509* cert = SSL_get1_peer_certificate(ssl);
+  if (cert == nullptr) return names;
+  if (SSL_get_verify_result(ssl) == X509_V_OK) {
+    char cn[256] = {};
+    if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof(cn) - 1) >
+        0) {
+      names.emplace_back(cn);
+    }
+    auto* sans =
+        static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+    for (int i = 0; sans && i < sk_GENERAL_NAME_num(sans); ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);
+      if (n->type != GEN_DNS) continue;
+      const unsigned char* data = ASN1_STRING_get0_data(n->d.dNSName);
+      names.emplace_back(reinterpret_cast<const char*>(data),
+                         static_cast<size_t>(ASN1_STRING_length(n->d.dNSName)));
+    }
+    if (sans) GENERAL_NAMES_free(sans);
+  }
+  X509_free(cert);
+  return names;
+}
+
 }  // namespace
 
 struct Responder::Shared {
@@ -278,7 +355,10 @@ struct HttpServer::Impl {
   // busy machine costs more than the work).
   std::vector<std::unique_ptr<net::io_context>> contexts;
   size_t next_context = 0;
-  std::optional<ssl::context> tls;
+  // The TLS context new connections are served with; ReloadTls swaps it. Each session holds the
+  // one it began with for its whole life.
+  std::shared_ptr<ssl::context> tls;  // Guarded by tls_mu after Start.
+  std::mutex tls_mu;
   tcp::acceptor acceptor;
   net::steady_timer accept_pause;
   std::vector<std::thread> threads;
@@ -335,11 +415,16 @@ class Session final : public SessionBase {
 
   net::any_io_executor executor() override { return stream_.get_executor(); }
 
+  // The TLS context the stream was made with: kept as long as the session, whatever ReloadTls
+  // does meanwhile.
+  void HoldContext(std::shared_ptr<ssl::context> context) { context_ = std::move(context); }
+
   void Run() {
     if constexpr (kTls) {
       Arm(limits_.header_timeout);
       stream_.async_handshake(ssl::stream_base::server, [self = Self()](beast::error_code ec) {
         if (ec) return self->Close();
+        self->client_names_ = PeerNames(self->stream_.native_handle());
         self->Idle();
       });
     } else {
@@ -467,6 +552,7 @@ class Session final : public SessionBase {
     head.method = std::string(msg.method_string());
     head.target = std::string(msg.target());
     head.peer = address_;
+    head.client_names = client_names_;
     head.has_body = body_follows;
     size_t count = 0;
     for (const auto& field : msg) {
@@ -802,6 +888,7 @@ class Session final : public SessionBase {
   const HttpLimits& limits_;
   uint64_t id_;
   std::string address_;
+  std::shared_ptr<ssl::context> context_;  // TLS only; outlives the stream made with it.
   Stream stream_;
   net::steady_timer deadline_;
   uint64_t deadline_generation_ = 0;
@@ -821,6 +908,7 @@ class Session final : public SessionBase {
   size_t body_read_ = 0;
   RequestHandler handler_;
   HttpRequest request_;
+  std::vector<std::string> client_names_;  // Of the client's verified certificate, if any.
   // A chunked response in progress.
   bool streaming_ = false, writing_ = false, ending_ = false;
   std::shared_ptr<StreamState> stream_state_;
@@ -881,9 +969,15 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
   // Registered before it runs, so the count never trails what the session already served.
   std::shared_ptr<SessionBase> session;
   std::function<void()> run;
-  if (tls) {
+  std::shared_ptr<ssl::context> context;
+  {
+    std::lock_guard<std::mutex> lock(tls_mu);
+    context = tls;
+  }
+  if (context) {
     auto s = std::make_shared<Session<beast::ssl_stream<tcp::socket>>>(
-        this, id, address, beast::ssl_stream<tcp::socket>(std::move(socket), *tls));
+        this, id, address, beast::ssl_stream<tcp::socket>(std::move(socket), *context));
+    s->HoldContext(std::move(context));
     session = s;
     run = [s] { s->Run(); };
   } else {
@@ -904,7 +998,10 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
 void HttpServer::Impl::Refuse(tcp::socket socket, int status, std::string_view code,
                               std::string message) {
   spdlog::warn("refused a connection: {}", message);
-  if (tls) return;  // No plain-text answer on a TLS port; closing says enough.
+  {
+    std::lock_guard<std::mutex> lock(tls_mu);
+    if (tls) return;  // No plain-text answer on a TLS port; closing says enough.
+  }
   const HttpResponse r = ErrorResponse(status, code, message);
   auto text = std::make_shared<std::string>(fmt::format(
       "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
@@ -939,29 +1036,12 @@ HttpServer::~HttpServer() { Stop(); }
 Status HttpServer::Bind() {
   Impl& s = *impl_;
   const std::string where = fmt::format("{}:{}", s.options.host, s.options.port);
-  if (!s.options.tls_cert_file.empty() || !s.options.tls_key_file.empty()) {
+  if (!s.options.tls_cert_file.empty() || !s.options.tls_key_file.empty() ||
+      !s.options.client_ca_file.empty()) {
     if (s.options.tls_cert_file.empty() || s.options.tls_key_file.empty()) {
       return Status::InvalidArgument("TLS needs both --tls-cert and --tls-key");
     }
-    s.tls.emplace(ssl::context::tls_server);
-    s.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
-                       ssl::context::single_dh_use);
-    beast::error_code ec;
-    s.tls->use_certificate_chain_file(s.options.tls_cert_file, ec);
-    if (ec) {
-      return Status::InvalidArgument(fmt::format("--tls-cert {}: cannot load the certificate: {}",
-                                                 s.options.tls_cert_file, ec.message()));
-    }
-    s.tls->use_private_key_file(s.options.tls_key_file, ssl::context::pem, ec);
-    if (ec) {
-      return Status::InvalidArgument(fmt::format("--tls-key {}: cannot load the private key: {}",
-                                                 s.options.tls_key_file, ec.message()));
-    }
-    if (SSL_CTX_check_private_key(s.tls->native_handle()) != 1) {
-      return Status::InvalidArgument(fmt::format("--tls-key {} does not match --tls-cert {}",
-                                                 s.options.tls_key_file, s.options.tls_cert_file));
-    }
+    TESSERA_ASSIGN_OR_RETURN(s.tls, MakeTlsContext(s.options));
   }
   beast::error_code ec;
   const net::ip::address address = net::ip::make_address(s.options.host, ec);
@@ -991,7 +1071,19 @@ Status HttpServer::Bind() {
 
 int HttpServer::port() const { return impl_->options.port; }
 
-bool HttpServer::tls() const { return impl_->tls.has_value(); }
+bool HttpServer::tls() const {
+  std::lock_guard<std::mutex> lock(impl_->tls_mu);
+  return impl_->tls != nullptr;
+}
+
+Status HttpServer::ReloadTls() {
+  Impl& s = *impl_;
+  if (!tls()) return Status::FailedPrecondition("this server does not serve TLS");
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<ssl::context> fresh, MakeTlsContext(s.options));
+  std::lock_guard<std::mutex> lock(s.tls_mu);
+  s.tls = std::move(fresh);
+  return Status::Ok();
+}
 
 void HttpServer::Start() {
   Impl& s = *impl_;

@@ -8,12 +8,14 @@ namespace tessera::api {
 
 struct ApiServer::Impl {
   Api api;
-  KeyRotator keys;  // Stops its rotation before `api` goes, after the HTTP threads did.
+  KeyRotator keys;        // Stops its rotation before `api` goes, after the HTTP threads did.
+  const bool mutual_tls;  // Read before `http` takes the options.
   HttpServer http;
 
   Impl(const catalog::Catalog* catalog, ServerOptions options)
       : api(catalog, options.clock ? options.clock : &SystemClock::Get()),
         keys(options.clock ? options.clock : &SystemClock::Get()),
+        mutual_tls(!options.http.client_ca_file.empty()),
         http(std::move(options.http),
              [this](const HttpRequest& head) { return api.OnHead(head); }) {
     AddTenantRoutes(api);
@@ -30,6 +32,7 @@ struct ApiServer::Impl {
     api.set_http_stats([this] { return http.Stats(); });
     api.set_keys(&keys);
     api.set_allow_private_receivers(options.allow_private_receivers);
+    api.set_require_client_certs(mutual_tls);
   }
 };
 
@@ -45,6 +48,8 @@ int ApiServer::port() const { return impl_->http.port(); }
 bool ApiServer::tls() const { return impl_->http.tls(); }
 
 void ApiServer::set_replica(const core::Replica* replica) { impl_->api.set_replica(replica); }
+
+Status ApiServer::ReloadTls() { return impl_->http.ReloadTls(); }
 
 void ApiServer::set_keyring(Sealer* sealer, std::string description) {
   impl_->keys.set_keyring(sealer, std::move(description));

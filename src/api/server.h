@@ -39,6 +39,9 @@ class ApiServer {
   // The replica this server is, when several share a store (docs/ha.md); before Start. It must
   // outlive serving (Stop first).
   void set_replica(const core::Replica* replica);
+  // Reads the TLS certificate and key again (SIGHUP): new connections get them. See
+  // HttpServer::ReloadTls.
+  Status ReloadTls();
   // The sealer of values at rest, for key rotation (api/keys.h), and what its keyring is
   // ("keyring file F"); before Start. Null: the server has no keyring. Must outlive serving.
   void set_keyring(Sealer* sealer, std::string description);

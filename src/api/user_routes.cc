@@ -83,7 +83,7 @@ Result<TokenRequest> ParseTokenRequest(const json& body) {
     f.Fail("name", "must be at most 64 printable ASCII characters");
   }
   if (body.contains("expires_in_seconds")) {
-    r.expires_in_seconds = f.Int("expires_in_seconds", 60, kMaxTokenSeconds);
+    r.expires_in_seconds = f.Int("expires_in_seconds", 1, kMaxTokenSeconds);
   }
   r.read_only = f.Bool("read_only", false, false);
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));

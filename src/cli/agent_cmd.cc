@@ -40,6 +40,7 @@ struct AgentFlags {
   std::string token_file;
   std::string refused_token;  // --token, only to refuse it (RefuseTokenFlag).
   std::string ca;
+  std::string client_cert, client_key;
   std::string backend = "nvml";
   std::string sim_gpus = "H100-80GB:8";
   std::string work_dir = "./tessera-agent";
@@ -254,7 +255,8 @@ int RunAgent(const AgentFlags& flags) {
                  (*workloads)->limits_note());
   }
   auto transport =
-      agent::HttpTransport(server, token, flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca);
+      agent::HttpTransport(server, token, flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca,
+                           flags.client_cert, flags.client_key);
   if (!transport.ok()) return Fail(transport.status().message());
   agent::AgentOptions options;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
@@ -324,6 +326,10 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   // Hidden, and refused when given: see RefuseTokenFlag.
   CLI::Option* token_flag = cmd->add_option("--token", flags->refused_token)->group("");
   cmd->add_option("--ca", flags->ca, "CA certificate for an https server (or TESSERA_CA)");
+  cmd->add_option("--client-cert", flags->client_cert,
+                  "PEM client certificate naming this node (CN or DNS name), for a server with "
+                  "--client-ca (mutual TLS)");
+  cmd->add_option("--client-key", flags->client_key, "PEM private key of --client-cert");
   cmd->add_option("--backend", flags->backend, "GPU backend: nvml (the driver) or sim")
       ->capture_default_str();
   cmd->add_option("--sim-gpus", flags->sim_gpus, "Simulated GPUs, MODEL:COUNT (--backend sim)")

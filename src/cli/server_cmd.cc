@@ -49,6 +49,8 @@ struct ServerFlags {
   std::string catalog_dir;
   std::string tls_cert;
   std::string tls_key;
+  std::string tls_min_version = "1.3";
+  std::string client_ca;
   size_t max_connections = api::HttpLimits{}.max_connections;
   size_t max_connections_per_address = api::HttpLimits{}.max_connections_per_address;
   std::string instance_retention = "1h";
@@ -540,6 +542,7 @@ int RunServer(const ServerFlags& flags) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);  // Reloads the TLS certificate and the keyring; never stops.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // The address first: a server that cannot listen stops before it touches the data.
@@ -548,6 +551,8 @@ int RunServer(const ServerFlags& flags) {
   server_options.http.port = listen->second;
   server_options.http.tls_cert_file = flags.tls_cert;
   server_options.http.tls_key_file = flags.tls_key;
+  server_options.http.tls_min_version = flags.tls_min_version;
+  server_options.http.client_ca_file = flags.client_ca;
   server_options.http.limits.max_connections = flags.max_connections;
   server_options.http.limits.max_connections_per_address = flags.max_connections_per_address;
   server_options.allow_private_receivers = flags.allow_private_receivers;
@@ -657,6 +662,12 @@ int RunServer(const ServerFlags& flags) {
         "--sim-agents and --demo run the nodes' agents inside the leading server; this replica "
         "follows (run `tessera agent` processes with every replica's URL instead)"));
   }
+  if (server.tls() && flags.tls_min_version == "1.2") {
+    std::cerr << "WARNING: tessera server accepts TLS 1.2 (--tls-min-version 1.2): TLS 1.3 "
+                 "removes the older version's weaker handshakes and cipher suites; allow 1.2 "
+                 "only for clients that cannot speak 1.3.\n";
+    spdlog::warn("TLS 1.2 is accepted (--tls-min-version 1.2)");
+  }
   if (!server.tls() && !IsLoopback(listen->first)) {
     std::cerr << "WARNING: tessera server listens on " << listen->first
               << " without TLS: bearer tokens will cross the network in clear text. Give "
@@ -707,7 +718,28 @@ int RunServer(const ServerFlags& flags) {
   }
   std::cout.flush();
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (sigwait(&signals, &sig); sig == SIGHUP; sigwait(&signals, &sig)) {
+    // New connections get the new certificate; open ones keep theirs. A file that does not load
+    // leaves everything as it was.
+    if (server.tls()) {
+      const Status s = server.ReloadTls();
+      if (s.ok()) {
+        spdlog::info("SIGHUP: the TLS certificate and key were read again");
+      } else {
+        spdlog::error("SIGHUP: kept the TLS certificate served: {}", s.message());
+      }
+    }
+    if (sealer) {
+      const Status s = sealer->ReloadKeyring();
+      if (s.ok()) {
+        auto current = sealer->CurrentKeyId();
+        spdlog::info("SIGHUP: the keyring was read again; current key {}",
+                     current.ok() ? *current : current.status().message());
+      } else if (s.code() != StatusCode::kFailedPrecondition) {
+        spdlog::error("SIGHUP: kept the keyring: {}", s.message());
+      }
+    }
+  }
   spdlog::info("stopping on signal {}", sig);
   demo_load.reset();
   agents.StopAll();
@@ -747,6 +779,14 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--tls-cert", flags->tls_cert,
                   "PEM certificate (chain) to serve HTTPS with; needs --tls-key");
   cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-min-version", flags->tls_min_version,
+                  "The oldest TLS version served: 1.3, or 1.2 for clients that lack 1.3")
+      ->check(CLI::IsMember({"1.2", "1.3"}))
+      ->capture_default_str();
+  cmd->add_option("--client-ca", flags->client_ca,
+                  "PEM of the authority that signs agents' client certificates: the agent routes "
+                  "then take a node token only over a connection whose certificate names the "
+                  "node (CN or a DNS name), mutual TLS (docs/http.md)");
   cmd->add_option("--kek-file", flags->keys.kek_file,
                   "Keyring of key-encryption keys that seal secrets and other values at rest "
                   "(docs/secrets.md): 'ID BASE64_OF_32_BYTES' a line, the first current; 0600. "
