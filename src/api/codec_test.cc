@@ -1,5 +1,6 @@
 #include "api/codec.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/json.h"
@@ -182,6 +183,44 @@ TEST(CodecTest, ImageFieldsOfAnInstanceAndATemplateAreCheckedNamingTheField) {
     const Status s = !f.ok() ? BodyStatus(f) : g.status();
     EXPECT_EQ(s.message(), "field 'template." + message.substr(7)) << extra.dump();
   }
+}
+
+// An instance's env: literals and references to secrets; every error names the variable and
+// none quotes a value (it may be a secret sent by mistake).
+TEST(CodecTest, EnvIsReadNamingTheVariableAndNeverQuotingAValue) {
+  auto ok = ParseCreateInstance(
+      Share({{"env", {{"HF_HOME", "/data"}, {"TOKEN", {{"secret", "hf-token"}}}}}}));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->env.at("HF_HOME").value, "/data");
+  EXPECT_EQ(ok->env.at("TOKEN").secret, "hf-token");
+  const std::string hidden = "hunter2-do-not-show";
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"1BAD", hidden}}, "field 'env.1BAD': is not a variable name"},
+      {{{"CUDA_VISIBLE_DEVICES", hidden}}, "field 'env.CUDA_VISIBLE_DEVICES': cannot be set"},
+      {{{"TESSERA_X", hidden}}, "field 'env.TESSERA_X': cannot be set"},
+      {{{"MASTER_PORT", hidden}}, "field 'env.MASTER_PORT': cannot be set"},
+      {{{"A", std::string(32 << 10, 'x').insert(0, hidden)}}, "field 'env.A': is 32787 bytes"},
+      {{{"A", std::string("hunter2-do-not-show\0", 20)}}, "field 'env.A': holds a NUL byte"},
+      {{{"A", 7}}, "field 'env.A': expected a string or {\"secret\": \"NAME\"}, found integer"},
+      {{{"A", {{"secret", "a/x"}}}}, "field 'env.A.secret':"},
+      {{{"A", {{"secret", "ok"}, {"extra", hidden}}}}, "field 'env.A': expected a string or"},
+  };
+  for (const auto& [env, want] : cases) {
+    auto r = ParseCreateInstance(Share({{"env", env}}));
+    ASSERT_FALSE(r.ok()) << env.dump().substr(0, 80);
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+    if (!env.begin().value().is_object()) {
+      EXPECT_EQ(r.status().message().find(hidden), std::string::npos) << r.status().message();
+    }
+  }
+  json many = json::object();
+  for (int i = 0; i < 129; ++i) many[fmt::format("V{}", i)] = "x";
+  EXPECT_NE(ParseCreateInstance(Share({{"env", many}})).status().message().find("129 variables"),
+            std::string::npos);
+  json big = json::object();
+  for (int i = 0; i < 9; ++i) big[fmt::format("V{}", i)] = std::string(30 << 10, 'x');
+  EXPECT_NE(ParseCreateInstance(Share({{"env", big}})).status().message().find("the most is"),
+            std::string::npos);
 }
 
 TEST(CodecTest, AnAgentsGpuModeResultsAreCheckedNamingTheField) {

@@ -26,9 +26,9 @@ class Sealer;
 namespace tessera::core {
 
 struct EnvValue {
-  std::string value;   // A literal, in the clear (memory only).
-  std::string secret;  // Or the name of a secret of the tenant.
-  std::string sealed;  // The literal as stored: enc:v1:...; empty until sealed.
+  std::string value = "";   // A literal, in the clear (memory only).
+  std::string secret = "";  // Or the name of a secret of the tenant.
+  std::string sealed = "";  // The literal as stored: enc:v1:...; empty until sealed.
   // The literal was dropped from the record: its instance ended, and values are not kept at rest
   // for work that will not run again.
   bool dropped = false;

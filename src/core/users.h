@@ -52,9 +52,10 @@ struct User {
 
 // What a change of a user does to its fields; unset fields stay.
 struct UserUpdate {
-  std::optional<Role> role;
-  std::optional<bool> disabled;
-  std::optional<std::optional<int64_t>> quota_gpu_milli;  // {nullopt}: remove the user's quota.
+  std::optional<Role> role = std::nullopt;
+  std::optional<bool> disabled = std::nullopt;
+  // {nullopt}: remove the user's quota.
+  std::optional<std::optional<int64_t>> quota_gpu_milli = std::nullopt;
 };
 
 class Users {

@@ -1,0 +1,205 @@
+// The state's secrets and sealed values: where a secret's value goes (only the desired state of
+// the node that runs its workload), what the store holds (sealed values only), what ends with
+// the work, what a restart opens, and a rotation's walk over every sealed record.
+#include <gtest/gtest.h>
+
+#include "common/envelope.h"
+#include "common/text.h"
+#include "core/core.h"
+#include "core/core_test_util.h"
+
+namespace tessera::core {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::shared_ptr<const Keyring> Ring(const std::string& text) {
+  auto ring = KeyringFromText(text, "test");
+  EXPECT_TRUE(ring.ok()) << ring.status().ToString();
+  return std::shared_ptr<const Keyring>(std::move(*ring));
+}
+
+std::string KeyLine(const std::string& id, char fill) {
+  return id + " " + Base64Encode(std::string(kDataKeyBytes, fill));
+}
+
+class StateSecretsTest : public ::testing::Test, protected AgentNodeFixture {
+ protected:
+  void SetUp() override {
+    StateOptions o;
+    o.sealer = &sealer_;
+    MakeState(o);
+    ASSERT_TRUE(JoinNode("n1", TestInventory(2, "H100-80GB", "a"), agent_).ok());
+    ASSERT_TRUE(JoinNode("n2", TestInventory(2, "H100-80GB", "b"), agent_).ok());
+  }
+
+  Instance Create(const Env& env, int gpus = 1) {
+    CreateInstanceRequest r = TestH100(gpus);
+    r.env = env;
+    auto made = CreateInRound(r);
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    return made.ok() ? *made : Instance{};
+  }
+
+  // What node `node`'s agent is told of instance `id`; null when not told.
+  json Told(const std::string& node, const std::string& id) {
+    const json desired = state_->DesiredState(node);
+    for (const json& w : desired["workloads"]) {
+      if (w["id"] == id) return w;
+    }
+    return nullptr;
+  }
+
+  void Restart() {
+    ASSERT_TRUE(store_->Commit(batch_).ok());
+    batch_ = {};
+    state_ = NewState();
+    ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
+  }
+
+  Sealer sealer_{Ring(KeyLine("k1", 'a'))};
+};
+
+TEST_F(StateSecretsTest, ASecretsValueGoesOnlyToTheAgentThatRunsItsWorkload) {
+  ASSERT_TRUE(state_->PutSecret(Acme(), "hf", "s3cret", "", false, batch_).ok());
+  const Instance inst = Create({{"HF", {.secret = "hf"}}, {"MODE", {.value = "fast"}}});
+  ASSERT_FALSE(inst.node.empty());
+  const std::string other = inst.node == "n1" ? "n2" : "n1";
+  const json told = Told(inst.node, inst.id.str());
+  ASSERT_TRUE(told.is_object());
+  EXPECT_EQ(told["env"]["HF"], "s3cret");
+  EXPECT_EQ(told["env"]["MODE"], "fast");
+  EXPECT_EQ(state_->DesiredState(other).dump().find("s3cret"), std::string::npos);
+  // The API shows the reference; the store holds no value in the clear.
+  const json shown = ToJson(*state_->GetInstance(Acme(), inst.id.str()));
+  EXPECT_EQ(shown["env"], json({{"HF", {{"secret", "hf"}}}, {"MODE", "fast"}}));
+  const std::string stored = DumpJson(ToStoredJson(Get(inst.id.str()), state_->fleet()));
+  EXPECT_EQ(stored.find("fast"), std::string::npos) << stored;
+  EXPECT_NE(stored.find("enc:v1:k1:"), std::string::npos) << stored;
+  // A secret of another tenant of the same name is not this one's.
+  auto beta = state_->tenants().Create("beta", 8000, "h-beta", batch_);
+  ASSERT_TRUE(beta.ok());
+  CreateInstanceRequest r = TestH100(1);
+  r.env = {{"HF", {.secret = "hf"}}};
+  auto refused = CreateInRound(*beta, r);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("secret 'hf' does not exist"), std::string::npos);
+}
+
+TEST_F(StateSecretsTest, ValuesOpenAtARestartAndAKeyringWithoutTheirKeyStopsIt) {
+  ASSERT_TRUE(state_->PutSecret(Acme(), "hf", "s3cret", "user-000001", false, batch_).ok());
+  const Instance inst = Create({{"MODE", {.value = "fast"}}, {"HF", {.secret = "hf"}}});
+  Restart();
+  EXPECT_EQ(Told(inst.node, inst.id.str())["env"]["MODE"], "fast");
+  EXPECT_EQ(Told(inst.node, inst.id.str())["env"]["HF"], "s3cret");
+  EXPECT_EQ(state_->secrets().Find(Acme().id.str(), "hf")->created_by, "user-000001");
+  // Another keyring: the restore fails, naming the key.
+  ASSERT_TRUE(store_->Commit(batch_).ok());
+  batch_ = {};
+  Sealer other(Ring(KeyLine("k9", 'z')));
+  StateOptions o = options_;
+  o.sealer = &other;
+  auto fresh = NewTestState(&clock_, o);
+  const Status s = RestoreFromStore(*fresh, *store_, batch_).status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("key 'k1' is not in the keyring"), std::string::npos) << s.message();
+  // No keyring at all says so too.
+  o.sealer = nullptr;
+  auto bare = NewTestState(&clock_, o);
+  const Status none = RestoreFromStore(*bare, *store_, batch_).status();
+  EXPECT_NE(none.message().find("this server has no keyring"), std::string::npos) << none.message();
+}
+
+TEST_F(StateSecretsTest, WorkThatEndedKeepsNoValues) {
+  const Instance inst = Create({{"MODE", {.value = "fast"}}});
+  state_->BeginRound();
+  ASSERT_TRUE(state_->DeleteInstance(Acme(), inst.id.str(), batch_).ok());
+  state_->EndRound(batch_);
+  AgentSync s;
+  s.agent_id = agent_;
+  s.seq = 1;
+  AgentReport ended;
+  ended.instance = inst.id.str();
+  ended.state = InstanceState::kTerminated;
+  ended.exit_code = 0;
+  s.reports = {ended};
+  ASSERT_TRUE(SyncNode(inst.node, s).ok());
+  const Instance& after = Get(inst.id.str());
+  ASSERT_EQ(after.state, InstanceState::kTerminated);
+  EXPECT_TRUE(after.env.at("MODE").dropped);
+  EXPECT_TRUE(after.env.at("MODE").value.empty());
+  const json stored = ToStoredJson(after, state_->fleet());
+  EXPECT_EQ(stored["env"]["MODE"], json({{"dropped", true}})) << stored.dump();
+  EXPECT_TRUE(ToJson(after)["env"]["MODE"].is_null());
+}
+
+TEST_F(StateSecretsTest, AForcedDeleteStopsWhatWaitsAndARestartWithoutTheSecretFails) {
+  ASSERT_TRUE(state_->PutSecret(Acme(), "db", "pw", "", false, batch_).ok());
+  const Instance running = Create({{"DB", {.secret = "db"}}});
+  AgentReport started;
+  started.instance = running.id.str();
+  started.started_at = clock_.Now();
+  ASSERT_TRUE(SyncRound(*state_, running.node, agent_, 1, {started}, batch_).ok());
+  Create({}, 2);
+  Create({}, 1);  // The fleet's four H100s are taken.
+  const Instance waiting = Create({{"DB", {.secret = "db"}}});
+  ASSERT_EQ(waiting.state, InstanceState::kPending);
+  const Status refused = state_->DeleteSecret(Acme(), "db", false, batch_);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find(running.id.str()), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find(waiting.id.str()), std::string::npos);
+  state_->BeginRound();
+  ASSERT_TRUE(state_->DeleteSecret(Acme(), "db", true, batch_).ok());
+  state_->EndRound(batch_);
+  EXPECT_EQ(Get(waiting.id.str()).state, InstanceState::kTerminated);
+  EXPECT_EQ(Get(running.id.str()).state, InstanceState::kRunning) << "what runs keeps running";
+}
+
+// A rotation walks every record that holds a sealed value, a bounded step at a time, and moves
+// each to the new current key: the store then holds none under the old one.
+TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(state_->PutSecret(Acme(), "s" + std::to_string(i), "v", "", false, batch_).ok());
+  }
+  for (int i = 0; i < 3; ++i) Create({{"MODE", {.value = "fast"}}});
+  GroupRequest g;
+  g.size = 1;
+  g.min_available = 1;
+  g.member = TestH100(1);
+  g.member.env = {{"MODE", {.value = "slow"}}};
+  ASSERT_TRUE(state_->CreateGroup(Acme(), g, batch_).ok());
+  alerts::Rule rule;
+  rule.name = "hot";
+  rule.owner = Acme().id.str();
+  rule.notify = {{alerts::Receiver::Kind::kWebhook, "https://hooks.example.com/t0ken", true}};
+  ASSERT_TRUE(state_->CreateAlertRule(Acme(), rule, batch_).ok());
+  EXPECT_EQ(state_->SealedKeys(), (std::map<std::string, int64_t>{{"k1", 5 + 3 + 1 + 1 + 1}}))
+      << "secrets, instances, the group's template, its member and the rule";
+  sealer_.SetKeyring(Ring(KeyLine("k2", 'b') + "\n" + KeyLine("k1", 'a')));
+  State::RotationCursor cursor;
+  size_t steps = 0, resealed = 0;
+  while (!cursor.done()) {
+    auto step = state_->Reseal("k2", cursor, 3, batch_);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    EXPECT_LE(step->examined, 3u);
+    resealed += step->resealed;
+    ++steps;
+  }
+  EXPECT_EQ(resealed, 11u);
+  EXPECT_GE(steps, 4u) << "bounded steps";
+  EXPECT_EQ(state_->SealedKeys(), (std::map<std::string, int64_t>{{"k2", 11}}));
+  // Without k1 the whole store opens.
+  ASSERT_TRUE(store_->Commit(batch_).ok());
+  batch_ = {};
+  Sealer only_new(Ring(KeyLine("k2", 'b')));
+  StateOptions o = options_;
+  o.sealer = &only_new;
+  auto fresh = NewTestState(&clock_, o);
+  const Status restored = RestoreFromStore(*fresh, *store_, batch_).status();
+  ASSERT_TRUE(restored.ok()) << restored.ToString();
+  EXPECT_EQ(fresh->secrets().size(), 5u);
+}
+
+}  // namespace
+}  // namespace tessera::core
