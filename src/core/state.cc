@@ -516,13 +516,11 @@ void State::Requeue(Instance& inst, const std::string& why, store::Batch& batch)
     Transition(inst, InstanceState::kFailed, why, batch, billing::Ending::kPlatform);
     return;
   }
-  for (const auto& [var, v] : inst.env) {
-    if (v.is_secret() && !secrets_.Find(inst.tenant.str(), v.secret)) {
-      Transition(inst, InstanceState::kFailed,
-                 fmt::format("{}; it cannot restart: its secret '{}' was deleted", why, v.secret),
-                 batch, billing::Ending::kPlatform);
-      return;
-    }
+  if (const std::string gone = MissingSecret(inst); !gone.empty()) {
+    Transition(inst, InstanceState::kFailed,
+               fmt::format("{}; it cannot restart: its secret '{}' was deleted", why, gone), batch,
+               billing::Ending::kPlatform);
+    return;
   }
   ++inst.restarts;
   inst.started_at.reset();

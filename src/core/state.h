@@ -495,6 +495,8 @@ class State {
   // does not have (`field` prefixes it: "template." for a group's).
   Status CheckSecretRefs(const Tenant& caller, const CreateInstanceRequest& req,
                          std::string_view field = "") const;
+  // The first secret `inst` refers to that its tenant no longer has; "" when none.
+  std::string MissingSecret(const Instance& inst) const;
   // The values a workload's agent is told: `inst`'s env with each reference resolved.
   void AddUserEnv(const Instance& inst, nlohmann::json& env) const;
   // Drops `inst`'s env literals and registry password from memory (it ended for good).

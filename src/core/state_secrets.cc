@@ -100,6 +100,13 @@ Status State::CheckSecretRefs(const Tenant& caller, const CreateInstanceRequest&
   return Status::Ok();
 }
 
+std::string State::MissingSecret(const Instance& inst) const {
+  for (const std::string& name : RefsOf(inst.env, inst.image)) {
+    if (!secrets_.Find(inst.tenant.str(), name)) return name;
+  }
+  return "";
+}
+
 void State::AddUserEnv(const Instance& inst, nlohmann::json& env) const {
   for (const auto& [name, v] : inst.env) {
     if (env.contains(name) || v.dropped) continue;  // Tessera's own variables win.
