@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/open_loop.h"
 #include "testing/testing.h"
 
 namespace tessera {
@@ -47,24 +48,7 @@ json Call(httplib::Client& c, const std::string& method, const std::string& path
 // `requests` creates of `body` by kClients clients; creations per second.
 double Throughput(const std::string& url, const std::string& token, const std::string& body,
                   int requests) {
-  std::atomic<int> next{0}, failed{0};
-  const auto start = Clock::now();
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&] {
-      httplib::Client client(url);
-      const httplib::Headers h = {{"Authorization", "Bearer " + token}};
-      while (next++ < requests) {
-        auto r = client.Post("/v1/instances", h, body, "application/json");
-        if ((!r || r->status != 201) && failed++ == 0) {
-          std::fprintf(stderr, "first failure: %s\n", r ? r->body.c_str() : "no answer");
-        }
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
-  if (failed > 0) std::fprintf(stderr, "%d creates failed\n", failed.load());
-  return requests / std::chrono::duration<double>(Clock::now() - start).count();
+  return testing::ClosedLoopPosts(url, token, "/v1/instances", body, requests, kClients);
 }
 
 double Median(std::vector<double> v) { return testing::Percentile(std::move(v), 0.5); }

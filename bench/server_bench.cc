@@ -66,27 +66,7 @@ double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 
 // Durable creations per second with kClients clients in a closed loop.
 double Throughput(const std::string& url, const std::string& token, int requests) {
-  std::atomic<int> next{0}, failed{0};
-  const auto start = Clock::now();
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&] {
-      httplib::Client client(url);
-      const httplib::Headers h = {{"Authorization", "Bearer " + token}};
-      while (next++ < requests) {
-        auto r = client.Post("/v1/instances", h, kShare, "application/json");
-        if ((!r || r->status != 201) && failed++ == 0) {
-          std::fprintf(stderr, "first failure: %s\n",
-                       r ? fmt::format("HTTP {}: {}", r->status, r->body).c_str()
-                         : httplib::to_string(r.error()).c_str());
-        }
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  if (failed > 0) std::fprintf(stderr, "%d requests failed\n", failed.load());
-  return requests / secs;
+  return testing::ClosedLoopPosts(url, token, "/v1/instances", kShare, requests, kClients);
 }
 
 // Seconds from process start to /readyz with what `data` holds.

@@ -650,16 +650,21 @@ TEST_F(WorkloadTest, AConfiguredRootThatCannotLimitIsExplained) {
 // made by the tenant's own command; what it managed is written to its log as "<attack>:<result>".
 class WorkloadUidTest : public WorkloadTest {
  protected:
-  static constexpr uint32_t kFirst = 1'999'000'000;
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "switching uids needs root, as the agent has";
+    // A range of its own per test: ctest runs these tests side by side, and a uid's processes
+    // (its process limit, the sweep of what a tenant left behind) are the whole machine's.
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    first_uid_ =
+        1'999'000'000u + 10u * static_cast<uint32_t>(std::hash<std::string>{}(name) % 10'000);
   }
   WorkloadSupervisor::Options UidOpts() const {
     auto o = Opts();
-    o.first_uid = kFirst;
-    o.last_uid = kFirst + 9;
+    o.first_uid = first_uid_;
+    o.last_uid = first_uid_ + 9;
     return o;
   }
+  uint32_t first_uid_ = 0;  // This test's first workload uid.
   WorkloadSpec TenantSpec(std::string id, std::string tenant, std::string command) const {
     WorkloadSpec s = Spec(std::move(id), std::move(command));
     s.tenant = std::move(tenant);
@@ -694,12 +699,12 @@ TEST_F(WorkloadUidTest, EachTenantRunsAsAUidOfItsOwnAndCannotReachAnother) {
   struct stat st {};
   ASSERT_EQ(stat(Dir("b-1").c_str(), &st), 0);
   const uid_t bob_uid = st.st_uid;
-  EXPECT_GE(bob_uid, kFirst);
-  EXPECT_LE(bob_uid, kFirst + 9);
+  EXPECT_GE(bob_uid, first_uid_);
+  EXPECT_LE(bob_uid, first_uid_ + 9);
   ASSERT_NE(log.find("uid:"), std::string::npos) << log;
   const uid_t alice_uid = static_cast<uid_t>(std::stoul(log.substr(log.find("uid:") + 4)));
-  EXPECT_GE(alice_uid, kFirst);
-  EXPECT_LE(alice_uid, kFirst + 9);
+  EXPECT_GE(alice_uid, first_uid_);
+  EXPECT_LE(alice_uid, first_uid_ + 9);
   EXPECT_NE(alice_uid, bob_uid);
   for (const char* won : {"read:yes", "list:yes", "signal:yes", "environ:yes", "write:yes"}) {
     EXPECT_EQ(log.find(won), std::string::npos) << won << " in\n" << log;
@@ -755,18 +760,18 @@ TEST_F(WorkloadUidTest, PlannedUidIsTheUidStartGives) {
   o.uid_claims_dir = tmp_.path() + "/claims";  // No other test's claims in the way.
   auto sup = OpenSup(o);
   const int64_t bob = sup->PlannedUid("bob");
-  EXPECT_EQ(bob, kFirst);
+  EXPECT_EQ(bob, first_uid_);
   ASSERT_TRUE(sup->Start(TenantSpec("b-1", "bob", "id -u; sleep 30")).ok());
   EXPECT_EQ(sup->PlannedUid("bob"), bob);  // Its running work's.
   const int64_t alice = sup->PlannedUid("alice");
-  EXPECT_EQ(alice, kFirst + 1);
+  EXPECT_EQ(alice, first_uid_ + 1);
   ASSERT_TRUE(sup->Start(TenantSpec("a-1", "alice", "id -u")).ok());
   EXPECT_EQ(WaitExited(*sup, "a-1").exit_code, 0);
   EXPECT_EQ(Log(*sup, "a-1"), std::to_string(alice) + "\n");
   EXPECT_TRUE(WaitFor([&] { return Log(*sup, "b-1") == std::to_string(bob) + "\n"; }))
       << Log(*sup, "b-1");
   // Alice's ended work keeps its uid until forgotten: carol gets the next one.
-  EXPECT_EQ(sup->PlannedUid("carol"), kFirst + 2);
+  EXPECT_EQ(sup->PlannedUid("carol"), first_uid_ + 2);
   ASSERT_TRUE(sup->Stop("b-1", milliseconds(100)).ok());
   WaitExited(*sup, "b-1");
 }
@@ -941,7 +946,7 @@ TEST_F(WorkloadContainerTest, AContainerRunsAsItsTenantsUidInItsWorkspaceAndRepo
                                  dir.st_uid)),
             std::string::npos)
       << log;
-  EXPECT_GE(dir.st_uid, kFirst);
+  EXPECT_GE(dir.st_uid, first_uid_);
   EXPECT_EQ(ReadOr(Dir("boxed") + "/kept"), "kept\n");
   EXPECT_NE(log.find("\n0\n"), std::string::npos) << "the agent's files are not in it:\n" << log;
   // podman's --rm clean-up runs after the exit is seen (conmon starts it), so it may lag a moment.
