@@ -233,6 +233,71 @@ TEST_F(PostgresServerTest, MigrateMovesAStoppedSqliteServersStateIntoAnEmptyData
   EXPECT_EQ(Instances(token).size(), 6u);
 }
 
+// Secrets and env values on PostgreSQL: with no keyring a value to seal is refused naming the
+// flag; with --kek-file the database holds only sealed values, and another server on another
+// --data with the same keyring opens them.
+TEST_F(PostgresServerTest, SecretsAreSealedInTheDatabaseAndOpenOnAnotherServerWithTheKeyring) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  const std::string url = pg.CreateDatabase();
+  const std::string db = url.substr(url.rfind('/') + 1);
+  Launch("data-a", {"--store", url});
+  auto t = Post("/v1/tenants", kAdminToken, {{"name", "acme"}, {"quota", {{"gpus", 8}}}});
+  ASSERT_EQ(t.status, 201) << t.raw;
+  const std::string token = t.body.value("token", "");
+  auto refused = Post("/v1/secrets", token, {{"name", "hf"}, {"value", "v"}});
+  EXPECT_EQ(refused.status, 409) << refused.raw;
+  EXPECT_NE(refused.raw.find("--kek-file"), std::string::npos) << refused.raw;
+  json body = H100(1, "on_demand");
+  body["env"] = {{"MODE", "x"}};
+  auto env_refused = Post("/v1/instances", token, body);
+  EXPECT_EQ(env_refused.status, 409) << env_refused.raw;
+  EXPECT_NE(env_refused.raw.find("env.MODE"), std::string::npos) << env_refused.raw;
+  EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->output();
+
+  const std::string keys = testing::WritePrivateFile(
+      dir_.File("keys"), "pg-1 UFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFA=\n");
+  const std::string secret = fmt::format("hf_{}_{}", getpid(), ::time(nullptr));
+  const std::string literal = "literal-" + secret;
+  Launch("data-a", {"--store", url, "--kek-file", keys});
+  ASSERT_EQ(Post("/v1/secrets", token, {{"name", "hf"}, {"value", secret}}).status, 201);
+  body["env"] = {{"MODE", literal}, {"HF_TOKEN", {{"secret", "hf"}}}};
+  const std::string id = Create(token, body);
+  ASSERT_EQ(AwaitState(token, id, "running"), "running");
+  EXPECT_EQ(server_->Stop(SIGKILL), 128 + SIGKILL);
+
+  // Every row of every table, as text: neither value, both sealed under the keyring's key.
+  const auto rows = pg.Psql(db,
+                            "SELECT x::text FROM tenants x UNION ALL SELECT x::text FROM instances "
+                            "x UNION ALL SELECT x::text FROM settings x UNION ALL SELECT x::text "
+                            "FROM audit x UNION ALL SELECT x::text FROM ledger x");
+  ASSERT_TRUE(rows.has_value());
+  EXPECT_NE(rows->find(id), std::string::npos) << "the instance is in the database";
+  EXPECT_EQ(rows->find(secret), std::string::npos) << "the secret is stored sealed";
+  EXPECT_EQ(rows->find(literal), std::string::npos) << "env literals are stored sealed";
+  EXPECT_NE(rows->find("enc:v1:pg-1:"), std::string::npos);
+
+  // Without the keyring the next server does not start, naming the key; with it, on another
+  // --data, every value opens.
+  testing::ServerProcess keyless;
+  EXPECT_FALSE(keyless.Start(
+      {"--data", dir_.File("data-b"), "--fleet", fleet_path_, "--store", url, "--sim-agents"},
+      kAdminToken));
+  EXPECT_NE(keyless.output().find("'pg-1'"), std::string::npos) << keyless.output();
+  Launch("data-c", {"--store", url, "--kek-file", keys});
+  const json again = Get("/v1/instances/" + id, token).body;
+  EXPECT_EQ(again["env"]["MODE"], literal) << again.dump();
+  EXPECT_EQ(again["env"]["HF_TOKEN"], json({{"secret", "hf"}}));
+  auto listed = Get("/v1/secrets", token);
+  EXPECT_NE(listed.raw.find("\"hf\""), std::string::npos) << listed.raw;
+  EXPECT_EQ(listed.raw.find(secret), std::string::npos) << listed.raw;
+  // The keys' status counts what is sealed under pg-1 and nothing on any other key.
+  auto status = Get("/v1/keys", kAdminToken);
+  ASSERT_EQ(status.status, 200) << status.raw;
+  EXPECT_EQ(status.body["current_key"], "pg-1") << status.raw;
+  ASSERT_EQ(status.body["records_by_key"].size(), 1u) << status.raw;
+  EXPECT_GE(status.body["records_by_key"].value("pg-1", 0), 2) << "the secret and the env literal";
+}
+
 TEST_F(PostgresServerTest, MigrateNamesWhatItCannotReadOrWriteAndExitsWithAUsageError) {
   TESSERA_POSTGRES_OR_SKIP(pg);
   const std::string url = pg.CreateDatabase();
