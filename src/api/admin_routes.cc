@@ -269,32 +269,28 @@ void AddObservabilityRoutes(Api& table) {
               Status refusal = IntParam(call->request.parsed, "after", 0, INT64_MAX, after);
               if (refusal.ok()) refusal = IntParam(call->request.parsed, "limit", 0, 1000, limit);
               core::Core* core = &api.core();
-              api.Run<json>(call, refusal,
-                            {[core, after, limit](core::State& s, store::Batch&,
-                                                  const core::Tenant&) -> Result<json> {
-                               // The store belongs to the core thread, where this runs.
-                               TESSERA_ASSIGN_OR_RETURN(
-                                   auto entries,
-                                   core->store().ListAudit(after, static_cast<int>(limit)));
-                               json out = json::array();
-                               for (const auto& e : entries) {
-                                 json row = {{"seq", e.seq},
-                                             {"at", e.at},
-                                             {"actor", e.actor},
-                                             {"action", e.action},
-                                             {"target", e.target},
-                                             {"status", e.status},
-                                             {"detail", e.detail}};
-                                 // The user who acted, with its name while it exists.
-                                 row["user"] = e.user.empty() ? json() : json(e.user);
-                                 if (const core::User* u = s.tenants().users().Find(e.user)) {
-                                   row["user_name"] = u->name;
-                                 }
-                                 out.push_back(std::move(row));
-                               }
-                               return json{{"entries", std::move(out)}};
-                             },
-                             200, Passthrough, nullptr});
+              api.Run<json>(
+                  call, refusal,
+                  {[core, after, limit](core::State& s, store::Batch&,
+                                        const core::Tenant&) -> Result<json> {
+                     // The store belongs to the core thread, where this runs.
+                     TESSERA_ASSIGN_OR_RETURN(
+                         auto entries, core->store().ListAudit(after, static_cast<int>(limit)));
+                     json out = json::array();
+                     for (const auto& e : entries) {
+                       json row = {{"seq", e.seq},       {"at", e.at},         {"actor", e.actor},
+                                   {"action", e.action}, {"target", e.target}, {"status", e.status},
+                                   {"detail", e.detail}};
+                       // The user who acted, with its name while it exists.
+                       row["user"] = e.user.empty() ? json() : json(e.user);
+                       if (const core::User* u = s.tenants().users().Find(e.user)) {
+                         row["user_name"] = u->name;
+                       }
+                       out.push_back(std::move(row));
+                     }
+                     return json{{"entries", std::move(out)}};
+                   },
+                   200, Passthrough, nullptr});
             });
 }
 

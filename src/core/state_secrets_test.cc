@@ -58,6 +58,19 @@ class StateSecretsTest : public ::testing::Test, protected AgentNodeFixture {
     ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
   }
 
+  // Commits what is pending and restores the store into a new state whose keyring is `sealer`
+  // (none when null); the restore's status, the state in `out` when given.
+  Status RestoreWith(Sealer* sealer, std::unique_ptr<State>* out = nullptr) {
+    if (Status c = store_->Commit(batch_); !c.ok()) return c;
+    batch_ = {};
+    StateOptions o = options_;
+    o.sealer = sealer;
+    auto fresh = NewTestState(&clock_, o);
+    Status s = RestoreFromStore(*fresh, *store_, batch_).status();
+    if (out != nullptr) *out = std::move(fresh);
+    return s;
+  }
+
   Sealer sealer_{Ring(KeyLine("k1", 'a'))};
 };
 
@@ -95,19 +108,12 @@ TEST_F(StateSecretsTest, ValuesOpenAtARestartAndAKeyringWithoutTheirKeyStopsIt) 
   EXPECT_EQ(Told(inst.node, inst.id.str())["env"]["HF"], "s3cret");
   EXPECT_EQ(state_->secrets().Find(Acme().id.str(), "hf")->created_by, "user-000001");
   // Another keyring: the restore fails, naming the key.
-  ASSERT_TRUE(store_->Commit(batch_).ok());
-  batch_ = {};
   Sealer other(Ring(KeyLine("k9", 'z')));
-  StateOptions o = options_;
-  o.sealer = &other;
-  auto fresh = NewTestState(&clock_, o);
-  const Status s = RestoreFromStore(*fresh, *store_, batch_).status();
+  const Status s = RestoreWith(&other);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_NE(s.message().find("key 'k1' is not in the keyring"), std::string::npos) << s.message();
   // No keyring at all says so too.
-  o.sealer = nullptr;
-  auto bare = NewTestState(&clock_, o);
-  const Status none = RestoreFromStore(*bare, *store_, batch_).status();
+  const Status none = RestoreWith(nullptr);
   EXPECT_NE(none.message().find("this server has no keyring"), std::string::npos) << none.message();
 }
 
@@ -190,13 +196,9 @@ TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
   EXPECT_GE(steps, 4u) << "bounded steps";
   EXPECT_EQ(state_->SealedKeys(), (std::map<std::string, int64_t>{{"k2", 11}}));
   // Without k1 the whole store opens.
-  ASSERT_TRUE(store_->Commit(batch_).ok());
-  batch_ = {};
   Sealer only_new(Ring(KeyLine("k2", 'b')));
-  StateOptions o = options_;
-  o.sealer = &only_new;
-  auto fresh = NewTestState(&clock_, o);
-  const Status restored = RestoreFromStore(*fresh, *store_, batch_).status();
+  std::unique_ptr<State> fresh;
+  const Status restored = RestoreWith(&only_new, &fresh);
   ASSERT_TRUE(restored.ok()) << restored.ToString();
   EXPECT_EQ(fresh->secrets().size(), 5u);
 }

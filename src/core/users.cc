@@ -76,7 +76,8 @@ Result<User> FromStoredJson(const json& j, const std::string& where) {
     t.hash = k.String("hash");
     t.read_only = k.Bool("read_only", false, false);
     auto at = ParseRfc3339(k.String("created_at"));
-    const bool expiring = kj.is_object() && kj.contains("expires_at") && !kj["expires_at"].is_null();
+    const bool expiring =
+        kj.is_object() && kj.contains("expires_at") && !kj["expires_at"].is_null();
     const std::string expires = expiring ? k.String("expires_at") : "";
     if (!k.ok() || !at.ok()) return Status::DataLoss(where + ": a token without its fields");
     t.created_at = *at;

@@ -125,8 +125,7 @@ TEST_F(UsersTest, AUserHoldsAtMostSixteenLiveTokens) {
   const User mia = Make("mia", Role::kMember, false, clock_.Now() + 1min);
   for (size_t i = 1; i < Users::kMaxTokensPerUser; ++i) {
     ASSERT_TRUE(
-        tenants_.AddUserToken(mia.id, fmt::format("h{}", i), "", std::nullopt, false, batch_)
-            .ok());
+        tenants_.AddUserToken(mia.id, fmt::format("h{}", i), "", std::nullopt, false, batch_).ok());
   }
   EXPECT_EQ(
       tenants_.AddUserToken(mia.id, "one-more", "", std::nullopt, false, batch_).status().code(),
