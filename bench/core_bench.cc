@@ -12,7 +12,9 @@
 //   BM_Gangs                 1,000 gangs of 2-64 NVLinked GPUs placed whole, one round each;
 //   BM_Rotate/*/N            one token rotation of a tenant that rotated N times before, each
 //                            predecessor still in its grace, beside 1,000 other tenants
-//                            (docs/api.md): its cost must not grow with N.
+//                            (docs/api.md): its cost must not grow with N;
+//   BM_Envelope/seal, /open  one 64-byte value sealed under a data key of its own, and opened
+//                            again (docs/secrets.md): what each sealed env value or secret costs.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -21,6 +23,7 @@
 #include <filesystem>
 
 #include "catalog/catalog.h"
+#include "common/envelope.h"
 #include "common/json.h"
 #include "core/core.h"
 #include "core/state.h"
@@ -307,6 +310,36 @@ void BM_RotateDurable(benchmark::State& bs) {
   std::filesystem::remove_all(dir);
 }
 
+// A Sealer on a one-key keyring, and a 64-byte value.
+std::unique_ptr<Sealer> BenchSealer() {
+  auto ring = KeyringFromText("bench-1 " + std::string(43, 'Q') + "=\n", "bench");
+  if (!ring.ok()) return nullptr;
+  return std::make_unique<Sealer>(std::shared_ptr<const Keyring>(std::move(*ring)));
+}
+
+void BM_EnvelopeSeal(benchmark::State& bs) {
+  auto sealer = BenchSealer();
+  if (sealer == nullptr) return bs.SkipWithError("keyring");
+  const std::string value(64, 'v');
+  for (auto _ : bs) {
+    auto sealed = sealer->Seal(value, "instance/i-1/env/MODE");
+    if (!sealed.ok()) return bs.SkipWithError(sealed.status().message().c_str());
+    benchmark::DoNotOptimize(sealed);
+  }
+}
+
+void BM_EnvelopeOpen(benchmark::State& bs) {
+  auto sealer = BenchSealer();
+  if (sealer == nullptr) return bs.SkipWithError("keyring");
+  auto sealed = sealer->Seal(std::string(64, 'v'), "instance/i-1/env/MODE");
+  if (!sealed.ok()) return bs.SkipWithError(sealed.status().message().c_str());
+  for (auto _ : bs) {
+    auto opened = sealer->Open(*sealed, "instance/i-1/env/MODE");
+    if (!opened.ok()) return bs.SkipWithError(opened.status().message().c_str());
+    benchmark::DoNotOptimize(opened);
+  }
+}
+
 BENCHMARK(BM_RoundCreate)->Name("BM_Round/create")->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RoundFreedWorst)->Name("BM_Round/freed_worst")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Restore)->Name("BM_Round/restore")->Unit(benchmark::kMillisecond)->Iterations(1);
@@ -325,6 +358,8 @@ BENCHMARK(BM_RotateDurable)
     ->Arg(1000)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EnvelopeSeal)->Name("BM_Envelope/seal")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EnvelopeOpen)->Name("BM_Envelope/open")->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace tessera::core
