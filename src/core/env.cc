@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 
-#include "common/envelope.h"
 #include "common/text.h"
+#include "core/sealing.h"
 
 namespace tessera::core {
 
@@ -171,20 +171,11 @@ std::string EnvContext(std::string_view record, std::string_view name) {
   return fmt::format("{}/env/{}", record, name);
 }
 
-Status NoKeyring(std::string_view what) {
-  return Status::FailedPrecondition(fmt::format(
-      "{} is stored encrypted, and this server has no key-encryption key: start it with "
-      "--kek-file or --kms-command (docs/secrets.md)",
-      what));
-}
-
 Status SealEnv(Sealer* sealer, std::string_view record, Env& env) {
   for (auto& [name, v] : env) {
     if (v.is_secret() || v.dropped || !v.sealed.empty()) continue;
-    if (sealer == nullptr) return NoKeyring(fmt::format("env.{}", name));
-    auto sealed = sealer->Seal(v.value, EnvContext(record, name));
-    if (!sealed.ok()) return sealed.status().WithPrefix(fmt::format("sealing env.{}", name));
-    v.sealed = std::move(*sealed);
+    TESSERA_ASSIGN_OR_RETURN(v.sealed, SealValue(sealer, v.value, EnvContext(record, name),
+                                                 fmt::format("env.{}", name)));
   }
   return Status::Ok();
 }
@@ -192,19 +183,8 @@ Status SealEnv(Sealer* sealer, std::string_view record, Env& env) {
 Status OpenEnv(Sealer* sealer, std::string_view record, Env& env) {
   for (auto& [name, v] : env) {
     if (v.is_secret() || v.dropped || v.sealed.empty()) continue;
-    if (!IsSealed(v.sealed)) {
-      return Status::DataLoss(fmt::format("{}: env.{} is not a sealed value", record, name));
-    }
-    if (sealer == nullptr) {
-      auto key = SealedKeyId(v.sealed);
-      return Status::FailedPrecondition(fmt::format(
-          "{}: env.{} is sealed under key '{}', and this server has no keyring (--kek-file or "
-          "--kms-command)",
-          record, name, key.ok() ? *key : "?"));
-    }
-    auto opened = sealer->Open(v.sealed, EnvContext(record, name));
-    if (!opened.ok()) return opened.status().WithPrefix(fmt::format("{}: env.{}", record, name));
-    v.value = std::move(*opened);
+    TESSERA_ASSIGN_OR_RETURN(v.value, OpenValue(sealer, v.sealed, EnvContext(record, name),
+                                                fmt::format("{}: env.{}", record, name)));
   }
   return Status::Ok();
 }

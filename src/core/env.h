@@ -73,7 +73,4 @@ void DropEnvValues(Env& env);
 // The names of the secrets `env` refers to.
 std::vector<std::string> SecretRefs(const Env& env);
 
-// The error a server without a keyring gives when it must seal a value.
-Status NoKeyring(std::string_view what);
-
 }  // namespace tessera::core

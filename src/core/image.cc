@@ -7,9 +7,9 @@
 #include <charconv>
 #include <vector>
 
-#include "common/envelope.h"
 #include "common/text.h"
 #include "core/env.h"
+#include "core/sealing.h"
 
 namespace tessera::core {
 
@@ -207,31 +207,18 @@ std::string PasswordContext(std::string_view record) {
 }  // namespace
 
 Status SealImageAuth(Sealer* sealer, std::string_view record, ImageSpec& image) {
-  if (!image.auth || !image.auth->password_secret.empty() || !image.auth->sealed.empty() ||
-      image.auth->password.empty()) {
-    return Status::Ok();  // Nothing to seal: a reference, sealed already, or dropped.
-  }
-  if (sealer == nullptr) return NoKeyring("registry_auth.password");
-  auto sealed = sealer->Seal(image.auth->password, PasswordContext(record));
-  if (!sealed.ok()) return sealed.status().WithPrefix("sealing registry_auth.password");
-  image.auth->sealed = std::move(*sealed);
+  if (!HoldsPlainPassword(image)) return Status::Ok();  // A reference, sealed already, or none.
+  TESSERA_ASSIGN_OR_RETURN(
+      image.auth->sealed,
+      SealValue(sealer, image.auth->password, PasswordContext(record), "registry_auth.password"));
   return Status::Ok();
 }
 
 Status OpenImageAuth(Sealer* sealer, std::string_view record, ImageSpec& image) {
   if (!image.auth || image.auth->sealed.empty()) return Status::Ok();
-  if (sealer == nullptr) {
-    auto key = SealedKeyId(image.auth->sealed);
-    return Status::FailedPrecondition(fmt::format(
-        "{}: registry_auth.password is sealed under key '{}', and this server has no keyring "
-        "(--kek-file or --kms-command)",
-        record, key.ok() ? *key : "?"));
-  }
-  auto opened = sealer->Open(image.auth->sealed, PasswordContext(record));
-  if (!opened.ok()) {
-    return opened.status().WithPrefix(fmt::format("{}: registry_auth.password", record));
-  }
-  image.auth->password = std::move(*opened);
+  TESSERA_ASSIGN_OR_RETURN(image.auth->password,
+                           OpenValue(sealer, image.auth->sealed, PasswordContext(record),
+                                     fmt::format("{}: registry_auth.password", record)));
   return Status::Ok();
 }
 

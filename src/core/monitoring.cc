@@ -8,7 +8,7 @@
 
 #include "common/envelope.h"
 #include "common/json.h"
-#include "core/env.h"
+#include "core/sealing.h"
 #include "core/state.h"
 
 namespace tessera::core {
@@ -306,12 +306,12 @@ Result<std::string> State::SealRule(const alerts::Rule& rule) {
   for (size_t i = 0; i < j["notify"].size(); ++i) {
     nlohmann::json& n = j["notify"][i];
     if (!n.contains("webhook")) continue;
-    if (options_.sealer == nullptr) return NoKeyring(fmt::format("notify[{}].webhook", i));
-    auto sealed =
-        options_.sealer->Seal(n["webhook"].get<std::string>(), WebhookContext(rule.id, i));
-    if (!sealed.ok()) return sealed.status().WithPrefix(fmt::format("sealing notify[{}]", i));
-    if (auto key = SealedKeyId(*sealed); key.ok()) rule_keys_[rule.id] = *key;
-    n["webhook"] = {{"sealed", *sealed}};
+    TESSERA_ASSIGN_OR_RETURN(
+        std::string sealed,
+        SealValue(options_.sealer, n["webhook"].get<std::string>(), WebhookContext(rule.id, i),
+                  fmt::format("notify[{}].webhook", i)));
+    if (auto key = SealedKeyId(sealed); key.ok()) rule_keys_[rule.id] = *key;
+    n["webhook"] = {{"sealed", std::move(sealed)}};
   }
   return DumpJson(j);
 }
@@ -331,17 +331,11 @@ Result<std::string> State::OpenRule(const std::string& key, const std::string& v
     }
     const std::string sealed =
         n["webhook"].is_object() ? n["webhook"].value("sealed", "") : std::string();
-    if (options_.sealer == nullptr) {
-      auto k = SealedKeyId(sealed);
-      return Status::FailedPrecondition(
-          fmt::format("{}: a webhook URL is sealed under key '{}', and this server has no keyring "
-                      "(--kek-file or --kms-command)",
-                      key, k.ok() ? *k : "?"));
-    }
-    auto opened = options_.sealer->Open(sealed, WebhookContext(id, i));
-    if (!opened.ok()) return opened.status().WithPrefix(fmt::format("{}: notify[{}]", key, i));
+    TESSERA_ASSIGN_OR_RETURN(std::string opened,
+                             OpenValue(options_.sealer, sealed, WebhookContext(id, i),
+                                       fmt::format("{}: notify[{}].webhook", key, i)));
     if (auto k = SealedKeyId(sealed); k.ok()) rule_keys_[id] = *k;
-    n["webhook"] = *opened;
+    n["webhook"] = std::move(opened);
   }
   return DumpJson(*j);
 }

@@ -6,6 +6,7 @@
 #include "common/json.h"
 #include "common/text.h"
 #include "core/env.h"
+#include "core/sealing.h"
 
 namespace tessera::core {
 
@@ -51,7 +52,6 @@ Result<Secret> TenantSecrets::Put(const std::string& tenant, const std::string& 
     return Status::ResourceExhausted(fmt::format(
         "the tenant holds {} secrets, the most it may; delete one first", kMaxPerTenant));
   }
-  if (sealer_ == nullptr) return NoKeyring("a secret");
   Secret s = it != by_key_.end() ? it->second : Secret{};
   const Time now = clock_->Now();
   if (it == by_key_.end()) {
@@ -64,9 +64,7 @@ Result<Secret> TenantSecrets::Put(const std::string& tenant, const std::string& 
   }
   s.updated_at = now;
   s.updated_by = user;
-  auto sealed = sealer_->Seal(value, Context(s));
-  if (!sealed.ok()) return sealed.status().WithPrefix("sealing the secret");
-  s.sealed = std::move(*sealed);
+  TESSERA_ASSIGN_OR_RETURN(s.sealed, SealValue(sealer_, value, Context(s), "a secret"));
   s.value = std::move(value);
   Save(s, batch);
   if (it == by_key_.end()) ++per_tenant_[tenant];
@@ -139,16 +137,9 @@ Status TenantSecrets::Restore(const std::vector<std::pair<std::string, std::stri
     }
     s.created_at = *c;
     s.updated_at = *u;
-    if (sealer_ == nullptr) {
-      auto id = SealedKeyId(s.sealed);
-      return Status::FailedPrecondition(fmt::format(
-          "{}: secret '{}' of {} is sealed under key '{}', and this server has no keyring "
-          "(--kek-file or --kms-command)",
-          where, s.name, s.tenant, id.ok() ? *id : "?"));
-    }
-    auto opened = sealer_->Open(s.sealed, Context(s));
-    if (!opened.ok()) return opened.status().WithPrefix(where);
-    s.value = std::move(*opened);
+    TESSERA_ASSIGN_OR_RETURN(
+        s.value, OpenValue(sealer_, s.sealed, Context(s),
+                           fmt::format("{}: secret '{}' of {}", where, s.name, s.tenant)));
     ++per_tenant_[s.tenant];
     by_key_[Key(s.tenant, s.name)] = std::move(s);
   }
@@ -165,10 +156,8 @@ Result<ResealStep> TenantSecrets::Reseal(const std::string& key_id, std::string&
     cursor = it->first;
     auto id = SealedKeyId(s.sealed);
     if (id.ok() && *id == key_id) continue;
-    if (sealer_ == nullptr) return NoKeyring("a secret");
-    auto sealed = sealer_->Seal(s.value, Context(s));
-    if (!sealed.ok()) return sealed.status().WithPrefix("re-sealing secret " + it->first);
-    s.sealed = std::move(*sealed);
+    TESSERA_ASSIGN_OR_RETURN(s.sealed,
+                             SealValue(sealer_, s.value, Context(s), "secret " + it->first));
     Save(s, batch);
     ++step.resealed;
   }
