@@ -15,9 +15,6 @@ namespace tessera::core {
 
 namespace {
 
-// The record a group's template values are sealed under.
-std::string TemplateRecord(const std::string& group) { return "group/" + group + "/template"; }
-
 constexpr int kMasterPortBase = 29500;  // torchrun's default MASTER_PORT, and the range above it.
 constexpr int kMasterPorts = 1000;
 // Candidate nodes tried one by one for a member before the policy chooses on its own.
@@ -38,9 +35,7 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
   g.seq = next_group_ - 1;
   // The template's values are sealed under the group's own record (its members' under theirs).
   TESSERA_RETURN_IF_ERROR(CheckSecretRefs(caller, g.spec.member, "template."));
-  TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, TemplateRecord(g.id), g.spec.member.env));
-  TESSERA_RETURN_IF_ERROR(
-      SealImageAuth(options_.sealer, TemplateRecord(g.id), g.spec.member.image));
+  TESSERA_RETURN_IF_ERROR(SealValues(TemplateRecord(g.id), g.spec.member.env, g.spec.member.image));
   g.created_at = g.updated_at = clock_->Now();
   Group& stored = groups_.emplace(g.id, std::move(g)).first->second;
   if (Status s = AddMembers(stored, 0, stored.spec.size, batch); !s.ok()) {
@@ -513,14 +508,8 @@ nlohmann::json State::GroupView(const Group& g) const {
 }
 
 void State::SaveGroup(Group& g, store::Batch& batch) {
-  if (Ended(g.state)) {
-    // A group that ended makes no members again: its template keeps no values.
-    DropEnvValues(g.spec.member.env);
-    if (g.spec.member.image.auth) {
-      g.spec.member.image.auth->password.clear();
-      g.spec.member.image.auth->sealed.clear();
-    }
-  }
+  // A group that ended makes no members again: its template keeps no values.
+  if (Ended(g.state)) DropValues(g.spec.member.env, g.spec.member.image);
   batch.settings.emplace_back(std::string(kGroupPrefix) + g.id,
                               DumpJson(ToJson(g, Secrets::kStored)));
 }
@@ -814,14 +803,10 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(Group g, GroupFromJson(*j, "setting " + key));
     next_group_ = std::max(next_group_, g.seq + 1);
-    const std::string record = TemplateRecord(g.id);
-    TESSERA_RETURN_IF_ERROR(OpenEnv(options_.sealer, record, g.spec.member.env));
-    TESSERA_RETURN_IF_ERROR(OpenImageAuth(options_.sealer, record, g.spec.member.image));
-    if (HoldsPlainPassword(g.spec.member.image) && (Ended(g.state) || options_.sealer)) {
-      // Stored in the clear before envelope encryption: sealed now (or dropped, if it ended).
-      TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, g.spec.member.image));
-      SaveGroup(g, batch);
-    }
+    TESSERA_ASSIGN_OR_RETURN(
+        const bool changed,
+        OpenValues(TemplateRecord(g.id), Ended(g.state), g.spec.member.env, g.spec.member.image));
+    if (changed) SaveGroup(g, batch);
     // As in a running server, an ended group stays in memory for the retention only.
     if (Ended(g.state) && g.updated_at < clock_->Now() - options_.retention) continue;
     // The window's recommendations are gone with the last run: none is made up.

@@ -28,7 +28,7 @@ void ImageKeys(const ImageSpec& image, std::set<std::string>& keys) {
 }
 
 // True when some value of `env` or `image` is sealed under a key other than `key_id`; those are
-// unsealed (their sealed form dropped) so that SealEnv and SealImageAuth seal them anew.
+// unsealed (their sealed form dropped) so that SealValues seals them anew.
 bool Unseal(const std::string& key_id, Env& env, ImageSpec& image) {
   bool stale = false;
   for (auto& [name, v] : env) {
@@ -77,9 +77,7 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
           ++step.examined;
           cursor.seq = inst.seq;
           if (!IsActive(inst.state) || !Unseal(key_id, inst.env, inst.image)) return true;
-          const std::string record = "instance/" + inst.id.str();
-          failed = SealEnv(options_.sealer, record, inst.env);
-          if (failed.ok()) failed = SealImageAuth(options_.sealer, record, inst.image);
+          failed = SealValues(InstanceRecord(inst.id.str()), inst.env, inst.image);
           if (!failed.ok()) return false;
           Save(inst, batch);
           ++step.resealed;
@@ -96,9 +94,8 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
           ++step.examined;
           cursor.text = it->first;
           if (Ended(g.state) || !Unseal(key_id, g.spec.member.env, g.spec.member.image)) continue;
-          const std::string record = "group/" + g.id + "/template";
-          TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, record, g.spec.member.env));
-          TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, g.spec.member.image));
+          TESSERA_RETURN_IF_ERROR(
+              SealValues(TemplateRecord(g.id), g.spec.member.env, g.spec.member.image));
           SaveGroup(g, batch);
           ++step.resealed;
         }

@@ -103,13 +103,11 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   // Sealed under this instance's own record before anything changes: a keyring that fails
   // leaves the state as it was.
   const InstanceId id = InstanceId::FromNumber(next_instance_);
-  const std::string record = "instance/" + id.str();
   inst.env = req.env;
   inst.image = req.image;
   for (auto& [name, v] : inst.env) v.sealed.clear();  // A template's, under the group's record.
   if (inst.image.auth) inst.image.auth->sealed.clear();
-  TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, record, inst.env));
-  TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, inst.image));
+  TESSERA_RETURN_IF_ERROR(SealValues(InstanceRecord(id.str()), inst.env, inst.image));
   if (req.billing == Billing::kReserved) {
     TESSERA_ASSIGN_OR_RETURN(inst.reservation, ClaimReservation(caller, admitted.shape));
     ++reservation_used_[inst.reservation];
@@ -313,7 +311,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   // queued again: EndPreempted drops them when it is not).
   if (to == InstanceState::kTerminated || to == InstanceState::kSucceeded ||
       to == InstanceState::kFailed) {
-    DropSecretValues(inst);
+    DropValues(inst.env, inst.image);
   }
   Record(inst, std::move(reason));
   if (!IsActive(to)) instances_.Ended(inst);
@@ -506,7 +504,7 @@ void State::EndPreempted(Instance& v, const std::string& why, store::Batch& batc
   if (v.restart && v.group.empty()) {
     Requeue(v, why, batch);
   } else {
-    DropSecretValues(v);
+    DropValues(v.env, v.image);
   }
 }
 
@@ -542,18 +540,11 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(StoredInstance stored, FromStoredJson(*j, *fleet_));
     // Values sealed at rest are opened now: a key the keyring lacks stops the start, naming it.
-    const std::string record = "instance/" + rec.id;
-    TESSERA_RETURN_IF_ERROR(OpenEnv(options_.sealer, record, stored.instance.env));
-    TESSERA_RETURN_IF_ERROR(OpenImageAuth(options_.sealer, record, stored.instance.image));
-    const bool plain = HoldsPlainPassword(stored.instance.image);
+    TESSERA_ASSIGN_OR_RETURN(const bool changed,
+                             OpenValues(InstanceRecord(rec.id), !IsActive(stored.instance.state),
+                                        stored.instance.env, stored.instance.image));
     Instance& inst = instances_.Add(std::move(stored.instance));
-    if (plain && (!IsActive(inst.state) || options_.sealer)) {
-      // A password stored in the clear before envelope encryption: sealed now, or dropped from
-      // work that ended.
-      if (!IsActive(inst.state)) DropSecretValues(inst);
-      TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, inst.image));
-      Save(inst, batch);
-    }
+    if (changed) Save(inst, batch);
     next_instance_ = std::max(next_instance_, inst.seq + 1);
     ++report.instances;
     if (!IsActive(inst.state)) continue;

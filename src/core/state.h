@@ -499,8 +499,19 @@ class State {
   std::string MissingSecret(const Instance& inst) const;
   // The values a workload's agent is told: `inst`'s env with each reference resolved.
   void AddUserEnv(const Instance& inst, nlohmann::json& env) const;
-  // Drops `inst`'s env literals and registry password from memory (it ended for good).
-  static void DropSecretValues(Instance& inst);
+  // The records a workload's values are sealed under: an instance's own ("instance/<id>") and a
+  // group's template ("group/<id>/template").
+  static std::string InstanceRecord(std::string_view id);
+  static std::string TemplateRecord(std::string_view group);
+  // Seals the env literals and the registry password of record `record` not sealed yet.
+  Status SealValues(std::string_view record, Env& env, ImageSpec& image) const;
+  // Opens them (a restore). A registry password stored in the clear before envelope encryption
+  // is dropped when the work `ended`, else sealed (kept as it was without a keyring). True when
+  // that changed the record, which must then be saved again.
+  Result<bool> OpenValues(std::string_view record, bool ended, Env& env, ImageSpec& image) const;
+  // Drops the env literals and the registry password from memory and store (the work ended for
+  // good); references to secrets stay.
+  static void DropValues(Env& env, ImageSpec& image);
   // CreateInstance's parts: admission with the quota for `count` such instances, the cap on
   // pending work (unless `readmit`: a group's restart, which makes again what was admitted) and
   // the budget; then the instance itself, pending (with its reservation unit for `reserved`).

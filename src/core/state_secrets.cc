@@ -120,11 +120,36 @@ void State::AddUserEnv(const Instance& inst, nlohmann::json& env) const {
   }
 }
 
-void State::DropSecretValues(Instance& inst) {
-  DropEnvValues(inst.env);
-  if (inst.image.auth) {
-    inst.image.auth->password.clear();
-    inst.image.auth->sealed.clear();
+std::string State::InstanceRecord(std::string_view id) { return fmt::format("instance/{}", id); }
+
+std::string State::TemplateRecord(std::string_view group) {
+  return fmt::format("group/{}/template", group);
+}
+
+Status State::SealValues(std::string_view record, Env& env, ImageSpec& image) const {
+  TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, record, env));
+  return SealImageAuth(options_.sealer, record, image);
+}
+
+Result<bool> State::OpenValues(std::string_view record, bool ended, Env& env,
+                               ImageSpec& image) const {
+  TESSERA_RETURN_IF_ERROR(OpenEnv(options_.sealer, record, env));
+  TESSERA_RETURN_IF_ERROR(OpenImageAuth(options_.sealer, record, image));
+  if (!HoldsPlainPassword(image)) return false;
+  if (ended) {
+    DropValues(env, image);
+    return true;
+  }
+  if (options_.sealer == nullptr) return false;  // Sealed at the first start with a keyring.
+  TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, image));
+  return true;
+}
+
+void State::DropValues(Env& env, ImageSpec& image) {
+  DropEnvValues(env);
+  if (image.auth) {
+    image.auth->password.clear();
+    image.auth->sealed.clear();
   }
 }
 

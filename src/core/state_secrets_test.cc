@@ -203,5 +203,92 @@ TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
   EXPECT_EQ(fresh->secrets().size(), 5u);
 }
 
+// Stores written before envelope encryption hold registry passwords and webhook URLs in the
+// clear. The first start with a keyring seals those of live work and drops those of ended work;
+// a start without a keyring keeps live ones as they were and still drops ended ones.
+TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppedAtTheFirstStart) {
+  CreateInstanceRequest live = TestH100(1);
+  live.image.ref = "registry.example.com/team/train:1";
+  live.image.auth = RegistryAuth{"bot", "pw-live", "", ""};
+  auto made = CreateInRound(live);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const std::string live_id = made->id.str();
+  GroupRequest g;
+  g.size = 1;
+  g.min_available = 1;
+  g.member = live;
+  g.member.image.auth = RegistryAuth{"bot", "pw-group", "", ""};
+  ASSERT_TRUE(state_->CreateGroup(Acme(), g, batch_).ok());
+  g.member.image.auth = RegistryAuth{"bot", "pw-ended", "", ""};
+  ASSERT_TRUE(state_->CreateGroup(Acme(), g, batch_).ok());
+  alerts::Rule rule;
+  rule.name = "hot";
+  rule.owner = Acme().id.str();
+  rule.notify = {{alerts::Receiver::Kind::kWebhook, "https://hooks.example.com/t0ken", true}};
+  auto made_rule = state_->CreateAlertRule(Acme(), rule, batch_);
+  ASSERT_TRUE(made_rule.ok());
+  ASSERT_TRUE(store_->Commit(batch_).ok());
+  batch_ = {};
+
+  // Rewrite the records as an earlier release stored them: passwords and URLs as plain strings,
+  // and the second group ended.
+  store::Batch legacy;
+  auto instances = store_->LoadInstances("");
+  ASSERT_TRUE(instances.ok());
+  ASSERT_EQ(instances->size(), 3u) << "the instance and the groups' members";
+  for (store::InstanceRecord rec : *instances) {
+    json doc = json::parse(rec.doc);
+    ASSERT_TRUE(doc["registry_auth"]["password"].is_object()) << doc.dump();
+    doc["registry_auth"]["password"] = rec.id == live_id ? "pw-live" : "pw-member";
+    rec.doc = doc.dump();
+    legacy.instances.push_back(rec);
+  }
+  auto settings = store_->ListSettings("");
+  ASSERT_TRUE(settings.ok());
+  int groups = 0;
+  for (const auto& [key, value] : *settings) {
+    json j = json::parse(value, nullptr, false);
+    if (key.starts_with(State::kGroupPrefix) && j.is_object() && j.contains("template")) {
+      const bool ended = ++groups == 2;
+      j["template"]["registry_auth"]["password"] = ended ? "pw-ended" : "pw-group";
+      if (ended) j["state"] = "deleted";
+      legacy.settings.emplace_back(key, j.dump());
+    } else if (key == std::string(State::kRulePrefix) + made_rule->id) {
+      j["notify"][0]["webhook"] = "https://hooks.example.com/t0ken";
+      legacy.settings.emplace_back(key, j.dump());
+    }
+  }
+  ASSERT_EQ(groups, 2);
+  ASSERT_TRUE(store_->Commit(legacy).ok());
+
+  // Without a keyring: the start succeeds, live values as they were, ended ones dropped.
+  std::unique_ptr<State> keyless;
+  const Status without = RestoreWith(nullptr, &keyless);
+  ASSERT_TRUE(without.ok()) << without.ToString();
+  EXPECT_EQ(keyless->instances().Find(live_id)->image.auth->password, "pw-live");
+  batch_ = {};
+
+  // With one: everything live is sealed, nothing ended keeps its password.
+  std::unique_ptr<State> fresh;
+  const Status with = RestoreWith(&sealer_, &fresh);
+  ASSERT_TRUE(with.ok()) << with.ToString();
+  ASSERT_TRUE(store_->Commit(batch_).ok());
+  batch_ = {};
+  std::string all;
+  auto now = store_->LoadInstances("");
+  ASSERT_TRUE(now.ok());
+  for (const store::InstanceRecord& rec : *now) all += rec.doc;
+  auto after = store_->ListSettings("");
+  ASSERT_TRUE(after.ok());
+  for (const auto& [key, value] : *after) all += value;
+  for (const char* plain :
+       {"pw-live", "pw-member", "pw-group", "pw-ended", "hooks.example.com/t0ken"}) {
+    EXPECT_EQ(all.find(plain), std::string::npos) << plain << " is still stored in the clear";
+  }
+  EXPECT_EQ(fresh->instances().Find(live_id)->image.auth->password, "pw-live");
+  EXPECT_EQ(fresh->SealedKeys(), (std::map<std::string, int64_t>{{"k1", 5}}))
+      << "the instance, the two members, the live group's template and the rule";
+}
+
 }  // namespace
 }  // namespace tessera::core
