@@ -338,7 +338,7 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
       r.env = std::move(*stored);
     }
   } else {
-    ReadEnv(f, body, r.env);
+    ReadEnv(f, r.env);
   }
   r.restart = f.Bool("restart", false, true);
   r.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));

@@ -51,14 +51,13 @@ bool IsValidSecretName(std::string_view name) {
          name[0] != '_' && name[0] != '-';
 }
 
-void ReadEnv(JsonFields& f, const json& body, Env& out) {
+void ReadEnv(JsonFields& f, Env& out) {
   const json* env = f.Get("env", false);
   if (env == nullptr || env->is_null()) return;
   if (!env->is_object()) {
     f.Fail("env", fmt::format("expected an object of variables, found {}", JsonTypeName(*env)));
     return;
   }
-  (void)body;
   if (env->size() > kMaxEnvVars) {
     f.Fail("env", fmt::format("has {} variables; the most is {}", env->size(), kMaxEnvVars));
     return;

@@ -50,7 +50,7 @@ bool IsValidSecretName(std::string_view name);
 // NVIDIA_VISIBLE_DEVICES, CUDA_MPS_*, TESSERA_*, and a group's MASTER_ADDR, MASTER_PORT,
 // WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, PET_*); values are UTF-8 without NUL bytes.
 // Errors go to `f` as "env.NAME: ..." and never quote a value.
-void ReadEnv(JsonFields& f, const nlohmann::json& body, Env& out);
+void ReadEnv(JsonFields& f, Env& out);
 
 // The API form: literals as strings, references as {"secret": "name"}, dropped literals as null.
 nlohmann::json EnvJson(const Env& env);

@@ -21,16 +21,25 @@ void Prune(Tenant& t, Time now) {
   }
 }
 
-std::vector<std::string> Hashes(const Tenant& t) {
+// The hashes of a tenant's or a user's tokens.
+template <typename T>
+std::vector<std::string> Hashes(const T& holder) {
   std::vector<std::string> out;
-  for (const Token& k : t.tokens) out.push_back(k.hash);
+  for (const auto& k : holder.tokens) out.push_back(k.hash);
   return out;
 }
 
-std::vector<std::string> Hashes(const User& u) {
-  std::vector<std::string> out;
-  for (const UserToken& k : u.tokens) out.push_back(k.hash);
-  return out;
+// Index removals of the hashes in `before` that `holder` no longer has.
+template <typename T>
+std::vector<PrincipalIndex::Change> Dropped(const std::vector<std::string>& before,
+                                            const T& holder) {
+  std::vector<PrincipalIndex::Change> changes;
+  for (const std::string& hash : before) {
+    const bool kept = std::any_of(holder.tokens.begin(), holder.tokens.end(),
+                                  [&](const auto& k) { return k.hash == hash; });
+    if (!kept) changes.push_back({hash, std::nullopt});
+  }
+  return changes;
 }
 
 }  // namespace
@@ -131,17 +140,14 @@ Result<User> Tenants::CreateUser(const TenantId& tenant, const std::string& name
 
 Result<User> Tenants::UpdateUser(const std::string& id, const UserUpdate& update,
                                  store::Batch& batch) {
-  const User* before = users_.Find(id);
-  const std::vector<std::string> hashes = before ? Hashes(*before) : std::vector<std::string>{};
+  const std::vector<std::string> hashes = UserHashes(id);
   TESSERA_ASSIGN_OR_RETURN(User u, users_.Update(id, update, batch));
   ReindexUser(u, hashes);
   return u;
 }
 
 Status Tenants::DeleteUser(const std::string& id, store::Batch& batch) {
-  const User* u = users_.Find(id);
-  if (!u) return Status::NotFound(fmt::format("user '{}' not found", id));
-  const std::vector<std::string> hashes = Hashes(*u);
+  const std::vector<std::string> hashes = UserHashes(id);
   TESSERA_RETURN_IF_ERROR(users_.Delete(id, batch));
   std::vector<PrincipalIndex::Change> changes;
   for (const std::string& h : hashes) changes.push_back({h, std::nullopt});
@@ -152,8 +158,7 @@ Status Tenants::DeleteUser(const std::string& id, store::Batch& batch) {
 Result<UserToken> Tenants::AddUserToken(const std::string& id, const std::string& hash,
                                         const std::string& name, std::optional<Time> expires_at,
                                         bool read_only, store::Batch& batch) {
-  const User* before = users_.Find(id);
-  const std::vector<std::string> hashes = before ? Hashes(*before) : std::vector<std::string>{};
+  const std::vector<std::string> hashes = UserHashes(id);
   TESSERA_ASSIGN_OR_RETURN(UserToken t,
                            users_.AddToken(id, hash, name, expires_at, read_only, batch));
   ReindexUser(*users_.Find(id), hashes);
@@ -162,21 +167,20 @@ Result<UserToken> Tenants::AddUserToken(const std::string& id, const std::string
 
 Status Tenants::RevokeUserToken(const std::string& id, const std::string& token,
                                 store::Batch& batch) {
-  const User* before = users_.Find(id);
-  const std::vector<std::string> hashes = before ? Hashes(*before) : std::vector<std::string>{};
+  const std::vector<std::string> hashes = UserHashes(id);
   TESSERA_RETURN_IF_ERROR(users_.RevokeToken(id, token, batch));
   ReindexUser(*users_.Find(id), hashes);
   return Status::Ok();
 }
 
+std::vector<std::string> Tenants::UserHashes(const std::string& id) const {
+  const User* u = users_.Find(id);
+  return u ? Hashes(*u) : std::vector<std::string>{};
+}
+
 void Tenants::ReindexUser(const User& u, const std::vector<std::string>& before) {
   const Tenant* t = Find(u.tenant.str());
-  std::vector<PrincipalIndex::Change> changes;
-  for (const std::string& hash : before) {
-    const bool kept = std::any_of(u.tokens.begin(), u.tokens.end(),
-                                  [&](const UserToken& k) { return k.hash == hash; });
-    if (!kept) changes.push_back({hash, std::nullopt});
-  }
+  std::vector<PrincipalIndex::Change> changes = Dropped(before, u);
   for (auto& c : users_.Entries(u, t && t->disabled)) changes.push_back(std::move(c));
   if (u.first_owner && t) {
     for (const Token& k : t->tokens) changes.push_back(TokenEntry(*t, k));
@@ -271,12 +275,7 @@ void Tenants::Save(Tenant& t, store::Batch& batch) {
 }
 
 void Tenants::Reindex(const Tenant& t, const std::vector<std::string>& before, bool users) {
-  std::vector<PrincipalIndex::Change> changes;
-  for (const std::string& hash : before) {
-    const bool kept = std::any_of(t.tokens.begin(), t.tokens.end(),
-                                  [&](const Token& k) { return k.hash == hash; });
-    if (!kept) changes.push_back({hash, std::nullopt});
-  }
+  std::vector<PrincipalIndex::Change> changes = Dropped(before, t);
   for (const Token& k : t.tokens) {
     changes.push_back(TokenEntry(t, k));
   }

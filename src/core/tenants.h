@@ -122,6 +122,8 @@ class Tenants {
   // Publishes user `u`'s tokens (and, for the first owner, its tenant's); `before` are the hashes
   // of its own tokens it had.
   void ReindexUser(const User& u, const std::vector<std::string>& before);
+  // The hashes of user `id`'s tokens; none for an unknown id.
+  std::vector<std::string> UserHashes(const std::string& id) const;
   // The index entry of one of `t`'s own tokens, acting as its first owner.
   PrincipalIndex::Change TokenEntry(const Tenant& t, const Token& k) const;
   void Save(Tenant& t, store::Batch& batch);

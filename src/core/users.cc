@@ -106,7 +106,7 @@ Result<User> Users::Create(const TenantId& tenant, const std::string& name, Role
     return Status::AlreadyExists(
         fmt::format("field 'name': user '{}' exists already in tenant '{}'", name, tenant.str()));
   }
-  if (List(tenant).size() >= kMaxPerTenant) {
+  if (ByName(tenant).size() >= kMaxPerTenant) {
     return Status::ResourceExhausted(
         fmt::format("tenant '{}' has {} users, the most it may", tenant.str(), kMaxPerTenant));
   }
@@ -140,29 +140,36 @@ const User* Users::Lookup(const TenantId& tenant, std::string_view ref) const {
   return u && u->tenant == tenant ? u : nullptr;
 }
 
-std::vector<const User*> Users::List(const TenantId& tenant) const {
+std::vector<const User*> Users::ByName(const TenantId& tenant) const {
   std::vector<const User*> out;
-  for (const auto& [id, u] : by_id_) {
-    if (u.tenant == tenant) out.push_back(&u);
+  for (auto it = by_name_.lower_bound({tenant.str(), ""});
+       it != by_name_.end() && it->first.first == tenant.str(); ++it) {
+    out.push_back(Find(it->second));
   }
+  return out;
+}
+
+std::vector<const User*> Users::List(const TenantId& tenant) const {
+  std::vector<const User*> out = ByName(tenant);
   std::sort(out.begin(), out.end(),
             [](const User* a, const User* b) { return Number(a->id) < Number(b->id); });
   return out;
 }
 
 const User* Users::FirstOwner(const TenantId& tenant) const {
-  for (const auto& [id, u] : by_id_) {
-    if (u.tenant == tenant && u.first_owner) return &u;
+  for (const User* u : ByName(tenant)) {
+    if (u->first_owner) return u;
   }
   return nullptr;
 }
 
-size_t Users::OtherOwners(const TenantId& tenant, const std::string& except) const {
-  size_t n = 0;
-  for (const auto& [id, u] : by_id_) {
-    n += u.tenant == tenant && id != except && u.role == Role::kOwner && !u.disabled;
+Status Users::NotLastOwner(const User& u) const {
+  for (const User* other : ByName(u.tenant)) {
+    if (other->id != u.id && other->role == Role::kOwner && !other->disabled) return Status::Ok();
   }
-  return n;
+  return Status::FailedPrecondition(
+      fmt::format("user '{}' is the last enabled owner of tenant '{}': make another owner first",
+                  u.name, u.tenant.str()));
 }
 
 Result<User> Users::Update(const std::string& id, const UserUpdate& update, store::Batch& batch) {
@@ -172,11 +179,7 @@ Result<User> Users::Update(const std::string& id, const UserUpdate& update, stor
   const bool loses_owner =
       u.role == Role::kOwner && !u.disabled &&
       ((update.role && *update.role != Role::kOwner) || (update.disabled && *update.disabled));
-  if (loses_owner && OtherOwners(u.tenant, u.id) == 0) {
-    return Status::FailedPrecondition(
-        fmt::format("user '{}' is the last enabled owner of tenant '{}': make another owner first",
-                    u.name, u.tenant.str()));
-  }
+  if (loses_owner) TESSERA_RETURN_IF_ERROR(NotLastOwner(u));
   if (update.role) u.role = *update.role;
   if (update.disabled) u.disabled = *update.disabled;
   if (update.quota_gpu_milli) u.quota_gpu_milli = *update.quota_gpu_milli;
@@ -195,11 +198,7 @@ Status Users::Delete(const std::string& id, store::Batch& batch) {
         "instead (PATCH with {{\"disabled\": true}})",
         u.name));
   }
-  if (u.role == Role::kOwner && !u.disabled && OtherOwners(u.tenant, u.id) == 0) {
-    return Status::FailedPrecondition(
-        fmt::format("user '{}' is the last enabled owner of tenant '{}': make another owner first",
-                    u.name, u.tenant.str()));
-  }
+  if (u.role == Role::kOwner && !u.disabled) TESSERA_RETURN_IF_ERROR(NotLastOwner(u));
   by_name_.erase({u.tenant.str(), u.name});
   batch.deleted_settings.push_back(std::string(kPrefix) + id);
   by_id_.erase(it);

@@ -105,8 +105,11 @@ class Users {
 
  private:
   void Save(User& u, store::Batch& batch);
-  // The tenant's enabled owners but `except`.
-  size_t OtherOwners(const TenantId& tenant, const std::string& except) const;
+  // `tenant`'s users in name order (an index range: the cost is the tenant's users, not all).
+  std::vector<const User*> ByName(const TenantId& tenant) const;
+  // FailedPrecondition when `u` is its tenant's last enabled owner (someone must be able to
+  // manage the tenant).
+  Status NotLastOwner(const User& u) const;
 
   const Clock* clock_;
   std::map<std::string, User, std::less<>> by_id_;
