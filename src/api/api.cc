@@ -109,6 +109,15 @@ Status PageParams(const Target& target, int64_t& after, size_t& limit, int64_t d
 
 std::string PageToken(int64_t after) { return fmt::format("p{}", after); }
 
+Result<const core::Tenant*> VisibleTenant(const core::State& s, const core::Tenant& caller,
+                                          const std::string& id) {
+  const core::Tenant* t = s.tenants().Find(id);
+  if (!t || (!caller.admin && caller.id != t->id)) {
+    return Status::NotFound(fmt::format("tenant '{}' not found", Quote(id)));
+  }
+  return t;
+}
+
 Status IntParam(const Target& target, const char* name, int64_t min, int64_t max, int64_t& value) {
   const std::string* text = target.Param(name);
   if (!text) return Status::Ok();

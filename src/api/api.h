@@ -210,6 +210,11 @@ Status IntParam(const Target& target, const char* name, int64_t min, int64_t max
 // A new bearer token and its hash.
 Result<std::pair<std::string, std::string>> NewToken();
 
+// Tenant `id` as `caller` may see it: a tenant sees only itself, the operator any. NotFound for
+// any other, as for one that does not exist.
+Result<const core::Tenant*> VisibleTenant(const core::State& s, const core::Tenant& caller,
+                                          const std::string& id);
+
 template <typename T>
 void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
   auto shared_op = std::make_shared<Op<T>>(std::move(op));

@@ -12,16 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-// A tenant reads only itself; the admin reads any. Others are answered as unknown.
-Result<const core::Tenant*> Visible(const core::State& s, const core::Tenant& caller,
-                                    const std::string& id) {
-  const core::Tenant* t = s.tenants().Find(id);
-  if (!t || (!caller.admin && caller.id != t->id)) {
-    return Status::NotFound(fmt::format("tenant '{}' not found", id));
-  }
-  return t;
-}
-
 json TenantJson(const core::State& s, const core::Tenant& t) {
   json j = core::ToJson(t, s.TenantGpuMilli(t.id));
   // The cap in force, the server's default unless the tenant's own, and what counts against it.
@@ -103,7 +93,7 @@ void AddTenantRoutes(Api& table) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[id](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, Visible(s, caller, id));
+                     TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, VisibleTenant(s, caller, id));
                      return TenantJson(s, *t);
                    },
                    200, Passthrough, nullptr});
@@ -137,7 +127,7 @@ void AddTenantRoutes(Api& table) {
         api.Run<json>(call, req.status(),
                       {[req, token, id](core::State& s, store::Batch& b,
                                         const core::Tenant& caller) -> Result<json> {
-                         TESSERA_RETURN_IF_ERROR(Visible(s, caller, id).status());
+                         TESSERA_RETURN_IF_ERROR(VisibleTenant(s, caller, id).status());
                          TESSERA_ASSIGN_OR_RETURN(
                              core::Tenant t, s.tenants().Rotate(id, token->second, req->grace, b));
                          json j = TenantJson(s, t);

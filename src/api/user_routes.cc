@@ -90,22 +90,14 @@ Result<TokenRequest> ParseTokenRequest(const json& body) {
   return r;
 }
 
-// The tenant the path names, if `caller` may see it (its own, or any for the operator).
-Result<const core::Tenant*> TenantOf(const core::State& s, const core::Tenant& caller,
-                                     const std::string& id) {
-  const core::Tenant* t = s.tenants().Find(id);
-  if (!t || (!caller.admin && caller.id != t->id)) {
-    return Status::NotFound(fmt::format("tenant '{}' not found", Quote(id)));
-  }
-  return t;
-}
-
-Result<const core::User*> UserOf(const core::State& s, const core::Tenant& tenant,
-                                 const std::string& ref) {
-  const core::User* u = s.tenants().users().Lookup(tenant.id, ref);
+// User `ref` (an id or a name) of tenant `id`, as `caller` may see them.
+Result<const core::User*> UserAt(const core::State& s, const core::Tenant& caller,
+                                 const std::string& id, const std::string& ref) {
+  TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, VisibleTenant(s, caller, id));
+  const core::User* u = s.tenants().users().Lookup(t->id, ref);
   if (!u) {
     return Status::NotFound(
-        fmt::format("user '{}' not found in tenant '{}'", Quote(ref), tenant.id.str()));
+        fmt::format("user '{}' not found in tenant '{}'", Quote(ref), t->id.str()));
   }
   return u;
 }
@@ -133,16 +125,17 @@ void AddUserRoutes(Api& table) {
                                             ? ParseCreateUser(call->body)
                                             : Result<CreateUserRequest>(call->body_status);
         const std::string id = call->params[0];
-        api.Run<json>(call, req.status(),
-                      {[req, id](core::State& s, store::Batch& b,
-                                 const core::Tenant& caller) -> Result<json> {
-                         TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, TenantOf(s, caller, id));
-                         TESSERA_ASSIGN_OR_RETURN(
-                             core::User u, s.tenants().CreateUser(t->id, req->name, req->role,
-                                                                  req->quota_gpu_milli, b));
-                         return UserJson(s, u);
-                       },
-                       201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+        api.Run<json>(
+            call, req.status(),
+            {[req, id](core::State& s, store::Batch& b,
+                       const core::Tenant& caller) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, VisibleTenant(s, caller, id));
+               TESSERA_ASSIGN_OR_RETURN(
+                   core::User u,
+                   s.tenants().CreateUser(t->id, req->name, req->role, req->quota_gpu_milli, b));
+               return UserJson(s, u);
+             },
+             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
       },
       core::Role::kOwner);
   table.Add("GET", "/v1/tenants/{id}/users", Access::kAnyToken, BodyKind::kNone, false,
@@ -151,7 +144,7 @@ void AddUserRoutes(Api& table) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[id](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, TenantOf(s, caller, id));
+                     TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, VisibleTenant(s, caller, id));
                      json list = json::array();
                      for (const core::User* u : s.tenants().users().List(t->id)) {
                        list.push_back(UserJson(s, *u));
@@ -167,8 +160,7 @@ void AddUserRoutes(Api& table) {
         api.Run<json>(
             call, Status::Ok(),
             {[id, ref](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, TenantOf(s, caller, id));
-               TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserOf(s, *t, ref));
+               TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserAt(s, caller, id, ref));
                return UserJson(s, *u);
              },
              200, Passthrough, nullptr});
@@ -183,8 +175,7 @@ void AddUserRoutes(Api& table) {
         api.Run<json>(call, req.status(),
                       {[req, id, ref](core::State& s, store::Batch& b,
                                       const core::Tenant& caller) -> Result<json> {
-                         TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, TenantOf(s, caller, id));
-                         TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserOf(s, *t, ref));
+                         TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserAt(s, caller, id, ref));
                          TESSERA_ASSIGN_OR_RETURN(core::User updated,
                                                   s.tenants().UpdateUser(u->id, *req, b));
                          return UserJson(s, updated);
@@ -199,8 +190,7 @@ void AddUserRoutes(Api& table) {
         api.Run<json>(call, Status::Ok(),
                       {[id, ref](core::State& s, store::Batch& b,
                                  const core::Tenant& caller) -> Result<json> {
-                         TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, TenantOf(s, caller, id));
-                         TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserOf(s, *t, ref));
+                         TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserAt(s, caller, id, ref));
                          const std::string user = u->id;
                          TESSERA_RETURN_IF_ERROR(s.tenants().DeleteUser(user, b));
                          return json{{"id", user}, {"deleted", true}};
@@ -224,8 +214,7 @@ void AddUserRoutes(Api& table) {
             call, req.status(),
             {[req, token, id, ref, who](core::State& s, store::Batch& b,
                                         const core::Tenant& caller) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, TenantOf(s, caller, id));
-               TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserOf(s, *t, ref));
+               TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserAt(s, caller, id, ref));
                TESSERA_RETURN_IF_ERROR(MayManageTokensOf(who, *u));
                std::optional<Time> expires;
                if (req->expires_in_seconds) {
@@ -249,9 +238,8 @@ void AddUserRoutes(Api& table) {
               api.Run<json>(call, Status::Ok(),
                             {[id, ref, who](core::State& s, store::Batch&,
                                             const core::Tenant& caller) -> Result<json> {
-                               TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t,
-                                                        TenantOf(s, caller, id));
-                               TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserOf(s, *t, ref));
+                               TESSERA_ASSIGN_OR_RETURN(const core::User* u,
+                                                        UserAt(s, caller, id, ref));
                                TESSERA_RETURN_IF_ERROR(MayManageTokensOf(who, *u));
                                json list = json::array();
                                for (const core::UserToken& k : u->tokens) {
@@ -270,8 +258,7 @@ void AddUserRoutes(Api& table) {
         api.Run<json>(call, Status::Ok(),
                       {[id, ref, tok, who](core::State& s, store::Batch& b,
                                            const core::Tenant& caller) -> Result<json> {
-                         TESSERA_ASSIGN_OR_RETURN(const core::Tenant* t, TenantOf(s, caller, id));
-                         TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserOf(s, *t, ref));
+                         TESSERA_ASSIGN_OR_RETURN(const core::User* u, UserAt(s, caller, id, ref));
                          TESSERA_RETURN_IF_ERROR(MayManageTokensOf(who, *u));
                          TESSERA_RETURN_IF_ERROR(s.tenants().RevokeUserToken(u->id, tok, b));
                          return json{{"id", tok}, {"revoked", true}};
