@@ -11,17 +11,26 @@ namespace tessera::api {
 
 using nlohmann::json;
 
+namespace {
+
+Status NoKeyring() {
+  return Status::FailedPrecondition(
+      "this server has no keyring: start it with --kek-file or --kms-command");
+}
+
+}  // namespace
+
 KeyRotator::~KeyRotator() {
   stop_ = true;
+  std::lock_guard<std::mutex> lock(thread_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
 void KeyRotator::Rotate(std::function<void(Result<std::string>)> started) {
-  if (sealer_ == nullptr || core_ == nullptr) {
-    started(Status::FailedPrecondition(
-        "this server has no keyring: start it with --kek-file or --kms-command"));
-    return;
-  }
+  if (sealer_ == nullptr || core_ == nullptr) return started(NoKeyring());
+  // One caller at a time replaces the thread: a rotation that failed at once may have let
+  // another caller in before this one stored its thread.
+  std::lock_guard<std::mutex> thread_lock(thread_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (running_) {
@@ -133,8 +142,7 @@ void AddKeyRoutes(Api& table) {
             [](Api& api, std::shared_ptr<Call> call) {
               KeyRotator* keys = api.keys();
               if (!keys) {
-                return api.Run<json>(call, Status::FailedPrecondition("no keyring"),
-                                     {nullptr, 202, Passthrough, nullptr});
+                return api.Run<json>(call, NoKeyring(), {nullptr, 202, Passthrough, nullptr});
               }
               keys->Rotate([&api, call, keys](Result<std::string> started) {
                 // Answered (and audited) once the keyring was read again.

@@ -68,7 +68,8 @@ class KeyRotator {
   std::string error_;                             // GUARDED_BY(mu_).
   std::optional<Time> started_at_, finished_at_;  // GUARDED_BY(mu_).
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::mutex thread_mu_;  // Held while thread_ is joined or replaced.
+  std::thread thread_;    // GUARDED_BY(thread_mu_).
 };
 
 }  // namespace tessera::api
