@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "agent/container_exec.h"
+#include "common/files.h"
 
 namespace tessera::agent {
 namespace {

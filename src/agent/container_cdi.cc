@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "agent/container_exec.h"
+#include "common/files.h"
 #include "common/json.h"
 
 namespace tessera::agent {

@@ -45,10 +45,6 @@ struct ExecResult {
 Result<ExecResult> RunCommand(const std::vector<std::string>& argv,
                               const ExecOptions& options = {});
 
-// Writes `content` to `path` through a temporary file in the same directory, created with
-// `mode` (O_EXCL, so nothing else holds it open), then renamed over `path`. Errors name the path.
-Status WritePrivateFile(const std::string& path, const std::string& content, unsigned mode = 0600);
-
 // The whole contents of a small file, or nullopt when it cannot be read.
 std::optional<std::string> ReadSmallFile(const std::string& path);
 

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "agent/container_exec.h"
+#include "common/files.h"
 #include "common/json.h"
 #include "common/text.h"
 

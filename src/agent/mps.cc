@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "agent/container_exec.h"
+#include "common/files.h"
 #include "common/text.h"
 
 extern char** environ;

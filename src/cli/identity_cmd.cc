@@ -5,11 +5,8 @@
 //   tessera keys status|rotate
 // A secret's value and a new token are never taken from argv (every user of the machine reads
 // /proc/PID/cmdline): values come from a file or stdin, and a token is printed once.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/crypto.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fstream>
@@ -22,6 +19,7 @@
 #include "cli/client.h"
 #include "cli/table.h"
 #include "common/envelope.h"
+#include "common/files.h"
 #include "common/text.h"
 
 namespace tessera::cli {
@@ -379,17 +377,11 @@ bool AddKeyToFile(const std::string& path, const std::string& id) {
     return false;
   }
   std::string text = *line + "\n" + old;
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-            fsync(fd) == 0;
-  if (fd >= 0) close(fd);
+  const Status written = WritePrivateFile(path, text, 0600, /*sync=*/true);
   OPENSSL_cleanse(text.data(), text.size());
   OPENSSL_cleanse(old.data(), old.size());
-  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    std::cerr << "tessera: cannot write the keyring " << EscapeForTerminal(path) << "\n";
-    unlink(tmp.c_str());
+  if (!written.ok()) {
+    std::cerr << "tessera: " << EscapeForTerminal(written.message()) << "\n";
     return false;
   }
   // Its new key must be checkable before the server is asked to use it.

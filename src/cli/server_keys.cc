@@ -1,21 +1,18 @@
 #include "cli/server_keys.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
+#include "common/files.h"
 #include "common/text.h"
 
 namespace tessera::cli {
 
 namespace {
 
-// Makes keyring file `path` with one new key, "local-1", unless it exists: O_EXCL, 0600.
+// Makes keyring file `path` with one new key, "local-1", unless it exists (0600, on disk before
+// the server seals anything with it).
 Status MakeDefaultKeyring(const std::string& path) {
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0) return Status::Ok();
@@ -24,16 +21,8 @@ Status MakeDefaultKeyring(const std::string& path) {
       "# Tessera's key-encryption keys: the first seals new values, all open them.\n"
       "# Made by the server at its first start; keep a copy apart from the database.\n" +
       line + "\n";
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return Status::FailedPrecondition(
-        fmt::format("{}: cannot make the keyring: {}", path, std::strerror(errno)));
-  }
-  const bool written =
-      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
-  close(fd);
-  if (!written)
-    return Status::FailedPrecondition(fmt::format("{}: cannot write the keyring", path));
+  TESSERA_RETURN_IF_ERROR(
+      WritePrivateFile(path, text, 0600, /*sync=*/true).WithPrefix("making the keyring"));
   spdlog::info("made the keyring {} with key local-1 (values at rest are sealed with it)", path);
   return Status::Ok();
 }
