@@ -264,5 +264,33 @@ TEST_F(TenantSecretsTest, ARotationUnderACreateLoadLosesNothingAndLeavesNoRecord
   EXPECT_EQ(Bytes(dir_.File("data/tessera.db")).find("enc:v1:old-1:"), std::string::npos);
 }
 
+// With a KMS plugin the plugin decides the current key: once it moves, `tessera keys rotate`
+// (without --kek-file) moves every record to it.
+TEST_F(TenantSecretsTest, ARotationWithAKmsPluginMovesEveryRecordToThePluginsNewKey) {
+  ASSERT_EQ(server_->Stop(SIGTERM), 0);
+  const std::string current = dir_.Write("kms-current", "kms-1");
+  const std::string plugin = dir_.Write("kms", fmt::format(R"sh(#!/bin/sh
+case "$1" in
+  wrap) read -r dek; printf '%s %s\n' "$(cat {})" "$(printf 'w:%s' "$dek" | base64 -w0)" ;;
+  unwrap) read -r w; printf '%s' "$w" | base64 -d | sed 's/^w://'; echo ;;
+esac
+)sh",
+                                                           current));
+  ASSERT_EQ(chmod(plugin.c_str(), 0700), 0);
+  StartServer({"--sim-agents", "--kms-command", plugin});
+  token_ = NewTenant("beta", 8);
+  ASSERT_EQ(Post("/v1/secrets", token_, {{"name", "db"}, {"value", "pw"}}).status, 201);
+  ASSERT_EQ(Post("/v1/instances", token_, Instance("sleep 600", {{"MODE", "fast"}})).status, 201);
+  EXPECT_EQ(Get("/v1/keys", kAdminToken).body["records_by_key"], json({{"kms-1", 2}}));
+
+  dir_.Write("kms-current", "kms-2");
+  auto rotated = testing::RunTessera(
+      {"keys", "rotate", "--wait", "--url", server_->url(), "--token", kAdminToken});
+  ASSERT_EQ(rotated.exit_code, 0) << rotated.out << rotated.err;
+  const json status = Get("/v1/keys", kAdminToken).body;
+  EXPECT_EQ(status["current_key"], "kms-2") << status.dump();
+  EXPECT_EQ(status["records_by_key"], json({{"kms-2", 2}})) << status.dump();
+}
+
 }  // namespace
 }  // namespace tessera

@@ -44,11 +44,11 @@ void KeyRotator::Rotate(std::function<void(Result<std::string>)> started) {
   }
   if (thread_.joinable()) thread_.join();  // The last rotation's, finished.
   thread_ = std::thread([this, started = std::move(started)] {
-    // Off the I/O threads: a KMS plugin may take seconds to answer.
+    // Off the I/O threads: a KMS plugin may take seconds to answer. A keyring file is read
+    // again; then a new seed is wrapped, which learns the current key (a KMS plugin's own).
     Status reloaded = sealer_->ReloadKeyring();
     if (reloaded.code() == StatusCode::kFailedPrecondition) reloaded = Status::Ok();  // A KMS.
-    Result<std::string> key =
-        reloaded.ok() ? sealer_->CurrentKeyId() : Result<std::string>(reloaded);
+    Result<std::string> key = reloaded.ok() ? sealer_->RenewSeed() : Result<std::string>(reloaded);
     if (!key.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;

@@ -711,20 +711,30 @@ Result<std::string> Sealer::Seal(std::string_view plaintext, std::string_view co
     keyring = keyring_;
   }
   if (!seed) {
-    // Made outside the lock: a plugin's wrap may take a while. Two threads may both make one;
-    // the last stays current and both seal correctly.
-    auto made = std::make_shared<Seed>();
-    TESSERA_ASSIGN_OR_RETURN(made->wrapped, NewSeed(*keyring, made->secret));
-    std::lock_guard<std::mutex> lock(mu_);
-    if (keyring_ == keyring) current_ = made;
-    if (cache_.size() >= kSeedsCached) cache_.erase(cache_.begin());
-    cache_[CacheKey(made->wrapped.key_id, made->wrapped.wrapped)] = made;
-    seed = std::move(made);
+    TESSERA_ASSIGN_OR_RETURN(seed, MakeSeed(keyring));
   }
   TESSERA_ASSIGN_OR_RETURN(
       std::string payload,
       SealWithSeed(seed->secret, Aad(kValueLabel, seed->wrapped.key_id, context), plaintext));
   return Format(seed->wrapped, payload);
+}
+
+Result<std::shared_ptr<const Sealer::Seed>> Sealer::MakeSeed(
+    std::shared_ptr<const Keyring> keyring) {
+  // Made outside the lock: a plugin's wrap may take a while. Two threads may both make one; the
+  // last stays current and both seal correctly.
+  auto made = std::make_shared<Seed>();
+  TESSERA_ASSIGN_OR_RETURN(made->wrapped, NewSeed(*keyring, made->secret));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (keyring_ == keyring) current_ = made;
+  if (cache_.size() >= kSeedsCached) cache_.erase(cache_.begin());
+  cache_[CacheKey(made->wrapped.key_id, made->wrapped.wrapped)] = made;
+  return std::shared_ptr<const Seed>(std::move(made));
+}
+
+Result<std::string> Sealer::RenewSeed() {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const Seed> seed, MakeSeed(keyring()));
+  return seed->wrapped.key_id;
 }
 
 Result<std::shared_ptr<const Sealer::Seed>> Sealer::Unwrapped(std::string_view key_id,

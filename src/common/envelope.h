@@ -134,9 +134,15 @@ class Sealer {
   void SetReload(Reload reload);
   // Reads the keyring again now (SetReload's) and uses it. FailedPrecondition without a reload.
   Status ReloadKeyring();
+  // Makes the seed new values are sealed under now, wrapped by the keyring's current key, and
+  // returns that key's id. A KMS plugin decides its current key itself: this is how a rotation
+  // learns it (the seed in use stays under the key it was wrapped by until then).
+  Result<std::string> RenewSeed();
 
  private:
   struct Seed;
+  // A new seed wrapped by `keyring`, current when `keyring` still is, and cached.
+  Result<std::shared_ptr<const Seed>> MakeSeed(std::shared_ptr<const Keyring> keyring);
   // The seed `wrapped` under `key_id` unwraps to, from the cache or the keyring.
   Result<std::shared_ptr<const Seed>> Unwrapped(std::string_view key_id, std::string_view wrapped);
 

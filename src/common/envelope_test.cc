@@ -1,5 +1,6 @@
 #include "common/envelope.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -328,6 +329,29 @@ TEST_F(CommandKeyringTest, RoundTripsThroughThePlugin) {
   EXPECT_EQ(SealedKeyId(sealed).value(), "kms-1");
   EXPECT_EQ(Open(*kms, sealed, "ctx").value(), "secret");
   EXPECT_EQ(Open(*kms, sealed, "other").status().code(), StatusCode::kDataLoss);
+}
+
+// A plugin whose current key moves (a KMS rotated it): the Sealer keeps sealing under the seed
+// it has until RenewSeed, which learns the new key from the plugin's answer; values under the old
+// key still open.
+TEST_F(CommandKeyringTest, ASealerLearnsThePluginsNewKeyWhenItRenewsItsSeed) {
+  const std::string current = dir_.Write("current", "kms-1");
+  const std::string path = Script("kms", fmt::format(R"sh(#!/bin/sh
+case "$1" in
+  wrap) read -r dek; printf '%s %s\n' "$(cat {})" "$(printf 'w:%s' "$dek" | base64 -w0)" ;;
+  unwrap) read -r w; printf '%s' "$w" | base64 -d | sed 's/^w://'; echo ;;
+esac
+)sh",
+                                                     current));
+  Sealer sealer(NewCommandKeyring({path}));
+  const std::string old = sealer.Seal("v", "c").value();
+  EXPECT_EQ(SealedKeyId(old).value(), "kms-1");
+  dir_.Write("current", "kms-2");
+  EXPECT_EQ(SealedKeyId(sealer.Seal("v", "c").value()).value(), "kms-1") << "the seed in use";
+  EXPECT_EQ(sealer.RenewSeed().value(), "kms-2");
+  EXPECT_EQ(sealer.CurrentKeyId().value(), "kms-2");
+  EXPECT_EQ(SealedKeyId(sealer.Seal("v", "c").value()).value(), "kms-2");
+  EXPECT_EQ(sealer.Open(old, "c").value(), "v");
 }
 
 TEST_F(CommandKeyringTest, AKeyThePluginRefusesIsNamedWithItsStderr) {
