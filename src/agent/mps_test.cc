@@ -374,35 +374,14 @@ class MpsFakeControlTest : public MpsDaemonsTest {
   void TearDown() override {
     if (const pid_t pid = DaemonPid(Root()); pid > 0) kill(pid, SIGKILL);
   }
+  // The fake control program with `args`, its commands on stdin, as a client of the daemon
+  // whose pipe directory is `pipe`.
   testing::CommandResult Run(const std::vector<std::string>& args, const std::string& input,
                              const std::string& pipe) {
-    int in[2], out[2], err[2];
-    EXPECT_EQ(pipe2(in, O_CLOEXEC) | pipe2(out, O_CLOEXEC) | pipe2(err, O_CLOEXEC), 0);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      setenv("CUDA_MPS_PIPE_DIRECTORY", pipe.c_str(), 1);
-      setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa", 1);
-      std::vector<std::string> argv = {kFake};
-      argv.insert(argv.end(), args.begin(), args.end());
-      testing::ExecArgv(argv);
-    }
-    close(in[0]);
-    close(out[1]);
-    close(err[1]);
-    EXPECT_EQ(write(in[1], input.data(), input.size()), static_cast<ssize_t>(input.size()));
-    close(in[1]);
-    testing::CommandResult r;
-    r.out = testing::ReadAll(out[0]);
-    r.err = testing::ReadAll(err[0]);
-    close(out[0]);
-    close(err[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return r;
+    std::vector<std::string> argv = {kFake};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunProgram(
+        argv, input, {{"CUDA_MPS_PIPE_DIRECTORY", pipe}, {"CUDA_VISIBLE_DEVICES", "GPU-aaaa"}});
   }
 };
 

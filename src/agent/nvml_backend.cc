@@ -463,11 +463,9 @@ std::vector<MigDevice> NvmlBackend::ReadMigDevices(nv::nvmlDevice_t dev, const s
         api_.gpu_instance(dev, gi_id, &gi) == nv::NVML_SUCCESS &&
         api_.gpu_instance_info(gi, &info) == nv::NVML_SUCCESS) {
       m.start = static_cast<int>(info.placement.start);
-      if (table != nullptr) {
-        for (const mig::Profile& p : table->profiles) {
-          if (p.id == static_cast<int>(info.profileId)) m.profile = p.name;
-        }
-      }
+      const mig::Profile* p =
+          table != nullptr ? table->FindById(static_cast<int>(info.profileId)) : nullptr;
+      if (p != nullptr) m.profile = p->name;
     }
     // Otherwise the MIG device's name ends with its profile.
     char name[nv::NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
@@ -508,8 +506,8 @@ void NvmlBackend::AddBareGpuInstances(nv::nvmlDevice_t dev, const mig::Table* ta
       m.start = static_cast<int>(info.placement.start);
       m.gpu_instance = static_cast<int>(info.id);
       m.bare = true;
-      for (const mig::Profile& p : table->profiles) {
-        if (p.id == static_cast<int>(info.profileId)) m.profile = p.name;
+      if (const mig::Profile* p = table->FindById(static_cast<int>(info.profileId))) {
+        m.profile = p->name;
       }
       out.push_back(std::move(m));
     }

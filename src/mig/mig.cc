@@ -102,6 +102,13 @@ const Profile* Table::Find(std::string_view name) const {
   return nullptr;
 }
 
+const Profile* Table::FindById(int id) const {
+  for (const Profile& p : profiles) {
+    if (p.id == id) return &p;
+  }
+  return nullptr;
+}
+
 std::string Placement::ToString() const {
   return fmt::format("{}@{}", profile ? std::string_view(profile->name) : "?", start);
 }

@@ -35,6 +35,8 @@ struct Table {
 
   // The profile named `name`, or nullptr.
   const Profile* Find(std::string_view name) const;
+  // The profile with NVML GPU-instance profile id `id`, or nullptr.
+  const Profile* FindById(int id) const;
 };
 
 // One GPU instance on a GPU: a profile at a start.

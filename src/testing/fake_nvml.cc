@@ -266,13 +266,6 @@ const mig::Table* FindTable(const std::string& model, std::string& error) {
   return nullptr;
 }
 
-const mig::Profile* ProfileById(const mig::Table& table, unsigned int id) {
-  for (const mig::Profile& p : table.profiles) {
-    if (p.id == static_cast<int>(id)) return &p;
-  }
-  return nullptr;
-}
-
 // The profile at NVML GPU-instance profile index `index` (reference section 8.1), or null with
 // `code`: INVALID_ARGUMENT past NVML's last index, NOT_SUPPORTED for a profile the table lacks.
 const mig::Profile* ProfileAtIndex(const mig::Table& table, unsigned int index,
@@ -533,7 +526,7 @@ std::string CheckSavedGi(const FakeGpu& g, const SavedGi& gi) {
     if (!ids.insert(ci.id).second) return fmt::format("compute instance {} twice", ci.id);
   }
   if (g.table == nullptr) return "";
-  const mig::Profile* p = ProfileById(*g.table, gi.profile_id);
+  const mig::Profile* p = g.table->FindById(static_cast<int>(gi.profile_id));
   if (p == nullptr || gi.size != static_cast<unsigned int>(p->memory_slices)) {
     return fmt::format("profile {} of size {} is not in the {} table", gi.profile_id, gi.size,
                        g.table->model);
@@ -591,7 +584,8 @@ Saved ParseState(const Fake& f, const std::string& text, std::string& error) {
           return out;
         }
         if (config.table != nullptr) {
-          layout.push_back({ProfileById(*config.table, gi.profile_id), static_cast<int>(gi.start)});
+          layout.push_back({config.table->FindById(static_cast<int>(gi.profile_id)),
+                            static_cast<int>(gi.start)});
         }
         g.gis.push_back(std::move(gi));
       }
@@ -630,7 +624,8 @@ void ApplyState(Fake& f, Saved saved) {
         gi->profile_id = sg.profile_id;
         gi->start = sg.start;
         gi->size = sg.size;
-        gi->profile = g.table != nullptr ? ProfileById(*g.table, sg.profile_id) : nullptr;
+        gi->profile =
+            g.table != nullptr ? g.table->FindById(static_cast<int>(sg.profile_id)) : nullptr;
       }
       std::vector<std::unique_ptr<FakeCi>> old_cis = std::move(gi->cis);
       gi->cis.clear();
@@ -706,7 +701,7 @@ std::string AddConfigInstances(FakeGpu& g, const json& migs, unsigned long long&
     ci->uuid = migs[m].value("uuid", "");
     ci->name = migs[m].value("name", "");
     if (g.table != nullptr) {
-      gi->profile = ProfileById(*g.table, gi->profile_id);
+      gi->profile = g.table->FindById(static_cast<int>(gi->profile_id));
       if (gi->profile == nullptr) {
         return fmt::format("mig_devices[{}]: profile_id {} is not in the {} table", m,
                            gi->profile_id, g.table->model);
@@ -922,7 +917,7 @@ const mig::Profile* CreatableProfile(const Target& t, unsigned int profile_id, c
   code = nv::NVML_ERROR_NOT_SUPPORTED;  // Not a MIG GPU, no table, or MIG is off now.
   if (!t.gpu->mig.value_or(false) || t.gpu->table == nullptr) return nullptr;
   code = nv::NVML_ERROR_INVALID_ARGUMENT;
-  return ProfileById(*t.gpu->table, profile_id);
+  return t.gpu->table->FindById(static_cast<int>(profile_id));
 }
 
 }  // namespace
@@ -1276,7 +1271,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
   FAKE_DEVICE(dev, nullptr);
   if (t.ci != nullptr || count == nullptr) return nv::NVML_ERROR_INVALID_ARGUMENT;
   if (!t.gpu->mig || t.gpu->table == nullptr) return nv::NVML_ERROR_NOT_SUPPORTED;
-  const mig::Profile* p = ProfileById(*t.gpu->table, profile_id);
+  const mig::Profile* p = t.gpu->table->FindById(static_cast<int>(profile_id));
   if (p == nullptr) return nv::NVML_ERROR_INVALID_ARGUMENT;
   const auto needed = static_cast<unsigned int>(p->starts.size());
   if (placements == nullptr) {
@@ -1306,7 +1301,8 @@ nvmlReturn_t nvmlDeviceGetGpuInstances(nv::nvmlDevice_t dev, unsigned int profil
   }
   if (!t.gpu->mig || t.gpu->table == nullptr) return nv::NVML_ERROR_NOT_SUPPORTED;
   if (f.mig_no_permission) return nv::NVML_ERROR_NO_PERMISSION;
-  if (ProfileById(*t.gpu->table, profile_id) == nullptr) return nv::NVML_ERROR_INVALID_ARGUMENT;
+  if (t.gpu->table->FindById(static_cast<int>(profile_id)) == nullptr)
+    return nv::NVML_ERROR_INVALID_ARGUMENT;
   std::vector<nv::nvmlGpuInstance_t> found;
   for (auto& gi : t.gpu->gis) {
     if (gi->profile_id == profile_id) found.push_back(&gi->handle);

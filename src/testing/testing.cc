@@ -103,12 +103,12 @@ std::string TesseraBinary() {
   return (fs::path(SourceDir()) / "build" / "release" / "tessera").string();
 }
 
-CommandResult RunTessera(const std::vector<std::string>& args, const std::string& stdin_text) {
+CommandResult RunProgram(const std::vector<std::string>& argv, const std::string& stdin_text,
+                         const std::vector<std::pair<std::string, std::string>>& env) {
   TempDir io;
   const std::string in_path = io.Write("stdin", stdin_text);
   const std::string out_path = io.File("stdout");
   const std::string err_path = io.File("stderr");
-  const std::string bin = TesseraBinary();
   CommandResult result;
   const pid_t pid = fork();
   if (pid == 0) {
@@ -116,11 +116,11 @@ CommandResult RunTessera(const std::vector<std::string>& args, const std::string
         !freopen(err_path.c_str(), "w", stderr)) {
       _exit(127);
     }
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(bin.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
     _exit(127);
   }
   int status = 0;
@@ -135,6 +135,12 @@ CommandResult RunTessera(const std::vector<std::string>& args, const std::string
   result.out = slurp(out_path);
   result.err = slurp(err_path);
   return result;
+}
+
+CommandResult RunTessera(const std::vector<std::string>& args, const std::string& stdin_text) {
+  std::vector<std::string> argv = {TesseraBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(argv, stdin_text);
 }
 
 bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key) {

@@ -67,8 +67,14 @@ struct CommandResult {
   std::string err;     // Everything written to stderr.
 };
 
-// Runs the tessera binary with `args` (no shell; arguments passed as is), with optional `stdin`
-// text, and waits for it.
+// Runs `argv` (argv[0] a path; no shell, arguments passed as is) with `env` added to its
+// environment and `stdin_text` as its standard input, and waits for it. Its input and output are
+// files, so a program that exits without reading its input, or leaves a daemon holding its
+// output, is run all the same.
+CommandResult RunProgram(const std::vector<std::string>& argv, const std::string& stdin_text = "",
+                         const std::vector<std::pair<std::string, std::string>>& env = {});
+
+// Runs the tessera binary with `args` (RunProgram).
 CommandResult RunTessera(const std::vector<std::string>& args, const std::string& stdin_text = "");
 
 // Writes a self-signed certificate for 127.0.0.1 (and localhost) and its key into `dir`, with
