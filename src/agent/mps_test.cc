@@ -2,7 +2,6 @@
 // records every command it gets in PIPE/commands.log and keeps made-up servers in PIPE/servers.
 #include "agent/mps.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
