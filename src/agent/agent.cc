@@ -357,6 +357,18 @@ json Agent::Report(milliseconds wait) {
     body["mig_repartitions"] = mig_->repartitions();
   }
   body["shares"] = {{"mps", mps_available_}, {"note", mps_note_}};
+  if (options_.volumes) {
+    json held = json::array();
+    for (const HeldVolume& v : options_.volumes->List()) {
+      held.push_back({{"id", v.id},
+                      {"used_bytes", v.used_bytes},
+                      {"size_bytes", v.size_bytes},
+                      {"enforced", v.enforced}});
+    }
+    body["volumes"] = {{"enforced", options_.volumes->enforced()},
+                       {"note", options_.volumes->note()},
+                       {"held", std::move(held)}};
+  }
   if (!mode_results_.empty()) {
     json results = json::array();
     for (const auto& [id, r] : mode_results_) {
@@ -624,7 +636,8 @@ void Agent::Apply(const json& desired) {
             if (name.is_string()) spec.port_env.push_back(name.get<std::string>());
           }
         }
-        Status s = PrepareMig(id, w, spec);
+        Status s = PrepareVolumes(w, spec);
+        if (s.ok()) s = PrepareMig(id, w, spec);
         if (s.ok()) s = PrepareMps(w, spec);
         if (!s.ok()) {
           spdlog::error("starting {}: {}", key, s.message());
@@ -699,6 +712,7 @@ void Agent::Apply(const json& desired) {
     mig_->Release(live);
   }
   ApplyModeRequests(desired);
+  RemoveVolumes(desired);
   if (mps_available_) {
     // Daemons of GPUs, and servers of uids, that hold no share any more are stopped.
     std::map<int64_t, std::map<int, std::set<int64_t>>> by_uid;
@@ -813,6 +827,29 @@ Status Agent::PrepareMps(const json& w, WorkloadSpec& spec) {
     first = false;
   }
   return Status::Ok();
+}
+
+Status Agent::PrepareVolumes(const json& w, WorkloadSpec& spec) {
+  const json volumes = w.value("volumes", json::array());
+  if (!volumes.is_array() || volumes.empty()) return Status::Ok();
+  if (!options_.volumes) return Status::FailedPrecondition("this node's agent keeps no volumes");
+  for (const json& v : volumes) {
+    if (!v.is_object()) return Status::InvalidArgument("volumes: an entry is not an object");
+    const std::string id = v.value("id", ""), name = v.value("name", "");
+    auto dir = options_.volumes->Prepare(id, v.value("size_gib", int64_t{0}));
+    if (!dir.ok()) return dir.status().WithPrefix(fmt::format("volume '{}'", Quote(name)));
+    spec.volumes.push_back({name, *dir, v.value("path", "")});
+  }
+  return Status::Ok();
+}
+
+void Agent::RemoveVolumes(const json& desired) {
+  if (!options_.volumes || !desired.contains("volumes") || !desired["volumes"].is_object()) return;
+  for (const json& id : desired["volumes"].value("delete", json::array())) {
+    if (!id.is_string()) continue;
+    Status s = options_.volumes->Remove(id.get<std::string>());
+    if (!s.ok()) spdlog::warn("removing volume {}: {}", Quote(id.get<std::string>()), s.message());
+  }
 }
 
 void Agent::ApplyModeRequests(const json& desired) {

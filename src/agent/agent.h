@@ -25,6 +25,7 @@
 #include "agent/gpu_backend.h"
 #include "agent/mig_manager.h"
 #include "agent/mps.h"
+#include "agent/volumes.h"
 #include "agent/workload.h"
 #include "common/result.h"
 #include "telemetry/series.h"
@@ -84,6 +85,8 @@ struct AgentOptions {
   // Empty: shares get only their environment.
   std::string mps_control;
   std::string mps_root;
+  // The node's volumes (volumes.h); null: a workload that mounts one fails, saying so.
+  std::shared_ptr<VolumeHost> volumes;
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",
@@ -160,6 +163,10 @@ class Agent {
   MpsDaemons& MpsOf(int64_t uid);
   // Carries out the server's GPU mode requests (a MIG mode change) not yet answered.
   void ApplyModeRequests(const nlohmann::json& desired);
+  // Makes a new workload's volumes ready and puts them in its spec; the failure, named.
+  Status PrepareVolumes(const nlohmann::json& w, WorkloadSpec& spec);
+  // Removes the volumes the server deleted (those still busy are tried again next time).
+  void RemoveVolumes(const nlohmann::json& desired);
 
   // The outcome of a GPU mode request, reported until the server stops asking.
   struct ModeResult {

@@ -127,6 +127,10 @@ Status CheckSpec(const ContainerSpec& spec) {
     return Status::InvalidArgument("nofile_limit and nproc_limit must be positive");
   }
   if (!spec.work_dir.empty()) TESSERA_RETURN_IF_ERROR(CheckHostPath("work_dir", spec.work_dir));
+  for (const auto& [host, path] : spec.binds) {
+    TESSERA_RETURN_IF_ERROR(CheckHostPath("binds", host));
+    TESSERA_RETURN_IF_ERROR(CheckHostPath("binds", path));
+  }
   for (const auto& d : spec.cdi_devices) TESSERA_RETURN_IF_ERROR(CheckCdiName(d));
   for (const auto& d : spec.device_nodes) {
     TESSERA_RETURN_IF_ERROR(CheckHostPath("device_nodes", d));
@@ -231,6 +235,12 @@ Result<ContainerRun> BuildPodmanRun(const ContainerSpec& spec, const ContainerHo
     // known once the container is created.
     a.push_back("--volume=" + spec.work_dir + ":/workspace:rw,U");
     a.push_back("--workdir=/workspace");
+  }
+  for (const auto& [from, path] : spec.binds) {
+    // Under --userns=auto only podman knows the container's uid; otherwise the agent gave the
+    // volume to the workload's uid already (and a recursive chown at every start would cost).
+    a.push_back(fmt::format("--volume={}:{}:rw{}", from, path,
+                            spec.user_mode == ContainerUserMode::kUserNamespace ? ",U" : ""));
   }
   for (const auto& d : spec.cdi_devices) a.push_back("--device=" + d);
   for (const auto& d : spec.device_nodes) a.push_back("--device=" + d);

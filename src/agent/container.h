@@ -73,6 +73,8 @@ struct ContainerSpec {
   // A host directory mounted read-write at /workspace (also the working directory), chowned to
   // the container's user by podman (`U`); "" = none.
   std::string work_dir;
+  // Host directories mounted read-write at container paths (the tenant's volumes): (host, path).
+  std::vector<std::pair<std::string, std::string>> binds;
   std::vector<std::string> cdi_devices;   // Fully qualified, e.g. "nvidia.com/gpu=0".
   std::vector<std::string> device_nodes;  // Host device nodes given as they are, e.g. "/dev/fuse".
   ContainerNetwork network = ContainerNetwork::kPrivate;

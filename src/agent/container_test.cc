@@ -40,6 +40,7 @@ ContainerSpec TypicalSpec() {
   spec.memory_mib = 512;
   spec.pids_limit = 100;
   spec.work_dir = "/var/lib/tessera/work/inst-000042";
+  spec.binds = {{"/var/lib/tessera/volumes/vol-000007", "/ckpt"}};
   spec.cdi_devices = {"nvidia.com/gpu=0", "nvidia.com/gpu=GPU-1234"};
   spec.device_nodes = {"/dev/fuse"};
   spec.network = ContainerNetwork::kNone;
@@ -74,6 +75,7 @@ TEST(BuildPodmanRunTest, TypicalSpecGivesTheWholeCommand) {
       "--ulimit=nproc=4096:4096",
       "--volume=/var/lib/tessera/work/inst-000042:/workspace:rw,U",
       "--workdir=/workspace",
+      "--volume=/var/lib/tessera/volumes/vol-000007:/ckpt:rw,U",
       "--device=nvidia.com/gpu=0",
       "--device=nvidia.com/gpu=GPU-1234",
       "--device=/dev/fuse",
@@ -199,8 +201,24 @@ INSTANTIATE_TEST_SUITE_P(
              {"--entrypoint", "-c"}),
         Case("no env, no env file", [](ContainerSpec& s, ContainerHost&) { s.env.clear(); }, {},
              {"--env-file"}),
-        Case("no work dir, no mount", [](ContainerSpec& s, ContainerHost&) { s.work_dir.clear(); },
+        Case("no work dir and no volumes, no mount",
+             [](ContainerSpec& s, ContainerHost&) {
+               s.work_dir.clear();
+               s.binds.clear();
+             },
              {}, {"--volume", "--workdir"}),
+        Case("a volume for a host uid is the agent's to chown, not podman's",
+             [](ContainerSpec& s, ContainerHost&) {
+               s.user_mode = ContainerUserMode::kHostUid;
+               s.uid = s.gid = 1999000007;
+             },
+             {"--volume=/var/lib/tessera/volumes/vol-000007:/ckpt:rw"}),
+        Case(
+            "a volume path podman's -v would split",
+            [](ContainerSpec& s, ContainerHost&) {
+              s.binds = {{"/v/vol-1", "/a,ro"}};
+            },
+            {}, {}, "", "binds"),
         Case(
             "bad name", [](ContainerSpec& s, ContainerHost&) { s.name = "Inst/1"; }, {}, {}, "",
             "name \"Inst/1\""),

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <set>
 
+#include "agent/volumes.h"
 #include "agent/workload_cgroup.h"
 #include "agent/workload_files.h"
 #include "agent/workload_shim.h"
@@ -126,6 +127,14 @@ Result<std::vector<std::string>> BuildEnv(const WorkloadSpec& spec, const std::s
     }
   }
   vars.emplace_back(kNoticeEnv, dir + "/" + shim::kNoticeFile);
+  for (const WorkloadSpec::Volume& v : spec.volumes) {
+    std::string name = "TESSERA_VOLUME_";
+    for (const char c : v.name) {
+      name += c == '-' || c == '.' ? '_'
+                                   : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    vars.emplace_back(std::move(name), spec.image.empty() ? dir + v.path : v.path);
+  }
   std::vector<std::string> env;
   for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
   return env;
@@ -149,6 +158,45 @@ Status ValidateSpec(const WorkloadSpec& spec) {
   if (spec.memory_mib < 0 || spec.memory_mib > kMaxMemoryMib) {
     return Status::InvalidArgument(fmt::format("workload '{}': memory_mib: {} is not in [0, {}]",
                                                spec.id, spec.memory_mib, kMaxMemoryMib));
+  }
+  for (const WorkloadSpec::Volume& v : spec.volumes) {
+    const std::string normal = fs::path(v.path).lexically_normal().string();
+    if (v.path.size() < 2 || v.path[0] != '/' || normal != v.path ||
+        v.path.find("..") != std::string::npos || v.path.find_first_of(":,") != std::string::npos ||
+        v.host_dir.empty() || v.name.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "workload '{}': volume {}: path {} must be absolute and normalized, without '..', ':' "
+          "or ','",
+          spec.id, Quote(v.name), Quote(v.path)));
+    }
+  }
+  return Status::Ok();
+}
+
+// Gives volume `v` to the workload's `uid` (-1: the agent's own user) and, for a bare process,
+// links it at its directory `dir` + v.path, the directories on the way made as the workload's.
+Status MountVolume(const WorkloadSpec::Volume& v, int64_t uid, const std::string& dir,
+                   bool container) {
+  if (uid >= 0) TESSERA_RETURN_IF_ERROR(ClaimVolumeDir(v.host_dir, uid));
+  if (container) return Status::Ok();
+  std::string at = dir;
+  const std::vector<std::string_view> parts = Split(std::string_view(v.path).substr(1), '/');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    at += '/';
+    at += parts[i];
+    if (mkdir(at.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Status::Internal(
+          fmt::format("volume {}: cannot create {}: {}", v.name, at, strerror(errno)));
+    }
+    if (uid >= 0 && lchown(at.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) != 0) {
+      return Status::Internal(
+          fmt::format("volume {}: cannot chown {}: {}", v.name, at, strerror(errno)));
+    }
+  }
+  const std::string link = dir + v.path;
+  if (symlink(v.host_dir.c_str(), link.c_str()) != 0) {
+    return Status::Internal(fmt::format("volume {}: cannot link {} to {}: {}", v.name, link,
+                                        v.host_dir, strerror(errno)));
   }
   return Status::Ok();
 }
@@ -182,6 +230,7 @@ struct WorkloadSupervisor::Entry {
   std::string tenant;
   int64_t uid = -1;       // The uid it runs as; -1: the agent's own.
   std::string container;  // A container workload's container name; "" for a bare process.
+  std::vector<std::string> volumes;  // Its volumes' directories on the node.
   bool container_killed = false;
   WorkloadStatus status;
   std::string boot_id;     // The boot the workload started in (from `state`).
@@ -331,6 +380,7 @@ void WorkloadSupervisor::Adopt(const std::string& id) {
     e->tenant = f.String("tenant", false);
     e->uid = f.Int("uid", -1, UINT32_MAX, false, -1);
     e->container = f.String("container", false);
+    e->volumes = f.Strings("volumes", false);
   } else {
     spdlog::warn("workload {}: {}", id, state.status().ToString());
   }
@@ -477,6 +527,7 @@ Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
   c.pids_limit = options_.nproc_limit;
   c.nproc_limit = options_.nproc_limit;
   c.work_dir = dir;
+  for (const WorkloadSpec::Volume& v : spec.volumes) c.binds.emplace_back(v.host_dir, v.path);
   c.cdi_devices = spec.cdi_devices;
   // Its own network namespace (no reach to the node's loopback services); a group's rank that
   // holds the rendezvous port needs the node's network for the other ranks to reach it.
@@ -554,6 +605,14 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
     return Status::Internal(
         fmt::format("workload '{}': cannot create {} and {}: {}", spec.id, dir, control, what));
   }
+  for (const WorkloadSpec::Volume& v : spec.volumes) {
+    Status s = MountVolume(v, uid, dir, !spec.image.empty());
+    if (!s.ok()) {
+      (void)RemoveWorkspace(dir);
+      fs::remove_all(control, ec);
+      return s.WithPrefix(fmt::format("workload '{}'", spec.id));
+    }
+  }
   shim::ShimPlan plan;
   plan.dir = dir;
   plan.control_dir = control;
@@ -588,7 +647,9 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
       {"tenant", spec.tenant},
       {"uid", uid},
       {"image", spec.image},
-      {"container", plan.container_pid_file.empty() ? "" : "tessera-" + spec.id}};
+      {"container", plan.container_pid_file.empty() ? "" : "tessera-" + spec.id},
+      {"volumes", nlohmann::json::array()}};
+  for (const WorkloadSpec::Volume& v : spec.volumes) state["volumes"].push_back(v.host_dir);
   Status s = WriteFileAtomic(plan.control_dir + "/" + shim::kStateFile, DumpJson(state) + "\n");
   if (!s.ok()) return cleanup(s);
 
@@ -611,6 +672,7 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   e->control = control;
   e->tenant = spec.tenant;
   e->uid = uid;
+  for (const WorkloadSpec::Volume& v : spec.volumes) e->volumes.push_back(v.host_dir);
   if (!plan.container_pid_file.empty()) e->container = "tessera-" + spec.id;
   e->boot_id = boot_id_;
   e->cgroup_dir = plan.cgroup_dir;
@@ -821,7 +883,18 @@ Status WorkloadSupervisor::Forget(const std::string& id) {
   TESSERA_RETURN_IF_ERROR(RemoveWorkspace(e->dir).WithPrefix(fmt::format("workload '{}'", id)));
   if (!e->cgroup_dir.empty()) rmdir(e->cgroup_dir.c_str());
   const int64_t uid = e->uid;
+  const std::vector<std::string> volumes = std::move(e->volumes);
   entries_.erase(id);
+  // A volume no workload here mounts any more is locked (its root back to root, 0700) before the
+  // uid may go to another tenant, who would own its files then.
+  for (const std::string& dir : volumes) {
+    if (std::none_of(entries_.begin(), entries_.end(), [&](const auto& other) {
+          const auto& mine = other.second->volumes;
+          return std::find(mine.begin(), mine.end(), dir) != mine.end();
+        })) {
+      TESSERA_RETURN_IF_ERROR(LockVolumeDir(dir).WithPrefix(fmt::format("workload '{}'", id)));
+    }
+  }
   if (uid >= 0 && std::none_of(entries_.begin(), entries_.end(),
                                [uid](const auto& other) { return other.second->uid == uid; })) {
     UnclaimUid(static_cast<uid_t>(uid), options_.work_dir, options_.uid_claims_dir);

@@ -57,6 +57,15 @@ struct WorkloadSpec {
   std::string reserve_port;
   // With reserve_port: variables of `env` whose "{port}" is that port (an endpoint, "host:{port}").
   std::vector<std::string> port_env;
+  // The tenant's volumes it mounts (volumes.h), each given to the workload's uid: in a container
+  // mounted at `path`; a bare process finds it at its directory + `path` (a link). Either way
+  // TESSERA_VOLUME_<NAME> (upper case, '-' and '.' as '_') says where.
+  struct Volume {
+    std::string name;
+    std::string host_dir;  // Where it is on the node (VolumeHost::Prepare).
+    std::string path;      // Absolute.
+  };
+  std::vector<Volume> volumes;
 };
 
 enum class WorkloadPhase { kRunning, kExited };

@@ -185,7 +185,7 @@ Result<core::AgentSync> ParseSync(json& body) {
   JsonFields f(body, "body");
   f.RejectUnknown({"protocol", "agent_id", "seq", "generation", "wait_ms", "workloads", "logs",
                    "limits", "isolation", "telemetry", "gpu_mode_results", "mig",
-                   "mig_repartitions", "shares"});
+                   "mig_repartitions", "shares", "volumes"});
   TESSERA_RETURN_IF_ERROR(CheckProtocol(f));
   core::AgentSync s;
   s.agent_id = f.String("agent_id");
@@ -206,6 +206,33 @@ Result<core::AgentSync> ParseSync(json& body) {
     s.shares_mps = shares.Bool("mps");
     s.shares_note = shares.String("note", false);
     if (s.shares_note.size() > 512) shares.Fail("note", "is longer than 512 bytes");
+  }
+  JsonFields volumes = f.Object("volumes", false);
+  if (!volumes.absent()) {
+    volumes.RejectUnknown({"enforced", "note", "held"});
+    core::VolumeReport report;
+    report.enforced = volumes.Bool("enforced");
+    report.note = volumes.String("note", false);
+    if (report.note.size() > 512) volumes.Fail("note", "is longer than 512 bytes");
+    const json* held = volumes.Get("held");
+    if (held && !held->is_array()) {
+      volumes.Fail("held", "expected a list");
+    } else if (held && held->size() > core::Volumes::kMaxPerTenant * 16) {
+      volumes.Fail("held", fmt::format("{} entries; too many", held->size()));
+    } else if (held) {
+      for (size_t i = 0; i < held->size(); ++i) {
+        JsonFields v((*held)[i], fmt::format("volumes.held[{}]", i));
+        v.RejectUnknown({"id", "used_bytes", "size_bytes", "enforced"});
+        std::string id = v.String("id");
+        core::VolumeUse use;
+        use.used_bytes = v.Int("used_bytes", 0, INT64_MAX);
+        use.size_bytes = v.Int("size_bytes", 0, INT64_MAX);
+        use.enforced = v.Bool("enforced");
+        TESSERA_RETURN_IF_ERROR(v.first_error());
+        report.held.emplace_back(std::move(id), use);
+      }
+    }
+    s.volumes = std::move(report);
   }
   JsonFields isolation = f.Object("isolation", false);
   if (!isolation.absent()) {

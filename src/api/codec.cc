@@ -69,22 +69,28 @@ int64_t ReadGpus(JsonFields& f, std::string_view key) {
 namespace {
 
 struct Quota {
-  std::optional<int64_t> gpu_milli, max_pending;  // Each unset when absent.
+  std::optional<int64_t> gpu_milli, max_pending, volumes_gib;  // Each unset when absent.
 };
 
 // `body`'s quota: `gpus` in GPUs (fractions allowed, in whole milli-GPUs: the unit every share is
 // counted in), as milli-GPU, where a finer amount is refused rather than rounded without a word;
-// and `max_pending`, the cap on pending instances. A quota object gives at least `gpus`, or
-// `max_pending` alone.
+// `max_pending`, the cap on pending instances; and `volumes_gib`, the most its volumes may hold. A
+// quota object gives at least `gpus`, or `max_pending` or `volumes_gib` without it.
 Quota ReadQuota(JsonFields& f, const json& body, bool required) {
   Quota out;
   JsonFields q = f.Object("quota", required);
   if (q.absent()) return out;
-  q.RejectUnknown({"gpus", "max_pending"});
+  q.RejectUnknown({"gpus", "max_pending", "volumes_gib"});
   const json& given = body.at("quota");  // An object: the reader is not absent.
-  if (given.contains("gpus") || !given.contains("max_pending")) out.gpu_milli = ReadGpus(q, "gpus");
+  if (given.contains("gpus") ||
+      (!given.contains("max_pending") && !given.contains("volumes_gib"))) {
+    out.gpu_milli = ReadGpus(q, "gpus");
+  }
   if (given.contains("max_pending")) {
     out.max_pending = q.Int("max_pending", 0, core::kMaxMaxPending);
+  }
+  if (given.contains("volumes_gib")) {
+    out.volumes_gib = q.Int("volumes_gib", 0, int64_t{1} << 40);
   }
   return out;
 }
@@ -100,6 +106,7 @@ Result<CreateTenantRequest> ParseCreateTenant(const json& body) {
   const Quota quota = ReadQuota(f, body, /*required=*/false);
   r.quota_gpu_milli = quota.gpu_milli.value_or(0);
   r.max_pending = quota.max_pending;
+  r.volumes_gib = quota.volumes_gib;
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
   return r;
 }
@@ -112,9 +119,10 @@ Result<UpdateTenantRequest> ParseUpdateTenant(const json& body) {
     const Quota quota = ReadQuota(f, body, true);
     r.quota_gpu_milli = quota.gpu_milli;
     r.max_pending = quota.max_pending;
+    r.volumes_gib = quota.volumes_gib;
   }
   if (body.is_object() && body.contains("disabled")) r.disabled = f.Bool("disabled");
-  if (f.ok() && !r.quota_gpu_milli && !r.max_pending && !r.disabled) {
+  if (f.ok() && !r.quota_gpu_milli && !r.max_pending && !r.volumes_gib && !r.disabled) {
     f.Fail("quota", "give quota, disabled or both");
   }
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));

@@ -31,18 +31,20 @@ nlohmann::json ErrorBody(const std::string& code, const std::string& message);
 // The most a `command` may hold.
 inline constexpr size_t kMaxCommandBytes = core::kMaxCommandBytes;
 
-// POST /v1/tenants: {name, quota?: {gpus, max_pending?}}.
+// POST /v1/tenants: {name, quota?: {gpus, max_pending?, volumes_gib?}}.
 struct CreateTenantRequest {
   std::string name;
   int64_t quota_gpu_milli = 0;
   std::optional<int64_t> max_pending;  // Unset: the server's default.
+  std::optional<int64_t> volumes_gib;  // Unset: no limit.
 };
 Result<CreateTenantRequest> ParseCreateTenant(const nlohmann::json& body);
 
-// PATCH /v1/tenants/{id}: {quota?: {gpus?, max_pending?}, disabled?}, at least one.
+// PATCH /v1/tenants/{id}: {quota?: {gpus?, max_pending?, volumes_gib?}, disabled?}, at least one.
 struct UpdateTenantRequest {
   std::optional<int64_t> quota_gpu_milli;
   std::optional<int64_t> max_pending;
+  std::optional<int64_t> volumes_gib;
   std::optional<bool> disabled;
 };
 Result<UpdateTenantRequest> ParseUpdateTenant(const nlohmann::json& body);

@@ -26,6 +26,7 @@ struct ApiServer::Impl {
     AddBillingRoutes(api);
     AddGroupRoutes(api);
     AddSecretRoutes(api);
+    AddVolumeRoutes(api);
     AddUserRoutes(api);
     AddKeyRoutes(api);
     AddConsoleRoutes(api);

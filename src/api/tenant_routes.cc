@@ -17,6 +17,7 @@ json TenantJson(const core::State& s, const core::Tenant& t) {
   // The cap in force, the server's default unless the tenant's own, and what counts against it.
   j["quota"]["max_pending"] = s.pending_work().CapOf(t);
   j["usage"]["pending"] = s.pending_work().Count(t.id.str());
+  j["usage"]["volumes_gib"] = s.volumes().GibOf(t.id.str());
   return j;
 }
 
@@ -35,9 +36,10 @@ void AddTenantRoutes(Api& table) {
         api.Run<json>(
             call, req.status(),
             {[req, token](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(core::Tenant t,
-                                        s.tenants().Create(req->name, req->quota_gpu_milli,
-                                                           token->second, b, req->max_pending));
+               TESSERA_ASSIGN_OR_RETURN(
+                   core::Tenant t,
+                   s.tenants().Create(req->name, req->quota_gpu_milli, token->second, b,
+                                      req->max_pending, req->volumes_gib));
                json j = TenantJson(s, t);
                j["token"] = token->first;  // Shown this once; only its hash is stored.
                return j;
@@ -109,7 +111,7 @@ void AddTenantRoutes(Api& table) {
                   {[req, id](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
                      TESSERA_ASSIGN_OR_RETURN(
                          core::Tenant t, s.UpdateTenant(id, req->quota_gpu_milli, req->disabled, b,
-                                                        req->max_pending));
+                                                        req->max_pending, req->volumes_gib));
                      return TenantJson(s, t);
                    },
                    200, Passthrough, [](const json& j) { return j.value("id", ""); }});

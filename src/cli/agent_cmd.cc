@@ -61,6 +61,8 @@ struct AgentFlags {
   bool mig_adopt = false;
   std::string nvidia_smi = "nvidia-smi";
   std::string mps_control = "nvidia-cuda-mps-control";
+  std::string volumes_dir;  // "" = WORK_DIR/volumes.
+  bool volume_images = true;
 };
 
 int Fail(const std::string& message) {
@@ -267,6 +269,12 @@ int RunAgent(const AgentFlags& flags) {
   options.nvidia_smi = flags.nvidia_smi;
   options.mps_control = flags.mps_control;
   options.mps_root = flags.work_dir + "/mps";
+  auto volumes = agent::VolumeHost::Open(
+      {flags.volumes_dir.empty() ? flags.work_dir + "/volumes" : flags.volumes_dir,
+       flags.volume_images});
+  if (!volumes.ok()) return Fail(volumes.status().message());
+  if (!(*volumes)->enforced()) spdlog::warn("volumes: {}", (*volumes)->note());
+  options.volumes = std::move(*volumes);
   if (Status s = SetUpContainers(flags, *gpus, options); !s.ok()) return Fail(s.message());
   agent::Agent agent(options, std::move(*transport), std::move(gpus), std::move(*workloads));
 
@@ -377,6 +385,13 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
                   "and tenant, with their thread and memory limits set through it; where it is "
                   "not found, shares are time-sliced without limits (and the node says so); "
                   "\"\" turns MPS off")
+      ->capture_default_str();
+  cmd->add_option("--volumes-dir", flags->volumes_dir,
+                  "Where the node keeps its volumes (default: WORK_DIR/volumes)");
+  cmd->add_option("--volume-images", flags->volume_images,
+                  "Make each volume a file system of its own (a loop-mounted ext4 image), so its "
+                  "size is a hard limit; needs root and loop devices. false: plain directories, "
+                  "sizes only watched (the node says so)")
       ->capture_default_str();
   cmd->add_option("--heartbeat-ms", flags->heartbeat_ms,
                   "The longest between two reports, in milliseconds; the server's report "

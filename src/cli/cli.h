@@ -32,6 +32,8 @@ void RegisterServerCommands(CLI::App& app, Context& ctx);
 void RegisterClientCommands(CLI::App& app, Context& ctx);
 // users, tokens, secrets, keys (identity_cmd.cc).
 void RegisterIdentityCommands(CLI::App& app, Context& ctx);
+// volumes (volume_cmd.cc).
+void RegisterVolumeCommands(CLI::App& app, Context& ctx);
 void RegisterAgentCommands(CLI::App& app, Context& ctx);
 void RegisterStoreCommands(CLI::App& app, Context& ctx);
 

@@ -150,7 +150,7 @@ struct CreateFlags {
   int64_t vcpus = 0, memory_mib = 0, gpu_memory_mib = 0;
   bool no_restart = false;
   std::vector<std::string> labels, annotations;
-  std::vector<std::string> env, env_secrets;
+  std::vector<std::string> env, env_secrets, volumes;
   std::string registry_password_secret;
 };
 
@@ -213,6 +213,9 @@ void AddCreateOptions(CLI::App* create, CreateFlags& c) {
                      "The tenant's secret that holds the image registry's password (with "
                      "--registry-username)");
   create->add_option("--annotation", c.annotations, "An annotation KEY=VALUE (repeatable)");
+  create->add_option("--volume", c.volumes,
+                     "Mount the tenant's volume NAME at PATH, as NAME:PATH (repeatable; "
+                     "`tessera volumes create`)");
 }
 
 // The registry credentials of --registry-username and --registry-password-file into `body`;
@@ -262,6 +265,14 @@ std::optional<json> CreateBodyWithLabels(const CreateFlags& c) {
   json all = *env;
   for (const auto& [name, secret] : refs->items()) all[name] = {{"secret", secret}};
   if (!all.empty()) body["env"] = std::move(all);
+  for (const std::string& v : c.volumes) {
+    const size_t colon = v.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == v.size()) {
+      std::cerr << "tessera: --volume: '" << EscapeForTerminal(v) << "' is not NAME:PATH\n";
+      return std::nullopt;
+    }
+    body["volumes"].push_back({{"name", v.substr(0, colon)}, {"path", v.substr(colon + 1)}});
+  }
   return body;
 }
 
@@ -363,7 +374,7 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
 
 struct TenantUpdateFlags {
   std::optional<double> quota;
-  std::optional<int64_t> max_pending;
+  std::optional<int64_t> max_pending, volumes_gib;
   bool disable = false, enable = false;
 };
 
@@ -387,6 +398,7 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   auto name = std::make_shared<std::string>();
   auto quota = std::make_shared<double>(0);
   auto max_pending = std::make_shared<std::optional<int64_t>>();
+  auto volumes_gib = std::make_shared<std::optional<int64_t>>();
   CLI::App* group =
       app.add_subcommand("tenants", "Create, list, update tenants and rotate their tokens");
   group->require_subcommand(1);
@@ -397,9 +409,12 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
       ->required();
   create->add_option("--max-pending", *max_pending,
                      "The most instances it may have pending (default: the server's)");
-  create->callback([f, name, quota, max_pending, &ctx] {
+  create->add_option("--quota-volumes-gib", *volumes_gib,
+                     "The most GiB its volumes may hold (default: no limit)");
+  create->callback([f, name, quota, max_pending, volumes_gib, &ctx] {
     json body = {{"name", *name}, {"quota", {{"gpus", *quota}}}};
     if (*max_pending) body["quota"]["max_pending"] = **max_pending;
+    if (*volumes_gib) body["quota"]["volumes_gib"] = **volumes_gib;
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/tenants", &body), [](const json& j) {
       Table t({"ID", "NAME", "QUOTA GPUS", "TOKEN (shown once)"});
       t.AddRow({Str(j, "id"), Str(j, "name"), Gpus(j["quota"]["gpus"]), Str(j, "token")});
@@ -427,6 +442,8 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
   patch->add_option("--quota-gpus", update->quota, "New GPU quota");
   patch->add_option("--max-pending", update->max_pending,
                     "The most instances it may have pending, members of waiting groups included");
+  patch->add_option("--quota-volumes-gib", update->volumes_gib,
+                    "The most GiB its volumes may hold");
   patch->add_flag("--disable", update->disable,
                   "Refuse the tenant's tokens (403) and end its pending instances");
   patch->add_flag("--enable", update->enable, "Accept the tenant's tokens again");
@@ -434,6 +451,7 @@ void RegisterTenants(CLI::App& app, Context& ctx) {
     json body = json::object();
     if (update->quota) body["quota"] = {{"gpus", *update->quota}};
     if (update->max_pending) body["quota"]["max_pending"] = *update->max_pending;
+    if (update->volumes_gib) body["quota"]["volumes_gib"] = *update->volumes_gib;
     if (update->disable && update->enable) {
       std::cerr << "tessera: give --disable or --enable, not both\n";
       ctx.exit_code = kExitUsage;
@@ -1139,6 +1157,7 @@ void RegisterClientCommands(CLI::App& app, Context& ctx) {
   RegisterGroups(app, ctx);
   RegisterRecommend(app, ctx);
   RegisterIdentityCommands(app, ctx);
+  RegisterVolumeCommands(app, ctx);
 }
 
 }  // namespace tessera::cli

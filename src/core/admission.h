@@ -38,6 +38,8 @@ struct CreateInstanceRequest {
   ImageSpec image;
   // Its environment: literals and references to the tenant's secrets (core/env.h).
   Env env;
+  // The tenant's volumes it mounts, and where (core/volumes.h).
+  std::vector<VolumeMount> volumes;
   // The user who asks (core/users.h): it is recorded with the instance and counts against that
   // user's quota. "" when not known (the tenant's first owner in stores before users existed).
   std::string user;

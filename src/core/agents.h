@@ -29,6 +29,7 @@
 #include "common/result.h"
 #include "core/instance.h"
 #include "core/mode_change.h"
+#include "core/volumes.h"
 #include "store/store.h"
 #include "telemetry/sample.h"
 #include "telemetry/series.h"
@@ -116,6 +117,13 @@ struct WorkloadLog {
 };
 
 // POST /v1/agent/sync: a report, and how long the agent will wait for news.
+// What an agent says of the volumes on its node (docs/volumes.md).
+struct VolumeReport {
+  bool enforced = false;  // Each volume is a file system of its own, so its size is a hard limit.
+  std::string note;       // Why not, when not.
+  std::vector<std::pair<std::string, VolumeUse>> held;  // By volume id: every one it holds.
+};
+
 struct AgentSync {
   std::string agent_id;
   int64_t seq = 0;          // Increases with every report of one agent run.
@@ -137,6 +145,7 @@ struct AgentSync {
   // without limits (and why); absent from an older agent.
   std::optional<bool> shares_mps;
   std::string shares_note;
+  std::optional<VolumeReport> volumes;  // Absent from an agent that predates volumes.
 };
 
 // A node joined by an agent.
@@ -199,6 +208,9 @@ struct AgentNode {
   int64_t mig_repartitions = 0;
   std::optional<bool> shares_mps;  // As AgentSync::shares_mps, last reported.
   std::string shares_note;
+  // Whether its volumes' sizes are hard limits, as its agent last said (VolumeReport).
+  std::optional<bool> volumes_enforced;
+  std::string volumes_note;
 
   bool registered() const { return !inventory.is_null(); }
   // How many GPUs its agent registered.

@@ -76,6 +76,11 @@ void State::RollMeters(store::Batch& batch) {
     CloseMeter(*inst, today, billing::Ending::kRoll, batch);
     Save(*inst, batch);
   }
+  for (Volume* v : volumes_.All()) {
+    if (v->deleting || v->meter.since >= today) continue;
+    CloseVolumeMeter(*v, today, billing::Ending::kRoll, batch);
+    volumes_.Save(*v, batch);
+  }
 }
 
 void State::MeterUtilization(const AgentNode& node) {
@@ -105,6 +110,13 @@ void State::AccruedLines(const std::string& tenant, int64_t from, int64_t to,
   const int64_t now = billing::UnixSeconds(clock_->Now());
   for (const auto& [id, r] : reservations_) {
     if (tenant.empty() || r.tenant == tenant) billing::ReservationLines(r, from, to, lines, now);
+  }
+  for (const Volume* v : volumes_.List(tenant)) {
+    if (v->deleting) continue;
+    billing::Meter accrued = v->meter;
+    const size_t first = lines.size();
+    billing::Close(accrued, core::PayerOf(*v), now, billing::Ending::kRoll, lines);
+    if (lines.size() > first && lines.back().end == now) lines.back().note = "open";
   }
   auto it = tenant.empty() ? metered_.begin() : metered_.lower_bound({tenant, ""});
   for (; it != metered_.end() && (tenant.empty() || it->first == tenant); ++it) {

@@ -96,6 +96,11 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
                            store.GetSetting(std::string(State::kNextReservation)));
   if (next_reservation) reservations.emplace_back(State::kNextReservation, *next_reservation);
   TESSERA_RETURN_IF_ERROR(state.RestoreReservations(reservations));
+  // Volumes before instances: the instances mount them.
+  TESSERA_ASSIGN_OR_RETURN(auto volumes, store.ListSettings(std::string(Volumes::kPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto next_volume, store.GetSetting(std::string(Volumes::kNextKey)));
+  if (next_volume) volumes.emplace_back(Volumes::kNextKey, *next_volume);
+  TESSERA_RETURN_IF_ERROR(state.RestoreVolumes(volumes));
   // Budgets, with what the ledger holds of this month's spend.
   TESSERA_ASSIGN_OR_RETURN(auto budgets, store.ListSettings(std::string(State::kBudgetPrefix)));
   const int64_t month = billing::MonthStart(billing::UnixSeconds(state.clock().Now()));

@@ -51,7 +51,7 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
 Result<Admitted> State::AdmitMembers(const Group& g, int count, bool readmit) {
   const Tenant* owner = tenants_.Find(g.tenant.str());
   if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
-  auto admitted = AdmitFor(*owner, g.spec.member, count, readmit);
+  auto admitted = AdmitFor(*owner, g.spec.member, count, readmit, g.id);
   if (admitted.ok()) return admitted;
   // What admission says of the shape is about the template; quota and budget are not.
   const Status& s = admitted.status();
@@ -114,6 +114,21 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   req.observe = false;
   req.source = static_cast<uint32_t>(TenantNumber(g.tenant.str()));
   if (g.spec.topology == Topology::kNvlink && shape.gpus > 1) req.nvlink = true;
+  // Members that mount volumes all go to the volumes' node: the one they have, else the one the
+  // first member placed takes.
+  const bool with_volumes = !pending.front()->volumes.empty();
+  std::optional<fleet::NodeIndex> pinned;
+  if (const std::string node = VolumeNodeOf(*pending.front()); !node.empty()) {
+    auto n = fleet_->Find(node);
+    if (!n.ok()) {
+      g.reason = fmt::format(
+          "waiting for node '{}', which holds its volumes and is not in the fleet", node);
+      return false;
+    }
+    pinned = *n;
+  } else if (with_volumes && !used.empty()) {
+    pinned = used.front();
+  }
 
   // Nodes that could take a member, roomiest first: whole free GPUs for whole-GPU members,
   // free thousandths for fractions.
@@ -163,6 +178,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   // One member: pack fills the nodes already used, then the roomiest; spread takes the roomiest
   // node not used yet, then the used ones; `any` with pack leaves the choice to the policy.
   auto place_one = [&]() -> std::optional<fleet::Assignment> {
+    if (pinned) return scheduler_->ScheduleOn(req, *pinned);
     const bool pack = g.spec.placement == Placement::kPack;
     if (pack && g.spec.topology == Topology::kAny) return scheduler_->Schedule(req);
     if (pack) {
@@ -189,6 +205,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     auto a = place_one();
     ++counters_.scheduling_attempts;
     if (!a) break;
+    if (with_volumes) pinned = a->node;
     placed.push_back({inst, *a});
     if (!is_used(a->node)) used.push_back(a->node);
   }
@@ -209,8 +226,9 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       now >= g.awaiting_notice_until) {
     preemptor_.AddSearches(std::min<size_t>(need - placed.size(), kGangSearches));
     for (size_t i = placed.size(); i < pending.size() && placed.size() < need; ++i) {
-      auto plan = preemptor_.Find(req);
+      auto plan = preemptor_.Find(req, pinned);
       if (!plan) break;
+      if (with_volumes) pinned = plan->node;
       for (Instance* v : plan->victims) {
         preemptor_.Untrack(v);
         CheckInvariant(scheduler_->Release(*v->assignment), "releasing a spot victim for a trial");
@@ -288,6 +306,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   }
   for (const auto& [inst, a] : placed) {
     Book(*inst, a);
+    SettleVolumes(*inst, batch);
     int local_rank = 0, local_size = 0;
     for (const std::string& id : g.members) {
       const Instance* m = instances_.Find(id);

@@ -247,6 +247,7 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
   if (!inst.env.empty()) {
     j["env"] = secrets == Secrets::kStored ? StoredEnvJson(inst.env) : EnvJson(inst.env);
   }
+  if (!inst.volumes.empty()) j["volumes"] = VolumeMountsJson(inst.volumes);
   if (!inst.created_by.empty()) j["created_by"] = inst.created_by;
   j["labels"] = inst.labels;
   j["annotations"] = inst.annotations;
@@ -348,6 +349,7 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   inst.command = f.String("command");
   ReadImageSpec(f, j, inst.image, Secrets::kStored);
   inst.created_by = f.String("created_by", false);
+  ReadVolumeMounts(f, inst.volumes);
   if (j.is_object() && j.contains("env")) {
     auto env = EnvFromStoredJson(j["env"], where);
     if (!env.ok()) return env.status();

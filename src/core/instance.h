@@ -19,6 +19,7 @@
 #include "common/result.h"
 #include "core/env.h"
 #include "core/image.h"
+#include "core/volumes.h"
 #include "fleet/fleet.h"
 
 namespace tessera::core {
@@ -98,6 +99,8 @@ struct Instance {
   // to the tenant's secrets. Once it ended, the literals' values are dropped from memory and
   // store alike: work that will not run again keeps no values at rest.
   Env env;
+  // The tenant's volumes it mounts (core/volumes.h): it is placed on their node.
+  std::vector<VolumeMount> volumes;
   std::string created_by;       // The user who made it (core/users.h); "" when not known.
   bool restart = true;          // Spot: re-queue automatically after preemption.
   int stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long.

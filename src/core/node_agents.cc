@@ -413,6 +413,11 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->shares_mps = sync.shares_mps;
     node->shares_note = sync.shares_note;
   }
+  if (sync.volumes) {
+    node->volumes_enforced = sync.volumes->enforced;
+    node->volumes_note = sync.volumes->note;
+    ApplyVolumeReport(name, sync, batch);
+  }
   if (sync.isolation) {
     const bool opened = sync.isolation != node->isolation && *sync.isolation == Isolation::kUid;
     node->isolation = sync.isolation;
@@ -481,6 +486,7 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       // values and registry password.
       AddUserEnv(*inst, w["env"]);
       AddImageJson(inst->image, Secrets::kIncluded, w);
+      if (!inst->volumes.empty()) w["volumes"] = WorkloadVolumes(*inst);
       if (inst->image.auth && !inst->image.auth->password_secret.empty()) {
         const Secret* s = secrets_.Find(inst->tenant.str(), inst->image.auth->password_secret);
         w["registry_auth"]["password"] = s ? s->value : "";
@@ -544,6 +550,7 @@ nlohmann::json State::DesiredState(const std::string& name) const {
           {"lease_ms", duration_cast<milliseconds>(t.lease()).count()},
           {"heartbeat_ms", duration_cast<milliseconds>(t.report_period).count()},
           {"workloads", std::move(workloads)},
+          {"volumes", {{"delete", VolumesToDelete(name)}}},
           {"gpu_mode_requests", std::move(mode_requests)}};
 }
 
@@ -619,6 +626,10 @@ nlohmann::json State::AgentJson(const std::string& name) const {
     j["driver_version"] = n.inventory.value("driver_version", "");
   }
   j["unhealthy_gpus"] = n.UnhealthyJson();
+  // Whether its volumes' sizes are hard limits (docs/volumes.md).
+  j["volume_quota_enforced"] =
+      n.volumes_enforced ? nlohmann::json(*n.volumes_enforced) : nlohmann::json();
+  if (!n.volumes_note.empty()) j["volume_quota_note"] = n.volumes_note;
   // How shares of its GPUs are held to their size (docs/agent.md, "Shares on a GPU: MPS").
   j["share_enforcement"] = n.shares_mps.value_or(false) ? "mps" : "time_sliced";
   if (!n.shares_mps.value_or(false)) {

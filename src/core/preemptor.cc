@@ -128,12 +128,14 @@ bool Preemptor::FitsWithout(const sched::Request& req, fleet::NodeIndex node,
   return trial.has_value();
 }
 
-std::optional<Preemptor::Plan> Preemptor::Find(const sched::Request& req) {
+std::optional<Preemptor::Plan> Preemptor::Find(const sched::Request& req,
+                                               std::optional<fleet::NodeIndex> only) {
   if (budget_spent() || by_node_.empty()) return std::nullopt;
   // Looking for candidates scans every node with victims: that is a search, found or not.
   ++searches_;
   ++searches_total_;
-  const std::vector<uint32_t> candidates = Candidates(req);
+  std::vector<uint32_t> candidates = Candidates(req);
+  if (only) std::erase_if(candidates, [&](uint32_t n) { return n != only->value; });
   if (candidates.empty()) return std::nullopt;
   struct Choice {
     Plan plan;

@@ -48,7 +48,9 @@ class Preemptor {
 
   // A plan to fit `req`, or nullopt when none was found within the limits (or the round's
   // searches are spent: then budget_spent() is true). Changes nothing: the caller evicts.
-  std::optional<Plan> Find(const sched::Request& req);
+  // `only`: a plan on that node alone (work held to its volumes' node).
+  std::optional<Plan> Find(const sched::Request& req,
+                           std::optional<fleet::NodeIndex> only = std::nullopt);
 
   // Starts a round: its searches are counted from zero.
   void NewRound() {

@@ -7,17 +7,11 @@ namespace tessera::core {
 
 PendingQueue::Key PendingQueue::KeyOf(const Instance& inst) const {
   const Shape& s = inst.shape;
-  return {s.gpu_model,
-          s.mode,
-          s.gpus,
-          s.mig_profile,
-          s.milli_gpu,
-          s.gpu_memory_mib,
-          s.vcpus,
-          s.memory_mib,
-          s.nvlink,
-          inst.billing,
-          tenants_apart_ ? inst.tenant.str() : ""};
+  // Volumes hold an instance to their node: only those that mount the same ones are identical.
+  std::string apart = tenants_apart_ || !inst.volumes.empty() ? inst.tenant.str() : "";
+  for (const VolumeMount& m : inst.volumes) apart += "/" + m.name;
+  return {s.gpu_model, s.mode,       s.gpus,   s.mig_profile, s.milli_gpu,     s.gpu_memory_mib,
+          s.vcpus,     s.memory_mib, s.nvlink, inst.billing,  std::move(apart)};
 }
 
 void PendingQueue::Push(const Instance& inst, bool tried) {

@@ -36,7 +36,7 @@ enum class Attempt {
 class PendingQueue {
  public:
   // Identical requests: the shape, field by field, the billing mode, and while tenants are kept
-  // apart the tenant ("" otherwise).
+  // apart the tenant ("" otherwise); with volumes, the tenant and the volumes' names.
   using Key = std::tuple<std::string, catalog::SharingMode, int, std::string, int, int64_t, int64_t,
                          int64_t, bool, Billing, std::string>;
   Key KeyOf(const Instance& inst) const;

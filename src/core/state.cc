@@ -51,9 +51,10 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
 
 Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                                    std::optional<bool> disabled, store::Batch& batch,
-                                   std::optional<int64_t> max_pending) {
-  TESSERA_ASSIGN_OR_RETURN(Tenant t,
-                           tenants_.Update(id, quota_gpu_milli, disabled, batch, max_pending));
+                                   std::optional<int64_t> max_pending,
+                                   std::optional<int64_t> volumes_gib) {
+  TESSERA_ASSIGN_OR_RETURN(
+      Tenant t, tenants_.Update(id, quota_gpu_milli, disabled, batch, max_pending, volumes_gib));
   if (!t.disabled) return t;
   std::vector<Instance*> waiting;
   instances_.ForEach([&](Instance& inst) {
@@ -69,9 +70,10 @@ Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> q
 }
 
 Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
-                                 bool readmit) {
+                                 bool readmit, std::string_view group) {
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(req));
   TESSERA_RETURN_IF_ERROR(CheckSecretRefs(caller, req));
+  TESSERA_RETURN_IF_ERROR(CheckVolumes(caller, req, count, group));
   const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape) * count;
   const int64_t used = usage_.Milli(caller.id.str());
   if (used + want > caller.quota_gpu_milli) {
@@ -120,6 +122,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.billing = req.billing;
   inst.shape = std::move(admitted.shape);
   inst.command = req.command;
+  inst.volumes = req.volumes;
   inst.restart = req.restart;
   inst.stop_grace_seconds = req.stop_grace_seconds;
   inst.labels = req.labels;
@@ -128,6 +131,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.created_at = inst.updated_at = inst.enqueued_at = clock_->Now();
   inst.history.push_back({inst.created_at, InstanceState::kPending, ""});
   Instance& stored = instances_.Add(std::move(inst));
+  if (!stored.volumes.empty()) volume_holders_.insert(stored.id.str());
   CountUsage(stored, true);
   pending_.Add(stored.tenant.str());
   return &stored;
@@ -415,8 +419,20 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   // tenant's flood do not steer where everyone else's work goes.
   req.observe = first_attempt;
   req.source = SourceOf(inst);
+  // An instance whose volumes have a node goes there or nowhere.
+  std::optional<fleet::NodeIndex> pinned;
+  if (const std::string node = VolumeNodeOf(inst); !node.empty()) {
+    auto n = fleet_->Find(node);
+    if (!n.ok()) {
+      inst.reason = fmt::format(
+          "waiting for node '{}', which holds its volumes and is not in the fleet", node);
+      return Attempt::kNoRoom;
+    }
+    pinned = *n;
+  }
   const auto start = std::chrono::steady_clock::now();
-  std::optional<fleet::Assignment> a = scheduler_->Schedule(req);
+  std::optional<fleet::Assignment> a =
+      pinned ? scheduler_->ScheduleOn(req, *pinned) : scheduler_->Schedule(req);
   counters_.scheduling_latency.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   ++counters_.scheduling_attempts;
@@ -430,7 +446,7 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
     // With the round's searches spent, a request that preemption might help is tried again in
     // a later round rather than written off until capacity frees.
     deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
-    if (auto plan = preemptor_.Find(req)) {
+    if (auto plan = preemptor_.Find(req, pinned)) {
       std::vector<Instance*> warned;
       for (Instance* v : plan->victims) {
         if (NeedsNotice(*v)) {
@@ -449,8 +465,15 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
     }
     counters_.preemption_searches = preemptor_.searches_total();
   }
-  if (!a) return deferred ? Attempt::kDeferred : Attempt::kNoRoom;
+  if (!a) {
+    if (pinned) {
+      inst.reason = fmt::format("waiting for room on node '{}', which holds its volumes",
+                                fleet_->node(*pinned).name);
+    }
+    return deferred ? Attempt::kDeferred : Attempt::kNoRoom;
+  }
   Book(inst, *a);
+  SettleVolumes(inst, batch);
   Transition(inst, InstanceState::kScheduled, "", batch);
   agents_.Notify(inst, inst.node);
   return Attempt::kPlaced;
@@ -548,6 +571,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     next_instance_ = std::max(next_instance_, inst.seq + 1);
     ++report.instances;
     if (!IsActive(inst.state)) continue;
+    if (!inst.volumes.empty()) volume_holders_.insert(inst.id.str());
     CountUsage(inst, true);
     if (inst.state == InstanceState::kPending) pending_.Add(inst.tenant.str());
     if (!inst.reservation.empty()) ++reservation_used_[inst.reservation];

@@ -47,6 +47,7 @@
 #include "core/secrets.h"
 #include "core/tenants.h"
 #include "core/usage.h"
+#include "core/volumes.h"
 #include "fleet/fleet.h"
 #include "sched/scheduler.h"
 #include "store/store.h"
@@ -124,6 +125,8 @@ struct StateOptions {
   // Seals what is stored encrypted (secrets, env literals, registry passwords, webhook URLs;
   // common/envelope.h); null: nothing of the kind can be stored. Must outlive the state.
   Sealer* sealer = nullptr;
+  // What a GiB of volume costs a month (docs/volumes.md): AWS EBS gp3's list price.
+  Money volume_price_per_gib_month = Money::FromMicros(80'000);
 };
 
 // A page of instances, and where the next one starts.
@@ -215,12 +218,30 @@ class State {
   Status RestoreSecrets(const std::vector<std::pair<std::string, std::string>>& records) {
     return secrets_.Restore(records);
   }
+  // Volumes (state_volumes.cc, docs/volumes.md): a tenant's own; the admin lists every tenant's.
+  const Volumes& volumes() const { return volumes_; }
+  // A new volume of the caller's tenant, billed from now. InvalidArgument naming 'node' for a node
+  // not in the fleet; ResourceExhausted past the tenant's volumes_gib quota.
+  Result<Volume> CreateVolume(const Tenant& caller, const Volumes::Request& req,
+                              const std::string& user, store::Batch& batch);
+  // NotFound for an unknown name and another tenant's alike.
+  Result<Volume> GetVolume(const Tenant& caller, std::string_view name) const;
+  // Deletes a volume: its bill stops now, and its data goes with its node's agent (the volume is
+  // shown `deleting` until the agent says so). FailedPrecondition naming the instances while any
+  // mounts it (running, waiting or waiting to restart).
+  Result<Volume> DeleteVolume(const Tenant& caller, std::string_view name, store::Batch& batch);
+  // The instances of `tenant` that mount volume `name` and have not ended.
+  std::vector<std::string> VolumeUsers(const std::string& tenant, std::string_view name) const;
+  // Rebuilds volumes from their records (Volumes::kPrefix and kNextKey), before the instances.
+  Status RestoreVolumes(const std::vector<std::pair<std::string, std::string>>& records);
+
   // Changes a tenant's quota, its cap on pending work or its disabled flag. Disabling ends its
   // pending instances (they leave the queue as terminated, with the reason) and releases their
   // quota; what runs keeps running.
   Result<Tenant> UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                               std::optional<bool> disabled, store::Batch& batch,
-                              std::optional<int64_t> max_pending = std::nullopt);
+                              std::optional<int64_t> max_pending = std::nullopt,
+                              std::optional<int64_t> volumes_gib = std::nullopt);
 
   // REQUIRES: `caller` is a tenant of tenants(), not the admin (who has no quota).
   // Admits the request (400/409 for a shape the fleet can never host), checks the quota and the
@@ -515,8 +536,28 @@ class State {
   // CreateInstance's parts: admission with the quota for `count` such instances, the cap on
   // pending work (unless `readmit`: a group's restart, which makes again what was admitted) and
   // the budget; then the instance itself, pending (with its reservation unit for `reserved`).
+  // `group`: the group whose members these are ("" for a single instance); its own members do
+  // not count as other holders of a volume that is not shared.
   Result<Admitted> AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
-                            bool readmit = false);
+                            bool readmit = false, std::string_view group = "");
+  // Volumes (state_volumes.cc). OK, or why `count` instances of `req` (members of `group`, or
+  // "") cannot mount its volumes: one the caller's tenant lacks (InvalidArgument naming the
+  // field), one being deleted, one not shared that another instance or more than one of these
+  // would mount, or two volumes on different nodes (FailedPrecondition).
+  Status CheckVolumes(const Tenant& caller, const CreateInstanceRequest& req, int count,
+                      std::string_view group) const;
+  // The node `inst`'s volumes hold it to: "" when none has a node yet.
+  std::string VolumeNodeOf(const Instance& inst) const;
+  // After `inst` was placed: its volumes without a node take the node it went to.
+  void SettleVolumes(const Instance& inst, store::Batch& batch);
+  // Closes a volume's bill at Unix second `end` (its lines into the batch, counted as spend).
+  void CloseVolumeMeter(Volume& v, int64_t end, billing::Ending ending, store::Batch& batch);
+  // Applies what a node's agent says of the volumes it holds: their use, and the end of those
+  // being deleted that it no longer holds.
+  void ApplyVolumeReport(const std::string& node, const AgentSync& sync, store::Batch& batch);
+  // The desired state's volume parts for `node`: each workload's mounts, and what to delete.
+  nlohmann::json WorkloadVolumes(const Instance& inst) const;
+  nlohmann::json VolumesToDelete(const std::string& node) const;
   Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                 Admitted admitted);
   // Stops `inst` (DeleteInstance's path, and a group's): pending work ends at once, running
@@ -697,6 +738,9 @@ class State {
 
   Tenants tenants_;
   TenantSecrets secrets_;
+  Volumes volumes_;
+  // Instances that mount volumes, pruned of ended ones as volumes change (VolumeUsers).
+  std::set<std::string> volume_holders_;
   Admission admission_;
   Usage usage_;
   Usage user_usage_;  // By user id: what each user's active instances hold (users' quotas).

@@ -107,7 +107,8 @@ void Tenants::RestoreAdminTokenHash(const std::string& hash) {
 
 Result<Tenant> Tenants::Create(const std::string& name, int64_t quota_gpu_milli,
                                const std::string& token_hash, store::Batch& batch,
-                               std::optional<int64_t> max_pending) {
+                               std::optional<int64_t> max_pending,
+                               std::optional<int64_t> volumes_gib) {
   for (const auto& [id, t] : by_id_) {
     if (t.name == name) {
       return Status::AlreadyExists(fmt::format("field 'name': tenant '{}' exists already", name));
@@ -118,6 +119,7 @@ Result<Tenant> Tenants::Create(const std::string& name, int64_t quota_gpu_milli,
   t.name = name;
   t.quota_gpu_milli = quota_gpu_milli;
   t.max_pending = max_pending;
+  t.quota_volumes_gib = volumes_gib;
   t.created_at = clock_->Now();
   t.tokens.push_back({token_hash, t.created_at, std::nullopt});
   Tenant& stored = by_id_[t.id.str()] = std::move(t);
@@ -226,13 +228,15 @@ std::vector<const Tenant*> Tenants::List() const {
 
 Result<Tenant> Tenants::Update(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                                std::optional<bool> disabled, store::Batch& batch,
-                               std::optional<int64_t> max_pending) {
+                               std::optional<int64_t> max_pending,
+                               std::optional<int64_t> volumes_gib) {
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return Status::NotFound(fmt::format("tenant '{}' not found", id));
   Tenant& t = it->second;
   const std::vector<std::string> before = Hashes(t);
   if (quota_gpu_milli) t.quota_gpu_milli = *quota_gpu_milli;
   if (max_pending) t.max_pending = *max_pending;
+  if (volumes_gib) t.quota_volumes_gib = *volumes_gib;
   const bool disabling = disabled && *disabled != t.disabled;
   if (disabled) t.disabled = *disabled;
   Save(t, batch);
@@ -315,6 +319,7 @@ nlohmann::json ToJson(const Tenant& t, std::optional<int64_t> gpu_milli_in_use) 
                       {"disabled", t.disabled},
                       {"created_at", FormatRfc3339(t.created_at)},
                       {"tokens", std::move(tokens)}};
+  if (t.quota_volumes_gib) j["quota"]["volumes_gib"] = *t.quota_volumes_gib;
   if (gpu_milli_in_use) {
     j["usage"] = {{"gpus", static_cast<double>(*gpu_milli_in_use) / 1000}};
   }
@@ -325,6 +330,7 @@ nlohmann::json ToStoredJson(const Tenant& t) {
   nlohmann::json j = ToJson(t);
   j["quota_gpu_milli"] = t.quota_gpu_milli;
   if (t.max_pending) j["max_pending"] = *t.max_pending;
+  if (t.quota_volumes_gib) j["quota_volumes_gib"] = *t.quota_volumes_gib;
   for (size_t i = 0; i < t.tokens.size(); ++i) j["tokens"][i]["hash"] = t.tokens[i].hash;
   return j;
 }
@@ -337,6 +343,8 @@ Result<Tenant> TenantFromStoredJson(const nlohmann::json& j, const std::string& 
   t.quota_gpu_milli = f.Int("quota_gpu_milli", 0, INT64_MAX);
   if (j.is_object() && j.contains("max_pending"))
     t.max_pending = f.Int("max_pending", 0, INT64_MAX);
+  if (j.is_object() && j.contains("quota_volumes_gib"))
+    t.quota_volumes_gib = f.Int("quota_volumes_gib", 0, INT64_MAX);
   t.disabled = f.Bool("disabled", false, false);
   auto created = ParseRfc3339(f.String("created_at"));
   const nlohmann::json* tokens = f.Get("tokens", false);

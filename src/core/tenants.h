@@ -40,6 +40,8 @@ struct Tenant {
   // The most instances it may have pending (quota.max_pending); unset: the server's default
   // (PendingWork).
   std::optional<int64_t> max_pending;
+  // The most GiB its volumes may hold (quota.volumes_gib); unset: no limit.
+  std::optional<int64_t> quota_volumes_gib;
   bool disabled = false;
   Time created_at;
   std::vector<Token> tokens;  // The current token last; replaced ones in their grace before it.
@@ -72,7 +74,8 @@ class Tenants {
   // made with it.
   Result<Tenant> Create(const std::string& name, int64_t quota_gpu_milli,
                         const std::string& token_hash, store::Batch& batch,
-                        std::optional<int64_t> max_pending = std::nullopt);
+                        std::optional<int64_t> max_pending = std::nullopt,
+                        std::optional<int64_t> volumes_gib = std::nullopt);
 
   // Users (users.h). Each change publishes the index entries it changes.
   const Users& users() const { return users_; }
@@ -96,7 +99,8 @@ class Tenants {
   // Sets the quota, the cap on pending work and/or the disabled flag. NotFound for an unknown id.
   Result<Tenant> Update(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                         std::optional<bool> disabled, store::Batch& batch,
-                        std::optional<int64_t> max_pending = std::nullopt);
+                        std::optional<int64_t> max_pending = std::nullopt,
+                        std::optional<int64_t> volumes_gib = std::nullopt);
   // Makes `new_hash` the tenant's token. The previous tokens stop at now + grace (0: at once);
   // tokens already in a shorter grace keep it. Beyond kMaxLiveTokens the oldest stop at once: a
   // rotation always succeeds, so a tenant whose token leaked can always rotate. Costs the same
