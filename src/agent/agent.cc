@@ -307,6 +307,12 @@ json Agent::Report(milliseconds wait) {
         r["started_at"] = FormatRfc3339(Time(std::chrono::milliseconds(w.started_at_unix_ms)));
       }
       if (w.port > 0) r["port"] = w.port;
+      if (!w.endpoints.empty()) {
+        r["endpoints"] = json::array();
+        for (const auto& [port, host_port] : w.endpoints) {
+          r["endpoints"].push_back({{"port", port}, {"host_port", host_port}});
+        }
+      }
     } else {
       r["state"] = "exited";
       r["exit_code"] = w.exit_code;
@@ -631,6 +637,9 @@ void Agent::Apply(const json& desired) {
         spec.cpu_milli = w.value("cpu_milli", int64_t{0});
         spec.memory_mib = w.value("memory_mib", int64_t{0});
         spec.reserve_port = w.value("reserve_port", "");
+        for (const json& p : w.value("ports", json::array())) {
+          if (p.is_number_integer()) spec.ports.push_back(p.get<int>());
+        }
         if (w.contains("port_env") && w["port_env"].is_array()) {
           for (const json& name : w["port_env"]) {
             if (name.is_string()) spec.port_env.push_back(name.get<std::string>());

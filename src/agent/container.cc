@@ -131,6 +131,13 @@ Status CheckSpec(const ContainerSpec& spec) {
     TESSERA_RETURN_IF_ERROR(CheckHostPath("binds", host));
     TESSERA_RETURN_IF_ERROR(CheckHostPath("binds", path));
   }
+  for (const auto& [host_port, port] : spec.publish) {
+    if (spec.network != ContainerNetwork::kPrivate || host_port < 1 || host_port > 65535 ||
+        port < 1 || port > 65535) {
+      return Status::InvalidArgument(
+          "publish: ports 1..65535, and only for a container on its own network");
+    }
+  }
   for (const auto& d : spec.cdi_devices) TESSERA_RETURN_IF_ERROR(CheckCdiName(d));
   for (const auto& d : spec.device_nodes) {
     TESSERA_RETURN_IF_ERROR(CheckHostPath("device_nodes", d));
@@ -241,6 +248,9 @@ Result<ContainerRun> BuildPodmanRun(const ContainerSpec& spec, const ContainerHo
     // volume to the workload's uid already (and a recursive chown at every start would cost).
     a.push_back(fmt::format("--volume={}:{}:rw{}", from, path,
                             spec.user_mode == ContainerUserMode::kUserNamespace ? ",U" : ""));
+  }
+  for (const auto& [host_port, port] : spec.publish) {
+    a.push_back(fmt::format("--publish={}:{}/tcp", host_port, port));
   }
   for (const auto& d : spec.cdi_devices) a.push_back("--device=" + d);
   for (const auto& d : spec.device_nodes) a.push_back("--device=" + d);

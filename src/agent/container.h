@@ -75,6 +75,9 @@ struct ContainerSpec {
   std::string work_dir;
   // Host directories mounted read-write at container paths (the tenant's volumes): (host, path).
   std::vector<std::pair<std::string, std::string>> binds;
+  // Ports published on the node's interfaces: (host port, container port). Only with the
+  // private network.
+  std::vector<std::pair<int, int>> publish;
   std::vector<std::string> cdi_devices;   // Fully qualified, e.g. "nvidia.com/gpu=0".
   std::vector<std::string> device_nodes;  // Host device nodes given as they are, e.g. "/dev/fuse".
   ContainerNetwork network = ContainerNetwork::kPrivate;

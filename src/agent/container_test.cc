@@ -182,6 +182,19 @@ INSTANTIATE_TEST_SUITE_P(
         Case("host network",
              [](ContainerSpec& s, ContainerHost&) { s.network = ContainerNetwork::kHost; },
              {"--network=host"}),
+        Case("its asked ports published on its own network",
+             [](ContainerSpec& s, ContainerHost&) {
+               s.network = ContainerNetwork::kPrivate;
+               s.publish = {{31000, 8000}};
+             },
+             {"--network=bridge", "--publish=31000:8000/tcp"}),
+        Case(
+            "no publishing on the node's network",
+            [](ContainerSpec& s, ContainerHost&) {
+              s.network = ContainerNetwork::kHost;
+              s.publish = {{31000, 8000}};
+            },
+            {}, {}, "", "publish"),
         Case(
             "without catatonit", [](ContainerSpec&, ContainerHost& h) { h.init = false; }, {},
             {"--init"}, "ignores SIGTERM"),

@@ -159,6 +159,16 @@ Status ValidateSpec(const WorkloadSpec& spec) {
     return Status::InvalidArgument(fmt::format("workload '{}': memory_mib: {} is not in [0, {}]",
                                                spec.id, spec.memory_mib, kMaxMemoryMib));
   }
+  if (spec.ports.size() > 16) {
+    return Status::InvalidArgument(fmt::format("workload '{}': ports: at most 16", spec.id));
+  }
+  for (size_t i = 0; i < spec.ports.size(); ++i) {
+    const int p = spec.ports[i];
+    if (p < 1 || p > 65535 || std::count(spec.ports.begin(), spec.ports.end(), p) > 1) {
+      return Status::InvalidArgument(
+          fmt::format("workload '{}': ports: {} is not a port 1..65535 given once", spec.id, p));
+    }
+  }
   for (const WorkloadSpec::Volume& v : spec.volumes) {
     const std::string normal = fs::path(v.path).lexically_normal().string();
     if (v.path.size() < 2 || v.path[0] != '/' || normal != v.path ||
@@ -381,6 +391,14 @@ void WorkloadSupervisor::Adopt(const std::string& id) {
     e->uid = f.Int("uid", -1, UINT32_MAX, false, -1);
     e->container = f.String("container", false);
     e->volumes = f.Strings("volumes", false);
+    if (const nlohmann::json* eps = f.Get("endpoints", false); eps && eps->is_array()) {
+      for (const nlohmann::json& ep : *eps) {
+        if (ep.is_array() && ep.size() == 2 && ep[0].is_number_integer() &&
+            ep[1].is_number_integer()) {
+          e->status.endpoints.emplace_back(ep[0].get<int>(), ep[1].get<int>());
+        }
+      }
+    }
   } else {
     spdlog::warn("workload {}: {}", id, state.status().ToString());
   }
@@ -490,6 +508,7 @@ void WorkloadSupervisor::ReleaseUid(const Entry& e) {
 
 Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
                                          const std::string& dir, const std::string& control,
+                                         const std::vector<std::pair<int, int>>& endpoints,
                                          shim::ShimPlan& plan) {
   if (options_.podman.empty() || !Exists(options_.podman)) {
     return Status::FailedPrecondition(
@@ -532,6 +551,11 @@ Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
   // Its own network namespace (no reach to the node's loopback services); a group's rank that
   // holds the rendezvous port needs the node's network for the other ranks to reach it.
   c.network = spec.reserve_port.empty() ? ContainerNetwork::kPrivate : ContainerNetwork::kHost;
+  // On its own network only the ports it asked for are reachable from outside, at their host
+  // ports; on the node's, it listens on the host ports itself.
+  if (c.network == ContainerNetwork::kPrivate) {
+    for (const auto& [port, host_port] : endpoints) c.publish.emplace_back(host_port, port);
+  }
   const ContainerControlFiles files = ControlFilesIn(control + "/container");
   TESSERA_ASSIGN_OR_RETURN(ContainerRun run, BuildPodmanRun(c, container_host_, files));
   for (const std::string& note : run.notes) spdlog::warn("workload '{}': {}", spec.id, note);
@@ -588,6 +612,15 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
     with_port.env.emplace_back(spec.reserve_port, text);
     run = &with_port;
   }
+  std::vector<std::pair<int, int>> endpoints;
+  if (!spec.ports.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(endpoints, ReserveEndpoints(spec));
+    if (run == &spec) with_port = spec;
+    for (const auto& [asked, host_port] : endpoints) {
+      with_port.env.emplace_back(fmt::format("TESSERA_PORT_{}", asked), std::to_string(host_port));
+    }
+    run = &with_port;
+  }
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> env, BuildEnv(*run, dir));
   int64_t uid = -1;
   if (isolation_ == "uid") {
@@ -631,7 +664,7 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
     if (!s.ok()) return cleanup(s);
   }
   if (!spec.image.empty()) {
-    Status s = PlanContainer(*run, uid, dir, control, plan);
+    Status s = PlanContainer(*run, uid, dir, control, endpoints, plan);
     if (!s.ok()) return cleanup(s);
   }
   const int64_t started = UnixMs();
@@ -648,7 +681,8 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
       {"uid", uid},
       {"image", spec.image},
       {"container", plan.container_pid_file.empty() ? "" : "tessera-" + spec.id},
-      {"volumes", nlohmann::json::array()}};
+      {"volumes", nlohmann::json::array()},
+      {"endpoints", endpoints}};
   for (const WorkloadSpec::Volume& v : spec.volumes) state["volumes"].push_back(v.host_dir);
   Status s = WriteFileAtomic(plan.control_dir + "/" + shim::kStateFile, DumpJson(state) + "\n");
   if (!s.ok()) return cleanup(s);
@@ -679,6 +713,7 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   e->status.id = spec.id;
   e->status.started_at_unix_ms = started;
   e->status.port = port;
+  e->status.endpoints = endpoints;
   auto pids = shim::LaunchShim(plan);
   if (!pids.ok()) {
     // Unavailable: the shim may be running; keep the entry, and Poll will find out.
@@ -714,6 +749,27 @@ Result<int> WorkloadSupervisor::ReservePort(const std::string& id) {
   return Status::ResourceExhausted(
       fmt::format("workload '{}': reserve_port: every port of {}-{} is in use on this node", id,
                   options_.first_port, options_.last_port));
+}
+
+Result<std::vector<std::pair<int, int>>> WorkloadSupervisor::ReserveEndpoints(
+    const WorkloadSpec& spec) {
+  std::set<int> held;
+  for (const auto& [other, e] : entries_) {
+    if (e->status.phase != WorkloadPhase::kRunning) continue;
+    for (const auto& [port, host_port] : e->status.endpoints) held.insert(host_port);
+  }
+  std::vector<std::pair<int, int>> out;
+  int next = options_.first_endpoint_port;
+  for (const int port : spec.ports) {
+    while (next <= options_.last_endpoint_port && (held.count(next) || !PortFree(next))) ++next;
+    if (next > options_.last_endpoint_port) {
+      return Status::ResourceExhausted(
+          fmt::format("workload '{}': ports: every port of {}-{} is in use on this node", spec.id,
+                      options_.first_endpoint_port, options_.last_endpoint_port));
+    }
+    out.emplace_back(port, next++);
+  }
+  return out;
 }
 
 Result<WorkloadSupervisor::Entry*> WorkloadSupervisor::Find(const std::string& id) {

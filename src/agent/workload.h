@@ -66,6 +66,11 @@ struct WorkloadSpec {
     std::string path;      // Absolute.
   };
   std::vector<Volume> volumes;
+  // The ports it serves on. Each is mapped to a free port of the node's endpoint range (the
+  // host port), given in TESSERA_PORT_<port>: a container on its own network is published there
+  // (its workload listens on the port itself); a bare process, or a container on the node's
+  // network, listens on the host port.
+  std::vector<int> ports;
 };
 
 enum class WorkloadPhase { kRunning, kExited };
@@ -84,6 +89,7 @@ struct WorkloadStatus {
   bool stopping = false;          // A stop or a preemption was asked.
   int64_t log_dropped_bytes = 0;  // Output lost because the log could not be written (disk full).
   int port = 0;                   // The port reserved for it (WorkloadSpec::reserve_port); 0: none.
+  std::vector<std::pair<int, int>> endpoints;  // (port, host port) of WorkloadSpec::ports.
 };
 
 class WorkloadSupervisor {
@@ -102,6 +108,9 @@ class WorkloadSupervisor {
     // below Linux's ephemeral range, so the kernel does not hand them out on its own.
     int first_port = 29500;
     int last_port = 29999;
+    // The host ports WorkloadSpec::ports map to (inclusive): Kubernetes' NodePort range.
+    int first_endpoint_port = 30000;
+    int last_endpoint_port = 32767;
     // Unprivileged uids for workloads (inclusive), one per tenant on the node; 0 and 0 = none:
     // workloads then run as the agent's own user and isolation() is "none". Needs root.
     uint32_t first_uid = 0;
@@ -179,6 +188,8 @@ class WorkloadSupervisor {
   Status RequestStop(Entry& e, int64_t term_at_ms, int64_t kill_at_ms, const char* kind);
   Result<Entry*> Find(const std::string& id);
   Result<int> ReservePort(const std::string& id);
+  // A free port of the endpoint range for each of spec.ports: (port, host port).
+  Result<std::vector<std::pair<int, int>>> ReserveEndpoints(const WorkloadSpec& spec);
   // The uid for a workload of `tenant`: the one its running work already has, else the lowest one
   // no other tenant's workload (running, or ended but not forgotten) holds, emptied of processes.
   Result<int64_t> AssignUid(const std::string& id, const std::string& tenant);
@@ -190,7 +201,8 @@ class WorkloadSupervisor {
   void ReleaseUid(const Entry& e);
   // Fills `plan` to run spec's image as a container (`podman run` in the shim's place).
   Status PlanContainer(const WorkloadSpec& spec, int64_t uid, const std::string& dir,
-                       const std::string& control, shim::ShimPlan& plan);
+                       const std::string& control,
+                       const std::vector<std::pair<int, int>>& endpoints, shim::ShimPlan& plan);
   // Kills and removes a container workload's container, whether or not its podman still runs.
   void KillContainerOf(Entry& e);
   Status SetUpIsolation();

@@ -99,8 +99,8 @@ core::PullProgress ParsePull(JsonFields& pull) {
 // of its image has come (into s.pulls).
 Status ParseReport(const json& j, const std::string& where, core::AgentSync& s) {
   JsonFields f(j, where);
-  f.RejectUnknown(
-      {"id", "attempt", "state", "exit_code", "reason", "lost", "started_at", "port", "pull"});
+  f.RejectUnknown({"id", "attempt", "state", "exit_code", "reason", "lost", "started_at", "port",
+                   "pull", "endpoints"});
   core::AgentReport r;
   r.instance = f.String("id");
   r.attempt = static_cast<int>(f.Int("attempt", 0, INT32_MAX));
@@ -109,6 +109,20 @@ Status ParseReport(const json& j, const std::string& where, core::AgentSync& s) 
   r.reason = f.String("reason", false);
   r.lost = f.Bool("lost", false);
   if (f.Get("port", false)) r.port = static_cast<int>(f.Int("port", 1, 65535));
+  if (const json* eps = f.Get("endpoints", false)) {
+    if (!eps->is_array() || eps->size() > core::kMaxPorts) {
+      f.Fail("endpoints", fmt::format("expected a list of at most {}", core::kMaxPorts));
+    } else {
+      for (size_t i = 0; i < eps->size(); ++i) {
+        JsonFields e((*eps)[i], fmt::format("{}: endpoints[{}]", where, i));
+        e.RejectUnknown({"port", "host_port"});
+        const int port = static_cast<int>(e.Int("port", 1, 65535));
+        const int host_port = static_cast<int>(e.Int("host_port", 1, 65535));
+        TESSERA_RETURN_IF_ERROR(e.first_error());
+        r.endpoints.emplace_back(port, host_port);
+      }
+    }
+  }
   const std::string started = f.String("started_at", false);
   const bool pulling = state == "pulling";
   JsonFields pull = f.Object("pull", pulling);

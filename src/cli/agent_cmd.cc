@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "agent/agent.h"
 #include "agent/container_cdi.h"
@@ -51,6 +52,7 @@ struct AgentFlags {
   std::string cgroup_root;
   std::string metrics_listen;
   std::string rendezvous_ports = "29500-29999";
+  std::string endpoint_ports = "30000-32767";
   std::string workload_uids = std::string(agent::kDefaultWorkloadUids);
   int64_t workload_pids = 4096;
   double image_cache_gib = 100;
@@ -233,22 +235,23 @@ int RunAgent(const AgentFlags& flags) {
     wopts.first_uid = uids->first;
     wopts.last_uid = uids->last;
   }
-  {
-    const std::string& r = flags.rendezvous_ports;
+  for (auto [flag, text, first, last] :
+       {std::tuple{"--rendezvous-ports", &flags.rendezvous_ports, &wopts.first_port,
+                   &wopts.last_port},
+        std::tuple{"--endpoint-ports", &flags.endpoint_ports, &wopts.first_endpoint_port,
+                   &wopts.last_endpoint_port}}) {
+    const std::string& r = *text;
     const size_t dash = r.find('-');
-    int first = 0, last = 0;
     const char* end = r.data() + r.size();
     const bool ok = dash != std::string::npos &&
-                    std::from_chars(r.data(), r.data() + dash, first).ptr == r.data() + dash &&
-                    std::from_chars(r.data() + dash + 1, end, last).ptr == end && first >= 1 &&
-                    last <= 65535 && first <= last;
+                    std::from_chars(r.data(), r.data() + dash, *first).ptr == r.data() + dash &&
+                    std::from_chars(r.data() + dash + 1, end, *last).ptr == end && *first >= 1 &&
+                    *last <= 65535 && *first <= *last;
     if (!ok) {
-      std::cerr << "tessera agent: --rendezvous-ports: '" << EscapeForTerminal(r)
+      std::cerr << "tessera agent: " << flag << ": '" << EscapeForTerminal(r)
                 << "' is not FIRST-LAST within 1-65535\n";
       return kExitUsage;
     }
-    wopts.first_port = first;
-    wopts.last_port = last;
   }
   auto workloads = agent::WorkloadSupervisor::Open(wopts);
   if (!workloads.ok()) return Fail(workloads.status().message());
@@ -423,6 +426,9 @@ void RegisterAgentCommands(CLI::App& app, Context& ctx) {
   cmd->add_option("--rendezvous-ports", flags->rendezvous_ports,
                   "TCP ports the agent reserves for groups' rank 0 (MASTER_PORT), FIRST-LAST; "
                   "keep them outside the kernel's ephemeral range")
+      ->capture_default_str();
+  cmd->add_option("--endpoint-ports", flags->endpoint_ports,
+                  "TCP ports the agent maps instances' ports to (their endpoints), FIRST-LAST")
       ->capture_default_str();
   cmd->callback([flags, token_flag, &ctx] {
     ctx.exit_code = token_flag->count() > 0 ? RefuseTokenFlag() : RunAgent(*flags);

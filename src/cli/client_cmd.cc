@@ -151,6 +151,7 @@ struct CreateFlags {
   bool no_restart = false;
   std::vector<std::string> labels, annotations;
   std::vector<std::string> env, env_secrets, volumes;
+  std::vector<int> ports;
   std::string registry_password_secret;
 };
 
@@ -161,6 +162,7 @@ json CreateBody(const CreateFlags& c) {
   if (!c.image.empty()) body["image"] = c.image;
   if (!c.pull_policy.empty()) body["pull_policy"] = c.pull_policy;
   if (c.no_restart) body["restart"] = false;
+  if (!c.ports.empty()) body["ports"] = c.ports;
   if (!c.type.empty()) body["instance_type"] = c.type;
   if (!c.gpu_model.empty()) {
     body["gpu_model"] = c.gpu_model;
@@ -213,6 +215,11 @@ void AddCreateOptions(CLI::App* create, CreateFlags& c) {
                      "The tenant's secret that holds the image registry's password (with "
                      "--registry-username)");
   create->add_option("--annotation", c.annotations, "An annotation KEY=VALUE (repeatable)");
+  create
+      ->add_option("--port", c.ports,
+                   "A port the workload serves on (repeatable): its node maps it to a port of "
+                   "its own, shown in the instance's endpoints")
+      ->check(CLI::Range(1, 65535));
   create->add_option("--volume", c.volumes,
                      "Mount the tenant's volume NAME at PATH, as NAME:PATH (repeatable; "
                      "`tessera volumes create`)");

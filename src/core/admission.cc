@@ -315,7 +315,7 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
        "labels",      "annotations", "instance_type",  "gpu_model",     "gpus",
        "mig_profile", "milli_gpu",   "gpu_memory_mib", "vcpus",         "memory_mib",
        "nvlink",      "image",       "pull_policy",    "registry_auth", "env",
-       "volumes"});
+       "volumes",     "ports"});
   CreateInstanceRequest r;
   const std::string billing = f.String("billing");
   if (f.ok()) {
@@ -342,6 +342,7 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
     ReadEnv(f, r.env);
   }
   ReadVolumeMounts(f, r.volumes);
+  ReadPorts(f, r.ports);
   r.restart = f.Bool("restart", false, true);
   r.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   r.labels = f.StringMap("labels", false);
@@ -398,6 +399,7 @@ nlohmann::json ToJson(const CreateInstanceRequest& r, Secrets secrets) {
   if (!r.env.empty())
     j["env"] = secrets == Secrets::kStored ? StoredEnvJson(r.env) : EnvJson(r.env);
   if (!r.volumes.empty()) j["volumes"] = VolumeMountsJson(r.volumes);
+  if (!r.ports.empty()) j["ports"] = r.ports;
   if (!r.instance_type.empty()) {
     j["instance_type"] = r.instance_type;
     return j;

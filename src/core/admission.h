@@ -40,6 +40,8 @@ struct CreateInstanceRequest {
   Env env;
   // The tenant's volumes it mounts, and where (core/volumes.h).
   std::vector<VolumeMount> volumes;
+  // The ports it serves on: its agent maps each to a free port of the node.
+  std::vector<int> ports;
   // The user who asks (core/users.h): it is recorded with the instance and counts against that
   // user's quota. "" when not known (the tenant's first owner in stores before users existed).
   std::string user;

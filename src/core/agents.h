@@ -77,6 +77,8 @@ struct AgentReport {
   std::optional<Time> started_at;
   // kRunning: the TCP port its agent reserved for it (the desired state's reserve_port).
   std::optional<int> port;
+  // kRunning: where its agent mapped each of its ports, (port, host port).
+  std::vector<std::pair<int, int>> endpoints{};
 };
 
 // A workload whose image its agent is pulling: a report with "state": "pulling".

@@ -248,6 +248,15 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
     j["env"] = secrets == Secrets::kStored ? StoredEnvJson(inst.env) : EnvJson(inst.env);
   }
   if (!inst.volumes.empty()) j["volumes"] = VolumeMountsJson(inst.volumes);
+  if (!inst.ports.empty()) j["ports"] = inst.ports;
+  if (!inst.endpoints.empty()) {
+    nlohmann::json eps = nlohmann::json::array();
+    for (const Endpoint& e : inst.endpoints) {
+      eps.push_back(
+          {{"port", e.port}, {"node_address", e.node_address}, {"host_port", e.host_port}});
+    }
+    j["endpoints"] = std::move(eps);
+  }
   if (!inst.created_by.empty()) j["created_by"] = inst.created_by;
   j["labels"] = inst.labels;
   j["annotations"] = inst.annotations;
@@ -277,6 +286,26 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
 }
 
 }  // namespace
+
+void ReadPorts(JsonFields& f, std::vector<int>& out) {
+  const nlohmann::json* list = f.Get("ports", false);
+  if (!list) return;
+  if (!list->is_array() || list->size() > kMaxPorts) {
+    f.Fail("ports", fmt::format("expected a list of at most {} port numbers", kMaxPorts));
+    return;
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const nlohmann::json& p = (*list)[i];
+    const std::string at = fmt::format("ports[{}]", i);
+    if (!p.is_number_integer() || p.get<int64_t>() < 1 || p.get<int64_t>() > 65535) {
+      f.Fail(at, fmt::format("{} is not a port number 1..65535", p.dump()));
+    } else if (std::find(out.begin(), out.end(), p.get<int>()) != out.end()) {
+      f.Fail(at, fmt::format("{} is given twice", p.get<int>()));
+    } else {
+      out.push_back(p.get<int>());
+    }
+  }
+}
 
 nlohmann::json ToJson(const Instance& inst) {
   nlohmann::json j = BaseJson(inst, Secrets::kHidden);
@@ -350,6 +379,14 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   ReadImageSpec(f, j, inst.image, Secrets::kStored);
   inst.created_by = f.String("created_by", false);
   ReadVolumeMounts(f, inst.volumes);
+  ReadPorts(f, inst.ports);
+  if (const nlohmann::json* eps = f.Get("endpoints", false); eps && eps->is_array()) {
+    for (const nlohmann::json& e : *eps) {
+      if (!e.is_object()) continue;
+      inst.endpoints.push_back(
+          {e.value("port", 0), e.value("node_address", ""), e.value("host_port", 0)});
+    }
+  }
   if (j.is_object() && j.contains("env")) {
     auto env = EnvFromStoredJson(j["env"], where);
     if (!env.ok()) return env.status();

@@ -75,6 +75,19 @@ struct GpuRef {
   int milli_gpu = 0;  // Shares only.
 };
 
+// Where one of an instance's ports is reached: its agent mapped `port` to `host_port` on the node
+// at `node_address` (docs/volumes.md, "Endpoints").
+struct Endpoint {
+  int port = 0;
+  std::string node_address;
+  int host_port = 0;
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+inline constexpr size_t kMaxPorts = 16;
+// Reads the optional "ports" field of a create request or a stored instance into `out`: at most
+// kMaxPorts distinct integers 1..65535; errors go to `f`, naming the entry (ports[1]).
+void ReadPorts(JsonFields& f, std::vector<int>& out);
+
 // One transition of an instance, for its history (`GET /v1/instances/{id}`).
 struct StateChange {
   Time at;
@@ -101,6 +114,9 @@ struct Instance {
   Env env;
   // The tenant's volumes it mounts (core/volumes.h): it is placed on their node.
   std::vector<VolumeMount> volumes;
+  // The ports it serves on (1..65535), and while it runs where each is reached.
+  std::vector<int> ports;
+  std::vector<Endpoint> endpoints;
   std::string created_by;       // The user who made it (core/users.h); "" when not known.
   bool restart = true;          // Spot: re-queue automatically after preemption.
   int stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long.

@@ -487,6 +487,7 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       AddUserEnv(*inst, w["env"]);
       AddImageJson(inst->image, Secrets::kIncluded, w);
       if (!inst->volumes.empty()) w["volumes"] = WorkloadVolumes(*inst);
+      if (!inst->ports.empty()) w["ports"] = inst->ports;
       if (inst->image.auth && !inst->image.auth->password_secret.empty()) {
         const Secret* s = secrets_.Find(inst->tenant.str(), inst->image.auth->password_secret);
         w["registry_auth"]["password"] = s ? s->value : "";
@@ -709,6 +710,7 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
       ++counters_.agent_times_clamped;
     }
     inst.started_at = started;
+    SetEndpoints(inst, report);
     Transition(inst, InstanceState::kRunning, "", batch);
     counters_.start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
     return true;
@@ -756,6 +758,18 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
       return true;
     default:
       return false;
+  }
+}
+
+void State::SetEndpoints(Instance& inst, const AgentReport& report) {
+  inst.endpoints.clear();
+  const AgentNode* node =
+      agents_.nodes().count(inst.node) ? &agents_.nodes().at(inst.node) : nullptr;
+  for (const auto& [port, host_port] : report.endpoints) {
+    // Only the ports it asked for: an agent names no others.
+    if (std::find(inst.ports.begin(), inst.ports.end(), port) == inst.ports.end()) continue;
+    inst.endpoints.push_back(
+        {port, node && !node->address.empty() ? node->address : inst.node, host_port});
   }
 }
 

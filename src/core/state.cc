@@ -123,6 +123,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.shape = std::move(admitted.shape);
   inst.command = req.command;
   inst.volumes = req.volumes;
+  inst.ports = req.ports;
   inst.restart = req.restart;
   inst.stop_grace_seconds = req.stop_grace_seconds;
   inst.labels = req.labels;
@@ -401,6 +402,7 @@ void State::Unbook(Instance& inst) {
   // the stop, so a node that cannot isolate tenants stays closed to the others until then.
   sole_tenant_->Release(inst.assignment->node, SourceOf(inst));
   inst.assignment.reset();
+  inst.endpoints.clear();
   const std::string node = std::move(inst.node);
   inst.node.clear();
   inst.gpus.clear();

@@ -555,6 +555,8 @@ class State {
   // Applies what a node's agent says of the volumes it holds: their use, and the end of those
   // being deleted that it no longer holds.
   void ApplyVolumeReport(const std::string& node, const AgentSync& sync, store::Batch& batch);
+  // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
+  void SetEndpoints(Instance& inst, const AgentReport& report);
   // The desired state's volume parts for `node`: each workload's mounts, and what to delete.
   nlohmann::json WorkloadVolumes(const Instance& inst) const;
   nlohmann::json VolumesToDelete(const std::string& node) const;

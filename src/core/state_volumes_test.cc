@@ -1,6 +1,6 @@
 // The state's volumes on a fake clock: their bill (per GiB-month, a line per UTC day), their end
 // (at once, or once the node's agent removed the data), where the instances and gangs that mount
-// them go, and what a restart brings back.
+// them go, and what a restart brings back. And instances' endpoints, as their agents report them.
 #include <gtest/gtest.h>
 
 #include "core/core.h"
@@ -181,6 +181,41 @@ TEST_F(StateVolumesTest, ARestartBringsBackVolumesWithTheirHoldersAndTheirBill) 
   EXPECT_EQ(lines[0].seconds, 24 * 3600);
   // The next volume takes a new id.
   EXPECT_NE(MakeVolume("next", 1).id, v.id);
+}
+
+using StateEndpointsTest = StateVolumesTest;
+
+TEST_F(StateEndpointsTest, AnInstanceShowsWhereItsOwnPortsAreWhileItRunsAndNoOthers) {
+  CreateInstanceRequest r = TestH100(1);
+  r.ports = {8000, 8888};
+  auto inst = CreateInRound(r);
+  ASSERT_TRUE(inst.ok());
+  EXPECT_EQ(state_->DesiredState(inst->node)["workloads"][0]["ports"], json::array({8000, 8888}));
+  AgentReport running;
+  running.instance = inst->id.str();
+  running.endpoints = {{8000, 31000}, {8888, 31001}, {22, 31002}};  // 22 was not asked for.
+  ASSERT_TRUE(SyncRound(*state_, inst->node, agent_, ++seq_, {running}, batch_).ok());
+  const Instance& shown = Get(inst->id.str());
+  ASSERT_EQ(shown.state, InstanceState::kRunning);
+  EXPECT_EQ(shown.endpoints,
+            (std::vector<Endpoint>{{8000, inst->node, 31000}, {8888, inst->node, 31001}}));
+  EXPECT_EQ(ToJson(shown)["endpoints"][1]["host_port"], 31001);
+  // Stored and restored with the instance.
+  Restart();
+  EXPECT_EQ(Get(inst->id.str()).endpoints.size(), 2u);
+  EXPECT_EQ(Get(inst->id.str()).ports, (std::vector<int>{8000, 8888}));
+  const json inventory = inst->node == "n1"
+                             ? TestInventory(4)
+                             : TestInventory(2, "H100-80GB", inst->node == "n2" ? "b" : "c");
+  ASSERT_TRUE(state_->RegisterAgent(inst->node, {agent_, inventory}, batch_).ok());
+  AgentReport ended;
+  ended.instance = inst->id.str();
+  ended.state = InstanceState::kTerminated;
+  ended.exit_code = 0;
+  ended.reason = "exited";
+  const Status synced = SyncRound(*state_, inst->node, agent_, ++seq_, {ended}, batch_);
+  ASSERT_TRUE(synced.ok()) << synced.ToString();
+  EXPECT_TRUE(Get(inst->id.str()).endpoints.empty());
 }
 
 }  // namespace
