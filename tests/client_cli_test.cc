@@ -212,5 +212,45 @@ TEST_F(ClientCliTest, NodesSetGpuModeAppliesOrWaitsForTheAgent) {
   EXPECT_EQ(Get("/v1/nodes/gpu-x", kAdminToken).body["gpus"][1]["mode"], "mig");
 }
 
+// Volumes from the command line (docs/volumes.md): made, mounted by an instance on the fleet's
+// node it names, listed with their state, refused while mounted, deleted after.
+TEST_F(ClientCliTest, VolumesAreMadeMountedListedAndDeleted) {
+  const std::string token = NewTenant("acme", 4);
+  auto made =
+      Cli({"volumes", "create", "ckpt", "--size-gib", "20", "--node", "node-h100-01"}, token);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_TRUE(std::regex_search(made.out, std::regex("ckpt +vol-000001 +20 GiB +- +node-h100-01 "
+                                                     "+false +available")))
+      << made.out;
+  auto inst = Cli({"instances", "create", "--type", "gpu.1xh100", "--volume", "ckpt:/ckpt",
+                   "--port", "8000", "-o", "json"},
+                  token);
+  ASSERT_EQ(inst.exit_code, 0) << inst.err;
+  const json j = json::parse(inst.out);
+  EXPECT_EQ(j["node"], "node-h100-01");
+  EXPECT_EQ(j["volumes"], json::parse(R"([{"name":"ckpt","path":"/ckpt"}])"));
+  EXPECT_EQ(j["ports"], json::array({8000}));
+  auto listed = Cli({"volumes", "list"}, token);
+  EXPECT_TRUE(
+      std::regex_search(listed.out, std::regex("ckpt .* attached +" + j["id"].get<std::string>())))
+      << listed.out;
+  auto refused = Cli({"volumes", "delete", "ckpt"}, token);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("is attached to " + j["id"].get<std::string>()), std::string::npos)
+      << refused.err;
+  auto malformed = Cli({"instances", "create", "--type", "gpu.1xh100", "--volume", "ckpt"}, token);
+  EXPECT_NE(malformed.exit_code, 0);
+  EXPECT_NE(malformed.err.find("--volume: 'ckpt' is not NAME:PATH"), std::string::npos)
+      << malformed.err;
+  ASSERT_EQ(Cli({"instances", "delete", j["id"]}, token).exit_code, 0);
+  ASSERT_EQ(AwaitState(token, j["id"], "terminated"), "terminated");
+  auto deleted = Cli({"volumes", "delete", "ckpt", "-o", "json"}, token);
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.err;
+  EXPECT_EQ(json::parse(deleted.out)["state"], "deleted") << "no agent of ours made its data";
+  auto none = Cli({"volumes", "get", "ckpt"}, token);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("volume 'ckpt' not found"), std::string::npos) << none.err;
+}
+
 }  // namespace
 }  // namespace tessera

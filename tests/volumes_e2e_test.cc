@@ -115,6 +115,7 @@ TEST_F(VolumesTest, ASpotJobFindsItsCheckpointAfterAPreemptionAndRestart) {
   ASSERT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
   auto gone = Call("DELETE", "/v1/volumes/ckpt", tenant_);
   ASSERT_EQ(gone.status, 200) << gone.raw;
+  EXPECT_EQ(gone.body.value("state", ""), "deleting") << "until its agent removed the data";
   ASSERT_TRUE(WaitFor([&] { return Get("/v1/volumes/ckpt", tenant_).status == 404; }, 10s))
       << Volume("ckpt", tenant_).dump();
   EXPECT_FALSE(std::filesystem::exists(VolumeDir("gpu-01", vol.value("id", ""))));

@@ -69,7 +69,10 @@ void AddVolumeRoutes(Api& table) {
             call, Status::Ok(),
             {[name](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
                TESSERA_ASSIGN_OR_RETURN(core::Volume v, s.DeleteVolume(caller, name, b));
-               return core::ToJson(v, {});
+               json j = core::ToJson(v, {});
+               // Gone at once, or once its node's agent removed its data.
+               if (!s.volumes().Find(caller.id.str(), name)) j["state"] = "deleted";
+               return j;
              },
              200, Passthrough, NameOf});
       });

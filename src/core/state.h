@@ -227,8 +227,9 @@ class State {
   // NotFound for an unknown name and another tenant's alike.
   Result<Volume> GetVolume(const Tenant& caller, std::string_view name) const;
   // Deletes a volume: its bill stops now, and its data goes with its node's agent (the volume is
-  // shown `deleting` until the agent says so). FailedPrecondition naming the instances while any
-  // mounts it (running, waiting or waiting to restart).
+  // shown `deleting` until the agent says so; one no agent made is gone at once).
+  // FailedPrecondition naming the instances while any mounts it (running, waiting or waiting to
+  // restart).
   Result<Volume> DeleteVolume(const Tenant& caller, std::string_view name, store::Batch& batch);
   // The instances of `tenant` that mount volume `name` and have not ended.
   std::vector<std::string> VolumeUsers(const std::string& tenant, std::string_view name) const;

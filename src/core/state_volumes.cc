@@ -71,7 +71,6 @@ Result<Volume> State::DeleteVolume(const Tenant& caller, std::string_view name,
     // No agent of ours made its data: nothing to wait for.
     Volume gone = *v;
     volumes_.Erase(gone.tenant, gone.name, batch);
-    gone.deleting = true;
     return gone;
   }
   v->deleting = true;
