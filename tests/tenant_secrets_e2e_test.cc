@@ -269,13 +269,7 @@ TEST_F(TenantSecretsTest, ARotationUnderACreateLoadLosesNothingAndLeavesNoRecord
 TEST_F(TenantSecretsTest, ARotationWithAKmsPluginMovesEveryRecordToThePluginsNewKey) {
   ASSERT_EQ(server_->Stop(SIGTERM), 0);
   const std::string current = dir_.Write("kms-current", "kms-1");
-  const std::string plugin = dir_.Write("kms", fmt::format(R"sh(#!/bin/sh
-case "$1" in
-  wrap) read -r dek; printf '%s %s\n' "$(cat {})" "$(printf 'w:%s' "$dek" | base64 -w0)" ;;
-  unwrap) read -r w; printf '%s' "$w" | base64 -d | sed 's/^w://'; echo ;;
-esac
-)sh",
-                                                           current));
+  const std::string plugin = dir_.Write("kms", testing::FakeKmsScript(current));
   ASSERT_EQ(chmod(plugin.c_str(), 0700), 0);
   StartServer({"--sim-agents", "--kms-command", plugin});
   token_ = NewTenant("beta", 8);

@@ -336,13 +336,7 @@ TEST_F(CommandKeyringTest, RoundTripsThroughThePlugin) {
 // key still open.
 TEST_F(CommandKeyringTest, ASealerLearnsThePluginsNewKeyWhenItRenewsItsSeed) {
   const std::string current = dir_.Write("current", "kms-1");
-  const std::string path = Script("kms", fmt::format(R"sh(#!/bin/sh
-case "$1" in
-  wrap) read -r dek; printf '%s %s\n' "$(cat {})" "$(printf 'w:%s' "$dek" | base64 -w0)" ;;
-  unwrap) read -r w; printf '%s' "$w" | base64 -d | sed 's/^w://'; echo ;;
-esac
-)sh",
-                                                     current));
+  const std::string path = Script("kms", testing::FakeKmsScript(current));
   Sealer sealer(NewCommandKeyring({path}));
   const std::string old = sealer.Seal("v", "c").value();
   EXPECT_EQ(SealedKeyId(old).value(), "kms-1");

@@ -262,6 +262,16 @@ double CpuSeconds(int pid) {
 
 namespace tessera::testing {
 
+std::string FakeKmsScript(const std::string& current_key_file) {
+  return "#!/bin/sh\n"
+         "case \"$1\" in\n"
+         "  wrap) read -r dek; printf '%s %s\\n' \"$(cat " +
+         current_key_file +
+         ")\" \"$(printf 'w:%s' \"$dek\" | base64 -w0)\" ;;\n"
+         "  unwrap) read -r w; printf '%s' \"$w\" | base64 -d | sed 's/^w://'; echo ;;\n"
+         "esac\n";
+}
+
 int FreeTcpPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

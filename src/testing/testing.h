@@ -81,6 +81,11 @@ CommandResult RunTessera(const std::vector<std::string>& args, const std::string
 // the openssl command, and sets their paths. False when openssl fails.
 bool MakeSelfSignedCert(const TempDir& dir, std::string& cert, std::string& key);
 
+// A KMS plugin (docs/secrets.md, --kms-command) as a shell script: it wraps a data key under the
+// key id held in the file `current_key_file` (change the file to move the plugin to a new key)
+// and unwraps what it wrapped, whatever the id. Reversible encoding, no secrecy: a test's fake.
+std::string FakeKmsScript(const std::string& current_key_file);
+
 // A free TCP port on 127.0.0.1 (bound and released: another process could take it first, which
 // tests accept).
 int FreeTcpPort();
