@@ -305,6 +305,30 @@ TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
   EXPECT_EQ(state_->instances().size(), 2u);
 }
 
+// A group that restarts finds its volumes as they were: the new attempt's members go to the
+// volumes' node however much room another node has, and a volume that is not shared, mounted by
+// the one member of the old attempt, takes the new attempt's (docs/volumes.md).
+TEST_F(GroupsTest, ARestartedGroupGoesBackToItsVolumesNode) {
+  Join("n1", 2, OneIsland(2));
+  Join("n2", 8, OneIsland(8));
+  ASSERT_TRUE(state_->CreateVolume(Acme(), {"ckpt", 10, "n1", false}, "", batch_).ok());
+  GroupRequest req = Gang(1, 1, Topology::kNode);
+  req.member.volumes = {{"ckpt", "/ckpt"}};
+  const json g = Create(req);
+  const std::string id = g["id"];
+  const Instance first = Member(g, 0);
+  EXPECT_EQ(first.node, "n1");
+  Sync("n1", {Report(first, InstanceState::kRunning)});
+  Sync("n1", {Report(first, InstanceState::kFailed, 1)});
+  const json again = Get(id);
+  ASSERT_EQ(again["restarts"], 1) << again.dump();
+  const Instance second = Member(again, 0);
+  EXPECT_NE(second.id, first.id);
+  EXPECT_EQ(second.node, "n1") << again.dump();
+  EXPECT_EQ(second.volumes, req.member.volumes);
+  EXPECT_EQ(state_->VolumeUsers(acme_.id.str(), "ckpt"), std::vector<std::string>{second.id.str()});
+}
+
 // A gang that uses its owner's whole quota restarts after a failure: the new attempt is admitted
 // once the last one's members stopped, not beside them (which the quota would refuse).
 TEST_F(GroupsTest, AGangAtItsQuotaRestartsOnceTheLastAttemptStopped) {
