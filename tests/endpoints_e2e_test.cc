@@ -1,7 +1,11 @@
 // End-to-end tests of instances' ports (docs/volumes.md, "Endpoints"): a real server and agent, a
 // workload serving HTTP on the host port its agent mapped its port to.
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 
@@ -66,6 +70,136 @@ TEST_F(AgentTest, EachPortAnInstanceAsksForIsMappedToAPortOfItsNodeAndShown) {
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
   ASSERT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
   EXPECT_FALSE(Instance(id).contains("endpoints")) << Instance(id).dump();
+}
+
+// A workload that answers what it was sent: GET with the path, the Authorization it got (never
+// the caller's token), the prefix and the Host; POST with its body; a WebSocket by echoing one
+// text frame.
+constexpr const char* kEchoServer = R"(cat > srv.py <<'PY'
+import base64, hashlib, http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def do_GET(self):
+        if self.headers.get('Upgrade', '').lower() == 'websocket':
+            key = self.headers['Sec-WebSocket-Key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
+            accept = base64.b64encode(hashlib.sha1(key.encode()).digest()).decode()
+            self.send_response(101)
+            self.send_header('Upgrade', 'websocket')
+            self.send_header('Connection', 'Upgrade')
+            self.send_header('Sec-WebSocket-Accept', accept)
+            self.end_headers()
+            self.wfile.flush()
+            head = self.rfile.read(2)
+            mask = self.rfile.read(4)
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(head[1] & 127)))
+            self.wfile.write(bytes([0x81, len(data)]) + data)
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        body = '|'.join([self.path, self.headers.get('Authorization', '-'),
+                         self.headers.get('X-Forwarded-Prefix', '-'), self.headers['Host']]).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers.get('Content-Length', 0)))
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['TESSERA_PORT_8000'])), H).serve_forever()
+PY
+exec python3 srv.py)";
+
+// Sends `request` to the server over a fresh connection and reads until `until` shows up in what
+// came back (or the connection ends, or 5 s pass); returns what came back.
+std::string Exchange(int port, const std::string& request, const std::string& until,
+                     const std::string& then_send = "", const std::string& then_until = "") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return "";
+  }
+  std::string got;
+  auto exchange = [&](const std::string& out, const std::string& want) {
+    (void)!write(fd, out.data(), out.size());
+    char buf[4096];
+    while (got.find(want) == std::string::npos) {
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  };
+  exchange(request, until);
+  if (!then_send.empty()) exchange(then_send, then_until);
+  close(fd);
+  return got;
+}
+
+TEST_F(AgentTest, AnInstancesPortIsReachedThroughTheServerByItsOwnTenantOnly) {
+  Join("gpu-01");
+  json body = H100(1, "on_demand");
+  body["ports"] = json::array({8000});
+  const std::string id = Create(body, kEchoServer);
+  ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+  const std::string base = "/v1/instances/" + id + "/ports/8000";
+  HttpReply got;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        got = Get(base + "/some/path?q=1", tenant_);
+        return got.status == 200;
+      },
+      10s))
+      << got.status << " " << got.raw;
+  const int host_port = Instance(id)["endpoints"][0].value("host_port", 0);
+  EXPECT_EQ(got.raw, fmt::format("/some/path?q=1|-|{}|127.0.0.1:{}", base, host_port))
+      << "the path and query as sent, no token, the prefix, the endpoint as Host";
+  EXPECT_EQ(Get(base, tenant_).raw, fmt::format("/|-|{}|127.0.0.1:{}", base, host_port));
+  // A body goes through, and a request that changes something is audited.
+  const std::string text = "a body of any type";
+  auto echoed = Call("POST", base + "/echo", tenant_, nullptr, "text/plain", &text);
+  EXPECT_EQ(echoed.status, 200);
+  EXPECT_EQ(echoed.raw, text);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Get("/v1/audit", kAdminToken).raw.find("POST " + base + "/echo") !=
+               std::string::npos;
+      },
+      5s));
+  // A WebSocket: the upgrade goes through, then frames both ways.
+  const std::string upgrade = fmt::format(
+      "GET {}/ws HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: Upgrade\r\n"
+      "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
+      "dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+      base, tenant_);
+  std::string frame = {static_cast<char>(0x81), static_cast<char>(0x80 | 5), 1, 2, 3, 4};
+  for (size_t i = 0; i < 5; ++i) frame += static_cast<char>("hello"[i] ^ (i % 4 + 1));
+  const std::string ws = Exchange(server_->port(), upgrade, "\r\n\r\n", frame, "hello");
+  EXPECT_NE(ws.find("101 Switching Protocols"), std::string::npos) << ws;
+  EXPECT_NE(ws.find("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), std::string::npos) << ws;
+  EXPECT_NE(ws.find(std::string("\x81\x05hello")), std::string::npos) << ws;
+
+  // Another tenant, the admin, no token, a port not asked for: refused, the workload untouched.
+  const std::string other = NewTenant("globex", 4);
+  auto theirs = Get(base + "/some/path", other);
+  EXPECT_EQ(theirs.status, 404) << theirs.raw;
+  EXPECT_EQ(Get(base + "/", kAdminToken).status, 403);
+  EXPECT_EQ(Call("GET", base + "/", "").status, 401);
+  EXPECT_EQ(Get("/v1/instances/" + id + "/ports/8001/", tenant_).status, 404);
+  EXPECT_EQ(Get("/v1/instances/" + id + "/ports/x/", tenant_).status, 400);
+  // Ended, it has no endpoint to reach.
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
+  ASSERT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
+  EXPECT_EQ(Get(base + "/", tenant_).status, 404);
 }
 
 }  // namespace

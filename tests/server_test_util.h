@@ -121,11 +121,13 @@ class ServerTest : public ::testing::Test {
     httplib::Headers headers;
     if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
     const std::string text = raw_body ? *raw_body : (body ? body->dump() : "");
-    httplib::Result r = method == "GET"      ? client.Get(path, headers)
-                        : method == "DELETE" ? client.Delete(path, headers)
-                        : method == "PATCH"  ? client.Patch(path, headers, text, content_type)
-                        : method == "PUT"    ? client.Put(path, headers, text, content_type)
-                                             : client.Post(path, headers, text, content_type);
+    httplib::Result r = method == "GET"       ? client.Get(path, headers)
+                        : method == "HEAD"    ? client.Head(path, headers)
+                        : method == "OPTIONS" ? client.Options(path, headers)
+                        : method == "DELETE"  ? client.Delete(path, headers)
+                        : method == "PATCH"   ? client.Patch(path, headers, text, content_type)
+                        : method == "PUT"     ? client.Put(path, headers, text, content_type)
+                                              : client.Post(path, headers, text, content_type);
     HttpReply out;
     if (!r) return out;
     out.status = r->status;

@@ -202,10 +202,13 @@ const Api::Route* Api::Match(const HttpRequest& head, std::vector<std::string>& 
   const std::vector<std::string_view> path = PathSegments(head.parsed.path);
   const Route* found = nullptr;
   for (const Route& r : routes_) {
-    if (r.segments.size() != path.size()) continue;
+    // A last segment "{*}" takes whatever path follows (none included); the handler reads it.
+    const bool tail = !r.segments.empty() && r.segments.back() == "{*}";
+    const size_t fixed = r.segments.size() - (tail ? 1 : 0);
+    if (tail ? path.size() < fixed : r.segments.size() != path.size()) continue;
     std::vector<std::string> p;
     bool match = true;
-    for (size_t i = 0; i < path.size() && match; ++i) {
+    for (size_t i = 0; i < fixed && match; ++i) {
       const std::string& s = r.segments[i];
       if (s.size() > 2 && s.front() == '{' && s.back() == '}') {
         match = !path[i].empty();
@@ -339,7 +342,7 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
   if (route->body != BodyKind::kNone) {
     decision.max_body = SIZE_MAX;  // The HTTP layer's limit (1 MiB) applies.
     const std::string* type = head.Header("content-type");
-    if (head.has_body && (!type || !IsJsonMediaType(*type))) {
+    if (route->body != BodyKind::kRaw && head.has_body && (!type || !IsJsonMediaType(*type))) {
       const std::string message =
           type ? fmt::format("Content-Type must be application/json, not '{}'", Quote(*type))
                : std::string("Content-Type must be application/json");
@@ -354,7 +357,7 @@ HeadDecision Api::OnHead(const HttpRequest& head) {
     auto call = std::make_shared<Call>(Call{
         std::move(request), route->pattern, route->audited, params, token_hash, principal,
         route->need, route->write, nlohmann::json::object(), Status::Ok(), std::move(responder)});
-    if (route->body != BodyKind::kNone) {
+    if (route->body != BodyKind::kNone && route->body != BodyKind::kRaw) {
       if (call->request.body.empty() && route->body == BodyKind::kOptionalJson) {
         call->body = nlohmann::json::object();
       } else if (auto j = ParseJson(call->request.body, "body"); j.ok()) {
@@ -383,7 +386,7 @@ std::optional<HttpResponse> Api::RedirectToLeader(const Route& route, const Http
   // the leader's memory holds, from the agents' reports (logs, GPU telemetry).
   static const std::set<std::string, std::less<>> kLeaderMemory = {
       "/v1/instances/{id}/logs", "/v1/instances/{id}/metrics", "/v1/metrics/instances",
-      "/v1/nodes/{id}"};
+      "/v1/nodes/{id}", "/v1/instances/{id}/ports/{port}/{*}"};
   const bool read = head.method == "GET" || head.method == "HEAD";
   if (read && route.access != Access::kNode && !kLeaderMemory.contains(route.pattern)) {
     return std::nullopt;

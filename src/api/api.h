@@ -45,6 +45,7 @@ enum class BodyKind {
   kNone,          // Nothing (a body sent anyway is read, up to 4 KiB, and ignored).
   kJson,          // A JSON object, Content-Type application/json.
   kOptionalJson,  // As kJson when a body is sent; an empty body reads as {}.
+  kRaw,           // Any media type, kept as sent (the proxy to an instance's port).
 };
 
 // One request on its way through the API.
@@ -85,7 +86,8 @@ class Api {
   // `catalog` and `clock` must outlive this; set_core before serving.
   Api(const catalog::Catalog* catalog, const Clock* clock);
 
-  // Registers a route; `pattern` segments in braces ("{id}") match any one segment. The pattern
+  // Registers a route; `pattern` segments in braces ("{id}") match any one segment, and a last
+  // segment "{*}" any path after the others (the handler reads it from the target). The pattern
   // ends in the query parameters the route takes, if any ("/v1/instances?limit&page_token"); a
   // request with any other is refused with 400 naming it. "?*" takes any (the console's files).
   // `need` is the role a tenant's user must have (docs/users.md): by default a viewer for GET and
@@ -108,6 +110,10 @@ class Api {
   void Reply(Call& call, HttpResponse response);
   // Answers `call` with `status`'s HTTP error.
   void ReplyError(Call& call, const Status& status);
+  // Appends one audit record in its own core round: for refusals answered before the core ran,
+  // and for what is answered without it (the proxy to an instance's port).
+  void AuditAsync(const core::Principal& who, const HttpRequest& head, int status,
+                  const std::string& detail);
 
   core::Core& core() { return *core_; }
   void set_core(core::Core* core) { core_ = core; }
@@ -157,9 +163,6 @@ class Api {
   // Appends `row` to `batch` as the audit gate admits it (cut to size; a refusal past its
   // caller's rate is counted instead).
   void Audit(store::Batch& batch, store::AuditRecord row);
-  // Appends one audit record in its own core round (for refusals answered before the core ran).
-  void AuditAsync(const core::Principal& who, const HttpRequest& head, int status,
-                  const std::string& detail);
   // Logs an unauthenticated request, at most one line a second with a count of the rest.
   void SampleAnonymous(const HttpRequest& head, const std::string& why);
 

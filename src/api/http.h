@@ -104,6 +104,19 @@ HttpResponse ErrorResponse(int status, std::string_view code, std::string_view m
 
 class HttpStream;
 
+// A connection handed over to a TCP peer (the proxy to an instance's port, docs/volumes.md):
+// `head` (the request as forwarded, its body included) goes to host:port, and from then on bytes
+// flow both ways untouched, each way as they come (a WebSocket, a stream of events), until either
+// side closes or nothing moves for `idle_timeout`. The connection serves nothing else after. A
+// peer that cannot be reached within `connect_timeout` is answered 502 bad_gateway.
+struct SpliceTarget {
+  std::string host;
+  int port = 0;
+  std::string head;
+  std::chrono::milliseconds connect_timeout{5'000};
+  std::chrono::milliseconds idle_timeout{3'600'000};
+};
+
 // The right, and the duty, to answer one request. Copies share it; the first Send (or Stream)
 // wins and later ones do nothing. When the last copy goes without an answer, the client gets a
 // 500, so a handler that forgets to answer never leaves a connection hanging.
@@ -124,6 +137,9 @@ class Responder {
   // Starts a chunked response with `status` and `content_type`; the stream sends what is
   // written to it. Returns nullptr when the request was answered already.
   std::shared_ptr<HttpStream> Stream(int status, std::string content_type) const;
+  // Answers by handing the connection over to a TCP peer (SpliceTarget). In process (a Local
+  // responder) it is answered 502.
+  void Splice(SpliceTarget target) const;
   // True once the connection is gone (the client left, or the server stops); an answer is then
   // dropped. Long polls check it to stop waiting early.
   bool Abandoned() const;

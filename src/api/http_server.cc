@@ -148,6 +148,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   // stream that ended or was cut off must not write into the next response.
   virtual void QueueChunk(const std::shared_ptr<StreamState>& from, std::string chunk) = 0;
   virtual void EndStream(const std::shared_ptr<StreamState>& from) = 0;
+  virtual void StartSplice(SpliceTarget target) = 0;
   virtual void Close() = 0;
   std::atomic<bool> closed{false};
 };
@@ -341,6 +342,15 @@ std::shared_ptr<HttpStream> Responder::Stream(int status, std::string content_ty
                                       shared_->max_stream_buffer);
 }
 
+void Responder::Splice(SpliceTarget target) const {
+  if (shared_->local) {
+    return Send(ErrorResponse(502, "bad_gateway", "a call made in process cannot be proxied"));
+  }
+  if (shared_->answered.exchange(true)) return;
+  PostTo(shared_->live, shared_->session,
+         [t = std::move(target)](SessionBase& s) mutable { s.StartSplice(std::move(t)); });
+}
+
 bool Responder::Abandoned() const {
   std::shared_ptr<SessionBase> s = shared_->session.lock();
   return !s || s->closed;
@@ -469,6 +479,31 @@ class Session final : public SessionBase {
     if (streaming_ && !writing_) WriteNextChunk();
   }
 
+  void StartSplice(SpliceTarget t) override {
+    if (!awaiting_ || closed) return;
+    Settle();
+    keep_alive_ = false;
+    splice_idle_ = t.idle_timeout;
+    splice_out_ = std::move(t.head);
+    // What the client sent beyond the request (a WebSocket's first frames) goes after it.
+    splice_out_ += beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    resolver_.emplace(stream_.get_executor());
+    Arm(t.connect_timeout);
+    resolver_->async_resolve(t.host, std::to_string(t.port),
+                             [self = Self(), where = fmt::format("{}:{}", t.host, t.port)](
+                                 beast::error_code ec, const tcp::resolver::results_type& found) {
+                               if (ec) return self->SpliceFailed(where, ec);
+                               self->peer_.emplace(self->stream_.get_executor());
+                               net::async_connect(
+                                   *self->peer_, found,
+                                   [self, where](beast::error_code e, const tcp::endpoint&) {
+                                     if (e) return self->SpliceFailed(where, e);
+                                     self->SendHead();
+                                   });
+                             });
+  }
+
   void Close() override {
     if (closed.exchange(true)) return;
     if (stream_state_) stream_state_->closed = true;
@@ -476,6 +511,8 @@ class Session final : public SessionBase {
     beast::error_code ignored;
     Disarm();
     Lowest().close(ignored);
+    if (peer_) peer_->close(ignored);
+    if (resolver_) resolver_->cancel();
     server_->Forget(id_, address_);
   }
 
@@ -508,6 +545,9 @@ class Session final : public SessionBase {
       self->timed_out_ = true;
       beast::error_code ignored;
       self->Lowest().cancel(ignored);
+      // A splice waits on its peer too: connecting, or for the peer's next bytes.
+      if (self->resolver_) self->resolver_->cancel();
+      if (self->peer_) self->peer_->cancel(ignored);
     });
   }
   void Disarm() {
@@ -797,6 +837,60 @@ class Session final : public SessionBase {
     Write(std::move(busy));
   }
 
+  // The splice's peer could not be reached: the client hears 502, as nothing went to it yet.
+  void SpliceFailed(const std::string& where, beast::error_code ec) {
+    if (closed) return;
+    const bool late = timed_out_;
+    timed_out_ = false;
+    Write(ErrorResponse(
+        502, "bad_gateway",
+        fmt::format("cannot reach {}: {}", where, late ? std::string("timed out") : ec.message())));
+  }
+
+  void SendHead() {
+    net::async_write(*peer_, net::buffer(splice_out_),
+                     [self = Self()](beast::error_code ec, size_t) {
+                       if (ec) return self->Close();
+                       self->splice_out_.clear();
+                       self->splice_out_.shrink_to_fit();
+                       self->Arm(self->splice_idle_);
+                       self->PumpUp();
+                       self->PumpDown();
+                     });
+  }
+
+  // Client to peer. The client's end of sending shuts the peer's receiving side, and the answer
+  // still flows back.
+  void PumpUp() {
+    stream_.async_read_some(net::buffer(up_), [self = Self()](beast::error_code ec, size_t n) {
+      if (ec) {
+        if (ec != net::error::eof || self->closed) return self->Close();
+        beast::error_code ignored;
+        self->peer_->shutdown(tcp::socket::shutdown_send, ignored);
+        return;
+      }
+      self->Arm(self->splice_idle_);
+      net::async_write(*self->peer_, net::buffer(self->up_.data(), n),
+                       [self](beast::error_code e, size_t) {
+                         if (e) return self->Close();
+                         self->PumpUp();
+                       });
+    });
+  }
+
+  // Peer to client. Once the peer is done, so is the connection.
+  void PumpDown() {
+    peer_->async_read_some(net::buffer(down_), [self = Self()](beast::error_code ec, size_t n) {
+      if (ec) return self->Close();
+      self->Arm(self->splice_idle_);
+      net::async_write(self->stream_, net::buffer(self->down_.data(), n),
+                       [self](beast::error_code e, size_t) {
+                         if (e) return self->Close();
+                         self->PumpDown();
+                       });
+    });
+  }
+
   // Answers an error of this layer and ends the connection.
   void Fail(int status, std::string_view code, std::string message) {
     Settle();
@@ -917,6 +1011,12 @@ class Session final : public SessionBase {
   std::deque<std::string> chunks_;
   std::array<char, 4096> scratch_{};
   size_t lingered_ = 0;
+  // A splice (StartSplice): its peer, and a buffer each way.
+  std::optional<tcp::resolver> resolver_;
+  std::optional<tcp::socket> peer_;
+  std::string splice_out_;
+  std::chrono::milliseconds splice_idle_{0};
+  std::array<char, 16 << 10> up_{}, down_{};
 };
 
 }  // namespace

@@ -27,6 +27,7 @@ struct ApiServer::Impl {
     AddGroupRoutes(api);
     AddSecretRoutes(api);
     AddVolumeRoutes(api);
+    AddProxyRoutes(api);
     AddUserRoutes(api);
     AddKeyRoutes(api);
     AddConsoleRoutes(api);

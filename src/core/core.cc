@@ -204,6 +204,9 @@ void Core::Publish() {
   if (principals_.load() != state_->tenants().index()) {
     principals_.store(state_->tenants().index());
   }
+  if (auto snapshot = state_->EndpointSnapshot(); endpoints_.load() != snapshot) {
+    endpoints_.store(std::move(snapshot));
+  }
 }
 
 void Core::Loop() {

@@ -128,6 +128,9 @@ class Core {
 
   // Who each token acts for, as of the last durable commit. Any thread; never null.
   std::shared_ptr<const PrincipalIndex> principals() const { return principals_.load(); }
+  // Where running instances' ports are reached, as of the last durable commit. Any thread; never
+  // null.
+  std::shared_ptr<const EndpointIndex> endpoints() const { return endpoints_.load(); }
 
   // Replication (docs/ha.md). A follower's core holds state rebuilt from the store, answers
   // commands that only read, runs no rounds of its own (no placement, no ticks) and never
@@ -193,6 +196,8 @@ class Core {
   std::unique_ptr<State> state_;
 
   std::atomic<std::shared_ptr<const PrincipalIndex>> principals_;
+  std::atomic<std::shared_ptr<const EndpointIndex>> endpoints_{
+      std::make_shared<const EndpointIndex>()};
   Time last_audit_prune_;
 
   std::mutex mu_;

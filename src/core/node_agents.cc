@@ -771,6 +771,28 @@ void State::SetEndpoints(Instance& inst, const AgentReport& report) {
     inst.endpoints.push_back(
         {port, node && !node->address.empty() ? node->address : inst.node, host_port});
   }
+  IndexEndpoints(inst);
+}
+
+void State::IndexEndpoints(const Instance& inst) {
+  const auto it = endpoints_.find(inst.id.str());
+  const bool had = it != endpoints_.end();
+  if (!had && inst.endpoints.empty()) return;
+  if (had && it->second.endpoints == inst.endpoints) return;
+  if (inst.endpoints.empty()) {
+    endpoints_.erase(it);
+  } else {
+    endpoints_[inst.id.str()] = {inst.tenant.str(), inst.endpoints};
+  }
+  endpoints_changed_ = true;
+}
+
+std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
+  if (endpoints_changed_) {
+    endpoint_snapshot_ = std::make_shared<const EndpointIndex>(endpoints_);
+    endpoints_changed_ = false;
+  }
+  return endpoint_snapshot_;
 }
 
 void State::Release(Instance& inst) {

@@ -403,6 +403,7 @@ void State::Unbook(Instance& inst) {
   sole_tenant_->Release(inst.assignment->node, SourceOf(inst));
   inst.assignment.reset();
   inst.endpoints.clear();
+  IndexEndpoints(inst);
   const std::string node = std::move(inst.node);
   inst.node.clear();
   inst.gpus.clear();
@@ -574,6 +575,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     ++report.instances;
     if (!IsActive(inst.state)) continue;
     if (!inst.volumes.empty()) volume_holders_.insert(inst.id.str());
+    IndexEndpoints(inst);
     CountUsage(inst, true);
     if (inst.state == InstanceState::kPending) pending_.Add(inst.tenant.str());
     if (!inst.reservation.empty()) ++reservation_used_[inst.reservation];

@@ -488,6 +488,9 @@ class State {
   }
   const InstanceTable& instances() const { return instances_; }
   const PendingQueue& queue() const { return queue_; }
+  // Where running instances' ports are reached (instance.h), as of now: a snapshot made afresh
+  // when something changed since the last one (once a round at most, as the core publishes it).
+  std::shared_ptr<const EndpointIndex> EndpointSnapshot();
   const Counters& counters() const { return counters_; }
   // What the tenant's active instances hold or wait for, in milli-GPU.
   int64_t TenantGpuMilli(const TenantId& tenant) const { return usage_.Milli(tenant.str()); }
@@ -558,6 +561,8 @@ class State {
   void ApplyVolumeReport(const std::string& node, const AgentSync& sync, store::Batch& batch);
   // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
   void SetEndpoints(Instance& inst, const AgentReport& report);
+  // Makes the endpoint index say what `inst` holds now (a new snapshot when that changed).
+  void IndexEndpoints(const Instance& inst);
   // The desired state's volume parts for `node`: each workload's mounts, and what to delete.
   nlohmann::json WorkloadVolumes(const Instance& inst) const;
   nlohmann::json VolumesToDelete(const std::string& node) const;
@@ -742,6 +747,9 @@ class State {
   Tenants tenants_;
   TenantSecrets secrets_;
   Volumes volumes_;
+  EndpointIndex endpoints_;  // IndexEndpoints keeps it; EndpointSnapshot copies it.
+  std::shared_ptr<const EndpointIndex> endpoint_snapshot_ = std::make_shared<const EndpointIndex>();
+  bool endpoints_changed_ = false;
   // Instances that mount volumes, pruned of ended ones as volumes change (VolumeUsers).
   std::set<std::string> volume_holders_;
   Admission admission_;
