@@ -7,6 +7,8 @@
 // token check, the endpoint lookup, the connection to the endpoint and the copying.
 // Latency: requests one at a time, direct and proxied alternately; prints p50 and p99 of each and
 // the difference. Throughput: `--clients` (default 8) threads for `--seconds` (default 3) each way.
+// Then a group of 4 such members behind its service (/v1/groups/{id}/service/...): the same
+// latency and throughput through the balancer, against the one instance's proxy.
 // Usage: proxy_bench [--requests N] [--clients C] [--seconds S]. Needs root (workload uids).
 #include <fmt/format.h>
 #include <httplib.h>
@@ -165,5 +167,32 @@ int main(int argc, char** argv) {
               static_cast<long long>(direct_failed));
   std::printf("  proxied: %.0f requests/s (%lld failed)\n", proxy_rps,
               static_cast<long long>(proxy_failed));
+
+  json group = {{"name", "web"},
+                {"size", 4},
+                {"placement", "spread"},
+                {"service", {{"port", 8000}, {"health_path", "/ok"}}},
+                {"template", body}};
+  const std::string gid = Call(api, "POST", "/v1/groups", tenant, group).value("id", "");
+  const std::string service = "/v1/groups/" + gid + "/service/ok";
+  // Every member checked healthy: 40 requests in a row all answered.
+  for (int i = 0; i < 400; ++i) {
+    int ok = 0;
+    for (int k = 0; k < 40; ++k) ok += Once(server.port(), service, tenant) >= 0;
+    if (ok == 40) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::vector<double> balanced;
+  for (int i = 0; i < requests; ++i) {
+    const double b = Once(server.port(), service, tenant);
+    if (b >= 0) balanced.push_back(b);
+  }
+  std::printf("a group of 4 behind its service (%zu of %d answered)\n", balanced.size(), requests);
+  std::printf("  through the service:     p50 %.3f ms  p99 %.3f ms\n", Percentile(balanced, 0.5),
+              Percentile(balanced, 0.99));
+  const auto [service_rps, service_failed] =
+      Throughput(server.port(), service, tenant, clients, seconds);
+  std::printf("  %d clients for %d s: %.0f requests/s (%lld failed)\n", clients, seconds,
+              service_rps, static_cast<long long>(service_failed));
   return 0;
 }

@@ -8,6 +8,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "agent_test_util.h"
 
@@ -200,6 +204,127 @@ TEST_F(AgentTest, AnInstancesPortIsReachedThroughTheServerByItsOwnTenantOnly) {
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
   ASSERT_TRUE(WaitState(id, "terminated")) << Instance(id).dump();
   EXPECT_EQ(Get(base + "/", tenant_).status, 404);
+}
+
+// A member of a group's service: /who answers its rank, /health 200 until a file "sick" appears in
+// its directory, then 503.
+constexpr const char* kMember = R"(cat > member.py <<'PY'
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == '/health':
+            code, body = (503, b'sick') if os.path.exists('sick') else (200, b'ok')
+        else:
+            code, body = 200, os.environ.get('RANK', '0').encode()
+        self.send_response(code)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['TESSERA_PORT_8000'])), H).serve_forever()
+PY
+exec python3 member.py)";
+
+class ServiceTest : public AgentTest {
+ protected:
+  void SetUp() override {
+    // A lease that outlasts a busy machine's pauses: these tests are about balancing, not fencing.
+    server_flags_ = {"--node-timeout", "4s", "--outage-bound", "60s", "--autoscale-interval", "1s"};
+    AgentTest::SetUp();
+  }
+
+  // A group of `size` members of one H100 each serving kMember on port 8000 as its service.
+  std::string MakeGroup(int size, const json& extra = json::object()) {
+    json g = {{"name", "web"},
+              {"size", size},
+              {"placement", "spread"},
+              {"service", {{"port", 8000}, {"health_path", "/health"}}},
+              {"template", H100(1, "on_demand")}};
+    g["template"]["ports"] = json::array({8000});
+    g["template"]["command"] = kMember;
+    g.update(extra);
+    auto r = Post("/v1/groups", tenant_, g);
+    EXPECT_EQ(r.status, 201) << r.raw;
+    return r.body.value("id", "");
+  }
+
+  // Which rank answered each of `n` requests to the group's service (-1: not 200).
+  std::map<int, int> Spread(const std::string& group, int n, int threads = 4) {
+    std::mutex mu;
+    std::map<int, int> by_rank;
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        httplib::Client c(server_->url());
+        for (int i = t; i < n; i += threads) {
+          auto r = c.Get("/v1/groups/" + group + "/service/who",
+                         {{"Authorization", "Bearer " + tenant_}});
+          const int rank = r && r->status == 200 ? std::atoi(r->body.c_str()) : -1;
+          std::lock_guard lock(mu);
+          ++by_rank[rank];
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    return by_rank;
+  }
+};
+
+TEST_F(ServiceTest, AGroupsServiceSpreadsRequestsOverItsHealthyMembersOnly) {
+  Join("gpu-01", "H100-80GB:8");
+  const std::string group = MakeGroup(4);
+  const json shown = Get("/v1/groups/" + group, tenant_).body;
+  EXPECT_EQ(shown["service"].value("path", ""), "/v1/groups/" + group + "/service/") << shown;
+  // Every member running and healthy: all four answer.
+  ASSERT_TRUE(WaitFor([&] { return Spread(group, 40).size() == 4; }, 20s))
+      << Spread(group, 40).size();
+  const auto spread = Spread(group, 1000);
+  ASSERT_EQ(spread.count(-1), 0u) << "every request answered";
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_GE(spread.count(rank) ? spread.at(rank) : 0, 150) << "rank " << rank;
+  }
+  // Rank 2 turns unhealthy: within its next checks it gets nothing more.
+  const json g = Get("/v1/groups/" + group, tenant_).body;
+  std::string rank2;
+  for (const json& m : g["members"]) {
+    if (m.value("rank", -1) == 2) rank2 = m.value("instance", "");
+  }
+  std::ofstream(RunDir("gpu-01", rank2) + "/sick") << "";
+  ASSERT_TRUE(WaitFor([&] { return Spread(group, 20).count(2) == 0; }, 10s));
+  const auto without = Spread(group, 200);
+  EXPECT_EQ(without.count(2), 0u);
+  EXPECT_EQ(without.count(-1), 0u);
+  // Counted in /metrics, per group.
+  const std::string metrics = Call("GET", "/metrics", kAdminToken).raw;
+  EXPECT_NE(
+      metrics.find(fmt::format("tessera_group_service_requests_total{{group=\"{}\"}}", group)),
+      std::string::npos);
+  // Another tenant reaches nothing.
+  EXPECT_EQ(Get("/v1/groups/" + group + "/service/who", NewTenant("globex", 1)).status, 404);
+}
+
+TEST_F(ServiceTest, RequestsPerSecondDriveAScaleOut) {
+  Join("gpu-01", "H100-80GB:8");
+  const std::string group =
+      MakeGroup(1, {{"autoscale", {{"min", 1}, {"max", 3}, {"metric", "rps"}, {"target", 5}}}});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::this_thread::sleep_for(200ms);
+        return Spread(group, 1, 1).count(0) == 1;
+      },
+      20s))
+      << Get("/v1/groups/" + group, tenant_).raw << "\n"
+      << Get("/v1/groups/" + group + "/service/who", tenant_).raw;
+  // About 20 requests a second against a target of 5 a member: it grows to its max, 3.
+  const auto until = std::chrono::steady_clock::now() + 15s;
+  bool grown = false;
+  while (!grown && std::chrono::steady_clock::now() < until) {
+    Spread(group, 4, 1);
+    std::this_thread::sleep_for(200ms);
+    grown = Get("/v1/groups/" + group, tenant_).body.value("size", 0) == 3;
+  }
+  EXPECT_TRUE(grown) << Get("/v1/groups/" + group, tenant_).raw;
 }
 
 }  // namespace

@@ -385,8 +385,12 @@ std::optional<HttpResponse> Api::RedirectToLeader(const Route& route, const Http
   // agents' (their reports and long polls change what the leader holds) and those of what only
   // the leader's memory holds, from the agents' reports (logs, GPU telemetry).
   static const std::set<std::string, std::less<>> kLeaderMemory = {
-      "/v1/instances/{id}/logs", "/v1/instances/{id}/metrics", "/v1/metrics/instances",
-      "/v1/nodes/{id}", "/v1/instances/{id}/ports/{port}/{*}"};
+      "/v1/instances/{id}/logs",
+      "/v1/instances/{id}/metrics",
+      "/v1/metrics/instances",
+      "/v1/nodes/{id}",
+      "/v1/instances/{id}/ports/{port}/{*}",
+      "/v1/groups/{id}/service/{*}"};
   const bool read = head.method == "GET" || head.method == "HEAD";
   if (read && route.access != Access::kNode && !kLeaderMemory.contains(route.pattern)) {
     return std::nullopt;

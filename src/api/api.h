@@ -29,7 +29,8 @@
 
 namespace tessera::api {
 
-class KeyRotator;  // keys.h
+class KeyRotator;       // keys.h
+class ServiceBalancer;  // service.h
 
 // Who may call a route.
 enum class Access {
@@ -131,6 +132,9 @@ class Api {
   // Mutual TLS for the agent routes (--client-ca): a node token is taken only over a connection
   // whose client certificate, signed by the client CA, names the node.
   void set_require_client_certs(bool require) { require_client_certs_ = require; }
+  // The balancer of groups' services (service.h); null when not set. Must outlive serving.
+  ServiceBalancer* services() const { return services_; }
+  void set_services(ServiceBalancer* services) { services_ = services; }
   // Key rotation (keys.h); null when not set. Must outlive serving.
   KeyRotator* keys() const { return keys_; }
   void set_keys(KeyRotator* keys) { keys_ = keys; }
@@ -173,6 +177,7 @@ class Api {
   core::Core* core_ = nullptr;
   const core::Replica* replica_ = nullptr;
   KeyRotator* keys_ = nullptr;
+  ServiceBalancer* services_ = nullptr;
   const catalog::Catalog* catalog_;
   const Clock* clock_;
   Metrics metrics_;

@@ -115,6 +115,8 @@ struct SpliceTarget {
   std::string head;
   std::chrono::milliseconds connect_timeout{5'000};
   std::chrono::milliseconds idle_timeout{3'600'000};
+  // Called once when the splice ends, on an I/O thread: whether the peer was reached.
+  std::function<void(bool reached)> done;
 };
 
 // The right, and the duty, to answer one request. Copies share it; the first Send (or Stream)

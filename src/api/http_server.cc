@@ -484,6 +484,7 @@ class Session final : public SessionBase {
     Settle();
     keep_alive_ = false;
     splice_idle_ = t.idle_timeout;
+    splice_done_ = std::move(t.done);
     splice_out_ = std::move(t.head);
     // What the client sent beyond the request (a WebSocket's first frames) goes after it.
     splice_out_ += beast::buffers_to_string(buffer_.data());
@@ -499,6 +500,7 @@ class Session final : public SessionBase {
                                    *self->peer_, found,
                                    [self, where](beast::error_code e, const tcp::endpoint&) {
                                      if (e) return self->SpliceFailed(where, e);
+                                     self->splice_reached_ = true;
                                      self->SendHead();
                                    });
                              });
@@ -513,6 +515,7 @@ class Session final : public SessionBase {
     Lowest().close(ignored);
     if (peer_) peer_->close(ignored);
     if (resolver_) resolver_->cancel();
+    if (auto done = std::exchange(splice_done_, nullptr)) done(splice_reached_);
     server_->Forget(id_, address_);
   }
 
@@ -1016,6 +1019,8 @@ class Session final : public SessionBase {
   std::optional<tcp::socket> peer_;
   std::string splice_out_;
   std::chrono::milliseconds splice_idle_{0};
+  std::function<void(bool)> splice_done_;
+  bool splice_reached_ = false;
   std::array<char, 16 << 10> up_{}, down_{};
 };
 

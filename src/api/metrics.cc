@@ -139,6 +139,50 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   Gauge(out, "tessera_instances_evicted_total", "counter",
         "Ended instances that left memory after the retention period (the store keeps them).",
         state.counters().evicted);
+  {
+    // Groups' services (docs/volumes.md): what each served through its one endpoint.
+    const auto services = state.service_stats().Snapshot();
+    out +=
+        "# HELP tessera_group_service_requests_total Requests to a group's service, those not "
+        "served included.\n# TYPE tessera_group_service_requests_total counter\n";
+    for (const auto& [group, s] : services) {
+      out += fmt::format("tessera_group_service_requests_total{{group=\"{}\"}} {}\n", group,
+                         s.requests);
+    }
+    out +=
+        "# HELP tessera_group_service_failed_total Requests to a group's service not served (no "
+        "healthy member, or its endpoint unreachable).\n# TYPE "
+        "tessera_group_service_failed_total counter\n";
+    for (const auto& [group, s] : services) {
+      out +=
+          fmt::format("tessera_group_service_failed_total{{group=\"{}\"}} {}\n", group, s.failed);
+    }
+    out +=
+        "# HELP tessera_group_service_requests_per_second Requests a second to a group's "
+        "service over the last 30 s (what autoscale's rps divides by its members).\n# TYPE "
+        "tessera_group_service_requests_per_second gauge\n";
+    for (const auto& [group, s] : services) {
+      out += fmt::format("tessera_group_service_requests_per_second{{group=\"{}\"}} {:g}\n", group,
+                         state.service_stats().Rate(group));
+    }
+    out +=
+        "# HELP tessera_group_service_request_duration_seconds From a request's arrival to the "
+        "end of its member's answer.\n# TYPE tessera_group_service_request_duration_seconds "
+        "histogram\n";
+    for (const auto& [group, s] : services) {
+      for (size_t i = 0; i < core::ServiceStats::kBounds.size(); ++i) {
+        out += fmt::format(
+            "tessera_group_service_request_duration_seconds_bucket{{group=\"{}\",le=\"{:g}\"}} "
+            "{}\n",
+            group, core::ServiceStats::kBounds[i], s.buckets[i]);
+      }
+      out += fmt::format(
+          "tessera_group_service_request_duration_seconds_bucket{{group=\"{}\",le=\"+Inf\"}} "
+          "{}\ntessera_group_service_request_duration_seconds_sum{{group=\"{}\"}} "
+          "{:g}\ntessera_group_service_request_duration_seconds_count{{group=\"{}\"}} {}\n",
+          group, s.requests - s.failed, group, s.seconds, group, s.requests - s.failed);
+    }
+  }
   out += "# HELP tessera_preemptions_total Spot instances preempted.\n";
   out += "# TYPE tessera_preemptions_total counter\n";
   out += fmt::format("tessera_preemptions_total {}\n", state.counters().preemptions);

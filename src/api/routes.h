@@ -21,6 +21,7 @@ void AddSecretRoutes(Api& api);   // /v1/secrets... (secret_routes.cc)
 void AddUserRoutes(Api& api);     // /v1/tenants/{id}/users... (user_routes.cc)
 void AddKeyRoutes(Api& api);      // /v1/keys... (keys.cc)
 void AddVolumeRoutes(Api& api);   // /v1/volumes... (volume_routes.cc)
-void AddProxyRoutes(Api& api);    // /v1/instances/{id}/ports/{port}/... (proxy_routes.cc)
+// /v1/instances/{id}/ports/{port}/..., /v1/groups/{id}/service/... (proxy_routes.cc)
+void AddProxyRoutes(Api& api);
 
 }  // namespace tessera::api

@@ -3,13 +3,15 @@
 #include "api/api.h"
 #include "api/keys.h"
 #include "api/routes.h"
+#include "api/service.h"
 
 namespace tessera::api {
 
 struct ApiServer::Impl {
   Api api;
-  KeyRotator keys;        // Stops its rotation before `api` goes, after the HTTP threads did.
-  const bool mutual_tls;  // Read before `http` takes the options.
+  KeyRotator keys;           // Stops its rotation before `api` goes, after the HTTP threads did.
+  ServiceBalancer services;  // Its health checks stop after the HTTP threads did.
+  const bool mutual_tls;     // Read before `http` takes the options.
   HttpServer http;
 
   Impl(const catalog::Catalog* catalog, ServerOptions options)
@@ -33,6 +35,7 @@ struct ApiServer::Impl {
     AddConsoleRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
     api.set_keys(&keys);
+    api.set_services(&services);
     api.set_allow_private_receivers(options.allow_private_receivers);
     api.set_require_client_certs(mutual_tls);
   }
@@ -61,6 +64,7 @@ void ApiServer::Start(core::Core* core) {
   impl_->api.set_core(core);
   impl_->keys.set_core(core);
   impl_->api.set_ready(true);
+  impl_->services.Start(core);
   impl_->http.Start();
 }
 
@@ -86,6 +90,7 @@ void ApiServer::Dispatch(const std::string& method, const std::string& target,
 void ApiServer::Stop() {
   impl_->api.set_ready(false);
   impl_->http.Stop();
+  impl_->services.Stop();
 }
 
 }  // namespace tessera::api

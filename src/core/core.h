@@ -131,6 +131,8 @@ class Core {
   // Where running instances' ports are reached, as of the last durable commit. Any thread; never
   // null.
   std::shared_ptr<const EndpointIndex> endpoints() const { return endpoints_.load(); }
+  // What groups' services served (service_stats.h). Any thread.
+  ServiceStats& service_stats() { return state_->service_stats(); }
 
   // Replication (docs/ha.md). A follower's core holds state rebuilt from the store, answers
   // commands that only read, runs no rounds of its own (no placement, no ticks) and never

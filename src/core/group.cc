@@ -41,6 +41,8 @@ std::string_view AutoscaleMetricName(AutoscaleMetric m) {
       return "fb_used";
     case AutoscaleMetric::kPending:
       return "pending";
+    case AutoscaleMetric::kRps:
+      return "rps";
   }
   return "gpu_util";
 }
@@ -59,17 +61,19 @@ std::optional<Autoscale> ReadAutoscale(JsonFields& f, const nlohmann::json& body
   if (a.ok() && out.max < out.min) a.Fail("max", fmt::format("is less than min ({})", out.min));
   const std::string metric = a.String("metric", false, "gpu_util");
   bool known = false;
-  for (AutoscaleMetric m :
-       {AutoscaleMetric::kGpuUtil, AutoscaleMetric::kFbUsed, AutoscaleMetric::kPending}) {
+  for (AutoscaleMetric m : {AutoscaleMetric::kGpuUtil, AutoscaleMetric::kFbUsed,
+                            AutoscaleMetric::kPending, AutoscaleMetric::kRps}) {
     if (AutoscaleMetricName(m) == metric) {
       out.metric = m;
       known = true;
     }
   }
   if (!known) {
-    a.Fail("metric", fmt::format("'{}' is not gpu_util, fb_used or pending", Quote(metric, 32)));
+    a.Fail("metric",
+           fmt::format("'{}' is not gpu_util, fb_used, pending or rps", Quote(metric, 32)));
   }
-  const bool percent = out.metric != AutoscaleMetric::kPending;
+  const bool percent =
+      out.metric != AutoscaleMetric::kPending && out.metric != AutoscaleMetric::kRps;
   out.target = a.Number("target", percent ? 1 : 0.001, percent ? 100 : 1e9);
   out.scale_down_stabilization_seconds =
       a.Int("scale_down_stabilization_seconds", 0, 86400, false, 300);
@@ -137,6 +141,23 @@ std::optional<Elastic> ReadElastic(JsonFields& f, const nlohmann::json& body, in
   return out;
 }
 
+// The `service` object of a group request: {"port", "health_path"?}; errors name
+// "service.<field>".
+std::optional<Service> ReadService(JsonFields& f) {
+  JsonFields s = f.Object("service", false);
+  if (s.absent()) return std::nullopt;
+  s.RejectUnknown({"port", "health_path", "path"});  // "path" is what the group shows: ignored.
+  Service out;
+  out.port = static_cast<int>(s.Int("port", 1, 65535));
+  out.health_path = s.String("health_path", false, "/");
+  if (out.health_path.empty() || out.health_path[0] != '/' || out.health_path.size() > 256 ||
+      std::any_of(out.health_path.begin(), out.health_path.end(),
+                  [](char c) { return c <= 0x20 || c == 0x7f; })) {
+    s.Fail("health_path", "must be a path starting with '/', without spaces, at most 256 bytes");
+  }
+  return out;
+}
+
 nlohmann::json AutoscaleJson(const Autoscale& a) {
   nlohmann::json schedule = nlohmann::json::array();
   for (const ScheduleEntry& e : a.schedule) {
@@ -178,7 +199,7 @@ std::optional<GroupState> ParseGroupState(std::string_view s) {
 
 Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body, Secrets form) {
   f.RejectUnknown({"name", "template", "size", "placement", "topology", "min_available", "restart",
-                   "autoscale", "elastic"});
+                   "autoscale", "elastic", "service"});
   GroupRequest r;
   r.name = f.String("name", false);
   if (!r.name.empty() && !IsValidIdBody(r.name)) f.Fail("name", kNameRule);
@@ -206,11 +227,20 @@ Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body,
                                r.autoscale->min, r.autoscale->max));
   }
   if (f.ok()) r.elastic = ReadElastic(f, body, r.size, r.autoscale);
+  r.service = ReadService(f);
   JsonFields t = f.Object("template");
   if (!t.absent()) {
     auto member = ReadCreateInstance(t, body["template"], form);
     if (!member.ok() && f.ok()) return member.status().WithPrefix("field 'template'");
     if (member.ok()) r.member = std::move(*member);
+  }
+  if (r.service && f.ok() &&
+      std::find(r.member.ports.begin(), r.member.ports.end(), r.service->port) ==
+          r.member.ports.end()) {
+    f.Fail("service.port", fmt::format("{} is not one of the template's ports", r.service->port));
+  }
+  if (r.autoscale && r.autoscale->metric == AutoscaleMetric::kRps && !r.service && f.ok()) {
+    f.Fail("autoscale.metric", "rps needs a service");
   }
   TESSERA_RETURN_IF_ERROR(f.status());
   if (r.min_available == 0) r.min_available = r.size;
@@ -238,6 +268,11 @@ nlohmann::json ToJson(const Group& g, Secrets secrets) {
   // Its members are made as this user's (their quota, their ledger lines).
   if (!g.spec.member.user.empty()) j["created_by"] = g.spec.member.user;
   if (g.spec.autoscale) j["autoscale"] = AutoscaleJson(*g.spec.autoscale);
+  if (g.spec.service) {
+    j["service"] = {{"port", g.spec.service->port},
+                    {"health_path", g.spec.service->health_path},
+                    {"path", fmt::format("/v1/groups/{}/service/", g.id)}};
+  }
   j["elastic"] = g.spec.elastic
                      ? nlohmann::json{{"min", g.spec.elastic->min}, {"max", g.spec.elastic->max}}
                      : nlohmann::json(false);
@@ -252,7 +287,7 @@ Result<Group> GroupFromJson(const nlohmann::json& j, const std::string& where) {
   // The request's fields, read as POST /v1/groups reads them.
   nlohmann::json request = nlohmann::json::object();
   for (const char* key : {"name", "template", "size", "placement", "topology", "min_available",
-                          "restart", "autoscale", "elastic"}) {
+                          "restart", "autoscale", "elastic", "service"}) {
     if (j.is_object() && j.contains(key)) request[key] = j[key];
   }
   JsonFields rf(request, where);

@@ -34,9 +34,17 @@ std::optional<Topology> ParseTopology(std::string_view s);
 inline constexpr int kMaxGroupSize = 1024;
 
 // What an autoscaled group follows: the mean GPU utilization or framebuffer use of its members'
-// GPUs (percent), or the backlog its owner reports per member (PUT /v1/groups/{id}/backlog).
-enum class AutoscaleMetric { kGpuUtil, kFbUsed, kPending };
-std::string_view AutoscaleMetricName(AutoscaleMetric m);  // gpu_util, fb_used, pending.
+// GPUs (percent), the backlog its owner reports per member (PUT /v1/groups/{id}/backlog), or the
+// requests per second its service serves per member (docs/volumes.md, "A group's service").
+enum class AutoscaleMetric { kGpuUtil, kFbUsed, kPending, kRps };
+std::string_view AutoscaleMetricName(AutoscaleMetric m);  // gpu_util, fb_used, pending, rps.
+
+// A group's one endpoint, /v1/groups/{id}/service/..., balanced over its healthy members: the
+// members' `port`, and the path each is checked on (2xx or 3xx: healthy).
+struct Service {
+  int port = 0;
+  std::string health_path = "/";
+};
 
 // A floor the schedule sets from each time its cron fires until another entry's fires.
 struct ScheduleEntry {
@@ -75,6 +83,7 @@ struct GroupRequest {
   std::optional<Autoscale> autoscale;
   // Absent: `elastic: false`, except an autoscaled group's default, its autoscale [min, max].
   std::optional<Elastic> elastic;
+  std::optional<Service> service;
 };
 
 // Reads a group request from `body`; errors name the field ("template.gpus", "size").

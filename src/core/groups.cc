@@ -652,6 +652,14 @@ Result<nlohmann::json> State::SetGroupBacklog(const Tenant& caller, std::string_
 
 std::optional<double> State::GroupMetric(const Group& g) const {
   const Autoscale& a = *g.spec.autoscale;
+  if (a.metric == AutoscaleMetric::kRps) {
+    int running = 0;
+    for (const std::string& id : g.members) {
+      const Instance* inst = instances_.Find(id);
+      running += inst && inst->state == InstanceState::kRunning;
+    }
+    return service_stats_.Rate(g.id) / std::max(1, running);
+  }
   if (a.metric == AutoscaleMetric::kPending) {
     if (!g.backlog) return std::nullopt;
     return static_cast<double>(*g.backlog) / std::max(1, g.spec.size);
@@ -793,6 +801,7 @@ void State::EvictEndedGroups(Time cutoff) {
     const Group& g = entry.second;
     if (!Ended(g.state) || g.updated_at >= cutoff) return false;
     ReleaseMembers(g.members);
+    service_stats_.Forget(g.id);
     return true;
   });
 }

@@ -84,14 +84,7 @@ struct Endpoint {
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 inline constexpr size_t kMaxPorts = 16;
-// Where running instances' ports are reached, by instance id: what the proxy to an instance's
-// port reads on the I/O threads, an immutable snapshot the core publishes as it does the token
-// index (core.h).
-struct EndpointsOf {
-  std::string tenant;
-  std::vector<Endpoint> endpoints;
-};
-using EndpointIndex = std::map<std::string, EndpointsOf, std::less<>>;
+
 // Reads the optional "ports" field of a create request or a stored instance into `out`: at most
 // kMaxPorts distinct integers 1..65535; errors go to `f`, naming the entry (ports[1]).
 void ReadPorts(JsonFields& f, std::vector<int>& out);

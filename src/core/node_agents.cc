@@ -777,19 +777,27 @@ void State::SetEndpoints(Instance& inst, const AgentReport& report) {
 void State::IndexEndpoints(const Instance& inst) {
   const auto it = endpoints_.find(inst.id.str());
   const bool had = it != endpoints_.end();
+  const bool serving = inst.state == InstanceState::kRunning;
   if (!had && inst.endpoints.empty()) return;
-  if (had && it->second.endpoints == inst.endpoints) return;
+  if (had && it->second.endpoints == inst.endpoints && it->second.serving == serving) return;
   if (inst.endpoints.empty()) {
     endpoints_.erase(it);
   } else {
-    endpoints_[inst.id.str()] = {inst.tenant.str(), inst.endpoints};
+    endpoints_[inst.id.str()] = {inst.tenant.str(), inst.endpoints, serving};
   }
   endpoints_changed_ = true;
 }
 
 std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
   if (endpoints_changed_) {
-    endpoint_snapshot_ = std::make_shared<const EndpointIndex>(endpoints_);
+    auto next = std::make_shared<EndpointIndex>();
+    next->instances = endpoints_;
+    for (const auto& [id, g] : groups_) {
+      if (g.spec.service && !Ended(g.state)) {
+        next->services[id] = {g.tenant.str(), *g.spec.service, g.members};
+      }
+    }
+    endpoint_snapshot_ = std::move(next);
     endpoints_changed_ = false;
   }
   return endpoint_snapshot_;

@@ -311,6 +311,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
     pending_.Add(inst.tenant.str());
   }
   inst.state = to;
+  if (!inst.endpoints.empty()) IndexEndpoints(inst);  // Serving only while it runs.
   inst.pull.reset();  // A pull belongs to a scheduled attempt: it started, ended or moved.
   // Work that ended for good keeps no values in memory or at rest (a preempted instance may be
   // queued again: EndPreempted drops them when it is not).

@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "core/admission.h"
 #include "core/agents.h"
+#include "core/endpoint_index.h"
 #include "core/group.h"
 #include "core/instance.h"
 #include "core/instance_table.h"
@@ -45,6 +46,7 @@
 #include "core/queue.h"
 #include "core/recovery.h"
 #include "core/secrets.h"
+#include "core/service_stats.h"
 #include "core/tenants.h"
 #include "core/usage.h"
 #include "core/volumes.h"
@@ -491,6 +493,9 @@ class State {
   // Where running instances' ports are reached (instance.h), as of now: a snapshot made afresh
   // when something changed since the last one (once a round at most, as the core publishes it).
   std::shared_ptr<const EndpointIndex> EndpointSnapshot();
+  // What groups' services served (any thread).
+  ServiceStats& service_stats() { return service_stats_; }
+  const ServiceStats& service_stats() const { return service_stats_; }
   const Counters& counters() const { return counters_; }
   // What the tenant's active instances hold or wait for, in milli-GPU.
   int64_t TenantGpuMilli(const TenantId& tenant) const { return usage_.Milli(tenant.str()); }
@@ -747,7 +752,9 @@ class State {
   Tenants tenants_;
   TenantSecrets secrets_;
   Volumes volumes_;
-  EndpointIndex endpoints_;  // IndexEndpoints keeps it; EndpointSnapshot copies it.
+  // By instance id: IndexEndpoints keeps it; EndpointSnapshot copies it with the services.
+  std::map<std::string, EndpointsOf, std::less<>> endpoints_;
+  ServiceStats service_stats_;
   std::shared_ptr<const EndpointIndex> endpoint_snapshot_ = std::make_shared<const EndpointIndex>();
   bool endpoints_changed_ = false;
   // Instances that mount volumes, pruned of ended ones as volumes change (VolumeUsers).
