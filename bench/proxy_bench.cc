@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_stack.h"
 #include "testing/testing.h"
 
 namespace tessera {
@@ -35,13 +36,7 @@ using testing::Percentile;
 constexpr const char* kAdmin =
     "tsr_00000000000000000000000000000000000000000000000000000000000000b8";
 
-json Call(httplib::Client& c, const std::string& method, const std::string& path,
-          const std::string& token, const json& body = nullptr) {
-  httplib::Headers h = {{"Authorization", "Bearer " + token}};
-  auto r = method == "GET" ? c.Get(path, h) : c.Post(path, h, body.dump(), "application/json");
-  if (!r) return json{{"error", "no answer"}};
-  return json::parse(r->body, nullptr, false);
-}
+using bench::Call;
 
 // One GET on a connection of its own; its latency in milliseconds, or -1 when it failed.
 double Once(int port, const std::string& path, const std::string& token) {
@@ -82,31 +77,11 @@ int main(int argc, char** argv) {
     if (flag == "--clients") clients = std::max(1, std::atoi(argv[i + 1]));
     if (flag == "--seconds") seconds = std::max(1, std::atoi(argv[i + 1]));
   }
-  if (geteuid() != 0) {
-    std::fprintf(stderr, "proxy_bench: runs the agent as root with workload uids: run as root\n");
-    return 0;
-  }
-  testing::TempDir dir;
-  chmod(dir.path().c_str(), 0711);
-  testing::ServerProcess server;
-  server.SetBinary(TESSERA_BIN);
-  if (!server.Start({"--data", dir.File("data")}, kAdmin)) {
-    std::fprintf(stderr, "server: %s\n", server.output().c_str());
-    return 1;
-  }
-  server.DiscardOutput();
-  httplib::Client api(server.url());
-  api.set_read_timeout(30);
-  const std::string tenant =
-      Call(api, "POST", "/v1/tenants", kAdmin, {{"name", "bench"}, {"quota", {{"gpus", 8}}}})
-          .value("token", "");
-  const std::string node_token =
-      Call(api, "POST", "/v1/nodes", kAdmin, {{"name", "gpu-01"}}).value("token", "");
-  const std::string token_file = testing::WritePrivateFile(dir.File("node.token"), node_token);
-  testing::ChildProcess agent(
-      {TESSERA_BIN, "agent", "--server", server.url(), "--token-file", token_file, "--backend",
-       "sim", "--sim-gpus", "H100-80GB:8", "--work-dir", dir.File("work"), "--cgroup-root", "none"},
-      dir.File("agent.log"));
+  auto stack = bench::Stack::Start("proxy_bench", kAdmin, 8);
+  if (!stack) return geteuid() == 0 ? 1 : 0;
+  testing::ServerProcess& server = stack->server;
+  httplib::Client& api = *stack->api;
+  const std::string& tenant = stack->tenant;
   const json body = {
       {"billing", "on_demand"},
       {"gpu_model", "H100-80GB"},
@@ -135,7 +110,7 @@ int main(int argc, char** argv) {
   }
   if (host_port == 0 || Once(server.port(), proxied, tenant) < 0) {
     std::fprintf(stderr, "proxy_bench: the instance never answered (agent log: %s)\n",
-                 dir.File("agent.log").c_str());
+                 stack->dir.File("agent.log").c_str());
     return 1;
   }
   std::vector<double> direct, through;

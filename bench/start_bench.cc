@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "agent/container_test_support.h"
+#include "bench_stack.h"
 #include "testing/testing.h"
 
 namespace tessera {
@@ -45,16 +46,7 @@ namespace support = agent::testing_support;
 constexpr const char* kAdmin =
     "tsr_00000000000000000000000000000000000000000000000000000000000000b7";
 
-// Nearest rank: the smallest sample with at least p of all at or below it.
-json Call(httplib::Client& c, const std::string& method, const std::string& path,
-          const std::string& token, const json& body = nullptr) {
-  httplib::Headers h = {{"Authorization", "Bearer " + token}};
-  auto r = method == "GET"      ? c.Get(path, h)
-           : method == "DELETE" ? c.Delete(path, h)
-                                : c.Post(path, h, body.dump(), "application/json");
-  if (!r) return json{{"error", "no answer"}};
-  return json::parse(r->body, nullptr, false);
-}
+using bench::Call;
 
 struct Samples {
   std::vector<double> server_ms;
@@ -127,40 +119,12 @@ int Main(int argc, char** argv) {
     if (flag == "--starts") starts = std::max(1, std::atoi(argv[i + 1]));
     if (flag == "--only") only = argv[i + 1];
   }
-  if (geteuid() != 0) {
-    std::fprintf(stderr, "start_bench: runs the agent as root with workload uids: run as root\n");
-    return 0;
-  }
-  testing::TempDir dir;
-  chmod(dir.path().c_str(), 0711);
-  testing::ServerProcess server;
-  server.SetBinary(TESSERA_BIN);
-  if (!server.Start({"--data", dir.File("data")}, kAdmin)) {
-    std::fprintf(stderr, "server: %s\n", server.output().c_str());
-    return 1;
-  }
-  server.DiscardOutput();
-  httplib::Client api(server.url());
-  api.set_read_timeout(30);
-  const std::string tenant =
-      Call(api, "POST", "/v1/tenants", kAdmin, {{"name", "bench"}, {"quota", {{"gpus", 8}}}})
-          .value("token", "");
-  const std::string node_token =
-      Call(api, "POST", "/v1/nodes", kAdmin, {{"name", "gpu-01"}, {"sharing", "exclusive"}})
-          .value("token", "");
-  const std::string work = dir.File("work");
-  const std::string token_file = testing::WritePrivateFile(dir.File("node.token"), node_token);
-  testing::ChildProcess agent(
-      {TESSERA_BIN, "agent", "--server", server.url(), "--token-file", token_file, "--backend",
-       "sim", "--sim-gpus", "H100-80GB:8", "--work-dir", work, "--cgroup-root", "none"},
-      dir.File("agent.log"));
-  for (int i = 0; i < 200; ++i) {
-    const json nodes = Call(api, "GET", "/v1/nodes", kAdmin);
-    bool ready = false;
-    for (const json& n : nodes.value("nodes", json::array())) ready |= n["state"] == "ready";
-    if (ready) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  auto stack = bench::Stack::Start("start_bench", kAdmin, 8);
+  if (!stack) return geteuid() == 0 ? 1 : 0;
+  testing::TempDir& dir = stack->dir;
+  testing::ServerProcess& server = stack->server;
+  httplib::Client& api = *stack->api;
+  const std::string& tenant = stack->tenant;
   const json shape = {{"billing", "on_demand"},
                       {"gpu_model", "H100-80GB"},
                       {"gpus", 1},
