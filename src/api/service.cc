@@ -50,7 +50,8 @@ void ServiceBalancer::Loop(core::Core* core) {
   for (;;) {
     const auto index = core->endpoints();
     std::map<std::string, bool> checked;
-    for (const auto& [group, service] : index->services) {
+    for (const auto& entry : index->services) {
+      const core::ServiceOf& service = entry.second;  // Not a binding: the lambda takes it.
       ForEachMember(
           service, *index,
           [&](const std::string& id, const core::EndpointsOf& of, const core::Endpoint& e) {
