@@ -18,30 +18,17 @@ namespace {
 // A body sent to a route that takes none is read up to this and ignored.
 constexpr size_t kIgnoredBodyBytes = 4 << 10;
 
-bool IEquals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // True for "application/json" exactly (any case), with parameters allowed, but no charset
 // other than UTF-8, the only one JSON has (RFC 8259).
 bool IsJsonMediaType(std::string_view type) {
   const size_t semi = type.find(';');
-  if (!IEquals(Trim(type.substr(0, semi)), "application/json")) return false;
+  if (!IEquals(TrimSpace(type.substr(0, semi)), "application/json")) return false;
   while (semi != std::string_view::npos && !type.empty()) {
     type.remove_prefix(std::min(type.size(), type.find(';') + 1));
-    const std::string_view param = Trim(type.substr(0, type.find(';')));
+    const std::string_view param = TrimSpace(type.substr(0, type.find(';')));
     const size_t eq = param.find('=');
-    if (eq != std::string_view::npos && IEquals(Trim(param.substr(0, eq)), "charset")) {
-      std::string_view value = Trim(param.substr(eq + 1));
+    if (eq != std::string_view::npos && IEquals(TrimSpace(param.substr(0, eq)), "charset")) {
+      std::string_view value = TrimSpace(param.substr(eq + 1));
       if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
         value = value.substr(1, value.size() - 2);
       }

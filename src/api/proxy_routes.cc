@@ -31,20 +31,6 @@ bool Dropped(std::string_view name) {
   return std::find(std::begin(kDropped), std::end(kDropped), name) != std::end(kDropped);
 }
 
-bool ContainsToken(std::string_view list, std::string_view token) {
-  for (std::string_view item : Split(list, ',')) {
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item.size() == token.size() &&
-        std::equal(item.begin(), item.end(), token.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == b;
-        })) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // Hands `call` over to endpoint `ep` as the request under `prefix` it is (the rest of its target
 // as the client wrote it, escapes and query kept); audits what may change something, and every
 // upgrade; `done` hears when it ends.

@@ -202,4 +202,24 @@ std::string HostPort(std::string_view host, int port) {
   return HostPort(host, std::string_view(std::to_string(port)));
 }
 
+bool IEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view TrimSpace(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool ContainsToken(std::string_view list, std::string_view token) {
+  for (std::string_view item : Split(list, ',')) {
+    if (IEquals(TrimSpace(item), token)) return true;
+  }
+  return false;
+}
+
 }  // namespace tessera

@@ -44,6 +44,14 @@ std::string Base64Encode(std::string_view bytes);
 // The bytes `text` encodes, or nullopt when it is not padded standard base64.
 std::optional<std::string> Base64Decode(std::string_view text);
 
+// Whether `a` and `b` are equal but for the case of ASCII letters (HTTP's names and tokens).
+bool IEquals(std::string_view a, std::string_view b);
+// `s` without the spaces and tabs around it.
+std::string_view TrimSpace(std::string_view s);
+// Whether the comma-separated list `list` (an HTTP header's value, "keep-alive, Upgrade") holds
+// `token`, in any case.
+bool ContainsToken(std::string_view list, std::string_view token);
+
 // `s` with every byte that breaks UTF-8 replaced by U+FFFD, for output shown as text.
 std::string ToValidUtf8(std::string_view s);
 
