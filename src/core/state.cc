@@ -321,6 +321,14 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   }
   Record(inst, std::move(reason));
   if (!IsActive(to)) instances_.Ended(inst);
+  // The volume index holds active instances only (a preempted one queued again comes back).
+  if (!inst.volumes.empty()) {
+    if (IsActive(to)) {
+      volume_holders_.insert(inst.id.str());
+    } else {
+      volume_holders_.erase(inst.id.str());
+    }
+  }
   if (was_active && !IsActive(to) && !inst.group.empty()) ended_members_.push_back(inst.id.str());
 }
 

@@ -53,11 +53,6 @@ Result<Volume> State::DeleteVolume(const Tenant& caller, std::string_view name,
                                    store::Batch& batch) {
   Volume* v = volumes_.Find(caller.id.str(), name);
   if (!v) return Status::NotFound(fmt::format("volume '{}' not found", name));
-  // Ended holders are of no more use to the index.
-  std::erase_if(volume_holders_, [&](const std::string& id) {
-    const Instance* inst = instances_.Find(id);
-    return !inst || !IsActive(inst->state);
-  });
   if (v->deleting) return *v;
   if (const auto users = VolumeUsers(caller.id.str(), name); !users.empty()) {
     return Status::FailedPrecondition(fmt::format(
@@ -73,8 +68,7 @@ Result<Volume> State::DeleteVolume(const Tenant& caller, std::string_view name,
     volumes_.Erase(gone.tenant, gone.name, batch);
     return gone;
   }
-  v->deleting = true;
-  volumes_.Save(*v, batch);
+  volumes_.MarkDeleting(*v, batch);
   agents_.Changed(*agent);
   return *v;
 }
@@ -162,10 +156,12 @@ void State::ApplyVolumeReport(const std::string& node, const AgentSync& sync, st
     if (!found || found->node != node) continue;  // Not this node's to report.
     volumes_.Find(found->tenant, found->name)->use = use;
   }
-  for (Volume* v : volumes_.All()) {
-    if (v->node == node && v->deleting && !held.count(v->id)) {
-      volumes_.Erase(v->tenant, v->name, batch);  // Its agent removed its data.
-    }
+  std::vector<std::pair<std::string, std::string>> removed;
+  for (const Volume* v : volumes_.Deleting()) {
+    if (v->node == node && !held.count(v->id)) removed.emplace_back(v->tenant, v->name);
+  }
+  for (const auto& [tenant, name] : removed) {
+    volumes_.Erase(tenant, name, batch);  // Its agent removed its data.
   }
 }
 
@@ -181,8 +177,8 @@ nlohmann::json State::WorkloadVolumes(const Instance& inst) const {
 
 nlohmann::json State::VolumesToDelete(const std::string& node) const {
   nlohmann::json out = nlohmann::json::array();
-  for (const Volume* v : volumes_.List("")) {
-    if (v->node == node && v->deleting) out.push_back(v->id);
+  for (const Volume* v : volumes_.Deleting()) {
+    if (v->node == node) out.push_back(v->id);
   }
   return out;
 }

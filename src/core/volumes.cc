@@ -238,8 +238,23 @@ void Volumes::Save(const Volume& v, store::Batch& batch) const {
   batch.settings.emplace_back(std::string(kPrefix) + Key(v.tenant, v.name), DumpJson(j));
 }
 
+void Volumes::MarkDeleting(Volume& v, store::Batch& batch) {
+  v.deleting = true;
+  deleting_.insert(Key(v.tenant, v.name));
+  Save(v, batch);
+}
+
+std::vector<const Volume*> Volumes::Deleting() const {
+  std::vector<const Volume*> out;
+  for (const std::string& key : deleting_) {
+    if (auto it = by_key_.find(key); it != by_key_.end()) out.push_back(&it->second);
+  }
+  return out;
+}
+
 void Volumes::Erase(const std::string& tenant, const std::string& name, store::Batch& batch) {
   const std::string key = Key(tenant, name);
+  deleting_.erase(key);
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return;
   key_by_id_.erase(it->second.id);
@@ -284,6 +299,7 @@ Status Volumes::Restore(const std::vector<std::pair<std::string, std::string>>& 
     }
     if (const int64_t n = std::atoll(v.id.c_str() + 4); n >= next_) next_ = n + 1;
     key_by_id_[v.id] = k;
+    if (v.deleting) deleting_.insert(k);
     by_key_[k] = std::move(v);
   }
   return Status::Ok();
