@@ -18,6 +18,7 @@
 
 #include "agent/container_cdi.h"
 #include "agent/container_test_support.h"
+#include "common/text.h"
 #include "server_test_util.h"
 
 namespace tessera {
@@ -472,6 +473,42 @@ TEST_F(ContainerAttackTest, AContainerSeesOnlyItsGpuAndCannotReachTheNodeOrAnoth
                    .exit_code == 1;
       },
       20s));
+  Delete(victim_, victim);
+}
+
+// A command run with `tessera instances exec` goes into the container as its workload: its uid,
+// its directory, its GPU's device and nothing of the node or the other tenant; the other tenant
+// cannot run one there.
+TEST_F(ContainerAttackTest, AnExecGoesIntoTheContainerAsItsWorkloadAndNoFurther) {
+  Join("gpu-01", AgentFlags());
+  const std::string victim = StartVictim();
+  const std::string id = Create(rival_, WithImage({{"command", "exec sleep 600"}, {"gpus", 1}}));
+  ASSERT_EQ(AwaitState(rival_, id, "running", 120s), "running")
+      << Instance(rival_, id).dump() << ReadFile(dir_.File("gpu-01.log"));
+  const std::string script = fmt::format(
+      "id -u; pwd; ls /dev | grep nvidia | tr '\\n' ,; echo; "
+      "test -e /proc/{}/status && echo sees-victim; test -e /proc/{}/status && echo sees-agent; "
+      "cat {}/{}-a0/secret 2>/dev/null && echo reads-victim; exit 3",
+      victim_pid_, agent_->pid(), work_dir_, victim);
+  auto exec = [&](const std::string& token) {
+    return testing::RunTessera({"instances", "exec", id, "--url", server_->url(), "--token", token,
+                                "--", "sh", "-c", script});
+  };
+  const testing::CommandResult r = exec(rival_);
+  EXPECT_EQ(r.exit_code, 3) << r.err << ReadFile(dir_.File("gpu-01.log"));
+  const std::vector<std::string_view> lines = Split(r.out, '\n');
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  EXPECT_GE(std::stoul(std::string(lines[0])), 1999000000u) << r.out;
+  EXPECT_EQ(lines[1], "/workspace");
+  const json placed = Instance(rival_, id);
+  ASSERT_EQ(placed["gpus"].size(), 1u) << placed.dump();
+  EXPECT_EQ(lines[2], fmt::format("nvidia{},nvidiactl,", placed["gpus"][0].value("index", -1)));
+  EXPECT_EQ(r.out.find("sees-"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("reads-victim"), std::string::npos) << r.out;
+  const testing::CommandResult stranger = exec(victim_);
+  EXPECT_EQ(stranger.exit_code, 1);
+  EXPECT_NE(stranger.err.find("(HTTP 404)"), std::string::npos) << stranger.err;
+  Delete(rival_, id);
   Delete(victim_, victim);
 }
 

@@ -650,6 +650,26 @@ TEST_F(HaAgentTest, KillNineOfTheLeaderLosesNoAcknowledgedWriteGrantsNoGpuTwiceA
   EXPECT_GE(acks.deleted.size(), 20u) << "the burst deleted too little to test anything";
 }
 
+// `tessera instances exec` given a follower first: sent on to the leader, whose broker joins it
+// with the agent (which follows the leader the same way), into the instance's workload.
+TEST_F(HaAgentTest, AnExecSentToAFollowerRunsThroughTheLeaderInTheWorkload) {
+  TESSERA_POSTGRES_OR_SKIP(pg);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(pg, {}));
+  ASSERT_NO_FATAL_FAILURE(JoinNodes({"node-a"}));
+  const std::string token = NewTenant();
+  steady_.push_back(StartSteady(token, "steady"));
+  ASSERT_FALSE(HasFailure()) << replicas_->Logs();
+  const int leader = replicas_->WaitForLeader(5s);
+  ASSERT_GE(leader, 0) << replicas_->Logs();
+  std::vector<std::string> urls;
+  for (int i = 1; i <= kReplicas; ++i) urls.push_back(replicas_->Urls()[(leader + i) % kReplicas]);
+  const testing::CommandResult r = testing::RunTessera(
+      {"instances", "exec", steady_[0].id, "--url", fmt::format("{}", fmt::join(urls, ",")),
+       "--token", token, "--", "sh", "-c", "cat starts; exit 6"});
+  EXPECT_EQ(r.exit_code, 6) << r.err << replicas_->Logs();
+  EXPECT_EQ(r.out, steady_[0].pid + "\n");
+}
+
 TEST_F(HaTest, ALeaderFrozenPastItsLeaseWakesUpAsAFollowerAndWritesNothing) {
   TESSERA_POSTGRES_OR_SKIP(pg);
   ASSERT_NO_FATAL_FAILURE(StartCluster(pg, {"--fleet", dir_.Write("fleet.json", kSmallFleet)}));

@@ -180,6 +180,7 @@ Agent::Agent(AgentOptions options, Transport transport, std::unique_ptr<GpuBacke
       workloads_(std::move(workloads)),
       agent_id_(RandomId()),
       period_(options_.heartbeat) {
+  if (options_.exec_dialer) exec_ = std::make_unique<ExecSessions>(options_.exec_dialer);
   if (!options_.mps_control.empty()) {
     // Whether the program is here: an MpsDaemons looks it up once.
     MpsOptions probe;
@@ -722,6 +723,7 @@ void Agent::Apply(const json& desired) {
   }
   ApplyModeRequests(desired);
   RemoveVolumes(desired);
+  ApplyExec(desired, phase);
   if (mps_available_) {
     // Daemons of GPUs, and servers of uids, that hold no share any more are stopped.
     std::map<int64_t, std::map<int, std::set<int64_t>>> by_uid;
@@ -859,6 +861,48 @@ void Agent::RemoveVolumes(const json& desired) {
     Status s = options_.volumes->Remove(id.get<std::string>());
     if (!s.ok()) spdlog::warn("removing volume {}: {}", Quote(id.get<std::string>()), s.message());
   }
+}
+
+void Agent::ApplyExec(const json& desired, const std::map<std::string, WorkloadPhase>& phase) {
+  if (!exec_) return;
+  std::set<std::string> running, named;
+  for (const auto& [key, p] : phase) {
+    if (p == WorkloadPhase::kRunning) running.insert(key);
+  }
+  const json empty = json::array();
+  const json& list =
+      desired.contains("exec") && desired["exec"].is_array() ? desired["exec"] : empty;
+  for (const json& e : list) {
+    if (!e.is_object()) continue;
+    ExecCommand c;
+    c.id = e.value("id", "");
+    named.insert(c.id);
+    if (c.id.empty() || exec_->Seen(c.id)) continue;
+    c.workload = WorkloadKey(e.value("instance", ""), e.value("attempt", 0));
+    for (const json& arg : e.value("command", json::array())) {
+      if (arg.is_string()) c.command.push_back(arg.get<std::string>());
+    }
+    c.tty = e.value("tty", false);
+    c.cols = std::clamp(e.value("cols", 80), 1, 1000);
+    c.rows = std::clamp(e.value("rows", 24), 1, 1000);
+    auto k = known_.find(c.workload);
+    Result<ExecTarget> target =
+        k == known_.end() || k->second.noop || !running.count(c.workload)
+            ? Result<ExecTarget>(Status::FailedPrecondition(
+                  k != known_.end() && k->second.pull
+                      ? "its image is still being pulled"
+                      : "nothing of it runs on this node (no command and no image, or it ended)"))
+            : workloads_->ExecTargetOf(c.workload);
+    if (!target.ok()) {
+      exec_->Refuse(c.id, fmt::format("cannot run a command in instance {}: {}",
+                                      e.value("instance", ""), target.status().message()));
+      continue;
+    }
+    spdlog::info("exec {} in {}: {}", c.id, c.workload,
+                 c.command.empty() ? std::string("(a shell)") : EscapeForTerminal(c.command[0]));
+    exec_->Start(c, *target);
+  }
+  exec_->Keep(running, named);
 }
 
 void Agent::ApplyModeRequests(const json& desired) {

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "agent/container_image.h"
+#include "agent/exec_session.h"
 #include "agent/gpu_backend.h"
 #include "agent/mig_manager.h"
 #include "agent/mps.h"
@@ -87,6 +88,9 @@ struct AgentOptions {
   std::string mps_root;
   // The node's volumes (volumes.h); null: a workload that mounts one fails, saying so.
   std::shared_ptr<VolumeHost> volumes;
+  // How the agent connects to the server for an exec session (exec_session.h); null: it takes
+  // none (the server's own in-process agents, whose nodes the server refuses sessions for).
+  ExecDialer exec_dialer;
 };
 
 // A fault to inject into the GPU backend: "xid:GPU:CODE", "overheat:GPU", "cool:GPU",
@@ -167,6 +171,9 @@ class Agent {
   Status PrepareVolumes(const nlohmann::json& w, WorkloadSpec& spec);
   // Removes the volumes the server deleted (those still busy are tried again next time).
   void RemoveVolumes(const nlohmann::json& desired);
+  // Starts the exec sessions the server names that are new, and ends those whose workload no
+  // longer runs (`phase`: the supervisor's workloads by key).
+  void ApplyExec(const nlohmann::json& desired, const std::map<std::string, WorkloadPhase>& phase);
 
   // The outcome of a GPU mode request, reported until the server stops asking.
   struct ModeResult {
@@ -198,6 +205,7 @@ class Agent {
   bool register_again_ = false;         // The inventory changed (a MIG mode did): register anew.
   std::vector<std::string> gpu_uuids_;  // By index, as registered.
   std::string backend_;                 // The inventory's: "nvml" or "sim".
+  std::unique_ptr<ExecSessions> exec_;  // Null without AgentOptions::exec_dialer.
   // MPS, per tenant uid; and what every tenant's shares add up to per (GPU, uid): the largest
   // thread percentage and the sum of the memory.
   std::map<int64_t, std::unique_ptr<MpsDaemons>> mps_;

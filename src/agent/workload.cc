@@ -780,6 +780,24 @@ Result<WorkloadSupervisor::Entry*> WorkloadSupervisor::Find(const std::string& i
   return it->second.get();
 }
 
+Result<ExecTarget> WorkloadSupervisor::ExecTargetOf(const std::string& id) {
+  TESSERA_ASSIGN_OR_RETURN(Entry * e, Find(id));
+  Refresh(*e);
+  if (e->status.phase != WorkloadPhase::kRunning || !e->pids_known || e->status.stopping) {
+    return Status::FailedPrecondition(
+        fmt::format("workload {} is not running (or is stopping)", Quote(id)));
+  }
+  ExecTarget t;
+  t.container = e->container;
+  t.podman = options_.podman;
+  t.uid = e->uid;
+  t.nproc_limit = e->uid >= 0 ? options_.nproc_limit : 0;
+  t.dir = e->dir;
+  t.cgroup_dir = e->cgroup_dir;
+  t.pid = e->pids.pid;
+  return t;
+}
+
 Status WorkloadSupervisor::Stop(const std::string& id, std::chrono::milliseconds grace) {
   TESSERA_ASSIGN_OR_RETURN(Entry * e, Find(id));
   if (grace.count() < 0) {

@@ -75,6 +75,18 @@ struct WorkloadSpec {
 
 enum class WorkloadPhase { kRunning, kExited };
 
+// What a command run inside a running workload needs (an exec session, exec_session.h): who it
+// runs as and where, and the workload's process to take the environment from.
+struct ExecTarget {
+  std::string container;  // A container workload's container; "" for a bare process.
+  std::string podman;     // With a container: the podman that runs it.
+  int64_t uid = -1;       // -1: the agent's own user.
+  int64_t nproc_limit = 0;
+  std::string dir;         // Its cwd and HOME.
+  std::string cgroup_dir;  // "" when it has none.
+  int pid = 0;             // The workload's main process.
+};
+
 struct WorkloadStatus {
   std::string id;
   WorkloadPhase phase = WorkloadPhase::kRunning;
@@ -158,6 +170,9 @@ class WorkloadSupervisor {
   // than what is kept starts at the oldest kept byte; one past the end returns "" at the end.
   Result<std::string> ReadLog(const std::string& id, int64_t offset, size_t max_bytes,
                               int64_t* next);
+  // Where and as whom a command runs inside workload `id` (an exec session). NotFound for an
+  // unknown id; FailedPrecondition unless it runs.
+  Result<ExecTarget> ExecTargetOf(const std::string& id);
   // Removes an exited workload's directory (and cgroup), so its id may be started again.
   // FailedPrecondition while it runs; NotFound for an unknown id.
   Status Forget(const std::string& id);

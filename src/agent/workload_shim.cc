@@ -185,15 +185,10 @@ void ResetSignals(bool shim) {
   _exit(1);
 }
 
-// The workload: a session and process group of its own, output into the log pipe, its directory
-// as cwd, its cgroup joined, then /bin/sh -c. Runs in the shim's child.
-[[noreturn]] void RunWorkload(const ShimPlan& plan, int out_fd) {
-  setsid();
+}  // namespace
+
+[[noreturn]] void BecomeWorkload(const ShimPlan& plan) {
   ResetSignals(false);
-  const int in = open("/dev/null", O_RDONLY);
-  if (in >= 0) dup2(in, 0);
-  dup2(out_fd, 1);
-  dup2(out_fd, 2);
   CloseAllBut(-1, plan.max_fd);
   if (chdir(plan.dir.c_str()) != 0) {
     Text msg;
@@ -241,6 +236,19 @@ void ResetSignals(bool shim) {
   msg.Add(")\n");
   WriteAll(2, msg.c_str(), msg.size());
   _exit(127);
+}
+
+namespace {
+
+// The workload: a session and process group of its own, output into the log pipe, its directory
+// as cwd, its cgroup joined, then /bin/sh -c. Runs in the shim's child.
+[[noreturn]] void RunWorkload(const ShimPlan& plan, int out_fd) {
+  setsid();
+  const int in = open("/dev/null", O_RDONLY);
+  if (in >= 0) dup2(in, 0);
+  dup2(out_fd, 1);
+  dup2(out_fd, 2);
+  BecomeWorkload(plan);
 }
 
 // The bounded log: segments named by the offset of their first byte ("log." + 20 digits) of at

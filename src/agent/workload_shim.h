@@ -79,6 +79,13 @@ struct ShimPids {
   pid_t pid = 0;  // The workload's main process, also its process group and session id.
 };
 
+// In a child forked with its standard descriptors set: every other descriptor closed, signals
+// back to their defaults, then `plan`'s directory entered, its cgroup joined, its nproc limit
+// set and its uid taken (no groups, no new privileges), and its program executed. Exits 126
+// (saying why on stderr) when it cannot become the workload, 127 when the program cannot run.
+// Async-signal-safe.
+[[noreturn]] void BecomeWorkload(const ShimPlan& plan);
+
 // Forks the shim and waits (up to 10 s) until it has started the workload and written the pids
 // file. An error means nothing runs, except Unavailable, which means the shim's fate is unknown.
 Result<ShimPids> LaunchShim(const ShimPlan& plan);

@@ -31,6 +31,7 @@ namespace tessera::api {
 
 class KeyRotator;       // keys.h
 class ServiceBalancer;  // service.h
+class ExecBroker;       // exec.h
 
 // Who may call a route.
 enum class Access {
@@ -78,6 +79,11 @@ struct Op {
   std::function<HttpResponse(const T&)> respond = nullptr;
   // When set, the success status for a result, in place of `ok_status` (200 or 202 by outcome).
   std::function<int(const T&)> status = nullptr;
+  // When set, what the audit record says of a success (an exec's command).
+  std::function<std::string(const T&)> detail = nullptr;
+  // When set, a success is handed over with the duty to answer it (on the core thread), in place
+  // of any answer: an exec's connection waits for its agent.
+  std::function<void(const T&, const Responder&)> deliver = nullptr;
 };
 
 class Api {
@@ -135,6 +141,9 @@ class Api {
   // The balancer of groups' services (service.h); null when not set. Must outlive serving.
   ServiceBalancer* services() const { return services_; }
   void set_services(ServiceBalancer* services) { services_ = services; }
+  // The broker of exec sessions (exec.h); null when not set. Must outlive serving.
+  ExecBroker* exec() const { return exec_; }
+  void set_exec(ExecBroker* exec) { exec_ = exec; }
   // Key rotation (keys.h); null when not set. Must outlive serving.
   KeyRotator* keys() const { return keys_; }
   void set_keys(KeyRotator* keys) { keys_ = keys; }
@@ -178,6 +187,7 @@ class Api {
   const core::Replica* replica_ = nullptr;
   KeyRotator* keys_ = nullptr;
   ServiceBalancer* services_ = nullptr;
+  ExecBroker* exec_ = nullptr;
   const catalog::Catalog* catalog_;
   const Clock* clock_;
   Metrics metrics_;
@@ -245,11 +255,18 @@ void Api::Run(std::shared_ptr<Call> call, Status refusal, Op<T> op) {
           Audit(b, {0, FormatRfc3339(clock_->Now()), Actor(**caller),
                     call->request.method + " " + call->request.parsed.path,
                     out.ok() && shared_op->target ? shared_op->target(*out) : "", status,
-                    out.ok() ? "" : out.status().message(), call->principal.user});
+                    !out.ok()           ? out.status().message()
+                    : shared_op->detail ? shared_op->detail(*out)
+                                        : "",
+                    call->principal.user});
         }
         return out;
       },
       [call, shared_op, this](Result<T> r) {
+        if (r.ok() && shared_op->deliver) {
+          metrics_.CountRequest(call->request.method, call->route, shared_op->ok_status);
+          return shared_op->deliver(*r, call->responder);
+        }
         // On the core thread: hand the result over and render it on the connection's thread.
         call->responder.SendLater([call, shared_op, this, r = std::move(r)]() {
           HttpResponse response =

@@ -142,6 +142,15 @@ class Responder {
   // Answers by handing the connection over to a TCP peer (SpliceTarget). In process (a Local
   // responder) it is answered 502.
   void Splice(SpliceTarget target) const;
+  // Answers two requests by joining their connections (an exec's client and the agent that runs
+  // it, docs/volumes.md): each is sent its `head` (a 101 Switching Protocols), then what either
+  // sends goes to the other, a read at a time (the next read waits until the other side has
+  // written the last), so neither side buffers more than one read. When either closes, or nothing
+  // moves for `idle`, the other is sent what it was owed, stops sending, and closes within 2 s.
+  // `done` is called once, on an I/O thread, when `a`'s connection ends. A Local responder, or
+  // one that was answered already, ends the other with a 502.
+  static void Join(const Responder& a, std::string head_a, const Responder& b, std::string head_b,
+                   std::chrono::milliseconds idle, std::function<void()> done);
   // True once the connection is gone (the client left, or the server stops); an answer is then
   // dropped. Long polls check it to stop waiting early.
   bool Abandoned() const;

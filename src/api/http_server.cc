@@ -149,6 +149,12 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void QueueChunk(const std::shared_ptr<StreamState>& from, std::string chunk) = 0;
   virtual void EndStream(const std::shared_ptr<StreamState>& from) = 0;
   virtual void StartSplice(SpliceTarget target) = 0;
+  // A joined pair (Responder::Join): this session's part, then what the other sends it (`written`
+  // is called once it is written), and the other's end.
+  virtual void StartJoin(std::string head, std::weak_ptr<SessionBase> other,
+                         std::chrono::milliseconds idle, std::function<void()> done) = 0;
+  virtual void JoinWrite(std::string data, std::function<void()> written) = 0;
+  virtual void JoinEnd() = 0;
   virtual void Close() = 0;
   std::atomic<bool> closed{false};
 };
@@ -351,6 +357,33 @@ void Responder::Splice(SpliceTarget target) const {
          [t = std::move(target)](SessionBase& s) mutable { s.StartSplice(std::move(t)); });
 }
 
+void Responder::Join(const Responder& a, std::string head_a, const Responder& b, std::string head_b,
+                     std::chrono::milliseconds idle, std::function<void()> done) {
+  const bool a_local = a.shared_->local != nullptr, b_local = b.shared_->local != nullptr;
+  const bool a_free = !a_local && !a.shared_->answered.exchange(true);
+  const bool b_free = !b_local && !b.shared_->answered.exchange(true);
+  if (!a_free || !b_free) {
+    const char* why = a_local || b_local ? "a call made in process cannot be joined"
+                                         : "the other side of this connection is gone";
+    auto refuse = [why](const Responder& r, bool taken) {
+      if (!taken) return r.Send(ErrorResponse(502, "bad_gateway", why));
+      PostTo(r.shared_->live, r.shared_->session,
+             [why](SessionBase& s) { s.Answer(ErrorResponse(502, "bad_gateway", why)); });
+    };
+    refuse(a, a_free);
+    refuse(b, b_free);
+    if (done) done();
+    return;
+  }
+  PostTo(a.shared_->live, a.shared_->session,
+         [h = std::move(head_a), other = b.shared_->session, idle, d = std::move(done)](
+             SessionBase& s) mutable { s.StartJoin(std::move(h), other, idle, std::move(d)); });
+  PostTo(b.shared_->live, b.shared_->session,
+         [h = std::move(head_b), other = a.shared_->session, idle](SessionBase& s) mutable {
+           s.StartJoin(std::move(h), other, idle, nullptr);
+         });
+}
+
 bool Responder::Abandoned() const {
   std::shared_ptr<SessionBase> s = shared_->session.lock();
   return !s || s->closed;
@@ -402,13 +435,6 @@ struct HttpServer::Impl {
 };
 
 namespace {
-
-bool IEquals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 template <typename Stream>
 class Session final : public SessionBase {
@@ -506,8 +532,45 @@ class Session final : public SessionBase {
                              });
   }
 
+  void StartJoin(std::string head, std::weak_ptr<SessionBase> other, std::chrono::milliseconds idle,
+                 std::function<void()> done) override {
+    join_other_ = std::move(other);
+    join_done_ = std::move(done);
+    if (!awaiting_ || closed) return Close();
+    Settle();
+    keep_alive_ = false;
+    splice_idle_ = idle;
+    // The head goes before what the other side may have sent already: its StartJoin can run
+    // first, and its client can answer its head before this one is posted.
+    join_queue_.emplace_front(std::move(head), nullptr);
+    join_started_ = true;
+    WriteJoined();
+    Arm(join_ended_ ? std::chrono::milliseconds(2000) : idle);
+    // What the client sent beyond the request goes first.
+    std::string early = beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    if (early.empty()) return ReadJoined();
+    SendJoined(std::move(early));
+  }
+
+  void JoinWrite(std::string data, std::function<void()> written) override {
+    if (closed) return;
+    join_queue_.emplace_back(std::move(data), std::move(written));
+    if (join_started_) WriteJoined();  // Else StartJoin writes it after the head.
+  }
+
+  void JoinEnd() override {
+    if (closed || join_ended_) return;
+    join_ended_ = true;
+    if (!join_started_) return;  // StartJoin sends what it owes, then stops.
+    Arm(std::chrono::seconds(2));
+    WriteJoined();
+  }
+
   void Close() override {
     if (closed.exchange(true)) return;
+    PostTo(server_->live, join_other_, [](SessionBase& o) { o.JoinEnd(); });
+    if (auto done = std::exchange(join_done_, nullptr)) done();
     if (stream_state_) stream_state_->closed = true;
     Settle();
     beast::error_code ignored;
@@ -881,6 +944,54 @@ class Session final : public SessionBase {
     });
   }
 
+  // A joined pair: reads from this client go to the other session, one at a time.
+  void ReadJoined() {
+    if (closed) return;
+    stream_.async_read_some(net::buffer(up_), [self = Self()](beast::error_code ec, size_t n) {
+      if (ec) return self->Close();
+      self->Arm(self->join_ended_ ? std::chrono::milliseconds(2000) : self->splice_idle_);
+      if (self->join_ended_) return self->ReadJoined();  // Nobody to hear it: dropped.
+      self->SendJoined(std::string(self->up_.data(), n));
+    });
+  }
+
+  void SendJoined(std::string data) {
+    std::shared_ptr<SessionBase> other = join_other_.lock();
+    if (!other || other->closed) return Close();
+    std::weak_ptr<SessionBase> me = Self();
+    PostTo(server_->live, join_other_,
+           [data = std::move(data), me, live = server_->live](SessionBase& o) mutable {
+             o.JoinWrite(std::move(data), [me, live] {
+               PostTo(live, me, [](SessionBase& s) { static_cast<Session&>(s).ReadJoined(); });
+             });
+           });
+  }
+
+  // Writes what the other session sent, in order; once it ended and all is written, stops
+  // sending and waits (up to 2 s) for the client to close.
+  void WriteJoined() {
+    if (closed || join_writing_) return;
+    if (join_queue_.empty()) {
+      if (join_ended_ && !join_shut_) {
+        join_shut_ = true;
+        beast::error_code ignored;
+        Lowest().shutdown(tcp::socket::shutdown_send, ignored);
+      }
+      return;
+    }
+    join_writing_ = true;
+    net::async_write(stream_, net::buffer(join_queue_.front().first),
+                     [self = Self()](beast::error_code ec, size_t) {
+                       self->join_writing_ = false;
+                       if (ec) return self->Close();
+                       auto written = std::move(self->join_queue_.front().second);
+                       self->join_queue_.pop_front();
+                       if (!self->join_ended_) self->Arm(self->splice_idle_);
+                       if (written) written();
+                       self->WriteJoined();
+                     });
+  }
+
   // Peer to client. Once the peer is done, so is the connection.
   void PumpDown() {
     peer_->async_read_some(net::buffer(down_), [self = Self()](beast::error_code ec, size_t n) {
@@ -1021,6 +1132,12 @@ class Session final : public SessionBase {
   std::chrono::milliseconds splice_idle_{0};
   std::function<void(bool)> splice_done_;
   bool splice_reached_ = false;
+  // A joined pair (StartJoin): the other session, what it sent that is not written yet (with
+  // whom to tell once it is), and whether it ended.
+  std::weak_ptr<SessionBase> join_other_;
+  std::function<void()> join_done_;
+  std::deque<std::pair<std::string, std::function<void()>>> join_queue_;
+  bool join_started_ = false, join_writing_ = false, join_ended_ = false, join_shut_ = false;
   std::array<char, 16 << 10> up_{}, down_{};
 };
 

@@ -23,5 +23,7 @@ void AddKeyRoutes(Api& api);      // /v1/keys... (keys.cc)
 void AddVolumeRoutes(Api& api);   // /v1/volumes... (volume_routes.cc)
 // /v1/instances/{id}/ports/{port}/..., /v1/groups/{id}/service/... (proxy_routes.cc)
 void AddProxyRoutes(Api& api);
+// /v1/instances/{id}/exec, /v1/agent/exec/{session} (exec.cc)
+void AddExecRoutes(Api& api);
 
 }  // namespace tessera::api

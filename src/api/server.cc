@@ -1,6 +1,7 @@
 #include "api/server.h"
 
 #include "api/api.h"
+#include "api/exec.h"
 #include "api/keys.h"
 #include "api/routes.h"
 #include "api/service.h"
@@ -11,6 +12,7 @@ struct ApiServer::Impl {
   Api api;
   KeyRotator keys;           // Stops its rotation before `api` goes, after the HTTP threads did.
   ServiceBalancer services;  // Its health checks stop after the HTTP threads did.
+  ExecBroker exec;           // Its waiting clients are answered after the HTTP threads stop.
   const bool mutual_tls;     // Read before `http` takes the options.
   HttpServer http;
 
@@ -30,12 +32,14 @@ struct ApiServer::Impl {
     AddSecretRoutes(api);
     AddVolumeRoutes(api);
     AddProxyRoutes(api);
+    AddExecRoutes(api);
     AddUserRoutes(api);
     AddKeyRoutes(api);
     AddConsoleRoutes(api);
     api.set_http_stats([this] { return http.Stats(); });
     api.set_keys(&keys);
     api.set_services(&services);
+    api.set_exec(&exec);
     api.set_allow_private_receivers(options.allow_private_receivers);
     api.set_require_client_certs(mutual_tls);
   }
@@ -91,6 +95,7 @@ void ApiServer::Stop() {
   impl_->api.set_ready(false);
   impl_->http.Stop();
   impl_->services.Stop();
+  impl_->exec.Stop();
 }
 
 }  // namespace tessera::api

@@ -28,8 +28,10 @@
 #include "catalog/catalog.h"
 #include "cli/cli.h"
 #include "common/auth.h"
+#include "common/exec_frames.h"
 #include "common/secret_env.h"
 #include "common/text.h"
+#include "common/tunnel.h"
 #include "telemetry/series.h"
 
 namespace tessera::cli {
@@ -259,11 +261,23 @@ int RunAgent(const AgentFlags& flags) {
     spdlog::warn("CPU and memory limits are not enforced on this node: {}",
                  (*workloads)->limits_note());
   }
-  auto transport =
-      agent::HttpTransport(server, token, flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca,
-                           flags.client_cert, flags.client_key);
+  const std::string ca = flags.ca.empty() ? EnvOr("TESSERA_CA", "") : flags.ca;
+  auto transport = agent::HttpTransport(server, token, ca, flags.client_cert, flags.client_key);
   if (!transport.ok()) return Fail(transport.status().message());
   agent::AgentOptions options;
+  // Exec sessions connect as the agent's calls do: the same servers, token, CA and certificate.
+  TunnelRequest dial;
+  dial.urls = server;
+  dial.token = token;
+  dial.protocol = exec::kProtocol;
+  dial.ca_file = ca;
+  dial.client_cert = flags.client_cert;
+  dial.client_key = flags.client_key;
+  options.exec_dialer = [dial](const std::string& id) {
+    TunnelRequest r = dial;
+    r.path = fmt::format("/v1/agent/exec/{}", id);
+    return Tunnel::Open(r);
+  };
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
   options.advertise_address = flags.advertise_address;
   options.mig_record = flags.work_dir + "/mig-devices.json";

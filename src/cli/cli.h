@@ -35,6 +35,8 @@ void RegisterIdentityCommands(CLI::App& app, Context& ctx);
 // volumes (volume_cmd.cc).
 void RegisterVolumeCommands(CLI::App& app, Context& ctx);
 void RegisterAgentCommands(CLI::App& app, Context& ctx);
+// instances exec and instances shell (exec_cmd.cc), under the `instances` command.
+void AddExecCommands(CLI::App* instances, Context& ctx);
 void RegisterStoreCommands(CLI::App& app, Context& ctx);
 
 // The environment variable `name`, or `fallback` when it is unset or empty (TESSERA_URL, ...).

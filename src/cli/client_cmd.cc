@@ -362,6 +362,7 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   });
+  AddExecCommands(group, ctx);
   for (const char* verb : {"get", "delete"}) {
     CLI::App* one = group->add_subcommand(
         verb, std::string(verb == std::string("get") ? "Show one instance"

@@ -150,6 +150,21 @@ struct AgentSync {
   std::optional<VolumeReport> volumes;  // Absent from an agent that predates volumes.
 };
 
+// A command, or a shell, a tenant asked to run inside one of a node's instances (docs/volumes.md,
+// "A shell"): its agent hears of it in the desired state and connects for it, until `expires`.
+// Not stored: a session lives on the connections of the replica that opened it.
+struct ExecSession {
+  std::string id;  // "exec-" and 32 random hex digits: the agent names it when it connects.
+  std::string node;
+  std::string instance;
+  int attempt = 0;  // The instance's run (Instance::restarts) it goes into.
+  std::string tenant;
+  std::vector<std::string> command;  // argv; empty: the workload's shell.
+  bool tty = false;
+  int cols = 80, rows = 24;
+  Time expires;
+};
+
 // A node joined by an agent.
 struct AgentNode {
   // Stored.
@@ -213,6 +228,8 @@ struct AgentNode {
   // Whether its volumes' sizes are hard limits, as its agent last said (VolumeReport).
   std::optional<bool> volumes_enforced;
   std::string volumes_note;
+  // Exec sessions its agent has not connected for yet (not stored).
+  std::vector<ExecSession> exec;
 
   bool registered() const { return !inventory.is_null(); }
   // How many GPUs its agent registered.

@@ -541,6 +541,17 @@ nlohmann::json State::DesiredState(const std::string& name) const {
       if (c.outstanding()) mode_requests.push_back(c.RequestJson());
     }
   }
+  nlohmann::json exec = nlohmann::json::array();
+  for (const ExecSession& e : node ? node->exec : std::vector<ExecSession>()) {
+    if (e.expires <= clock_->Now()) continue;
+    exec.push_back({{"id", e.id},
+                    {"instance", e.instance},
+                    {"attempt", e.attempt},
+                    {"command", e.command},
+                    {"tty", e.tty},
+                    {"cols", e.cols},
+                    {"rows", e.rows}});
+  }
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
   const AgentTiming t = timing();
@@ -552,7 +563,8 @@ nlohmann::json State::DesiredState(const std::string& name) const {
           {"heartbeat_ms", duration_cast<milliseconds>(t.report_period).count()},
           {"workloads", std::move(workloads)},
           {"volumes", {{"delete", VolumesToDelete(name)}}},
-          {"gpu_mode_requests", std::move(mode_requests)}};
+          {"gpu_mode_requests", std::move(mode_requests)},
+          {"exec", std::move(exec)}};
 }
 
 Result<const AgentNode*> State::AuthenticateNode(std::string_view token_hash) const {

@@ -511,5 +511,48 @@ TEST_F(NodeAgentsTest, AFailedPullFailsTheInstanceWithTheAgentsReason) {
   EXPECT_EQ(shown["reason"], "its workload ended: " + why);
 }
 
+TEST_F(NodeAgentsTest, AnExecSessionIsToldToTheInstancesAgentUntilItConnectsOrExpires) {
+  Join("gpu-1", 2);
+  const Instance inst = Create(TestH100(1, Billing::kOnDemand));
+  ExecSession ask;
+  ask.command = {"nvidia-smi"};
+  ask.tty = true;
+  ask.cols = 120;
+  ask.rows = 40;
+  // Not running yet: refused, naming the state.
+  auto early = state_->OpenExec(Acme(), inst.id.str(), ask, 10s);
+  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(early.status().message().find("scheduled"), std::string::npos);
+  ASSERT_TRUE(Report("gpu-1", 1, {Running(inst)}).ok());
+  // Another tenant's instance is one that does not exist.
+  const Tenant other = *state_->tenants().Create("globex", 1000, "h-globex", batch_);
+  EXPECT_EQ(state_->OpenExec(other, inst.id.str(), ask, 10s).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(state_->OpenExec(Acme(), "inst-999999", ask, 10s).status().code(),
+            StatusCode::kNotFound);
+  const uint64_t before = state_->DesiredState("gpu-1")["generation"].get<uint64_t>();
+  auto opened = state_->OpenExec(Acme(), inst.id.str(), ask, 10s);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ(opened->node, "gpu-1");
+  EXPECT_EQ(opened->id.size(), 5u + 32u);
+  EXPECT_NE(opened->id, state_->OpenExec(Acme(), inst.id.str(), ask, 10s)->id);
+  const json desired = state_->DesiredState("gpu-1");
+  EXPECT_GT(desired["generation"].get<uint64_t>(), before) << "its agent's long poll wakes";
+  ASSERT_EQ(desired["exec"].size(), 2u) << desired.dump();
+  const json& e = desired["exec"][0];
+  EXPECT_EQ(e["id"], opened->id);
+  EXPECT_EQ(e["instance"], inst.id.str());
+  EXPECT_EQ(e["attempt"], 0);
+  EXPECT_EQ(e["command"], json::array({"nvidia-smi"}));
+  EXPECT_EQ(e["tty"], true);
+  EXPECT_EQ(e["cols"], 120);
+  EXPECT_EQ(e["rows"], 40);
+  // Taken by the agent: no longer told; the other one expires unclaimed.
+  state_->CloseExec("gpu-1", opened->id);
+  EXPECT_EQ(state_->DesiredState("gpu-1")["exec"].size(), 1u);
+  clock_.Advance(11s);
+  EXPECT_EQ(state_->DesiredState("gpu-1")["exec"].size(), 0u);
+}
+
 }  // namespace
 }  // namespace tessera::core

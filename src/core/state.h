@@ -235,6 +235,15 @@ class State {
   Result<Volume> DeleteVolume(const Tenant& caller, std::string_view name, store::Batch& batch);
   // The instances of `tenant` that mount volume `name` and have not ended.
   std::vector<std::string> VolumeUsers(const std::string& tenant, std::string_view name) const;
+  // Exec sessions (state_exec.cc, docs/volumes.md): `request`'s command, tty and size go into
+  // instance `instance_id` of the caller's tenant, through its node's agent, which hears of it
+  // with its desired state and must connect for it by `expires`. NotFound for another tenant's
+  // instance; FailedPrecondition for one that does not run, or runs where no agent process does.
+  Result<ExecSession> OpenExec(const Tenant& caller, std::string_view instance_id,
+                               ExecSession request, Duration connect_within);
+  // The session's agent connected for it (or it was given up): its node's agent no longer hears
+  // of it.
+  void CloseExec(const std::string& node, std::string_view id);
   // Rebuilds volumes from their records (Volumes::kPrefix and kNextKey), before the instances.
   Status RestoreVolumes(const std::vector<std::pair<std::string, std::string>>& records);
 
@@ -757,7 +766,7 @@ class State {
   ServiceStats service_stats_;
   std::shared_ptr<const EndpointIndex> endpoint_snapshot_ = std::make_shared<const EndpointIndex>();
   bool endpoints_changed_ = false;
-  // Instances that mount volumes, pruned of ended ones as volumes change (VolumeUsers).
+  // The active instances that mount volumes (VolumeUsers), kept as they change state.
   std::set<std::string> volume_holders_;
   Admission admission_;
   Usage usage_;
