@@ -15,6 +15,8 @@ packages=(
   python3
   prometheus prometheus-alertmanager
   libjs-chart.js chromium
+  # tmux: a shell into an instance is tested under a real terminal (tests/exec_e2e_test.cc).
+  tmux
   # Workloads as OCI containers (src/agent/container*): podman with runc (crun refuses hybrid
   # cgroups), conmon, catatonit for --init, uidmap and slirp4netns for user namespaces,
   # containernetworking-plugins and iptables for the private network; docker-registry,

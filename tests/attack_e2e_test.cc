@@ -505,6 +505,17 @@ TEST_F(ContainerAttackTest, AnExecGoesIntoTheContainerAsItsWorkloadAndNoFurther)
   EXPECT_EQ(lines[2], fmt::format("nvidia{},nvidiactl,", placed["gpus"][0].value("index", -1)));
   EXPECT_EQ(r.out.find("sees-"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("reads-victim"), std::string::npos) << r.out;
+  // Under a terminal (script(1) gives the CLI one): podman's own terminal in the container.
+  if (access("/usr/bin/script", X_OK) == 0) {
+    const testing::CommandResult tty = testing::RunProgram(
+        {"/usr/bin/script", "-qec",
+         fmt::format("{} instances exec -t {} --url {} --token {} -- sh -c 'tty; stty size; exit 4'",
+                     testing::TesseraBinary(), id, server_->url(), rival_),
+         "/dev/null"});
+    EXPECT_EQ(tty.exit_code, 4) << tty.out << tty.err;
+    EXPECT_NE(tty.out.find("/dev/pts/"), std::string::npos) << tty.out;
+    EXPECT_NE(tty.out.find("24 80"), std::string::npos) << tty.out;
+  }
   const testing::CommandResult stranger = exec(victim_);
   EXPECT_EQ(stranger.exit_code, 1);
   EXPECT_NE(stranger.err.find("(HTTP 404)"), std::string::npos) << stranger.err;

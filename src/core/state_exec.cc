@@ -38,7 +38,7 @@ Result<ExecSession> State::OpenExec(const Tenant& caller, std::string_view insta
   const Time now = clock_->Now();
   std::erase_if(node->exec, [now](const ExecSession& e) { return e.expires <= now; });
   if (node->exec.size() >= kMaxWaitingExec) {
-    return Status::ResourceExhausted(fmt::format(
+    return Status::Unavailable(fmt::format(
         "node '{}' has {} exec sessions waiting for its agent already; try again in a few seconds",
         inst->node, node->exec.size()));
   }
