@@ -163,7 +163,7 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
         "tessera_group_service_requests_per_second gauge\n";
     for (const auto& [group, s] : services) {
       out += fmt::format("tessera_group_service_requests_per_second{{group=\"{}\"}} {:g}\n", group,
-                         state.service_stats().Rate(group));
+                         s.rate);
     }
     out +=
         "# HELP tessera_group_service_request_duration_seconds From a request's arrival to the "

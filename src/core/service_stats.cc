@@ -37,12 +37,15 @@ double ServiceStats::Rate(const std::string& group) const {
   const int64_t now = NowSecond();
   std::lock_guard lock(mu_);
   auto it = groups_.find(group);
-  if (it == groups_.end()) return 0;
+  return it == groups_.end() ? 0 : RateOf(it, now);
+}
+
+double ServiceStats::RateOf(std::map<std::string, Group>::const_iterator it, int64_t now) const {
   int64_t sum = 0;
   for (size_t i = 0; i < kWindowSeconds; ++i) {
     if (now - it->second.second_of[i] < kWindowSeconds) sum += it->second.by_second[i];
   }
-  const int64_t span = std::clamp<int64_t>(now - first_.at(group) + 1, 1, kWindowSeconds);
+  const int64_t span = std::clamp<int64_t>(now - first_.at(it->first) + 1, 1, kWindowSeconds);
   return static_cast<double>(sum) / static_cast<double>(span);
 }
 
@@ -53,8 +56,11 @@ void ServiceStats::Forget(const std::string& group) {
 }
 
 std::map<std::string, ServiceStats::Group> ServiceStats::Snapshot() const {
+  const int64_t now = NowSecond();
   std::lock_guard lock(mu_);
-  return groups_;
+  std::map<std::string, Group> out = groups_;
+  for (auto it = groups_.begin(); it != groups_.end(); ++it) out[it->first].rate = RateOf(it, now);
+  return out;
 }
 
 }  // namespace tessera::core

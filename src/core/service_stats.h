@@ -30,6 +30,7 @@ class ServiceStats {
     // Requests by second of the steady clock, for the last kWindowSeconds.
     std::array<int64_t, kWindowSeconds> by_second{};
     std::array<int64_t, kWindowSeconds> second_of{};
+    double rate = 0;  // In a Snapshot: Rate() as it was.
   };
 
   // One request of `group` ended after `seconds`; `failed` when it was not served.
@@ -38,13 +39,15 @@ class ServiceStats {
   // request, when fewer). Those not served do not count: a group whose members are not up yet
   // does not scale out for the requests it refused meanwhile.
   double Rate(const std::string& group) const;
-  // Every group's counts, by id.
+  // Every group's counts and rate, by id.
   std::map<std::string, Group> Snapshot() const;
   // Drops a group's counts (it left memory).
   void Forget(const std::string& group);
 
  private:
   static int64_t NowSecond();
+  // Rate() of the group at `it` (of groups_), mu_ held.
+  double RateOf(std::map<std::string, Group>::const_iterator it, int64_t now) const;
 
   mutable std::mutex mu_;
   std::map<std::string, Group> groups_;   // Guarded by mu_.
