@@ -215,6 +215,14 @@ TEST(ExecTlsTest, ASessionRunsOverTls) {
   ASSERT_FALSE(node_token.empty());
   AgentProcess agent(server.url(), node_token, dir.File("work"), dir.File("agent.log"),
                      "H100-80GB:1", {"--ca", cert});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json nodes = call("GET", "/v1/nodes", kAdminToken, {});
+        return nodes.contains("nodes") && nodes["nodes"].size() == 1 &&
+               nodes["nodes"][0].value("state", "") == "ready";
+      },
+      15s))
+      << ReadFile(dir.File("agent.log"));
   const json body = {
       {"billing", "on_demand"}, {"gpu_model", "H100-80GB"},   {"gpus", 1}, {"vcpus", 2},
       {"memory_mib", 2048},     {"command", "exec sleep 600"}};
@@ -224,7 +232,7 @@ TEST(ExecTlsTest, ASessionRunsOverTls) {
         return call("GET", "/v1/instances/" + id, tenant, {}).value("state", "") == "running";
       },
       15s))
-      << ReadFile(dir.File("agent.log"));
+      << call("GET", "/v1/instances/" + id, tenant, {}).dump() << ReadFile(dir.File("agent.log"));
   const CommandResult r =
       testing::RunTessera({"instances", "exec", id, "--url", server.url(), "--token", tenant,
                            "--ca", cert, "--", "sh", "-c", "cat; echo done; exit 4"},

@@ -100,7 +100,8 @@ Result<std::unique_ptr<Child>> Spawn(const ExecCommand& c, const ExecTarget& t) 
     plan.exec_path = t.podman;
     plan.args = {t.podman, "exec", "--interactive", fmt::format("--env={}", Marker(c.id))};
     if (c.tty) plan.args.insert(plan.args.end(), {"--tty", fmt::format("--env={}", kTerm)});
-    plan.args.push_back(t.container);
+    // Nothing after the container is podman's to parse (it is not, but say so).
+    plan.args.insert(plan.args.end(), {"--", t.container});
     for (char** e = environ; *e; ++e) plan.env.emplace_back(*e);
     plan.dir = std::string(1, '/');
   } else {

@@ -22,6 +22,9 @@ using std::chrono::steady_clock;
 constexpr std::chrono::seconds kConnectWithin{10};
 // A session where nothing moves either way this long is closed.
 constexpr std::chrono::hours kIdle{4};
+// The sessions one tenant may have open at once: the rest of the server's connections, and its
+// nodes' 32 sessions each, stay for the others.
+constexpr int64_t kMaxOpenPerTenant = 16;
 // What a command may be: at most this many arguments of at most this many bytes each.
 constexpr size_t kMaxArgs = 256;
 constexpr size_t kMaxArgBytes = 4096;
@@ -82,6 +85,11 @@ void OpenSession(Api& api, std::shared_ptr<Call> call) {
         "a command runs in a workload for its own tenant's tokens only, not the admin's");
   }
   if (req.ok() && !broker) req = Status::Unavailable("this server runs no exec sessions");
+  if (req.ok() && broker->OpenOf(call->principal.tenant.str()) >= kMaxOpenPerTenant) {
+    req = Status::Unavailable(fmt::format(
+        "tenant has {} exec sessions open on this server, the most it may; end one first",
+        kMaxOpenPerTenant));
+  }
   const std::string id = call->params[0];
   Op<core::ExecSession> op;
   op.run = [req, id, broker, client = call->responder](
@@ -89,7 +97,7 @@ void OpenSession(Api& api, std::shared_ptr<Call> call) {
                const core::Tenant& caller) -> Result<core::ExecSession> {
     TESSERA_ASSIGN_OR_RETURN(core::ExecSession e, s.OpenExec(caller, id, *req, kConnectWithin));
     // Held before its agent can hear of it, which is once this round has committed.
-    broker->Wait(e.id, e.node, client, kConnectWithin);
+    broker->Wait(e.id, e.node, e.tenant, client, kConnectWithin);
     return e;
   };
   op.ok_status = 101;
@@ -108,8 +116,8 @@ void AgentConnects(Api& api, std::shared_ptr<Call> call) {
   const std::string node = call->principal.node;
   ExecBroker* broker = api.exec();
   if (!AsksForExec(call->request)) return api.ReplyError(*call, NotUpgraded());
-  std::optional<Responder> client = broker ? broker->Take(id, node) : std::nullopt;
-  if (!client) {
+  auto taken = broker ? broker->Take(id, node) : std::nullopt;
+  if (!taken) {
     return api.ReplyError(
         *call, Status::NotFound(fmt::format(
                    "exec session '{}' is not waiting for node '{}': unknown, given up, or "
@@ -122,32 +130,35 @@ void AgentConnects(Api& api, std::shared_ptr<Call> call) {
         return true;
       },
       [](Result<bool>) {});
-  broker->Joined();
-  Responder::Join(*client, SwitchingHead(), call->responder, SwitchingHead(), kIdle,
-                  [broker] { broker->Ended(); });
+  const std::string tenant = taken->second;
+  broker->Joined(tenant);
+  Responder::Join(taken->first, SwitchingHead(), call->responder, SwitchingHead(), kIdle,
+                  [broker, tenant] { broker->Ended(tenant); });
 }
 
 }  // namespace
 
-void ExecBroker::Wait(const std::string& id, const std::string& node, Responder client,
-                      std::chrono::milliseconds within) {
+void ExecBroker::Wait(const std::string& id, const std::string& node, const std::string& tenant,
+                      Responder client, std::chrono::milliseconds within) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) {
     client.Send(ErrorResponse(503, "unavailable", "the server is stopping"));
     return;
   }
-  waiting_.insert_or_assign(id, Waiting{node, std::move(client), steady_clock::now() + within});
+  waiting_.insert_or_assign(id,
+                            Waiting{node, tenant, std::move(client), steady_clock::now() + within});
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   cv_.notify_all();
 }
 
-std::optional<Responder> ExecBroker::Take(const std::string& id, const std::string& node) {
+std::optional<std::pair<Responder, std::string>> ExecBroker::Take(const std::string& id,
+                                                                  const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = waiting_.find(id);
   if (it == waiting_.end() || it->second.node != node) return std::nullopt;
-  Responder client = std::move(it->second.client);
+  std::pair<Responder, std::string> out(std::move(it->second.client), it->second.tenant);
   waiting_.erase(it);
-  return client;
+  return out;
 }
 
 void ExecBroker::Stop() {
@@ -164,17 +175,18 @@ void ExecBroker::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-int64_t ExecBroker::open() const {
+int64_t ExecBroker::OpenOf(const std::string& tenant) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return open_;
+  auto it = open_.find(tenant);
+  return it == open_.end() ? 0 : it->second;
 }
-void ExecBroker::Joined() {
+void ExecBroker::Joined(const std::string& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++open_;
+  ++open_[tenant];
 }
-void ExecBroker::Ended() {
+void ExecBroker::Ended(const std::string& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
-  --open_;
+  if (auto it = open_.find(tenant); it != open_.end() && --it->second <= 0) open_.erase(it);
 }
 
 void ExecBroker::Loop() {

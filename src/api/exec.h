@@ -29,22 +29,25 @@ class ExecBroker {
 
   // Holds `client` until node `node`'s agent connects for session `id` (Take), or until
   // `within` passes: the client is then answered 504.
-  void Wait(const std::string& id, const std::string& node, Responder client,
-            std::chrono::milliseconds within);
+  void Wait(const std::string& id, const std::string& node, const std::string& tenant,
+            Responder client, std::chrono::milliseconds within);
   // The client waiting for session `id`, when node `node` is the session's; nullopt otherwise
   // (unknown, given up, or another node's: a node can take only its own sessions).
-  std::optional<Responder> Take(const std::string& id, const std::string& node);
+  // With the session's tenant.
+  std::optional<std::pair<Responder, std::string>> Take(const std::string& id,
+                                                        const std::string& node);
   // Answers every waiting client 503 and stops the expiry thread.
   void Stop();
 
-  // Sessions joined and not ended yet (/metrics); Joined and Ended count them.
-  int64_t open() const;
-  void Joined();
-  void Ended();
+  // A tenant's sessions joined and not ended yet; Joined and Ended count them.
+  int64_t OpenOf(const std::string& tenant) const;
+  void Joined(const std::string& tenant);
+  void Ended(const std::string& tenant);
 
  private:
   struct Waiting {
     std::string node;
+    std::string tenant;
     Responder client;
     std::chrono::steady_clock::time_point deadline;
   };
@@ -54,7 +57,7 @@ class ExecBroker {
   std::condition_variable cv_;
   bool stop_ = false;                       // Guarded by mu_.
   std::map<std::string, Waiting> waiting_;  // Guarded by mu_.
-  int64_t open_ = 0;                        // Guarded by mu_.
+  std::map<std::string, int64_t> open_;     // Guarded by mu_; by tenant, none at 0.
   std::thread thread_;                      // Started by the first Wait.
 };
 

@@ -209,9 +209,13 @@ Status Tunnel::Write(std::string_view data) {
 }
 
 void Tunnel::CloseWrite() {
-  if (!ssl_) shutdown(fd_, SHUT_WR);
-  // Over TLS the stream stays open both ways: a TLS close would end the server's reading too
-  // early for nothing gained; the exec frames say when input ends.
+  // Over TLS a close_notify, which ends the server's reading as end of file does; what the server
+  // still sends can be read after it (TLS 1.3 closes each way on its own).
+  if (ssl_) {
+    SSL_shutdown(ssl_);
+  } else {
+    shutdown(fd_, SHUT_WR);
+  }
 }
 
 Result<std::unique_ptr<Tunnel>> Tunnel::Open(const TunnelRequest& request) {

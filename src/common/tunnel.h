@@ -45,7 +45,7 @@ class Tunnel {
   Result<std::string> Read();
   // Writes all of `data`.
   Status Write(std::string_view data);
-  // Stops sending (the socket stays open for reading).
+  // Stops sending (the stream stays open for reading).
   void CloseWrite();
 
  private:
