@@ -132,7 +132,56 @@ TEST_F(ClientCliTest, ErrorsPrintTheServersMessage) {
   EXPECT_EQ(usage.exit_code, 2);
   auto unreachable = RunTessera({"nodes", "list", "--url", "http://127.0.0.1:1", "--token", "x"});
   EXPECT_EQ(unreachable.exit_code, 1);
-  EXPECT_NE(unreachable.err.find("cannot reach http://127.0.0.1:1"), std::string::npos);
+  // The system's reason in full, not the client library's one word.
+  EXPECT_NE(unreachable.err.find("cannot reach http://127.0.0.1:1: Connection refused"),
+            std::string::npos)
+      << unreachable.err;
+  auto unknown_host =
+      RunTessera({"nodes", "list", "--url", "http://no-such-host.invalid:8080", "--token", "x"});
+  EXPECT_EQ(unknown_host.exit_code, 1);
+  EXPECT_NE(unknown_host.err.find("cannot resolve no-such-host.invalid"), std::string::npos)
+      << unknown_host.err;
+  // A duration the flag cannot read is a usage error naming it.
+  auto bad_for = Cli({"alerts", "rules", "create", "--name", "hot", "--metric", "m", "--op", ">",
+                      "--threshold", "1", "--for", "5x"},
+                     token);
+  EXPECT_EQ(bad_for.exit_code, 2);
+  EXPECT_NE(bad_for.err.find("--for: '5x'"), std::string::npos) << bad_for.err;
+}
+
+TEST_F(ClientCliTest, SeveralInstancesAreDeletedAtOnceAndOneUnknownIsSaidWithoutStoppingTheRest) {
+  const std::string token = NewTenant("acme", 4);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    auto made = Cli({"instances", "create", "--type", "gpu.1xh100", "-o", "json"}, token);
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    ids.push_back(json::parse(made.out)["id"]);
+  }
+  auto r = Cli({"instances", "delete", ids[0], "inst-000404", ids[1]}, token);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("instance 'inst-000404' not found"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find(ids[0]), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(ids[1]), std::string::npos) << r.out;
+  for (const std::string& id : ids) EXPECT_EQ(AwaitState(token, id, "terminated"), "terminated");
+}
+
+TEST_F(ClientCliTest, AlertRuleDurationsReadAsPeopleWriteThemAndABudgetIsDeleted) {
+  const std::string token = NewTenant("acme", 4);
+  auto rule =
+      Cli({"alerts", "rules", "create", "--name", "hot", "--metric", "DCGM_FI_DEV_GPU_TEMP", "--op",
+           ">", "--threshold", "85", "--for", "2m", "--keep-firing-for", "90", "-o", "json"},
+          token);
+  ASSERT_EQ(rule.exit_code, 0) << rule.err;
+  const json made = json::parse(rule.out);
+  EXPECT_EQ(made["for_seconds"], 120) << made.dump();
+  EXPECT_EQ(made["keep_firing_for_seconds"], 90) << made.dump();
+  const std::string tenant = Get("/v1/tenants", kAdminToken).body["tenants"][0].value("id", "");
+  ASSERT_EQ(Cli({"budgets", "set", tenant, "--monthly-usd", "100"}, kAdminToken).exit_code, 0);
+  auto removed = Cli({"budgets", "delete", tenant}, kAdminToken);
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_NE(removed.out.find("removed"), std::string::npos) << removed.out;
+  auto again = Cli({"budgets", "delete", tenant}, kAdminToken);
+  EXPECT_EQ(again.exit_code, 1);
 }
 
 TEST_F(ClientCliTest, NodesListDrainUndrain) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/result.h"
 
 namespace CLI {
@@ -44,6 +45,13 @@ std::string EnvOr(const char* name, const std::string& fallback);
 
 // Splits "HOST:PORT" (the port 0..65535); InvalidArgument naming `flag` otherwise.
 Result<std::pair<std::string, int>> ParseListen(const std::string& text, const std::string& flag);
+
+// "90s", "15m", "1h", "90d" (or "0": for ever, where allowed) as a Duration; the error names
+// `flag`.
+Result<Duration> ParseDuration(const std::string& text, const std::string& flag);
+
+// The version this binary was built as ("tessera 0.1.0").
+std::string VersionLine();
 
 // Parses argv, runs the chosen command and returns the process exit code.
 int Run(int argc, char** argv);

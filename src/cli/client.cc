@@ -11,6 +11,7 @@
 #include "common/json.h"
 #include "common/server_list.h"
 #include "common/text.h"
+#include "common/tunnel.h"
 
 namespace tessera::cli {
 
@@ -58,6 +59,12 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
     httplib::Result& r = *answer;
     if (!r) {
       std::string why = httplib::to_string(r.error());
+      if (r.error() == httplib::Error::Connection) {
+        // httplib says only "Connection": ask the system why.
+        const std::string problem =
+            ConnectProblem(servers->current(), std::chrono::milliseconds(2000));
+        if (!problem.empty()) why = problem;
+      }
       if (r.error() == httplib::Error::SSLServerVerification) {
         why += " (the server's certificate is not signed by a known authority: give --ca FILE)";
       }

@@ -363,21 +363,37 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
     }
   });
   AddExecCommands(group, ctx);
-  for (const char* verb : {"get", "delete"}) {
-    CLI::App* one = group->add_subcommand(
-        verb, std::string(verb == std::string("get") ? "Show one instance"
-                                                     : "Stop an instance and free it"));
-    AddCommon(one, *f);
-    one->add_option("id", *id, "Instance id")->required();
-    const std::string method = verb == std::string("get") ? "GET" : "DELETE";
-    one->callback([f, id, method, &ctx] {
-      ctx.exit_code =
-          Show(*f, Call(*f, method, "/v1/instances/" + Encode(*id)), [method](const json& j) {
-            if (method == "GET") return PrintInstanceDetail(j);
-            PrintInstances(json::array({j}));
-          });
-    });
-  }
+  CLI::App* get = group->add_subcommand("get", "Show one instance");
+  AddCommon(get, *f);
+  get->add_option("id", *id, "Instance id")->required();
+  get->callback([f, id, &ctx] {
+    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/instances/" + Encode(*id)),
+                         [](const json& j) { PrintInstanceDetail(j); });
+  });
+  auto ids = std::make_shared<std::vector<std::string>>();
+  CLI::App* del = group->add_subcommand("delete", "Stop instances and free them");
+  AddCommon(del, *f);
+  del->add_option("ids", *ids, "Instance ids")->required();
+  del->callback([f, ids, &ctx] {
+    // Each in turn; one that fails is said and the rest still go. Exit 1 when any failed.
+    json deleted = json::array();
+    bool failed = false;
+    for (const std::string& one : *ids) {
+      auto r = Call(*f, "DELETE", "/v1/instances/" + Encode(one));
+      if (r) {
+        deleted.push_back(r->body);
+      } else {
+        failed = true;
+      }
+    }
+    if (!deleted.empty()) {
+      Response all;
+      all.status = 200;
+      all.body = deleted.size() == 1 ? deleted[0] : deleted;  // One: as `delete ID` always was.
+      Show(*f, all, [](const json& j) { PrintInstances(j.is_array() ? j : json::array({j})); });
+    }
+    ctx.exit_code = failed ? kExitFailure : kExitOk;
+  });
 }
 
 struct TenantUpdateFlags {
@@ -746,6 +762,21 @@ void PrintRules(const json& rules) {
   t.Print(std::cout);
 }
 
+// A duration flag in whole seconds: "90s", "5m", "1h", or a bare number of seconds (as these
+// flags always took).
+Result<int64_t> WholeSeconds(const std::string& text, const std::string& flag) {
+  if (!text.empty() && text.size() <= 9 &&
+      text.find_first_not_of("0123456789") == std::string::npos) {
+    return std::stoll(text);
+  }
+  TESSERA_ASSIGN_OR_RETURN(Duration d, ParseDuration(text, flag));
+  if (d % std::chrono::seconds(1) != Duration::zero()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: '{}' is not a whole number of seconds", flag, text));
+  }
+  return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+}
+
 void RegisterAlerts(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   CLI::App* group = app.add_subcommand("alerts", "Alerts and alert rules (docs/alerts.md)");
@@ -771,7 +802,7 @@ void RegisterAlerts(CLI::App& app, Context& ctx) {
   struct RuleFlags {
     std::string name, metric, op, severity = "warning", summary;
     double threshold = 0;
-    int64_t for_seconds = 0, keep_firing_for_seconds = 0;
+    std::string for_text = "0", keep_firing_for_text = "0";
     std::vector<std::string> matchers, webhooks, emails;
   };
   auto r = std::make_shared<RuleFlags>();
@@ -781,9 +812,11 @@ void RegisterAlerts(CLI::App& app, Context& ctx) {
   create->add_option("--metric", r->metric, "A series name, e.g. DCGM_FI_DEV_GPU_TEMP")->required();
   create->add_option("--op", r->op, "> >= < <= == !=")->required();
   create->add_option("--threshold", r->threshold, "The value compared with")->required();
-  create->add_option("--for", r->for_seconds, "Seconds the condition must hold before firing");
-  create->add_option("--keep-firing-for", r->keep_firing_for_seconds,
-                     "Seconds an alert keeps firing after the condition stops holding");
+  create->add_option("--for", r->for_text,
+                     "How long the condition must hold before firing: 90s, 5m, 1h (a bare number "
+                     "is seconds)");
+  create->add_option("--keep-firing-for", r->keep_firing_for_text,
+                     "How long an alert keeps firing after the condition stops holding (90s, 5m)");
   create->add_option("--severity", r->severity, "critical, warning or info");
   create->add_option("--summary", r->summary,
                      "Annotation; may use {{ $value }}, {{ $labels.gpu }}");
@@ -792,22 +825,22 @@ void RegisterAlerts(CLI::App& app, Context& ctx) {
   create->add_option("--email", r->emails, "Address to email (repeatable; needs server --smtp)");
   create->callback([f, r, &ctx] {
     auto matchers = KeyValues(r->matchers, "--match");
-    if (!matchers) {
+    auto for_s = WholeSeconds(r->for_text, "--for");
+    auto keep_s = WholeSeconds(r->keep_firing_for_text, "--keep-firing-for");
+    for (const Status& s : {for_s.status(), keep_s.status()}) {
+      if (!s.ok()) std::cerr << "tessera: " << EscapeForTerminal(s.message()) << "\n";
+    }
+    if (!matchers || !for_s.ok() || !keep_s.ok()) {
       ctx.exit_code = kExitUsage;
       return;
     }
     json notify = json::array();
     for (const std::string& w : r->webhooks) notify.push_back({{"webhook", w}});
     for (const std::string& e : r->emails) notify.push_back({{"email", e}});
-    json body = {{"name", r->name},
-                 {"metric", r->metric},
-                 {"op", r->op},
-                 {"threshold", r->threshold},
-                 {"for_seconds", r->for_seconds},
-                 {"keep_firing_for_seconds", r->keep_firing_for_seconds},
-                 {"severity", r->severity},
-                 {"matchers", *matchers},
-                 {"notify", notify}};
+    json body = {
+        {"name", r->name},           {"metric", r->metric},   {"op", r->op},
+        {"threshold", r->threshold}, {"for_seconds", *for_s}, {"keep_firing_for_seconds", *keep_s},
+        {"severity", r->severity},   {"matchers", *matchers}, {"notify", notify}};
     if (!r->summary.empty()) body["annotations"] = {{"summary", r->summary}};
     ctx.exit_code = Show(*f, Call(*f, "POST", "/v1/alert-rules", &body),
                          [](const json& j) { PrintRules(json::array({j})); });
@@ -987,6 +1020,15 @@ void RegisterBilling(CLI::App& app, Context& ctx) {
     json body = {{"monthly_usd", b->monthly}, {"hard_stop", b->hard_stop}};
     ctx.exit_code = Show(*f, Call(*f, "PUT", "/v1/tenants/" + Encode(b->tenant) + "/budget", &body),
                          [](const json& j) { PrintBudgets(json::array({j})); });
+  });
+  CLI::App* unset = budget->add_subcommand("delete", "Remove a tenant's monthly budget");
+  AddCommon(unset, *f);
+  unset->add_option("TENANT", b->tenant, "The tenant's id")->required();
+  unset->callback([f, b, &ctx] {
+    ctx.exit_code = Show(
+        *f, Call(*f, "DELETE", "/v1/tenants/" + Encode(b->tenant) + "/budget"), [&b](const json&) {
+          std::cout << "budget of " << EscapeForTerminal(b->tenant) << " removed\n";
+        });
   });
 }
 

@@ -75,25 +75,6 @@ struct ServerFlags {
   KeyringFlags keys;
 };
 
-// "90s", "15m", "1h", "90d" (or "0": for ever, where allowed) as a Duration; the error names
-// `flag`.
-Result<Duration> ParseDuration(const std::string& text, const std::string& flag) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  const std::string unit = text.substr(digits);
-  int64_t n = -1;
-  if (digits > 0 && digits <= 9) n = std::stoll(text.substr(0, digits));
-  const std::map<std::string, int64_t> millis = {
-      {"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}};
-  auto u = millis.find(unit);
-  if (n < 0 || (u == millis.end() && !(n == 0 && unit.empty()))) {
-    return Status::InvalidArgument(
-        fmt::format("{}: '{}' is not a duration such as 500ms, 90s, 15m, 1h or 90d", flag, text));
-  }
-  return std::chrono::duration_cast<Duration>(
-      std::chrono::milliseconds(n * (u == millis.end() ? 0 : u->second)));
-}
-
 // Decides the operator's token: `from_env` (TESSERA_ADMIN_TOKEN, taken at start) when set; it
 // must be of full strength; otherwise the stored hash, or a new token printed once. In demo mode
 // a new token is made at every start so it can be shown.

@@ -154,6 +154,20 @@ Status AnswerError(int status, std::string_view head, std::string_view body) {
 
 }  // namespace
 
+std::string ConnectProblem(std::string_view url, std::chrono::milliseconds timeout) {
+  auto u = ParseUrl(url);
+  if (!u.ok()) return u.status().message();
+  auto fd = Connect(*u, Clock::now() + timeout);
+  if (!fd.ok()) {
+    // "cannot reach HOST:PORT: why": the caller names the server already.
+    const std::string& m = fd.status().message();
+    const size_t colon = m.rfind(": ");
+    return m.rfind("cannot reach ", 0) == 0 && colon != std::string::npos ? m.substr(colon + 2) : m;
+  }
+  close(*fd);
+  return "";
+}
+
 Tunnel::~Tunnel() {
   if (ssl_) SSL_free(ssl_);
   if (ctx_) SSL_CTX_free(ctx_);

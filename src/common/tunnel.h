@@ -28,6 +28,11 @@ struct TunnelRequest {
   std::chrono::milliseconds timeout{15'000};  // To connect, and then for the 101.
 };
 
+// Why a TCP connection to the host and port of `url` fails now, as the system says it
+// ("Connection refused", "cannot resolve ..."); "" when one is made (and closed at once). For
+// the messages of a client library that says only "Connection".
+std::string ConnectProblem(std::string_view url, std::chrono::milliseconds timeout);
+
 class Tunnel {
  public:
   // Connects and upgrades. The error of an answer other than 101 is the server's message with its
