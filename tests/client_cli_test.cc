@@ -42,7 +42,7 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
   ASSERT_EQ(table.exit_code, 0);
   EXPECT_EQ(table.out.rfind("ID ", 0), 0u) << table.out;
   EXPECT_TRUE(std::regex_search(
-      table.out, std::regex(id + " +train +running +spot +gpu\\.1xh100 +node-h100-01 +0 ")))
+      table.out, std::regex(id + " +train +running +spot +gpu\\.1xh100 +node-h100-01 +1 ")))
       << table.out;
 
   auto custom = Cli({"instances", "create", "--gpu-model", "L40S-48GB", "--milli-gpu", "250",
@@ -51,9 +51,29 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
   ASSERT_EQ(custom.exit_code, 0) << custom.err;
   EXPECT_EQ(json::parse(custom.out)["gpus"][0]["milli_gpu"], 250);
 
+  // The GPUS column counts as people do: a whole GPU is 1, a quarter share 0.25.
+  const std::string share = json::parse(custom.out)["id"];
+  auto both = Cli({"instances", "list"}, token);
+  EXPECT_TRUE(std::regex_search(both.out, std::regex(share + " .* 0\\.25 "))) << both.out;
+  EXPECT_EQ(both.out.find("TENANT"), std::string::npos) << "a tenant sees only its own";
+  // The admin's listing names each instance's tenant.
+  auto admin = Cli({"instances", "list"}, kAdminToken);
+  EXPECT_EQ(admin.out.rfind("ID ", 0), 0u) << admin.out;
+  EXPECT_NE(admin.out.find("TENANT"), std::string::npos) << admin.out;
+  EXPECT_TRUE(std::regex_search(admin.out, std::regex(id + " +acme +train "))) << admin.out;
+  // By name as well as by id.
+  auto by_name = Cli({"instances", "get", "train", "-o", "json"}, token);
+  ASSERT_EQ(by_name.exit_code, 0) << by_name.err;
+  EXPECT_EQ(json::parse(by_name.out)["id"], id);
+  auto no_name = Cli({"instances", "get", "no-such-name"}, token);
+  EXPECT_EQ(no_name.exit_code, 1);
+  EXPECT_NE(no_name.err.find("no instance is named or has the id 'no-such-name'"),
+            std::string::npos)
+      << no_name.err;
+
   auto got = Cli({"instances", "get", id, "-o", "json"}, token);
   EXPECT_EQ(json::parse(got.out)["state"], "running");
-  auto deleted = Cli({"instances", "delete", id}, token);
+  auto deleted = Cli({"instances", "delete", "train"}, token);
   EXPECT_EQ(deleted.exit_code, 0);
   ASSERT_EQ(AwaitState(token, id, "terminated"), "terminated");
   EXPECT_EQ(json::parse(Cli({"instances", "get", id, "-o", "json"}, token).out)["state"],

@@ -134,6 +134,16 @@ TEST_F(ExecTest, ASessionEndsWhenItsInstanceStops) {
   EXPECT_NE(r.err.find("the instance stopped"), std::string::npos) << r.err;
 }
 
+// `logs -f` follows a workload to its end and exits as it did.
+TEST_F(ExecTest, LogsFollowedToTheEndExitWithTheWorkloadsExitCode) {
+  Join("gpu-01");
+  const std::string id = Create(H100(1, "on_demand"), "echo first; sleep 1; echo last; exit 3");
+  const CommandResult r = testing::RunTessera(
+      {"instances", "logs", id, "-f", "--url", server_->url(), "--token", tenant_});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.out, "first\nlast\n");
+}
+
 // A shell in tmux: the prompt, a command, the terminal's size and a resize, and the exit code.
 TEST_F(ExecTest, AShellWorksUnderARealTerminalAndFollowsItsSize) {
   if (access("/usr/bin/tmux", X_OK) != 0)

@@ -116,6 +116,37 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
   return out;
 }
 
+std::optional<std::string> ResolveInstance(const ClientFlags& flags,
+                                           const std::string& name_or_id) {
+  const bool is_id = name_or_id.size() > 5 && name_or_id.rfind("inst-", 0) == 0 &&
+                     name_or_id.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (is_id) return name_or_id;
+  auto all = CallAll(flags, "/v1/instances", "instances");
+  if (!all) return std::nullopt;
+  std::vector<std::string> named, active;
+  for (const json& i : all->body.value("instances", json::array())) {
+    if (i.value("name", "") != name_or_id) continue;
+    named.push_back(i.value("id", ""));
+    const std::string state = i.value("state", "");
+    if (state == "pending" || state == "scheduled" || state == "running" || state == "stopping" ||
+        state == "preempting") {
+      active.push_back(named.back());
+    }
+  }
+  if (named.size() == 1) return named[0];
+  if (active.size() == 1) return active[0];
+  if (named.empty()) {
+    std::cerr << "tessera: no instance is named or has the id '" << EscapeForTerminal(name_or_id)
+              << "'\n";
+  } else {
+    std::cerr << "tessera: '" << EscapeForTerminal(name_or_id) << "' names "
+              << (active.empty() ? named.size() : active.size()) << " instances ("
+              << fmt::format("{}", fmt::join(active.empty() ? named : active, ", "))
+              << "): give an id\n";
+  }
+  return std::nullopt;
+}
+
 // Percent-encodes `s` for a path segment or a query value: everything but unreserved characters.
 std::string Encode(std::string_view s) {
   std::string out;

@@ -41,6 +41,10 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
 // Every page of a list route: the items under `key` put together as one answer.
 std::optional<Response> CallAll(const ClientFlags& flags, const std::string& path,
                                 const std::string& key);
+// The id of the instance `name_or_id` stands for: an id ("inst-000042") as it is; a name, the
+// caller's one instance of that name (the active one, when ended ones share it). nullopt after
+// saying why: no such name, or a name several active instances share (their ids listed).
+std::optional<std::string> ResolveInstance(const ClientFlags& flags, const std::string& name_or_id);
 // Percent-encodes `s` for a path segment or a query value.
 std::string Encode(std::string_view s);
 // "KEY=VALUE" flags into a JSON object; nullopt (after saying why, naming `flag`) otherwise.

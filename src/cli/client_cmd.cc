@@ -38,8 +38,25 @@ std::string StateText(const json& i) {
              : state;
 }
 
-void PrintInstances(const json& list) {
-  Table t({"ID", "NAME", "STATE", "BILLING", "SHAPE", "NODE", "GPUS", "PRICE/H", "RESTARTS"});
+// What an instance holds, as people count it: whole GPUs ("2"), a MIG profile ("1g.10gb") or a
+// share ("0.5"); from its shape, so a pending one shows what it asked for.
+std::string GpuText(const json& i) {
+  const json& s = i.contains("shape") && i["shape"].is_object() ? i["shape"] : json::object();
+  if (s.contains("mig_profile") && s["mig_profile"].is_string()) {
+    return s["mig_profile"].get<std::string>();
+  }
+  if (s.value("milli_gpu", 0) > 0) return fmt::format("{:g}", s.value("milli_gpu", 0) / 1000.0);
+  if (s.contains("gpus") && s["gpus"].is_number_integer())
+    return std::to_string(s["gpus"].get<int>());
+  return "-";
+}
+
+// `tenants`: the tenants' names by id, for an admin's listing (a TENANT column); empty: none.
+void PrintInstances(const json& list, const std::map<std::string, std::string>& tenants = {}) {
+  std::vector<std::string> head = {"ID",   "NAME", "STATE",   "BILLING", "SHAPE",
+                                   "NODE", "GPUS", "PRICE/H", "RESTARTS"};
+  if (!tenants.empty()) head.insert(head.begin() + 1, "TENANT");
+  Table t(head);
   for (const auto& i : list) {
     const json& s = i["shape"];
     std::string shape = s.value("instance_type", "");
@@ -49,11 +66,20 @@ void PrintInstances(const json& list) {
                : s.contains("mig_profile") ? s["mig_profile"].get<std::string>()
                                            : fmt::format("{}m", s.value("milli_gpu", 0)));
     }
-    std::vector<std::string> gpus;
-    for (const auto& g : i["gpus"]) gpus.push_back(std::to_string(g.value("index", 0)));
-    t.AddRow({Str(i, "id"), Str(i, "name"), StateText(i), Str(i, "billing"), shape, Str(i, "node"),
-              gpus.empty() ? "-" : fmt::format("{}", fmt::join(gpus, ",")),
-              Str(i, "price_per_hour_usd"), Str(i, "restarts")});
+    std::vector<std::string> row = {Str(i, "id"),
+                                    Str(i, "name"),
+                                    StateText(i),
+                                    Str(i, "billing"),
+                                    shape,
+                                    Str(i, "node"),
+                                    GpuText(i),
+                                    Str(i, "price_per_hour_usd"),
+                                    Str(i, "restarts")};
+    if (!tenants.empty()) {
+      auto name = tenants.find(Str(i, "tenant"));
+      row.insert(row.begin() + 1, name != tenants.end() ? name->second : Str(i, "tenant"));
+    }
+    t.AddRow(row);
   }
   t.Print(std::cout);
 }
@@ -203,7 +229,10 @@ void AddCreateOptions(CLI::App* create, CreateFlags& c) {
   // A file, never a flag's value: argv is in /proc/PID/cmdline for every user of the machine.
   create->add_option("--registry-password-file", c.registry_password_file,
                      "A file holding the image registry's password or token (one line)");
-  create->add_flag("--no-restart", c.no_restart, "Do not restart after preemption or failure");
+  create->add_flag("--no-restart", c.no_restart,
+                   "Leave it ended when it is preempted (by higher-priority work, or a spot "
+                   "instance whose node was lost); by default it is queued again and starts "
+                   "afresh");
   create->add_option("--label", c.labels, "A label KEY=VALUE (repeatable)");
   create->add_option("--env", c.env,
                      "An environment variable NAME=VALUE (repeatable; argv is visible to other "
@@ -283,6 +312,21 @@ std::optional<json> CreateBodyWithLabels(const CreateFlags& c) {
   return body;
 }
 
+// The tenants' names by id when `f`'s token is the admin's (its listings span tenants); empty
+// otherwise.
+std::map<std::string, std::string> TenantNamesForAdmin(const ClientFlags& f) {
+  std::map<std::string, std::string> names;
+  auto who = Call(f, "GET", "/v1/whoami");
+  if (!who || !who->body.value("admin", false)) return names;
+  if (auto all = CallAll(f, "/v1/tenants", "tenants")) {
+    for (const json& t : all->body.value("tenants", json::array())) {
+      names[t.value("id", "")] = t.value("name", "");
+    }
+  }
+  names.emplace("", "");  // Not empty, even with no tenant: the column is shown.
+  return names;
+}
+
 void RegisterInstances(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   auto c = std::make_shared<CreateFlags>();
@@ -314,8 +358,9 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
     if (!selector->empty()) query.push_back("label_selector=" + Encode(*selector));
     const std::string path =
         "/v1/instances" + (query.empty() ? "" : fmt::format("?{}", fmt::join(query, "&")));
-    ctx.exit_code = Show(*f, CallAll(*f, path, "instances"),
-                         [](const json& j) { PrintInstances(j["instances"]); });
+    ctx.exit_code = Show(*f, CallAll(*f, path, "instances"), [f](const json& j) {
+      PrintInstances(j["instances"], TenantNamesForAdmin(*f));
+    });
   });
   CLI::App* top = group->add_subcommand(
       "top", "Show instances with their GPUs' current utilization and memory (an admin sees all)");
@@ -328,13 +373,20 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
   auto follow = std::make_shared<bool>(false);
   CLI::App* logs = group->add_subcommand("logs", "Print an instance's output (stdout and stderr)");
   AddCommon(logs, *f);
-  logs->add_option("id", *id, "Instance id")->required();
+  logs->add_option("id", *id, "Instance id or name")->required();
   logs->add_option("--tail", *tail, "Lines from the end")
       ->check(CLI::Range(1, 100'000))
       ->capture_default_str();
-  logs->add_flag("-f,--follow", *follow, "Keep printing new output until the instance ends");
+  logs->add_flag("-f,--follow", *follow,
+                 "Keep printing new output until the instance ends, then exit with its workload's "
+                 "exit code");
   logs->callback([f, id, tail, follow, &ctx] {
-    std::string path = fmt::format("/v1/instances/{}/logs?tail={}", Encode(*id), *tail);
+    const auto found = ResolveInstance(*f, *id);
+    if (!found) {
+      ctx.exit_code = kExitFailure;
+      return;
+    }
+    std::string path = fmt::format("/v1/instances/{}/logs?tail={}", Encode(*found), *tail);
     for (;;) {
       auto r = Call(*f, "GET", path);
       if (!r) {
@@ -355,31 +407,43 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
           r->headers.count("X-Instance-State") ? r->headers.find("X-Instance-State")->second : "";
       const bool active = now == "pending" || now == "scheduled" || now == "running" ||
                           now == "stopping" || now == "preempting";
-      if (!*follow || !active) return;
+      if (*follow && !active) {
+        // Followed to its end: exit as its workload did (1 when it has no exit code: stopped,
+        // preempted or failed before it ran).
+        auto inst = Call(*f, "GET", "/v1/instances/" + Encode(*found));
+        const json code = inst ? inst->body.value("exit_code", json()) : json();
+        ctx.exit_code =
+            code.is_number_integer() ? std::clamp(code.get<int>(), 0, 255) : kExitFailure;
+        return;
+      }
+      if (!*follow) return;
       const std::string offset =
           r->headers.count("X-Log-Offset") ? r->headers.find("X-Log-Offset")->second : "0";
-      path = fmt::format("/v1/instances/{}/logs?after={}", Encode(*id), offset);
+      path = fmt::format("/v1/instances/{}/logs?after={}", Encode(*found), offset);
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   });
   AddExecCommands(group, ctx);
   CLI::App* get = group->add_subcommand("get", "Show one instance");
   AddCommon(get, *f);
-  get->add_option("id", *id, "Instance id")->required();
+  get->add_option("id", *id, "Instance id or name")->required();
   get->callback([f, id, &ctx] {
-    ctx.exit_code = Show(*f, Call(*f, "GET", "/v1/instances/" + Encode(*id)),
-                         [](const json& j) { PrintInstanceDetail(j); });
+    const auto found = ResolveInstance(*f, *id);
+    ctx.exit_code = !found ? kExitFailure
+                           : Show(*f, Call(*f, "GET", "/v1/instances/" + Encode(*found)),
+                                  [](const json& j) { PrintInstanceDetail(j); });
   });
   auto ids = std::make_shared<std::vector<std::string>>();
   CLI::App* del = group->add_subcommand("delete", "Stop instances and free them");
   AddCommon(del, *f);
-  del->add_option("ids", *ids, "Instance ids")->required();
+  del->add_option("ids", *ids, "Instance ids or names")->required();
   del->callback([f, ids, &ctx] {
     // Each in turn; one that fails is said and the rest still go. Exit 1 when any failed.
     json deleted = json::array();
     bool failed = false;
     for (const std::string& one : *ids) {
-      auto r = Call(*f, "DELETE", "/v1/instances/" + Encode(one));
+      const auto found = ResolveInstance(*f, one);
+      auto r = found ? Call(*f, "DELETE", "/v1/instances/" + Encode(*found)) : std::nullopt;
       if (r) {
         deleted.push_back(r->body);
       } else {

@@ -184,16 +184,21 @@ void AddExecCommands(CLI::App* instances, Context& ctx) {
       "Run a command in a running instance: tessera instances exec ID -- CMD [ARGS...]; "
       "exits with the command's exit code");
   AddCommon(run, *f);
-  run->add_option("id", *id, "Instance id")->required();
+  run->add_option("id", *id, "Instance id or name")->required();
   run->add_option("command", *command, "The command and its arguments (after --)")->required();
   run->add_flag("-t,--tty", *tty, "Run it under a terminal (stdin must be one)");
-  run->callback(
-      [f, id, command, tty, &ctx] { ctx.exit_code = RunSession(*f, *id, *command, *tty); });
+  run->callback([f, id, command, tty, &ctx] {
+    const auto found = ResolveInstance(*f, *id);
+    ctx.exit_code = found ? RunSession(*f, *found, *command, *tty) : kExitFailure;
+  });
   CLI::App* shell = instances->add_subcommand(
       "shell", "Open a shell in a running instance (bash where it has one, else sh)");
   AddCommon(shell, *f);
-  shell->add_option("id", *id, "Instance id")->required();
-  shell->callback([f, id, &ctx] { ctx.exit_code = RunSession(*f, *id, {}, true); });
+  shell->add_option("id", *id, "Instance id or name")->required();
+  shell->callback([f, id, &ctx] {
+    const auto found = ResolveInstance(*f, *id);
+    ctx.exit_code = found ? RunSession(*f, *found, {}, true) : kExitFailure;
+  });
 }
 
 }  // namespace tessera::cli
