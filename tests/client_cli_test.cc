@@ -202,6 +202,10 @@ TEST_F(ClientCliTest, AlertRuleDurationsReadAsPeopleWriteThemAndABudgetIsDeleted
   EXPECT_NE(removed.out.find("removed"), std::string::npos) << removed.out;
   auto again = Cli({"budgets", "delete", tenant}, kAdminToken);
   EXPECT_EQ(again.exit_code, 1);
+  // A month with nothing billed says so rather than print an empty table.
+  auto empty = Cli({"invoices", "show", "2020-01"}, token);
+  EXPECT_EQ(empty.exit_code, 0) << empty.err;
+  EXPECT_EQ(empty.out, "nothing was billed in 2020-01 (total 0.000000 USD)\n");
 }
 
 TEST_F(ClientCliTest, NodesListDrainUndrain) {

@@ -105,6 +105,7 @@ TEST_F(ExecTest, OnlyTheInstancesTenantMayExecAndEveryTryIsAudited) {
   // An instance that has ended takes no command.
   ASSERT_EQ(Call("DELETE", "/v1/instances/" + id, tenant_).status, 200);
   ASSERT_TRUE(WaitState(id, "terminated"));
+  EXPECT_EQ(Instance(id).value("reason", ""), "deleted by its owner") << "not its agent's doing";
   const CommandResult ended = Exec(tenant_, id, {"true"});
   EXPECT_EQ(ended.exit_code, 1);
   EXPECT_NE(ended.err.find("is terminated"), std::string::npos) << ended.err;

@@ -926,6 +926,15 @@ void PrintReport(const json& body) {
       {"reservation", "RESERVATION"}, {"user", "USER"},          {"day", "DAY"},
       {"rate_usd_per_hour", "RATE/H"}};
   const json& items = body["items"];
+  if (items.empty()) {
+    // An empty table with a total of 0 reads as a broken report: say what it means.
+    std::cout << "nothing was billed"
+              << (body.contains("month")  ? " in " + Str(body, "month")
+                  : body.contains("from") ? " from " + Str(body, "from") + " to " + Str(body, "to")
+                                          : std::string())
+              << " (total " << Str(body, "total_usd") << " USD)\n";
+    return;
+  }
   std::vector<std::string> header;
   std::vector<const char*> keys;
   for (const auto& [key, title] : kColumns) {

@@ -754,7 +754,9 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
     case InstanceState::kStopping:
       inst.exit_code = report.exit_code;
       Release(inst);
-      Transition(inst, InstanceState::kTerminated, "stopped by its agent", batch);
+      // Ended as asked: the reason stays the stop's ("deleted by its owner", a group's scale-in).
+      Transition(inst, InstanceState::kTerminated, inst.reason.empty() ? "stopped" : inst.reason,
+                 batch);
       return true;
     case InstanceState::kPreempting:
       inst.exit_code = report.exit_code;
