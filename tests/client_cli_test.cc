@@ -217,6 +217,15 @@ TEST_F(ClientCliTest, NodesListDrainUndrain) {
   auto json_list = Cli({"nodes", "list", "-o", "json"}, kAdminToken);
   EXPECT_EQ(json::parse(json_list.out)["nodes"][0]["state"], "draining");
   EXPECT_EQ(Cli({"nodes", "undrain", "node-h100-01"}, kAdminToken).out, "node-h100-01: ready\n");
+  // A node added whose agent has not joined yet is listed as such.
+  ASSERT_EQ(Cli({"nodes", "add", "gpu-07"}, kAdminToken).exit_code, 0);
+  auto waiting = Cli({"nodes", "list"}, kAdminToken);
+  EXPECT_TRUE(std::regex_search(waiting.out, std::regex("gpu-07 +waiting_for_agent ")))
+      << waiting.out;
+  EXPECT_EQ(
+      json::parse(
+          Cli({"nodes", "list", "-o", "json"}, kAdminToken).out)["waiting_for_agent"][0]["id"],
+      "gpu-07");
 }
 
 // `nodes set-gpu-mode` on a node joined over HTTP, its agent played by the test: exclusive to

@@ -187,7 +187,10 @@ std::optional<Response> CallAll(const ClientFlags& flags, const std::string& pat
                      path + sep + "limit=1000" + (token.empty() ? "" : "&page_token=" + token));
     if (!page) return std::nullopt;
     if (!all) {
-      all = Response{page->status, {{key, json::array()}}, "", {}};
+      // The first page's other fields go along (the nodes still waiting for their agent).
+      all = Response{page->status, page->body, "", {}};
+      all->body[key] = json::array();
+      all->body.erase("next_page_token");
     }
     for (auto& item : page->body[key]) all->body[key].push_back(std::move(item));
     if (!page->body.contains("next_page_token")) return all;

@@ -38,7 +38,8 @@ struct Response {
 std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
                              const std::string& path, const nlohmann::json* body = nullptr,
                              const std::string& accept = "");
-// Every page of a list route: the items under `key` put together as one answer.
+// Every page of a list route: the items under `key` put together as one answer, with the first
+// page's other fields.
 std::optional<Response> CallAll(const ClientFlags& flags, const std::string& path,
                                 const std::string& key);
 // The id of the instance `name_or_id` stands for: an id ("inst-000042") as it is; a name, the

@@ -705,6 +705,10 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
                   fmt::format("{:g}", n.value("vcpus_free", 0.0)), Str(n, "memory_mib_free"),
                   Str(n, "workloads")});
       }
+      // Added, their agent not joined yet: nothing known of their hardware.
+      for (const auto& n : j.value("waiting_for_agent", json::array())) {
+        t.AddRow({Str(n, "id"), "waiting_for_agent", "-", "-", "-", "-", "-", "-", "-"});
+      }
       t.Print(std::cout);
     });
   });
