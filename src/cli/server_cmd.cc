@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
@@ -30,6 +31,7 @@
 #include "cli/cli.h"
 #include "cli/server_keys.h"
 #include "common/auth.h"
+#include "common/files.h"
 #include "common/memory.h"
 #include "common/secret_env.h"
 #include "core/core.h"
@@ -77,9 +79,11 @@ struct ServerFlags {
 
 // Decides the operator's token: `from_env` (TESSERA_ADMIN_TOKEN, taken at start) when set; it
 // must be of full strength; otherwise the stored hash, or a new token printed once. In demo mode
-// a new token is made at every start so it can be shown.
+// the token is shown at every start: the one kept in `data_dir` when it still matches, else a new
+// one kept there.
 Result<std::string> SetUpAdminToken(core::Core& core, bool demo,
-                                    const std::optional<std::string>& env) {
+                                    const std::optional<std::string>& env,
+                                    const std::string& data_dir) {
   std::string token = env.value_or("");
   const bool from_env = !token.empty();
   if (from_env && !IsFullStrengthToken(token)) {
@@ -92,8 +96,20 @@ Result<std::string> SetUpAdminToken(core::Core& core, bool demo,
   });
   if (!stored.ok()) return stored.status();
   if (!from_env && !stored->empty() && !demo) return std::string();
+  // The demo keeps the token it made first in the data directory (0600), so a restart shows the
+  // same one and the console stays signed in.
+  const std::string kept = data_dir + "/demo-admin-token";
+  if (!from_env && demo && !stored->empty()) {
+    std::ifstream in(kept);
+    std::string line;
+    if (std::getline(in, line) && IsFullStrengthToken(line) &&
+        ConstantTimeEquals(HashToken(line), *stored)) {
+      return line;
+    }
+  }
   if (!from_env) {
     TESSERA_ASSIGN_OR_RETURN(token, GenerateToken());
+    if (demo) TESSERA_RETURN_IF_ERROR(WritePrivateFile(kept, token + "\n"));
   }
   const std::string hash = HashToken(token);
   auto set = core.Run<bool>([&](core::State& s, store::Batch& b) -> Result<bool> {
@@ -625,7 +641,7 @@ int RunServer(const ServerFlags& flags) {
     spdlog::info("replica {} starts as {}", replica->view().id,
                  replica->view().leader ? "leader" : "follower");
   }
-  auto token = SetUpAdminToken(*core, flags.demo, admin_token_env);
+  auto token = SetUpAdminToken(*core, flags.demo, admin_token_env, flags.data);
   if (!token.ok() && replica && core->follower()) {
     return Fail(Status::FailedPrecondition(
         "a following replica cannot set the admin token: give every replica the "
@@ -677,7 +693,7 @@ int RunServer(const ServerFlags& flags) {
     state_in = parsed.ok() ? parsed->display : flags.store;
   }
   std::cout << "tessera server listening on " << url << " (data in " << state_in << ")\n";
-  if (!token->empty()) {
+  if (!token->empty() && !flags.demo) {
     std::cout << "admin token (shown once, stored only as a hash): " << *token << "\n";
   }
   if (flags.demo) {
@@ -685,6 +701,11 @@ int RunServer(const ServerFlags& flags) {
     std::error_code ec;
     const std::string bin = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     const std::string tessera = ec ? "tessera" : bin;
+    // A block of its own, ruled off from the log lines around it.
+    const std::string rule(78, '=');
+    std::cout << "\n" << rule << "\n  tessera demo\n" << rule << "\n";
+    std::cout << "\nadmin token: " << t << "\n  (kept in " << flags.data
+              << "/demo-admin-token, mode 0600: the same after a restart)\n";
     std::cout << "\nThe web console: open " << url << "/ in a browser and sign in with the admin "
               << "token (or a tenant's)\n";
     std::cout << "\nIn another terminal, try:\n"
@@ -696,6 +717,7 @@ int RunServer(const ServerFlags& flags) {
               << "  " << tessera << " groups get " << demo_load->group()
               << "   # autoscaled on a daily load curve, a day every "
               << DemoLoad::kSecondsPerDay / 60 << " minutes\n";
+    std::cout << rule << "\n\n";
   }
   std::cout.flush();
   int sig = 0;
