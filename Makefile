@@ -15,7 +15,8 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # The main job: the control-plane server on the demo fleet, with simulated agents. It prints the
-# URL, its admin token (the same after a restart: kept in DATA) and commands to paste. LISTEN and DATA override the defaults.
+# URL, its admin token (the same after a restart: kept in DATA) and commands to paste. LISTEN and
+# DATA override the defaults.
 LISTEN ?= 127.0.0.1:8080
 DATA ?= ./tessera-data
 run: build
