@@ -509,8 +509,9 @@ TEST_F(ContainerAttackTest, AnExecGoesIntoTheContainerAsItsWorkloadAndNoFurther)
   if (access("/usr/bin/script", X_OK) == 0) {
     const testing::CommandResult tty = testing::RunProgram(
         {"/usr/bin/script", "-qec",
-         fmt::format("{} instances exec -t {} --url {} --token {} -- sh -c 'tty; stty size; exit 4'",
-                     testing::TesseraBinary(), id, server_->url(), rival_),
+         fmt::format(
+             "{} instances exec -t {} --url {} --token {} -- sh -c 'tty; stty size; exit 4'",
+             testing::TesseraBinary(), id, server_->url(), rival_),
          "/dev/null"});
     EXPECT_EQ(tty.exit_code, 4) << tty.out << tty.err;
     EXPECT_NE(tty.out.find("/dev/pts/"), std::string::npos) << tty.out;
