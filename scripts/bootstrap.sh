@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential g++ cmake ninja-build make pkg-config git
   clang-format clang-tidy clang libclang-rt-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libyaml-cpp-dev
   libcpp-httplib-dev libsqlite3-dev libssl-dev libpq-dev libboost1.81-dev openssl
   # PostgreSQL 15: the tests run a real server (src/testing/postgres.h) for the store on it.
   postgresql

@@ -1,5 +1,7 @@
 // End-to-end tests of the client commands (`tessera tenants|instances|nodes`) against a real
 // server: tables, JSON output, and the server's message on error.
+#include <yaml-cpp/yaml.h>
+
 #include <future>
 #include <regex>
 
@@ -167,6 +169,32 @@ TEST_F(ClientCliTest, ErrorsPrintTheServersMessage) {
                      token);
   EXPECT_EQ(bad_for.exit_code, 2);
   EXPECT_NE(bad_for.err.find("--for: '5x'"), std::string::npos) << bad_for.err;
+}
+
+// -o yaml: what JSON says, read back the same by a YAML parser, with strings that would read as
+// numbers or booleans quoted and nothing that could drive a terminal left raw.
+TEST_F(ClientCliTest, YamlOutputReadsBackAsTheJsonDoes) {
+  const std::string token = NewTenant("acme", 4);
+  json body = H100(1, "on_demand");
+  body["labels"] = {{"env", "123"}, {"team", "true"}};
+  body["annotations"] = {{"note", "two\nlines \u202e\x1b[31mred"}};
+  auto created = Post("/v1/instances", token, body);
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body.value("id", "");
+  auto r = Cli({"instances", "get", id, "-o", "yaml"}, token);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "an escape reached the terminal";
+  EXPECT_EQ(r.out.find("\u202e"), std::string::npos) << r.out;  // U+202E as UTF-8 bytes.
+  const YAML::Node doc = YAML::Load(r.out);
+  EXPECT_EQ(doc["id"].as<std::string>(), id);
+  EXPECT_EQ(doc["labels"]["env"].as<std::string>(), "123");
+  EXPECT_NE(r.out.find("env: \"123\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("team: \"true\""), std::string::npos) << r.out;
+  EXPECT_EQ(doc["annotations"]["note"].as<std::string>(), "two\nlines \u202e\x1b[31mred");
+  EXPECT_EQ(doc["shape"]["gpus"].as<int>(), 1);
+  auto list = Cli({"instances", "list", "-o", "yaml"}, token);
+  EXPECT_EQ(YAML::Load(list.out)["instances"][0]["id"].as<std::string>(), id) << list.out;
+  EXPECT_EQ(Cli({"instances", "list", "-o", "xml"}, token).exit_code, 2);
 }
 
 TEST_F(ClientCliTest, SeveralInstancesAreDeletedAtOnceAndOneUnknownIsSaidWithoutStoppingTheRest) {

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -212,13 +214,71 @@ std::string Gpus(const json& v) {
 int Show(const ClientFlags& f, const std::optional<Response>& r,
          const std::function<void(const json&)>& table) {
   if (!r) return kExitFailure;
+  if (!PrintDocument(f, r->body)) table(r->body);
+  return kExitOk;
+}
+
+namespace {
+
+// Whether YAML would read `s`, written plain, as something other than that string.
+bool ReadsAsOtherThanText(const std::string& s) {
+  if (s.empty()) return true;
+  static const char* kWords[] = {"true",  "false", "yes", "no", "on",  "off",  "null", "~",
+                                 "True",  "False", "Yes", "No", "On",  "Off",  "Null", "TRUE",
+                                 "FALSE", "YES",   "NO",  "ON", "OFF", "NULL", ".inf", ".nan"};
+  for (const char* w : kWords) {
+    if (s == w) return true;
+  }
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+void EmitYaml(YAML::Emitter& out, const json& j) {
+  if (j.is_object()) {
+    out << YAML::BeginMap;
+    for (const auto& item : j.items()) {
+      out << YAML::Key;
+      if (ReadsAsOtherThanText(item.key())) out << YAML::DoubleQuoted;
+      out << item.key() << YAML::Value;
+      EmitYaml(out, item.value());
+    }
+    out << YAML::EndMap;
+  } else if (j.is_array()) {
+    out << YAML::BeginSeq;
+    for (const json& v : j) EmitYaml(out, v);
+    out << YAML::EndSeq;
+  } else if (j.is_string()) {
+    const std::string s = ToValidUtf8(j.get<std::string>());
+    if (ReadsAsOtherThanText(s)) out << YAML::DoubleQuoted;
+    out << s;
+  } else if (j.is_null()) {
+    out << YAML::Null;
+  } else {
+    out << j.dump();  // Numbers and booleans as JSON writes them, which YAML reads the same.
+  }
+}
+
+}  // namespace
+
+std::string ToYaml(const json& j) {
+  YAML::Emitter out;
+  out << YAML::EscapeNonAscii;
+  EmitYaml(out, j);
+  return std::string(out.c_str()) + "\n";
+}
+
+bool PrintDocument(const ClientFlags& f, const json& j) {
   if (f.output == "json") {
     // JSON escapes control characters itself; only invalid UTF-8 needs replacing.
-    std::cout << DumpJson(r->body, 2) << "\n";
-  } else {
-    table(r->body);
+    std::cout << DumpJson(j, 2) << "\n";
+    return true;
   }
-  return kExitOk;
+  if (f.output == "yaml") {
+    std::cout << ToYaml(j);
+    return true;
+  }
+  return false;
 }
 
 void AddCommon(CLI::App* cmd, ClientFlags& f, bool csv) {
@@ -228,11 +288,11 @@ void AddCommon(CLI::App* cmd, ClientFlags& f, bool csv) {
                   "PEM file of the authority that signed an https server's certificate "
                   "(default $TESSERA_CA, else the system's)");
   if (csv) {
-    cmd->add_option("-o,--output", f.output, "table, json or csv")
-        ->check(CLI::IsMember({"table", "json", "csv"}));
+    cmd->add_option("-o,--output", f.output, "table, json, yaml or csv")
+        ->check(CLI::IsMember({"table", "json", "yaml", "csv"}));
   } else {
-    cmd->add_option("-o,--output", f.output, "table or json")
-        ->check(CLI::IsMember({"table", "json"}));
+    cmd->add_option("-o,--output", f.output, "table, json or yaml")
+        ->check(CLI::IsMember({"table", "json", "yaml"}));
   }
 }
 

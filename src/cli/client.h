@@ -54,10 +54,16 @@ std::optional<nlohmann::json> KeyValues(const std::vector<std::string>& pairs, c
 std::string Str(const nlohmann::json& j, const char* key);
 // A GPU count as people write it: 16, 0.5.
 std::string Gpus(const nlohmann::json& v);
-// Prints `r` as JSON (-o json) or through `table`; returns the exit code.
+// `j` as YAML (-o yaml): block style, every string that would read as something else (a number,
+// a boolean, null) quoted, and everything outside printable ASCII escaped, so nothing the server
+// sent can drive the terminal.
+std::string ToYaml(const nlohmann::json& j);
+// Prints `j` as the -o flag asks for a document (json or yaml); false for a table (the caller's).
+bool PrintDocument(const ClientFlags& f, const nlohmann::json& j);
+// Prints `r` as JSON (-o json), YAML (-o yaml) or through `table`; returns the exit code.
 int Show(const ClientFlags& f, const std::optional<Response>& r,
          const std::function<void(const nlohmann::json&)>& table);
-// --url, --token, --ca and -o (table, json; and csv when `csv`).
+// --url, --token, --ca and -o (table, json, yaml; and csv when `csv`).
 void AddCommon(CLI::App* cmd, ClientFlags& f, bool csv = false);
 
 }  // namespace tessera::cli

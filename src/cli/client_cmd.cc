@@ -616,11 +616,7 @@ int AwaitModeChange(const ClientFlags& f, const std::string& node, int gpu, int6
     }
     const bool done = change.value("state", "") != "requested";
     if (done || std::chrono::steady_clock::now() >= deadline) {
-      if (f.output == "json") {
-        std::cout << DumpJson(change, 2) << "\n";
-      } else {
-        PrintModeChange(node, gpu, change);
-      }
+      if (!PrintDocument(f, change)) PrintModeChange(node, gpu, change);
       if (!done) {
         std::cerr << "tessera: its agent has not answered in " << timeout.count() << " s\n";
       }

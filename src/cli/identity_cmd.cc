@@ -436,7 +436,7 @@ void RegisterKeys(CLI::App& app, Context& ctx) {
       if (!last) return void(ctx.exit_code = kExitFailure);
       const json& r = last->body["rotation"];
       if (!r.is_object() || r.value("state", "") != "running") break;
-      if (f->output != "json") {
+      if (f->output == "table") {
         std::cerr << "re-sealing: " << Str(r, "examined") << " records looked at, "
                   << Str(r, "resealed") << " re-sealed\n";
       }
