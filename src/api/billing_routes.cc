@@ -388,9 +388,11 @@ void AddBillingRoutes(Api& table) {
                   call, query.status(),
                   {[query](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
                      return billing::ToJson(billing::Recommend(
-                         s.catalog(), *query, [&s](const catalog::InstanceType& t, int units) {
+                         s.catalog(), *query,
+                         [&s](const catalog::InstanceType& t, int units) {
                            return s.PlaceableNow(t, units);
-                         }));
+                         },
+                         [&s](const catalog::InstanceType& t) { return s.OfferedHere(t); }));
                    },
                    200, Passthrough, nullptr});
             });

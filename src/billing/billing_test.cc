@@ -359,6 +359,51 @@ TEST(RecommendTest, ACaseTable) {
   EXPECT_NE(busy.offers[0].reason.find("would wait"), std::string::npos);
 }
 
+TEST(RecommendTest, WhatTheFleetOffersComesFirstAndTheRestSayItIsNotOfferedHere) {
+  auto q = ParseRecommendQuery([](std::string_view name) -> const std::string* {
+    static const std::map<std::string, std::string> params = {{"workload", "inference"},
+                                                              {"gpu_memory_gib", "24"}};
+    auto it = params.find(std::string(name));
+    return it == params.end() ? nullptr : &it->second;
+  });
+  ASSERT_TRUE(q.ok());
+  // A fleet of H100s only: the L4 (cheapest) is not here.
+  const Recommendation r = Recommend(
+      Catalog(), *q, [](const catalog::InstanceType&, int) { return true; },
+      [](const catalog::InstanceType& t) { return t.gpu_model == "H100-80GB"; });
+  ASSERT_FALSE(r.offers.empty());
+  EXPECT_TRUE(r.offers[0].offered_here);
+  EXPECT_EQ(Catalog().FindInstanceType(r.offers[0].instance_type)->gpu_model, "H100-80GB");
+  bool seen_elsewhere = false;
+  for (const Offer& o : r.offers) {
+    if (!o.offered_here) {
+      seen_elsewhere = true;
+      EXPECT_NE(o.reason.find("not offered here"), std::string::npos) << o.reason;
+      EXPECT_FALSE(o.placeable_now);
+    } else {
+      EXPECT_FALSE(seen_elsewhere) << "offered ones first: " << o.instance_type;
+    }
+  }
+  EXPECT_TRUE(seen_elsewhere) << DumpJson(ToJson(r));
+  EXPECT_EQ(ToJson(r)["offers"][0]["offered_here"], true);
+}
+
+TEST(RecommendTest, ALargeModelIsNeverSpreadOverManySmallGpusWithOnlyTheNetworkBetween) {
+  const Recommendation r = Ask({{"workload", "training"}, {"model_params_b", "30"}});
+  ASSERT_FALSE(r.offers.empty()) << r.why_none;
+  for (const Offer& o : r.offers) {
+    const catalog::InstanceType* t = Catalog().FindInstanceType(o.instance_type);
+    ASSERT_NE(t, nullptr);
+    if (o.units > 1 && o.gpus > 8) {
+      EXPECT_TRUE(t->nvlink && o.gpus / o.units >= 4) << o.instance_type << " x " << o.units;
+    }
+    if (o.units > 1) {
+      EXPECT_NE(o.reason.find("over " + std::to_string(o.units) + " instances"), std::string::npos)
+          << o.reason;
+    }
+  }
+}
+
 TEST(RecommendTest, NothingFitsSaysWhy) {
   Recommendation r = Ask({{"workload", "inference"}, {"gpu_memory_gib", "500"}, {"gpus", "1"}});
   EXPECT_TRUE(r.offers.empty());

@@ -130,8 +130,13 @@ Result<RecommendQuery> ParseRecommendQuery(
 
 Recommendation Recommend(
     const catalog::Catalog& catalog, const RecommendQuery& q,
-    const std::function<bool(const catalog::InstanceType&, int)>& placeable_now) {
+    const std::function<bool(const catalog::InstanceType&, int)>& placeable_now,
+    const std::function<bool(const catalog::InstanceType&)>& offered) {
   Recommendation out;
+  // Beyond this many GPUs in all, several instances need NVLink inside each (a few large islands
+  // with the network between them), not many small GPUs joined only by the network.
+  constexpr int kMaxGpusOverNetworkOnly = 8;
+  constexpr int kMinIslandForSpread = 4;
   // What the workload needs: in all, and per GPU once the count is known.
   double total = q.gpu_memory_gib   ? *q.gpu_memory_gib * std::max(q.gpus, 1)
                  : q.model_params_b ? MemoryFor(q.workload, *q.model_params_b)
@@ -169,6 +174,10 @@ Recommendation Recommend(
       units = (need + unit->gpus - 1) / unit->gpus;
     }
     if (q.nvlink && need > 1 && !t.nvlink) continue;
+    if (units > 1 && unit->gpus * units > kMaxGpusOverNetworkOnly &&
+        !(t.nvlink && unit->gpus >= kMinIslandForSpread)) {
+      continue;
+    }
     const double peak = (q.workload == "hpc" || q.workload == "rendering" || g->fp16_tflops <= 0)
                             ? g->fp32_tflops
                             : g->fp16_tflops;
@@ -201,7 +210,8 @@ Recommendation Recommend(
            price->reserved_3y_per_hour.MulDiv(static_cast<int64_t>(kHoursPerMonth) * units, 1),
            q.hours_per_month});
     }
-    const bool now = placeable_now(t, units);
+    const bool here = !offered || offered(t);
+    const bool now = here && placeable_now(t, units);
     for (const Mode& m : modes) {
       if (m.monthly <= Money()) continue;
       if (q.budget && m.monthly > *q.budget) {
@@ -222,6 +232,7 @@ Recommendation Recommend(
                            std::llround(static_cast<double>(m.monthly.micros()) / m.hours / tflops))
                      : Money();
       o.placeable_now = now;
+      o.offered_here = here;
       const std::string gpus = o.gpus > 1 ? fmt::format("{} x ", o.gpus) : "";
       if (q.nvlink && o.gpus > 1) {
         o.reason = fmt::format("{}-GPU {}: NVLink island of {}", o.gpus, q.workload, unit->gpus);
@@ -229,6 +240,7 @@ Recommendation Recommend(
         o.reason = fmt::format("{:.0f} GB fits on {}{} ({:.0f} GB a GPU)", total, gpus, t.gpu_model,
                                unit->memory_gib);
       }
+      if (o.units > 1) o.reason += fmt::format(", over {} instances and the network", o.units);
       const std::string mode = m.billing;
       if (mode == "spot") {
         o.reason += fmt::format("; interruptible: spot saves {}%",
@@ -243,6 +255,7 @@ Recommendation Recommend(
     }
   }
   std::sort(out.offers.begin(), out.offers.end(), [](const Offer& a, const Offer& b) {
+    if (a.offered_here != b.offered_here) return a.offered_here;
     if (a.monthly != b.monthly) return a.monthly < b.monthly;
     if (a.per_tflops_hour != b.per_tflops_hour) return a.per_tflops_hour < b.per_tflops_hour;
     return std::tie(a.instance_type, a.billing) < std::tie(b.instance_type, b.billing);
@@ -250,14 +263,18 @@ Recommendation Recommend(
   if (!out.offers.empty()) {
     // The cheapest on-demand offer says so.
     for (Offer& o : out.offers) {
-      if (o.billing == "on_demand") {
+      if (o.billing == "on_demand" && o.offered_here) {
         o.reason += ", the cheapest per hour";
         break;
       }
     }
     if (out.offers.size() > 10) out.offers.resize(10);
     for (Offer& o : out.offers) {
-      if (!o.placeable_now) o.reason += "; would wait: the fleet has no free capacity for it now";
+      if (!o.offered_here) {
+        o.reason += "; not offered here: this fleet has none of these GPUs";
+      } else if (!o.placeable_now) {
+        o.reason += "; would wait: the fleet has no free capacity for it now";
+      }
     }
     return out;
   }
@@ -288,6 +305,7 @@ json ToJson(const Recommendation& r) {
                       {"monthly_usd", o.monthly.RoundedToCents().ToString(2)},
                       {"per_tflops_hour_usd", o.per_tflops_hour.ToString(2)},
                       {"placeable_now", o.placeable_now},
+                      {"offered_here", o.offered_here},
                       {"reason", o.reason}});
   }
   json j = {{"memory_gib", std::round(r.memory_gib * 10) / 10}, {"offers", std::move(offers)}};

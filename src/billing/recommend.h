@@ -46,6 +46,7 @@ struct Offer {
   Money per_tflops_hour;
   std::string reason;
   bool placeable_now = true;
+  bool offered_here = true;  // The fleet has the type's GPUs at all.
 };
 
 struct Recommendation {
@@ -54,11 +55,15 @@ struct Recommendation {
   std::string why_none;       // When nothing fits.
 };
 
-// Ranks the offers. `placeable_now(type, units)` says whether the fleet could place that many
-// instances of the type now.
+// Ranks the offers: what this fleet offers first (`offered(type)`: it has the type's GPUs; null:
+// every type), cheapest first within each; the rest say "not offered here". `placeable_now(type,
+// units)` says whether the fleet could place that many instances of the type now. Several
+// instances of a type are offered only over NVLink-connected GPUs of 4 or more an instance, or
+// for 8 GPUs in all at most: never dozens of small GPUs with only the network between them.
 Recommendation Recommend(
     const catalog::Catalog& catalog, const RecommendQuery& q,
-    const std::function<bool(const catalog::InstanceType&, int)>& placeable_now);
+    const std::function<bool(const catalog::InstanceType&, int)>& placeable_now,
+    const std::function<bool(const catalog::InstanceType&)>& offered = nullptr);
 
 nlohmann::json ToJson(const Recommendation& r);
 

@@ -1154,7 +1154,10 @@ void RegisterRecommend(CLI::App& app, Context& ctx) {
       for (const json& o : j["offers"]) {
         t.AddRow({Str(o, "instance_type"), Str(o, "billing"), std::to_string(o["gpus"].get<int>()),
                   Str(o, "monthly_usd"), Str(o, "per_tflops_hour_usd"),
-                  o["placeable_now"].get<bool>() ? "yes" : "waits", Str(o, "reason")});
+                  !o.value("offered_here", true)   ? "not here"
+                  : o["placeable_now"].get<bool>() ? "yes"
+                                                   : "waits",
+                  Str(o, "reason")});
       }
       t.Print(std::cout);
     });

@@ -197,6 +197,12 @@ Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& s
   return Status::FailedPrecondition(msg).WithReason("no_reservation");
 }
 
+bool State::OfferedHere(const catalog::InstanceType& t) const {
+  const auto model = catalog_->FindGpuIndex(t.gpu_model);
+  return model && std::any_of(fleet_->nodes().begin(), fleet_->nodes().end(),
+                              [&](const fleet::Node& n) { return n.model == *model; });
+}
+
 bool State::PlaceableNow(const catalog::InstanceType& t, int units) {
   CreateInstanceRequest probe;
   probe.instance_type = t.id;

@@ -402,6 +402,8 @@ class State {
   // Whether the fleet could place `units` instances of type `t` now, without preempting: a dry
   // run of the scheduler, undone; beyond kDryRunUnits, a count of free capacity node by node.
   bool PlaceableNow(const catalog::InstanceType& t, int units);
+  // Whether the fleet has GPUs of type `t`'s model at all (the recommender ranks those first).
+  bool OfferedHere(const catalog::InstanceType& t) const;
   static constexpr int kDryRunUnits = 16;
   // The fleet's GPUs of `model`, in milli-GPU.
   int64_t FleetMilliOf(const std::string& model) const;
