@@ -118,6 +118,11 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
   return out;
 }
 
+bool IsActiveState(std::string_view state) {
+  return state == "pending" || state == "scheduled" || state == "running" || state == "stopping" ||
+         state == "preempting";
+}
+
 std::optional<std::string> ResolveInstance(const ClientFlags& flags,
                                            const std::string& name_or_id) {
   const bool is_id = name_or_id.size() > 5 && name_or_id.rfind("inst-", 0) == 0 &&
@@ -130,8 +135,7 @@ std::optional<std::string> ResolveInstance(const ClientFlags& flags,
     if (i.value("name", "") != name_or_id) continue;
     named.push_back(i.value("id", ""));
     const std::string state = i.value("state", "");
-    if (state == "pending" || state == "scheduled" || state == "running" || state == "stopping" ||
-        state == "preempting") {
+    if (IsActiveState(state)) {
       active.push_back(named.back());
     }
   }

@@ -42,6 +42,9 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
 // page's other fields.
 std::optional<Response> CallAll(const ClientFlags& flags, const std::string& path,
                                 const std::string& key);
+// Whether an instance in `state` (as the API names it) holds or waits for capacity: pending,
+// scheduled, running, stopping or preempting.
+bool IsActiveState(std::string_view state);
 // The id of the instance `name_or_id` stands for: an id ("inst-000042") as it is; a name, the
 // caller's one instance of that name (the active one, when ended ones share it). nullopt after
 // saying why: no such name, or a name several active instances share (their ids listed).

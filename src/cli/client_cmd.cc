@@ -405,8 +405,7 @@ void RegisterInstances(CLI::App& app, Context& ctx) {
       std::cout << std::flush;
       const std::string now =
           r->headers.count("X-Instance-State") ? r->headers.find("X-Instance-State")->second : "";
-      const bool active = now == "pending" || now == "scheduled" || now == "running" ||
-                          now == "stopping" || now == "preempting";
+      const bool active = IsActiveState(now);
       if (*follow && !active) {
         // Followed to its end: exit as its workload did (1 when it has no exit code: stopped,
         // preempted or failed before it ran).
