@@ -109,7 +109,7 @@ TEST_F(ServerTest, Kill9MidStreamLosesNothingAcknowledged) {
   // The capacity frees once its agent reports the stop.
   size_t pending_after = 0;
   for (int i = 0; i < 500; ++i) {
-    pending_after = Get("/v1/instances?state=pending", token).body["instances"].size();
+    pending_after = Get("/v1/instances?state=pending&limit=1000", token).body["instances"].size();
     if (pending_after == static_cast<size_t>(pending - 1)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
