@@ -462,17 +462,20 @@ TEST_F(ContainerAttackTest, AContainerSeesOnlyItsGpuAndCannotReachTheNodeOrAnoth
   EXPECT_EQ(Instance(rival_, attacker).value("state", ""), "running");
   EXPECT_EQ(Instance(victim_, victim).value("state", ""), "running");
   EXPECT_EQ(kill(victim_pid_, 0), 0);
+  // Its container is named for the instance and this agent, so another agent on the host (a test
+  // beside this one) never takes it for its own.
+  auto has_container = [&] {
+    const auto names = support::RunTool({"podman", "ps", "-a", "--format", "{{.Names}}"});
+    EXPECT_EQ(names.exit_code, 0) << names.err;
+    return names.out.find("tessera-" + attacker + "-a0-") != std::string::npos;
+  };
+  EXPECT_TRUE(has_container());
   Delete(rival_, attacker);
   const double ran =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - running_since).count();
   EXPECT_GE(BilledSeconds(rival_, attacker), ran - 2);
   // The container is gone with its instance.
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return support::RunTool({"podman", "container", "exists", "tessera-" + attacker + "-a0"})
-                   .exit_code == 1;
-      },
-      20s));
+  EXPECT_TRUE(WaitFor([&] { return !has_container(); }, 20s));
   Delete(victim_, victim);
 }
 

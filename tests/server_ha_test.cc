@@ -712,7 +712,7 @@ TEST_F(HaTest, ALeaderFrozenPastItsLeaseWakesUpAsAFollowerAndWritesNothing) {
         ready = replicas_->ReadyZ(0);
         return Str(ready, "role") == "follower" && Str(ready, "leader") == new_leader;
       },
-      1500ms, 50ms))
+      5s, 50ms))
       << ready.dump() << "\n"
       << replicas_->Logs();
   EXPECT_EQ(Sql("SELECT epoch, holder, url FROM tessera_lease"), lease_after)

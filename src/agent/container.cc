@@ -15,19 +15,17 @@
 namespace tessera::agent {
 namespace {
 
-constexpr char kNamePrefix[] = "tessera-";
-
 bool IsNameChar(char c, bool first) {
   if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
   return !first && (c == '-' || c == '_' || c == '.');
 }
 
 Status CheckName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 64;
+  bool ok = !name.empty() && name.size() <= 128;
   for (size_t i = 0; ok && i < name.size(); ++i) ok = IsNameChar(name[i], i == 0);
   if (!ok) {
     return Status::InvalidArgument(
-        fmt::format("name {:?}: want [a-z0-9][a-z0-9_.-]{{0,63}}", name.substr(0, 80)));
+        fmt::format("name {:?}: want [a-z0-9][a-z0-9_.-]{{0,127}}", name.substr(0, 80)));
   }
   return Status::Ok();
 }
@@ -208,7 +206,7 @@ Result<ContainerRun> BuildPodmanRun(const ContainerSpec& spec, const ContainerHo
   }
   TESSERA_ASSIGN_OR_RETURN(std::string env_content, EnvFileContent(spec));
   ContainerRun run;
-  run.container_name = kNamePrefix + spec.name;
+  run.container_name = spec.name;
   run.env_file_content = std::move(env_content);
   auto& a = run.argv;
   a = {host.podman,

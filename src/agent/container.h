@@ -51,7 +51,8 @@ enum class ContainerNetwork {
 };
 
 struct ContainerSpec {
-  // The instance id; [a-z0-9][a-z0-9_.-]{0,63}. The container is named "tessera-<name>".
+  // The container's name on the host, [a-z0-9][a-z0-9_.-]{0,127}: the agent names it
+  // "tessera-<instance>-<agent>" (WorkloadSupervisor::ContainerNameOf).
   std::string name;
   std::string image;  // A reference already present on the node: the run never pulls.
   // With a shell, `command` runs as `sh -c command`; without, `args` is the exec-form argv.
@@ -108,7 +109,7 @@ ContainerControlFiles ControlFilesIn(const std::string& dir);
 
 struct ContainerRun {
   std::vector<std::string> argv;  // One foreground `podman run ...`.
-  std::string container_name;     // "tessera-<name>".
+  std::string container_name;     // The spec's name.
   std::string env_file_content;   // What PrepareContainerRun writes to the env file.
   // What the node cannot enforce, in words, e.g. "memory limit not enforced: no memory cgroup
   // controller" (the caller reports these; nothing is claimed that is not enforced).

@@ -32,7 +32,7 @@ ContainerHost FullHost() {
 
 ContainerSpec TypicalSpec() {
   ContainerSpec spec;
-  spec.name = "inst-000042";
+  spec.name = "tessera-inst-000042";
   spec.image = "registry.example.com/team/train:1.4";
   spec.command = "python train.py --epochs 3";
   spec.env = {{"RANK", "0"}, {"TESSERA_TOKEN", "s3cr3t value"}};

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "agent/workload_shim.h"
 #include "common/exec_frames.h"
@@ -235,11 +237,32 @@ bool Forward(int fd, Frame type, Tunnel& tunnel, bool& sent_ok) {
   return true;
 }
 
+// A container workload runs from the moment `podman run` starts; its container exists once podman
+// has written its pid file. An exec sent in between waits for it (an image's first start can take
+// seconds), up to kContainerStartS.
+constexpr int kContainerStartS = 60;
+bool AwaitContainer(const std::string& pid_file, const std::atomic<bool>& end) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kContainerStartS);
+  while (!end && std::chrono::steady_clock::now() < deadline) {
+    struct stat st {};
+    if (stat(pid_file.c_str(), &st) == 0 && st.st_size > 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<int> RunExecSession(const ExecDialer& dialer, const ExecCommand& command,
                            const ExecTarget& target, const std::atomic<bool>& end) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Tunnel> tunnel, dialer(command.id));
+  if (!target.container_pid_file.empty() && !AwaitContainer(target.container_pid_file, end)) {
+    Finish(*tunnel,
+           fmt::format("tessera: the instance's container did not start within {} s\r\n",
+                       kContainerStartS),
+           126);
+    return 126;
+  }
   auto spawned = Spawn(command, target);
   if (!spawned.ok()) {
     Finish(*tunnel, fmt::format("tessera: {}\r\n", spawned.status().message()), 126);

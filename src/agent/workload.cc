@@ -28,6 +28,7 @@
 #include "agent/workload_files.h"
 #include "agent/workload_shim.h"
 #include "agent/workload_uids.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/text.h"
@@ -506,6 +507,13 @@ void WorkloadSupervisor::ReleaseUid(const Entry& e) {
   }
 }
 
+// Container names are the host's, not the agent's: two agents on one host (two clusters, or tests
+// run side by side) both run an `inst-000002-a0`. The work dir, which one agent holds locked, tells
+// them apart; the name is kept in the workload's state, so a later agent finds it whatever it is.
+std::string WorkloadSupervisor::ContainerNameOf(const std::string& id) const {
+  return fmt::format("tessera-{}-{}", id, HashToken(options_.work_dir).substr(0, 8));
+}
+
 Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
                                          const std::string& dir, const std::string& control,
                                          const std::vector<std::pair<int, int>>& endpoints,
@@ -522,7 +530,7 @@ Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
                     Quote(spec.image), isolation_note_));
   }
   ContainerSpec c;
-  c.name = spec.id;
+  c.name = ContainerNameOf(spec.id);
   c.image = spec.image;
   c.image_has_shell = spec.image_has_shell;
   if (spec.image_has_shell) {
@@ -680,7 +688,7 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
       {"tenant", spec.tenant},
       {"uid", uid},
       {"image", spec.image},
-      {"container", plan.container_pid_file.empty() ? "" : "tessera-" + spec.id},
+      {"container", plan.container_pid_file.empty() ? "" : ContainerNameOf(spec.id)},
       {"volumes", nlohmann::json::array()},
       {"endpoints", endpoints}};
   for (const WorkloadSpec::Volume& v : spec.volumes) state["volumes"].push_back(v.host_dir);
@@ -707,7 +715,7 @@ Status WorkloadSupervisor::Start(const WorkloadSpec& spec) {
   e->tenant = spec.tenant;
   e->uid = uid;
   for (const WorkloadSpec::Volume& v : spec.volumes) e->volumes.push_back(v.host_dir);
-  if (!plan.container_pid_file.empty()) e->container = "tessera-" + spec.id;
+  if (!plan.container_pid_file.empty()) e->container = ContainerNameOf(spec.id);
   e->boot_id = boot_id_;
   e->cgroup_dir = plan.cgroup_dir;
   e->status.id = spec.id;
@@ -790,6 +798,9 @@ Result<ExecTarget> WorkloadSupervisor::ExecTargetOf(const std::string& id) {
   ExecTarget t;
   t.container = e->container;
   t.podman = options_.podman;
+  if (!e->container.empty()) {
+    t.container_pid_file = ControlFilesIn(e->control + "/container").pid_file;
+  }
   t.uid = e->uid;
   t.nproc_limit = e->uid >= 0 ? options_.nproc_limit : 0;
   t.dir = e->dir;

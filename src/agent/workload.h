@@ -80,7 +80,10 @@ enum class WorkloadPhase { kRunning, kExited };
 struct ExecTarget {
   std::string container;  // A container workload's container; "" for a bare process.
   std::string podman;     // With a container: the podman that runs it.
-  int64_t uid = -1;       // -1: the agent's own user.
+  // With a container: podman writes it once the container runs (the workload is "running" from
+  // the moment `podman run` starts, before its container exists).
+  std::string container_pid_file;
+  int64_t uid = -1;  // -1: the agent's own user.
   int64_t nproc_limit = 0;
   std::string dir;         // Its cwd and HOME.
   std::string cgroup_dir;  // "" when it has none.
@@ -215,6 +218,7 @@ class WorkloadSupervisor {
   // (one that left the process group, say) is killed.
   void ReleaseUid(const Entry& e);
   // Fills `plan` to run spec's image as a container (`podman run` in the shim's place).
+  std::string ContainerNameOf(const std::string& id) const;
   Status PlanContainer(const WorkloadSpec& spec, int64_t uid, const std::string& dir,
                        const std::string& control,
                        const std::vector<std::pair<int, int>>& endpoints, shim::ShimPlan& plan);
