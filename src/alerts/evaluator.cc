@@ -226,12 +226,20 @@ void Evaluator::Hold(const Rule& rule, uint64_t rule_hash, const Target& t, uint
   a.value = v;
   a.last_true_at = now;
   const auto since = now - a.active_at;
-  if (a.state == AlertState::kPending && since >= std::chrono::seconds(rule.for_seconds)) {
+  const bool fires =
+      a.state == AlertState::kPending && since >= std::chrono::seconds(rule.for_seconds);
+  if (fires) {
     a.state = AlertState::kFiring;
     a.fired_at = now;
+  }
+  // As Prometheus does, a firing alert's annotations say its value now, not when it fired (a
+  // budget's percent goes on growing). In memory only: the value is not worth a write a round.
+  if (a.state == AlertState::kFiring) {
     for (const auto& [k, text] : rule.annotations) {
       a.annotations[k] = ExpandTemplate(text, a.labels, v);
     }
+  }
+  if (fires) {
     Notify(rule, a, now, out.deliveries);
     if (out.changed.empty() || out.changed.back() != &a) out.changed.push_back(&a);
   } else if (a.state == AlertState::kFiring &&

@@ -76,6 +76,11 @@ TEST_F(EvaluatorTest, PendingThenFiringThenResolved) {
   ASSERT_TRUE(e.alertmanager.has_value());
   EXPECT_EQ(e.alertmanager->size(), 1u);
 
+  // While it fires, its annotation says the value now; nothing is stored for that alone.
+  e = At(62, {Gpu("n1", 0, 97.5)});
+  EXPECT_EQ(Only()->annotations.at("summary"), "GPU 0 on n1 at 97.5 C");
+  EXPECT_TRUE(e.changed.empty());
+
   e = At(65, {Gpu("n1", 0, 70)});
   EXPECT_EQ(Only()->state, AlertState::kResolved);
   ASSERT_EQ(e.deliveries.size(), 1u);
