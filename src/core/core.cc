@@ -22,10 +22,12 @@ constexpr auto kTickDelay = std::chrono::milliseconds(100);
 Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Store& store,
                                           store::Batch& batch, RecoveryReport* report) {
   const Clock* clock = options.clock ? options.clock : &SystemClock::Get();
+  bool openb_csv = false;
   Result<fleet::Fleet> loaded =
-      !options.fleet_file.empty() ? fleet::LoadFleetFile(*options.catalog, options.fleet_file)
-      : options.empty_fleet       ? Result<fleet::Fleet>(fleet::Fleet(options.catalog))
-                                  : fleet::DemoFleet(*options.catalog);
+      !options.fleet_file.empty()
+          ? fleet::LoadFleetFile(*options.catalog, options.fleet_file, &openb_csv)
+      : options.empty_fleet ? Result<fleet::Fleet>(fleet::Fleet(options.catalog))
+                            : fleet::DemoFleet(*options.catalog);
   if (!loaded.ok()) return loaded.status();
   auto fleet = std::make_unique<fleet::Fleet>(std::move(*loaded));
   sched::Options sched_options{options.policy, options.seed, CatalogWorkload(*options.catalog)};
@@ -43,6 +45,9 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.max_pending_per_tenant = options.max_pending_per_tenant;
   state_options.alerts = options.alerts;
   state_options.sealer = options.sealer;
+  // openb's GPUs are all in shared mode and its whole-GPU pods run on them: a server on an openb
+  // node list lets whole-GPU work onto a shared GPU that holds no share, as `tessera sim` does.
+  state_options.whole_gpus_on_shared = openb_csv;
   auto state = std::make_unique<State>(options.catalog, clock, std::move(fleet),
                                        std::move(scheduler), state_options);
   TESSERA_ASSIGN_OR_RETURN(RecoveryReport r, RestoreFromStore(*state, store, batch));

@@ -285,11 +285,13 @@ Result<Fleet> ParseOpenbNodeCsv(const catalog::Catalog& catalog, std::string tex
   return fleet;
 }
 
-Result<Fleet> LoadFleetFile(const catalog::Catalog& catalog, const std::string& path) {
+Result<Fleet> LoadFleetFile(const catalog::Catalog& catalog, const std::string& path,
+                            bool* openb_csv) {
   TESSERA_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   const size_t first = text.find_first_not_of(" \t\r\n");
   const bool json = (first != std::string::npos && text[first] == '{') ||
                     (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0);
+  if (openb_csv) *openb_csv = !json;
   if (json) return ParseFleetJson(catalog, text, path);
   return ParseOpenbNodeCsv(catalog, std::move(text), path);
 }

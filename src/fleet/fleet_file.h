@@ -29,8 +29,10 @@ Result<Fleet> ParseOpenbNodeCsv(const catalog::Catalog& catalog, std::string tex
                                 std::string where);
 
 // Reads `path` and parses it as fleet JSON when it ends in ".json" or its first non-blank
-// character is '{', else as an openb node list. NotFound when the file cannot be read.
-Result<Fleet> LoadFleetFile(const catalog::Catalog& catalog, const std::string& path);
+// character is '{', else as an openb node list (and then sets *openb_csv when given). NotFound
+// when the file cannot be read.
+Result<Fleet> LoadFleetFile(const catalog::Catalog& catalog, const std::string& path,
+                            bool* openb_csv = nullptr);
 
 // The text of fleets/demo.json as embedded in the binary, so the server has a fleet without
 // files: 2 x 8 H100-80GB, 2 x 8 A100-80GB (half in MIG mode), 4 x 4 L40S-48GB (half shared),
