@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -176,6 +177,46 @@ TEST_F(AgentTest, AnAgentServesItsNodesSeriesAsDcgmExporterWould) {
   if (problems) {
     EXPECT_EQ(*problems, "");
   }
+}
+
+// A simulated GPU reads what its workload does: a sleep leaves it idle, a busy loop keeps it
+// busy, and TESSERA_SIM_LOAD says how busy outright (so an idle demo raises no alert).
+TEST_F(AgentTest, ASimulatedGpuReadsWhatItsWorkloadDoes) {
+  const int port = testing::FreeTcpPort();
+  Join("gpu-01", "H100-80GB:3", "exclusive",
+       {"--metrics-listen", fmt::format("127.0.0.1:{}", port)});
+  httplib::Client agent(fmt::format("http://127.0.0.1:{}", port));
+  const std::string idle = Create(H100(1, "on_demand"), "sleep 60");
+  const std::string busy = Create(H100(1, "on_demand"), "while :; do :; done");
+  json told = H100(1, "on_demand");
+  told["env"] = {{"TESSERA_SIM_LOAD", "40"}};
+  const std::string loaded = Create(told, "sleep 60");
+  std::map<std::string, int> gpu;
+  for (const std::string& id : {idle, busy, loaded}) {
+    ASSERT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+    gpu[id] = Instance(id)["gpus"][0].value("index", -1);
+  }
+  // The GPU's utilization and framebuffer in use, from the agent's exposition.
+  auto reading = [&](const std::string& text, const std::string& series, const std::string& id) {
+    const std::regex line(series + "\\{gpu=\"" + std::to_string(gpu[id]) +
+                          "\"[^}]*\\} ([0-9.e+-]+)");
+    std::smatch m;
+    return std::regex_search(text, m, line) ? std::stod(m[1]) : -1.0;
+  };
+  std::string text;
+  const bool settled = WaitFor(
+      [&] {
+        auto r = agent.Get("/metrics");
+        text = r && r->status == 200 ? r->body : "";
+        const double a = reading(text, "DCGM_FI_DEV_GPU_UTIL", idle);
+        const double b = reading(text, "DCGM_FI_DEV_GPU_UTIL", busy);
+        const double c = reading(text, "DCGM_FI_DEV_GPU_UTIL", loaded);
+        return a >= 0 && a <= 5 && b >= 25 && c >= 35 && c <= 45;  // b: a busy core, shared.
+      },
+      30s, 250ms);
+  EXPECT_TRUE(settled) << text;
+  EXPECT_LT(reading(text, "DCGM_FI_DEV_FB_USED", idle), 1024) << "an idle GPU holds little memory";
+  EXPECT_GT(reading(text, "DCGM_FI_DEV_FB_USED", busy), 15 * 1024);
 }
 
 TEST_F(AgentTest, AGangMeetsAtThePortRankZerosAgentReservedAndNoRankStartsBeforeIt) {

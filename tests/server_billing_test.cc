@@ -22,8 +22,11 @@ class ServerBillingTest : public ServerTest {
   }
 
   // Creates an on-demand H100 and waits for it to run.
+  // An instance that keeps its simulated GPU 60% busy (a noop would read idle).
   std::string RunOne(const std::string& token) {
-    auto r = Post("/v1/instances", token, H100(1, "on_demand"));
+    json body = H100(1, "on_demand");
+    body["env"] = {{"TESSERA_SIM_LOAD", "60"}};
+    auto r = Post("/v1/instances", token, body);
     EXPECT_EQ(r.status, 201) << r.raw;
     const std::string id = r.body.value("id", "");
     EXPECT_EQ(AwaitState(token, id, "running"), "running");

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/text.h"
 #include "server_test_util.h"
 #include "testing/http_server.h"
 #include "testing/smtp_sink.h"
@@ -299,7 +300,9 @@ TEST_F(TelemetryTest, TenantsSeeOnlyTheirOwnRulesAlertsAndMetrics) {
   Webhook hook;
   StartServer({"--sim-agents", "--alert-interval", "200ms"});  // Private receivers refused.
   const std::string acme = NewTenant("acme", 8), beta = NewTenant("beta", 8);
-  auto inst = Post("/v1/instances", acme, H100(1, "on_demand"));
+  json busy = H100(1, "on_demand");
+  busy["env"] = {{"TESSERA_SIM_LOAD", "90"}};  // Its GPU reads busy (an idle one reads 0%).
+  auto inst = Post("/v1/instances", acme, busy);
   ASSERT_EQ(inst.status, 201) << inst.raw;
   const std::string id = inst.body.value("id", "");
   const std::string acme_id = inst.body.value("tenant", "");
@@ -582,6 +585,45 @@ TEST_F(TelemetryTest, MetricsCarryDcgmSeriesThatPromtoolAccepts) {
   auto problems = testing::PromtoolProblems(text);
   if (!problems) GTEST_SKIP() << "promtool is not installed (scripts/bootstrap.sh installs it)";
   EXPECT_EQ(*problems, "");
+}
+
+// On a fleet-file node (its agent simulated in the server) a workload sees the GPU UUID that its
+// series, and so its alerts, carry.
+TEST_F(TelemetryTest, OnAFleetFileNodeTheWorkloadSeesTheUuidItsSeriesCarry) {
+  StartServer({"--sim-agents"});
+  const std::string acme = NewTenant("acme", 8);
+  auto made = Post("/v1/instances", acme,
+                   {{"billing", "on_demand"},
+                    {"instance_type", "gpu.1xh100"},
+                    {"command", "echo $CUDA_VISIBLE_DEVICES; exec sleep 60"}});
+  ASSERT_EQ(made.status, 201) << made.raw;
+  const std::string id = made.body.value("id", "");
+  ASSERT_EQ(AwaitState(acme, id, "running"), "running");
+  const std::string uuid = Get("/v1/instances/" + id, acme).body["gpus"][0].value("uuid", "");
+  ASSERT_EQ(uuid.rfind("GPU-", 0), 0u) << uuid;
+  std::string log;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        log = Call("GET", "/v1/instances/" + id + "/logs", acme).raw;
+        return !log.empty();
+      },
+      10s));
+  EXPECT_EQ(log, uuid + "\n");
+  std::string text, series;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        text = Metrics();
+        for (std::string_view line : Split(text, '\n')) {
+          if (line.rfind("DCGM_FI_DEV_GPU_UTIL{", 0) == 0 &&
+              line.find("tessera_instance=\"" + id + "\"") != std::string_view::npos) {
+            series = std::string(line);
+          }
+        }
+        return !series.empty();
+      },
+      20s))
+      << text;
+  EXPECT_NE(series.find("UUID=\"" + uuid + "\""), std::string::npos) << series;
 }
 
 // A real Prometheus scrapes the server with the admin token; the Grafana dashboard for

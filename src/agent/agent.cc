@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -596,6 +597,10 @@ void Agent::Apply(const json& desired) {
   }
   std::vector<MigLoad> mig_loads;
   std::vector<telemetry::Holder> holders;
+  const bool simulated = gpus_->SimulatesLoad();
+  const std::map<std::string, double> cpu =
+      simulated ? workloads_->CpuSeconds() : std::map<std::string, double>{};
+  const auto now = std::chrono::steady_clock::now();
   for (const json& w : list) {
     if (!w.is_object()) continue;
     const std::string id = w.value("id", "");
@@ -659,9 +664,11 @@ void Agent::Apply(const json& desired) {
           StartWithImage(k, std::move(spec), w);
         }
       }
+      k.sim_load = SimLoadOf(w);
       it = known_.emplace(key, std::move(k)).first;
     }
     Known& k = it->second;
+    if (simulated && !k.sim_load) UpdateActivity(k, cpu, key, now);
     // The server says how much of the log it holds: ship from there (again, after it restarted
     // or lost a report).
     k.log_next = w.value("log_offset", std::max<int64_t>(k.log_next, 0));
@@ -682,13 +689,16 @@ void Agent::Apply(const json& desired) {
     if (action == "run" && w.contains("gpu_load") && w["gpu_load"].is_array()) {
       for (const json& g : w["gpu_load"]) {
         if (!g.is_object()) continue;
-        load[g.value("index", 0)] += g.value("milli", 0);
+        // A real GPU reports its own use; a simulated one reads what the workload does with it.
+        const double busy = !simulated ? 1.0 : k.sim_load ? *k.sim_load : k.activity;
+        load[g.value("index", 0)] += static_cast<int>(std::lround(g.value("milli", 0) * busy));
         holders.push_back(telemetry::Holder{g.value("index", 0), id, w.value("tenant", ""),
                                             g.value("milli", 1000), g.value("mig_profile", ""),
                                             g.value("mig_start", 0), -1});
         if (g.contains("mig_profile")) {
           mig_loads.push_back(MigLoad{g.value("index", 0), g.value("mig_start", 0),
-                                      g.value("mig_profile", ""), 1000});
+                                      g.value("mig_profile", ""),
+                                      static_cast<int>(std::lround(1000 * busy))});
         }
       }
     }
@@ -735,6 +745,39 @@ void Agent::Apply(const json& desired) {
   gpus_->SetMigLoads(std::move(mig_loads));
   std::lock_guard lock(metrics_mu_);
   metrics_holders_ = std::move(holders);
+}
+
+// TESSERA_SIM_LOAD in a workload's environment: how busy it keeps a simulated GPU, 0-100 percent.
+// Unset, or not a number in range: nullopt (its CPU use decides).
+std::optional<double> Agent::SimLoadOf(const json& w) {
+  if (!w.contains("env") || !w["env"].is_object()) return std::nullopt;
+  const json& v = w["env"].value("TESSERA_SIM_LOAD", json());
+  if (!v.is_string()) return std::nullopt;
+  const std::string text = v.get<std::string>();
+  char* end = nullptr;
+  const double pct = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(pct >= 0 && pct <= 100)) return std::nullopt;
+  return pct / 100;
+}
+
+void Agent::UpdateActivity(Known& k, const std::map<std::string, double>& cpu,
+                           const std::string& key, std::chrono::steady_clock::time_point now) {
+  auto used = cpu.find(key);
+  if (k.noop || used == cpu.end()) {
+    k.activity = 0;  // Nothing runs: an idle GPU.
+    k.cpu_seconds = -1;
+    return;
+  }
+  if (k.cpu_seconds < 0) {
+    k.cpu_seconds = used->second;
+    k.cpu_at = now;
+    return;
+  }
+  const double wall = std::chrono::duration<double>(now - k.cpu_at).count();
+  if (wall < 1) return;  // Over a second at least, or the reading is noise.
+  k.activity = std::clamp((used->second - k.cpu_seconds) / wall, 0.0, 1.0);
+  k.cpu_seconds = used->second;
+  k.cpu_at = now;
 }
 
 Status Agent::PrepareMig(const std::string& instance, const json& w, WorkloadSpec& spec) {

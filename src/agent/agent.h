@@ -135,6 +135,12 @@ class Agent {
     // While its image is being pulled (noop until then): the pull, and what starts after it.
     std::shared_ptr<PullJob> pull;
     std::optional<WorkloadSpec> pending;
+    // On a simulated GPU, how busy it keeps its GPUs (0..1): TESSERA_SIM_LOAD (percent) from its
+    // environment when set, else its CPU use (one busy core: 1), measured over a second or more.
+    std::optional<double> sim_load;
+    double activity = 0;
+    double cpu_seconds = -1;
+    std::chrono::steady_clock::time_point cpu_at{};
   };
 
   Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
@@ -146,6 +152,10 @@ class Agent {
   // Applies a desired state: starts, stops, gives notice, forgets.
   void Apply(const nlohmann::json& desired);
   nlohmann::json Report(std::chrono::milliseconds wait);
+  static std::optional<double> SimLoadOf(const nlohmann::json& w);
+  // Moves k.activity to the workload's CPU use since the last reading (`cpu`: by workload key).
+  static void UpdateActivity(Known& k, const std::map<std::string, double>& cpu,
+                             const std::string& key, std::chrono::steady_clock::time_point now);
   // Workloads adopted from an earlier run of the agent, by key.
   void Adopt();
   // Starts a workload with an image: at once when the image is on the node (and the policy lets

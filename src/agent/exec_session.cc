@@ -11,11 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -75,18 +73,15 @@ void KillMarked(const std::string& id) {
   const std::string marker = Marker(id);
   for (int round = 0; round < 3; ++round) {  // Again, for what forked meanwhile.
     int killed = 0;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-      const std::string name = entry.path().filename();
-      if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-      const int pid = std::atoi(name.c_str());
+    shim::ForEachProcess([&](pid_t pid) {
       for (const std::string& v : EnvironOf(pid)) {
         if (v == marker) {
           killed += kill(pid, SIGKILL) == 0;
           break;
         }
       }
-    }
+      return true;
+    });
     if (killed == 0) return;
   }
 }

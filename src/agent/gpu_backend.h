@@ -81,6 +81,8 @@ class GpuBackend {
   // Every GPU's telemetry, and the XID events since the previous call. A GPU that stopped
   // answering is a sample marked `lost`, not an error.
   virtual Result<Telemetry> Sample() = 0;
+  // True when the readings follow SetLoad (a simulated GPU); false when the GPU reports its own.
+  virtual bool SimulatesLoad() const { return false; }
   // What the workloads on `gpu` use, in milli-GPU (0..1000), so a simulated GPU's utilization
   // follows its load; the NVML backend ignores it, as the real GPU reports its own.
   virtual void SetLoad(int /*gpu*/, int /*milli*/) {}

@@ -103,13 +103,18 @@ Result<std::unique_ptr<SimBackend>> SimBackend::Create(const catalog::Catalog& c
   if (host.mig_gpus > 0 && !model->mig) {
     return Status::InvalidArgument(where + ": " + model->id + " has no MIG mode");
   }
+  if (!host.gpu_uuids.empty() && host.gpu_uuids.size() != static_cast<size_t>(count)) {
+    return Status::InvalidArgument(where + ": " + std::to_string(host.gpu_uuids.size()) +
+                                   " GPU UUIDs given for " + std::to_string(count) + " GPUs");
+  }
   if (host.cpu_milli == 0) host.cpu_milli = kDefaultCpuMilliPerGpu * count;
   if (host.memory_mib == 0) host.memory_mib = kDefaultMemoryMibPerGpu * count;
   std::vector<SimGpu> sim(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) {
     GpuInfo& g = sim[static_cast<size_t>(i)].info;
     g.index = i;
-    g.uuid = SimGpuUuid(node_name, i);
+    g.uuid =
+        host.gpu_uuids.empty() ? SimGpuUuid(node_name, i) : host.gpu_uuids[static_cast<size_t>(i)];
     g.name = "Simulated " + model->id;
     g.model = model->id;
     g.memory_mib = model->memory_mib;

@@ -26,6 +26,9 @@ struct SimHost {
   int64_t cpu_milli = 0;   // Default: 24 vCPUs per GPU.
   int64_t memory_mib = 0;  // Default: 256 GiB per GPU.
   int mig_gpus = 0;        // The first this many GPUs are in MIG mode (a model with MIG).
+  // The GPUs' UUIDs by index; empty: SimGpuUuid's. The server's own agents for a fleet file's
+  // nodes report the UUIDs the server gives those GPUs, so a workload sees what its series say.
+  std::vector<std::string> gpu_uuids = {};
 };
 
 class SimBackend final : public GpuBackend {
@@ -49,6 +52,7 @@ class SimBackend final : public GpuBackend {
   // Telemetry from each GPU's load and faults; the XIDs injected since the previous Sample.
   Result<Telemetry> Sample() override;
   // Load in milli-GPU, clamped to 0..1000; an unknown `gpu` is ignored.
+  bool SimulatesLoad() const override { return true; }
   void SetLoad(int gpu, int milli) override;
   // MIG instances of a profile the model lacks, or on a GPU not in MIG mode, are ignored.
   void SetMigLoads(std::vector<MigLoad> loads) override;

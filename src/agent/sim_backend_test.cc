@@ -100,6 +100,20 @@ TEST(SimBackendTest, UuidsFollowTheNodeNotTheSeed) {
   EXPECT_EQ(SimGpuUuid("node-a", 1), a->ReadInventory()->gpus[1].uuid);
 }
 
+// The server's agents for a fleet file's nodes give the UUIDs the server gave those GPUs.
+TEST(SimBackendTest, GivenUuidsAreReportedAndMustCoverEveryGpu) {
+  SimHost host;
+  host.gpu_uuids = {"GPU-00000000-0000-5000-8000-000000000001",
+                    "GPU-00000000-0000-5000-8000-000000000002"};
+  auto b = Make("H100-80GB:2", "node-a", 7, host);
+  EXPECT_EQ(b->ReadInventory()->gpus[1].uuid, host.gpu_uuids[1]);
+  host.gpu_uuids.pop_back();
+  auto short_list =
+      SimBackend::Create(catalog::EmbeddedCatalogForTest(), "H100-80GB:2", "node-a", 7, host);
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_THAT(short_list.status().message(), HasSubstr("1 GPU UUIDs given for 2 GPUs"));
+}
+
 TEST(SimBackendTest, AnIdleGpu) {
   auto b = Make("H100-80GB:1");
   GpuSample s = SampleOf(*b).gpus.at(0);

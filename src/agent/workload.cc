@@ -19,10 +19,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
 
+#include "agent/container_exec.h"
 #include "agent/volumes.h"
 #include "agent/workload_cgroup.h"
 #include "agent/workload_files.h"
@@ -786,6 +788,36 @@ Result<WorkloadSupervisor::Entry*> WorkloadSupervisor::Find(const std::string& i
     return Status::NotFound(fmt::format("workload {}: no such workload", Quote(id)));
   }
   return it->second.get();
+}
+
+std::map<std::string, double> WorkloadSupervisor::CpuSeconds() {
+  std::map<pid_t, std::string> by_session;
+  for (const auto& [id, e] : entries_) {  // As the last Poll left them.
+    if (e->status.phase != WorkloadPhase::kRunning || !e->pids_known) continue;
+    pid_t leader = e->pids.pid;  // Its own session (the shim's setsid).
+    if (!e->container.empty()) {
+      // The container's processes are not podman's children: its init's session.
+      const std::string text =
+          ReadSmallFile(ControlFilesIn(e->control + "/container").pid_file).value_or("");
+      shim::ProcStat st;
+      const long pid = std::strtol(text.c_str(), nullptr, 10);
+      if (pid <= 1 || !shim::ReadProcStat(static_cast<pid_t>(pid), &st)) continue;
+      leader = st.session;
+    }
+    by_session[leader] = id;
+  }
+  std::map<std::string, double> out;
+  if (by_session.empty()) return out;
+  const double tick = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  shim::ForEachProcess([&](pid_t pid) {
+    shim::ProcStat st;
+    if (!shim::ReadProcStat(pid, &st)) return true;
+    if (auto it = by_session.find(st.session); it != by_session.end()) {
+      out[it->second] += static_cast<double>(st.cpu_ticks) * tick;
+    }
+    return true;
+  });
+  return out;
 }
 
 Result<ExecTarget> WorkloadSupervisor::ExecTargetOf(const std::string& id) {

@@ -173,6 +173,10 @@ class WorkloadSupervisor {
   // than what is kept starts at the oldest kept byte; one past the end returns "" at the end.
   Result<std::string> ReadLog(const std::string& id, int64_t offset, size_t max_bytes,
                               int64_t* next);
+  // CPU seconds each running workload's processes have used (its session's: a bare workload's,
+  // or its container's), those alive and the children they reaped; one walk of /proc. Only what
+  // a simulated GPU's load follows (Agent::Apply), so it is not read on real nodes.
+  std::map<std::string, double> CpuSeconds();
   // Where and as whom a command runs inside workload `id` (an exec session). NotFound for an
   // unknown id; FailedPrecondition unless it runs.
   Result<ExecTarget> ExecTargetOf(const std::string& id);
@@ -217,8 +221,9 @@ class WorkloadSupervisor {
   // After `e` ended: when no other running workload has its uid, every process left of that uid
   // (one that left the process group, say) is killed.
   void ReleaseUid(const Entry& e);
-  // Fills `plan` to run spec's image as a container (`podman run` in the shim's place).
+  // The host-wide name of workload `id`'s container: "tessera-<id>-<this agent>".
   std::string ContainerNameOf(const std::string& id) const;
+  // Fills `plan` to run spec's image as a container (`podman run` in the shim's place).
   Status PlanContainer(const WorkloadSpec& spec, int64_t uid, const std::string& dir,
                        const std::string& control,
                        const std::vector<std::pair<int, int>>& endpoints, shim::ShimPlan& plan);

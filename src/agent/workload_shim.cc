@@ -5,6 +5,7 @@
 // Thread-safety: the shim has one thread; LaunchShim may be called from any one agent thread.
 #include "agent/workload_shim.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
@@ -20,6 +21,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -646,16 +648,34 @@ bool ReadProcStat(pid_t pid, ProcStat* out) {
   if (p == nullptr || p[0] != ' ') return false;
   ++p;
   out->state = *p;
-  // From field 3 (the state) to field 22 (the start time): 19 more fields.
-  for (int field = 3; field < 22; ++field) {
+  out->cpu_ticks = 0;
+  // From field 3 (the state) to field 22 (the start time).
+  for (int field = 4; field <= 22; ++field) {
     while (*p != '\0' && *p != ' ') ++p;
     if (*p == '\0') return false;
     ++p;
+    const bool cpu = field >= 14 && field <= 17;
+    if (field != 6 && !cpu && field != 22) continue;
+    int64_t v = 0;
+    if (!ParseInt(&p, &v)) return false;
+    if (field == 6) out->session = static_cast<pid_t>(v);
+    if (cpu && v > 0) out->cpu_ticks += static_cast<uint64_t>(v);
+    if (field == 22) out->start_time = static_cast<uint64_t>(v);
   }
-  int64_t start = 0;
-  if (!ParseInt(&p, &start)) return false;
-  out->start_time = static_cast<uint64_t>(start);
   return true;
+}
+
+void ForEachProcess(const std::function<bool(pid_t)>& visit) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char* end = nullptr;
+    const long pid = strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    if (!visit(static_cast<pid_t>(pid))) break;
+  }
+  closedir(d);
 }
 
 bool ProcAlive(pid_t pid, uint64_t start_time) {

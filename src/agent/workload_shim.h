@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -92,10 +93,16 @@ Result<ShimPids> LaunchShim(const ShimPlan& plan);
 
 // What /proc/<pid>/stat says of a process. Async-signal-safe.
 struct ProcStat {
-  char state = 0;           // R, S, D, Z (zombie), X (dead), ...
+  char state = 0;     // R, S, D, Z (zombie), X (dead), ...
+  pid_t session = 0;  // Field 6.
+  // Fields 14-17, in clock ticks: its own CPU time and that of the children it has reaped.
+  uint64_t cpu_ticks = 0;
   uint64_t start_time = 0;  // Field 22: clock ticks after boot; guards against pid reuse.
 };
 bool ReadProcStat(pid_t pid, ProcStat* out);
+
+// Calls visit(pid) for each process /proc lists, until it returns false. Not async-signal-safe.
+void ForEachProcess(const std::function<bool(pid_t)>& visit);
 
 // True when `pid` is a live (not zombie) process that started at `start_time`.
 bool ProcAlive(pid_t pid, uint64_t start_time);

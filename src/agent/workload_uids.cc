@@ -2,7 +2,6 @@
 // multithreaded agent, so between fork and exec or _exit they make system calls only.
 #include "agent/workload_uids.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
@@ -20,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/workload_shim.h"
 #include "common/text.h"
 
 namespace tessera::agent {
@@ -149,12 +149,9 @@ void UnclaimUid(uid_t uid, const std::string& owner, const std::string& claims_d
 }
 
 bool UidHasProcesses(uid_t uid) {
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return false;
   bool found = false;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/status");
+  shim::ForEachProcess([&](pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/status", pid));
     std::string line;
     bool zombie = false;
     while (std::getline(in, line)) {
@@ -166,9 +163,8 @@ bool UidHasProcesses(uid_t uid) {
       if (!zombie && (real == uid || effective == uid)) found = true;
       break;
     }
-    if (found) break;
-  }
-  closedir(d);
+    return !found;
+  });
   return found;
 }
 

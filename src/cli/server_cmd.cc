@@ -309,9 +309,12 @@ Status StartSimAgents(InProcessAgents& agents, core::Core& core, api::ApiServer&
       while (mig < n.gpus && n.gpu_modes[static_cast<size_t>(mig)] == catalog::SharingMode::kMig) {
         ++mig;
       }
+      // The UUIDs the server gives a fleet file's GPUs: what its workloads are told they hold.
+      std::vector<std::string> uuids;
+      for (int g = 0; g < n.gpus; ++g) uuids.push_back(core::GpuUuid(n.name, g));
       TESSERA_ASSIGN_OR_RETURN(
           gpus, agent::SimBackend::Create(catalog, fmt::format("{}:{}", n.gpu_model, n.gpus),
-                                          n.name, 42, {n.cpu_milli, n.memory_mib, mig}));
+                                          n.name, 42, {n.cpu_milli, n.memory_mib, mig, uuids}));
     } else {
       gpus = std::make_unique<NoGpus>(n.cpu_milli, n.memory_mib);
     }
@@ -388,6 +391,8 @@ class DemoLoad {
       g.member.billing = core::Billing::kOnDemand;
       g.member.instance_type = "gpu.1xh100";
       g.member.command = "sleep 86400";
+      // A sleep leaves a simulated GPU idle; a replica serving the day's load keeps it busy.
+      g.member.env["TESSERA_SIM_LOAD"].value = "65";
       g.size = 1;
       g.min_available = 1;
       g.placement = core::Placement::kSpread;

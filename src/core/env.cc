@@ -32,6 +32,9 @@ std::string_view Reserved(std::string_view name) {
       "WORLD_SIZE",           "RANK",
       "LOCAL_RANK",           "LOCAL_WORLD_SIZE"};
   static constexpr std::array<std::string_view, 3> kPrefixes = {"CUDA_MPS_", "TESSERA_", "PET_"};
+  // The one of Tessera's a workload sets itself: how busy it keeps a simulated GPU
+  // (docs/agent-backends.md).
+  if (name == "TESSERA_SIM_LOAD") return "";
   if (std::find(kExact.begin(), kExact.end(), name) != kExact.end()) return "Tessera sets it";
   for (std::string_view p : kPrefixes) {
     if (name.starts_with(p)) return "Tessera sets the variables that start so";
