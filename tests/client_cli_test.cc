@@ -57,6 +57,9 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
   const std::string share = json::parse(custom.out)["id"];
   auto both = Cli({"instances", "list"}, token);
   EXPECT_TRUE(std::regex_search(both.out, std::regex(share + " .* 0\\.25 "))) << both.out;
+  // The shape as people say it, not "L40S-48GB 250m".
+  EXPECT_TRUE(std::regex_search(both.out, std::regex(share + " .* 0\\.25 x L40S-48GB ")))
+      << both.out;
   EXPECT_EQ(both.out.find("TENANT"), std::string::npos) << "a tenant sees only its own";
   // The admin's listing names each instance's tenant.
   auto admin = Cli({"instances", "list"}, kAdminToken);
@@ -234,6 +237,82 @@ TEST_F(ClientCliTest, AlertRuleDurationsReadAsPeopleWriteThemAndABudgetIsDeleted
   auto empty = Cli({"invoices", "show", "2020-01"}, token);
   EXPECT_EQ(empty.exit_code, 0) << empty.err;
   EXPECT_EQ(empty.out, "nothing was billed in 2020-01 (total 0.000000 USD)\n");
+}
+
+// A running group's autoscale is set, shown, refused where its elastic range cannot hold it, and
+// removed, from the CLI.
+TEST_F(ClientCliTest, GroupsAutoscaleSetsChangesAndRemovesIt) {
+  const std::string token = NewTenant("acme", 4);
+  auto made = Cli({"groups", "create", "--type", "gpu.1xh100", "--size", "1", "--elastic", "1:2",
+                   "--name", "serve", "-o", "json"},
+                  token);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string id = json::parse(made.out)["id"];
+  auto set = Cli({"groups", "autoscale", id, "--min", "1", "--max", "2", "--metric", "pending",
+                  "--target", "5", "--scale-down-window", "90s", "--schedule", "0 8 * * 1-5=2"},
+                 token);
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_NE(set.out.find("autoscale: pending target 5 within [1, 2], scale-down window 90 s"),
+            std::string::npos)
+      << set.out;
+  const json got = json::parse(Cli({"groups", "get", id, "-o", "json"}, token).out);
+  EXPECT_EQ(got["autoscale"]["scale_down_stabilization_seconds"], 90) << got.dump();
+  EXPECT_EQ(got["autoscale"]["schedule"][0]["cron"], "0 8 * * 1-5") << got.dump();
+  EXPECT_EQ(got["autoscale"]["schedule"][0]["min"], 2) << got.dump();
+
+  auto wider =
+      Cli({"groups", "autoscale", id, "--min", "1", "--max", "4", "--target", "50"}, token);
+  EXPECT_EQ(wider.exit_code, 1);
+  EXPECT_NE(wider.err.find("outside the group's elastic [min, max] = [1, 2]"), std::string::npos)
+      << wider.err;
+  auto no_target = Cli({"groups", "autoscale", id, "--min", "1", "--max", "2"}, token);
+  EXPECT_EQ(no_target.exit_code, 2);
+  EXPECT_NE(no_target.err.find("--target: is required"), std::string::npos) << no_target.err;
+  auto bad_schedule = Cli({"groups", "autoscale", id, "--min", "1", "--max", "2", "--target", "5",
+                           "--schedule", "0 8 * * *"},
+                          token);
+  EXPECT_EQ(bad_schedule.exit_code, 2);
+  EXPECT_NE(bad_schedule.err.find("is not 'CRON=MIN'"), std::string::npos) << bad_schedule.err;
+  auto bad_cron = Cli({"groups", "autoscale", id, "--min", "1", "--max", "2", "--target", "5",
+                       "--schedule", "0 25 * * *=1"},
+                      token);
+  EXPECT_EQ(bad_cron.exit_code, 1);
+  EXPECT_NE(bad_cron.err.find("autoscale.schedule[0].cron"), std::string::npos) << bad_cron.err;
+
+  auto off = Cli({"groups", "autoscale", id, "--off", "-o", "json"}, token);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_FALSE(json::parse(off.out).contains("autoscale")) << off.out;
+  EXPECT_EQ(json::parse(off.out)["size"], 1);
+  // The API says what a PATCH without a field lacks.
+  auto nothing = Patch("/v1/groups/" + id, token, json::object());
+  EXPECT_EQ(nothing.status, 400);
+  EXPECT_NE(nothing.body.dump().find("give a size, an autoscale, or both"), std::string::npos)
+      << nothing.body.dump();
+}
+
+// `tessera reports cost`: the admin's report names tenants and shows the idle GPUs; a tenant's
+// has its own lines only.
+TEST_F(ClientCliTest, TheCostReportNamesTenantsAndTheAdminSeesIdleGpus) {
+  const std::string token = NewTenant("acme", 4);
+  const std::string id = Post("/v1/instances", token, H100(1, "on_demand")).body.value("id", "");
+  ASSERT_EQ(AwaitState(token, id, "running"), "running");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto admin = Cli({"reports", "cost"}, kAdminToken);
+  ASSERT_EQ(admin.exit_code, 0) << admin.err;
+  EXPECT_EQ(admin.out.rfind("cost report from ", 0), 0u) << admin.out;
+  EXPECT_TRUE(std::regex_search(admin.out, std::regex("\nacme +[0-9.]+ +[0-9.]+ "))) << admin.out;
+  EXPECT_TRUE(std::regex_search(admin.out, std::regex("\ncustom:H100-80GB +[0-9.]+ ")))
+      << admin.out;
+  EXPECT_NE(admin.out.find("idle capacity"), std::string::npos) << admin.out;
+  EXPECT_TRUE(std::regex_search(admin.out, std::regex("\nH100-80GB +[0-9.]+ "))) << admin.out;
+  auto own = Cli({"reports", "cost", "-o", "json"}, token);
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  const json report = json::parse(own.out);
+  ASSERT_EQ(report["tenants"].size(), 1u) << own.out;
+  EXPECT_FALSE(report.contains("idle")) << "a tenant does not see the fleet's idle capacity";
+  auto bad = Cli({"reports", "cost", "--from", "yesterday"}, token);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("from"), std::string::npos) << bad.err;
 }
 
 TEST_F(ClientCliTest, NodesListDrainUndrain) {

@@ -35,6 +35,32 @@ TEST_F(ServerSchedTest, WorkThatDoesNotFitWaitsAndRunsWhenCapacityFrees) {
   EXPECT_EQ(AwaitState(t, c, "running"), "running");
 }
 
+// On an openb node list every GPU is in shared mode, and whole-GPU work runs on a GPU that holds
+// no share, as in openb's cluster and in `tessera sim`: the server and the simulator agree.
+TEST_F(ServerSchedTest, OnAnOpenbNodeListWholeGpusRunOnIdleSharedGpus) {
+  server_.reset();
+  std::filesystem::remove_all(dir_.File("data"));
+  const std::string nodes =
+      dir_.Write("nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nt4-01,64000,262144,2,T4\n");
+  StartServer({"--sim-agents", "--fleet", nodes}, /*with_fleet=*/false);
+  const std::string t = NewTenant("acme", 16);
+  const std::string whole = Create(t, {{"billing", "on_demand"}, {"instance_type", "gpu.1xt4"}});
+  EXPECT_EQ(AwaitState(t, whole, "running"), "running");
+  const std::string share = Create(t, {{"billing", "on_demand"},
+                                       {"gpu_model", "T4-16GB"},
+                                       {"milli_gpu", 500},
+                                       {"gpu_memory_mib", 4096},
+                                       {"vcpus", 2},
+                                       {"memory_mib", 4096}});
+  EXPECT_EQ(AwaitState(t, share, "running"), "running");
+  const json a = Get("/v1/instances/" + whole, t).body, b = Get("/v1/instances/" + share, t).body;
+  EXPECT_NE(a["gpus"][0].value("index", -1), b["gpus"][0].value("index", -1))
+      << "a whole GPU is never shared: " << a.dump() << b.dump();
+  // Both GPUs hold work now, one a share: another whole GPU waits.
+  const std::string more = Create(t, {{"billing", "on_demand"}, {"instance_type", "gpu.1xt4"}});
+  EXPECT_EQ(StateOf(t, more), "pending");
+}
+
 TEST_F(ServerSchedTest, ALargeRequestDoesNotBlockSmallerOnes) {
   const std::string t = NewTenant("acme", 16);
   const std::string one = Create(t, H100(1, "on_demand"));
@@ -87,7 +113,9 @@ TEST_F(ServerSchedTest, OnDemandPreemptsSpotWhichRestartsUnlessToldNot) {
   EXPECT_EQ(State(r2), "preempted");
   EXPECT_EQ(r2.body["restarts"], 0);
   EXPECT_TRUE(r2.body.contains("preempted_at"));
-  EXPECT_EQ(r2.body["gpus"].size(), 0u) << "a preempted instance holds nothing";
+  // It holds nothing (the on-demand instance runs on its GPU) and still says where it ran.
+  EXPECT_EQ(r2.body["gpus"].size(), 1u) << r2.raw;
+  EXPECT_EQ(r2.body["node"], od.body["node"]) << r2.raw;
 }
 
 TEST_F(ServerSchedTest, PreemptionEvictsTheFewestVictims) {

@@ -19,13 +19,21 @@ Result<core::GroupRequest> ParseCreateGroup(const json& body) {
   return r;
 }
 
-// PATCH /v1/groups/{id}: {size}.
-Result<int> ParseScale(const json& body) {
+// PATCH /v1/groups/{id}: {size?, autoscale?}, at least one; `"autoscale": null` removes it.
+Result<core::GroupPatch> ParsePatch(const json& body) {
   JsonFields f(body, "body");
-  f.RejectUnknown({"size"});
-  const int size = static_cast<int>(f.Int("size", 1, core::kMaxGroupSize));
+  f.RejectUnknown({"size", "autoscale"});
+  core::GroupPatch p;
+  if (body.contains("size")) p.size = static_cast<int>(f.Int("size", 1, core::kMaxGroupSize));
+  if (body.contains("autoscale")) {
+    p.autoscale.emplace();  // null: removed.
+    if (!body["autoscale"].is_null()) *p.autoscale = core::ReadAutoscale(f, body);
+  }
+  if (f.ok() && !p.size && !p.autoscale) {
+    f.Fail("size", "is missing (give a size, an autoscale, or both)");
+  }
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
-  return size;
+  return p;
 }
 
 // PUT /v1/groups/{id}/backlog: {pending}.
@@ -93,12 +101,13 @@ void AddGroupRoutes(Api& table) {
             });
   table.Add("PATCH", "/v1/groups/{id}", Access::kAnyToken, BodyKind::kJson, true,
             [](Api& api, std::shared_ptr<Call> call) {
-              Result<int> size =
-                  call->body_status.ok() ? ParseScale(call->body) : Result<int>(call->body_status);
+              Result<core::GroupPatch> patch = call->body_status.ok()
+                                                   ? ParsePatch(call->body)
+                                                   : Result<core::GroupPatch>(call->body_status);
               api.Run<json>(
-                  call, size.status(),
-                  {[call, size](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                     return s.ScaleGroup(caller, call->params[0], *size, b);
+                  call, patch.status(),
+                  {[call, patch](core::State& s, store::Batch& b, const core::Tenant& caller) {
+                     return s.PatchGroup(caller, call->params[0], *patch, b);
                    },
                    200, Passthrough, GroupId});
             });

@@ -59,12 +59,15 @@ void PrintInstances(const json& list, const std::map<std::string, std::string>& 
   Table t(head);
   for (const auto& i : list) {
     const json& s = i["shape"];
+    // As people say it: 2 x H100-80GB, 3g.40gb of A100-80GB, 0.5 x L40S-48GB.
     std::string shape = s.value("instance_type", "");
     if (shape.empty()) {
-      shape = s.value("gpu_model", "") + " " +
-              (s.contains("gpus")          ? fmt::format("x{}", s["gpus"].get<int>())
-               : s.contains("mig_profile") ? s["mig_profile"].get<std::string>()
-                                           : fmt::format("{}m", s.value("milli_gpu", 0)));
+      const std::string model = s.value("gpu_model", "");
+      shape = s.contains("mig_profile") ? fmt::format("{} of {}", Str(s, "mig_profile"), model)
+              : s.contains("milli_gpu")
+                  ? fmt::format("{:g} x {}", s.value("milli_gpu", 0) / 1000.0, model)
+                  : fmt::format("{} x {}", s.value("gpus", 0), model);
+      if (model.empty()) shape = "CPU only";
     }
     std::vector<std::string> row = {Str(i, "id"),
                                     Str(i, "name"),
@@ -998,6 +1001,56 @@ void PrintBudgets(const json& list) {
   t.Print(std::cout);
 }
 
+// GET /v1/reports/cost as tables: per tenant (by name, for the admin), per instance type with the
+// reservation that would have paid, and the admin's idle capacity per GPU model.
+void PrintCostReport(const json& r, const std::map<std::string, std::string>& names) {
+  std::cout << fmt::format(
+      "cost report from {} to {}{}\n", Str(r, "from"), Str(r, "to"),
+      r.value("clamped_start", false) ? " (from the fleet's first start)" : "");
+  auto util = [](const json& row) {
+    const json& v = row.value("mean_gpu_util_percent", json());
+    return v.is_number() ? fmt::format("{:.1f}%", v.get<double>()) : std::string("-");
+  };
+  const json tenants = r.value("tenants", json::array()),
+             types = r.value("instance_types", json::array());
+  if (tenants.empty()) {
+    std::cout << "nothing was billed in this period\n";
+  } else {
+    std::cout << "\nby tenant\n";
+    Table t({"TENANT", "GPU-HOURS", "COST (USD)", "MEAN UTIL", "USD/UTILIZED GPU-H",
+             "SPOT WOULD SAVE"});
+    for (const json& row : tenants) {
+      const std::string id = Str(row, "tenant");
+      auto name = names.find(id);
+      t.AddRow({name != names.end() && !name->second.empty() ? name->second : id,
+                Str(row, "gpu_hours"), Str(row, "cost_usd"), util(row),
+                Str(row, "cost_per_utilized_gpu_hour_usd"), Str(row, "spot_would_save_usd")});
+    }
+    t.Print(std::cout);
+    std::cout << "\nby instance type\n";
+    Table k({"TYPE", "GPU-HOURS", "COST (USD)", "MEAN UTIL", "USD/UTILIZED GPU-H",
+             "SPOT WOULD SAVE", "1Y RESERVATION"});
+    for (const json& row : types) {
+      const json& resv = row.value("reservation_1y", json());
+      k.AddRow({Str(row, "instance_type"), Str(row, "gpu_hours"), Str(row, "cost_usd"), util(row),
+                Str(row, "cost_per_utilized_gpu_hour_usd"), Str(row, "spot_would_save_usd"),
+                resv.is_object() ? fmt::format("{} units: {} USD, saves {}", resv.value("units", 0),
+                                               Str(resv, "cost_usd"), Str(resv, "saves_usd"))
+                                 : "-"});
+    }
+    k.Print(std::cout);
+  }
+  if (r.contains("idle")) {
+    std::cout << "\nidle capacity\n";
+    Table i({"GPU MODEL", "GPUS", "IDLE GPU-HOURS", "IDLE COST (USD)"});
+    for (const json& row : r["idle"]) {
+      i.AddRow({Str(row, "gpu_model"), Gpus(row.value("gpus", json())), Str(row, "idle_gpu_hours"),
+                Str(row, "idle_cost_usd")});
+    }
+    i.Print(std::cout);
+  }
+}
+
 void RegisterBilling(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   struct UsageFlags {
@@ -1017,6 +1070,29 @@ void RegisterBilling(CLI::App& app, Context& ctx) {
     if (!u->to.empty()) path += "&to=" + Encode(u->to);
     if (!u->tenant.empty()) path += "&tenant=" + Encode(u->tenant);
     ctx.exit_code = ShowReport(*f, path);
+  });
+
+  auto period = std::make_shared<UsageFlags>();
+  CLI::App* reports = app.add_subcommand("reports", "Reports over a period (docs/billing.md)");
+  reports->require_subcommand(1);
+  CLI::App* cost = reports->add_subcommand(
+      "cost",
+      "Cost, utilization and savings per tenant and instance type (the admin's: idle GPUs)");
+  AddCommon(cost, *f);
+  cost->add_option("--from", period->from, "YYYY-MM-DD or RFC 3339 (default: this month's start)");
+  cost->add_option("--to", period->to, "YYYY-MM-DD or RFC 3339, excluded (default: now)");
+  cost->callback([f, period, &ctx] {
+    std::string path = "/v1/reports/cost";
+    std::string sep = "?";
+    for (const auto& [key, value] : {std::pair{"from", period->from}, {"to", period->to}}) {
+      if (value.empty()) continue;
+      path += sep + key + "=" + Encode(value);
+      sep = "&";
+    }
+    const auto answer = Call(*f, "GET", path);
+    const auto names = answer && f->output == "table" ? TenantNamesForAdmin(*f)
+                                                      : std::map<std::string, std::string>{};
+    ctx.exit_code = Show(*f, answer, [&names](const json& j) { PrintCostReport(j, names); });
   });
 
   CLI::App* invoices = app.add_subcommand("invoices", "Monthly invoices");
@@ -1180,6 +1256,15 @@ void PrintGroups(const json& list) {
 
 void PrintMembers(const json& g) {
   PrintGroups(json::array({g}));
+  if (const json a = g.value("autoscale", json()); a.is_object()) {
+    const json st = g.value("autoscale_status", json::object());
+    std::cout << fmt::format("autoscale: {} target {} within [{}, {}], scale-down window {} s",
+                             Str(a, "metric"), a.value("target", 0.0), a.value("min", 0),
+                             a.value("max", 0), a.value("scale_down_stabilization_seconds", 0));
+    if (st.contains("value")) std::cout << fmt::format("; now {:.4g}", st.value("value", 0.0));
+    if (st.contains("last_decision")) std::cout << "; last: " << Str(st, "last_decision");
+    std::cout << "\n";
+  }
   Table t({"RANK", "INSTANCE", "STATE", "NODE"});
   for (const json& m : g["members"]) {
     t.AddRow(
@@ -1263,6 +1348,79 @@ void RegisterGroups(CLI::App& app, Context& ctx) {
   scale->add_option("SIZE", *size, "The new size")->required();
   scale->callback([f, id, size, &ctx] {
     json body = {{"size", *size}};
+    ctx.exit_code = Show(*f, Call(*f, "PATCH", "/v1/groups/" + Encode(*id), &body), PrintMembers);
+  });
+  struct AutoscaleFlags {
+    int min = 0, max = 0;
+    std::string metric = "gpu_util", window = "5m";
+    double target = 0;
+    std::vector<std::string> schedule;
+    bool off = false;
+  };
+  auto as = std::make_shared<AutoscaleFlags>();
+  CLI::App* autoscale = groups->add_subcommand(
+      "autoscale",
+      "Set, change or (--off) remove a group's autoscale; the autoscaler sets its size");
+  AddCommon(autoscale, *f);
+  autoscale->add_option("ID", *id, "The group's id")->required();
+  autoscale->add_option("--min", as->min, "Fewest members")->check(CLI::PositiveNumber);
+  autoscale->add_option("--max", as->max, "Most members")->check(CLI::PositiveNumber);
+  autoscale
+      ->add_option("--metric", as->metric,
+                   "gpu_util or fb_used (mean % over the members' GPUs), pending (backlog per "
+                   "member) or rps (service requests per second per member)")
+      ->check(CLI::IsMember({"gpu_util", "fb_used", "pending", "rps"}));
+  autoscale->add_option("--target", as->target, "The metric's target per member (e.g. 70)");
+  autoscale->add_option("--scale-down-window", as->window,
+                        "Scale down only to the highest size wanted over this window (e.g. 5m)");
+  autoscale->add_option("--schedule", as->schedule,
+                        "'CRON=MIN': a floor of MIN members from each time CRON fires (e.g. "
+                        "'0 8 * * 1-5=4'); repeat for more");
+  autoscale->add_flag("--off", as->off, "Remove the autoscale; the group keeps its size");
+  autoscale->callback([f, id, as, &ctx] {
+    json body;
+    if (as->off) {
+      if (as->min || as->max || as->target != 0 || !as->schedule.empty()) {
+        std::cerr << "--off: takes no other autoscale flag\n";
+        ctx.exit_code = kExitUsage;
+        return;
+      }
+      body = {{"autoscale", nullptr}};
+    } else {
+      auto window = WholeSeconds(as->window, "--scale-down-window");
+      std::string missing = !as->min          ? "--min"
+                            : !as->max        ? "--max"
+                            : as->target == 0 ? "--target"
+                                              : "";
+      if (!window.ok() || !missing.empty()) {
+        std::cerr << (window.ok() ? missing + ": is required (or --off)"
+                                  : window.status().message())
+                  << "\n";
+        ctx.exit_code = kExitUsage;
+        return;
+      }
+      json schedule = json::array();
+      for (const std::string& e : as->schedule) {
+        const size_t eq = e.rfind('=');
+        int min = 0;
+        if (eq == std::string::npos ||
+            std::from_chars(e.data() + eq + 1, e.data() + e.size(), min).ptr !=
+                e.data() + e.size()) {
+          std::cerr << "--schedule: " << EscapeForTerminal(e)
+                    << " is not 'CRON=MIN' (e.g. '0 8 * * 1-5=4')\n";
+          ctx.exit_code = kExitUsage;
+          return;
+        }
+        schedule.push_back({{"cron", e.substr(0, eq)}, {"min", min}});
+      }
+      body = {{"autoscale",
+               {{"min", as->min},
+                {"max", as->max},
+                {"metric", as->metric},
+                {"target", as->target},
+                {"scale_down_stabilization_seconds", *window},
+                {"schedule", std::move(schedule)}}}};
+    }
     ctx.exit_code = Show(*f, Call(*f, "PATCH", "/v1/groups/" + Encode(*id), &body), PrintMembers);
   });
   CLI::App* del = groups->add_subcommand("delete", "Delete a group, stopping every member");

@@ -47,9 +47,8 @@ std::string_view AutoscaleMetricName(AutoscaleMetric m) {
   return "gpu_util";
 }
 
-namespace {
+namespace {}  // namespace
 
-// The `autoscale` object of a group request; errors name "autoscale.<field>".
 std::optional<Autoscale> ReadAutoscale(JsonFields& f, const nlohmann::json& body) {
   JsonFields a = f.Object("autoscale", false);
   if (a.absent()) return std::nullopt;
@@ -108,6 +107,8 @@ std::optional<Autoscale> ReadAutoscale(JsonFields& f, const nlohmann::json& body
   }
   return out;
 }
+
+namespace {
 
 // `elastic`: false, or {"min", "max"}; absent, an autoscaled group is elastic over its autoscale
 // range. Errors name "elastic.<field>", or "size" outside the range.

@@ -86,6 +86,15 @@ struct GroupRequest {
   std::optional<Service> service;
 };
 
+// PATCH /v1/groups/{id}: what changes. `autoscale` holds nullopt to remove the group's.
+struct GroupPatch {
+  std::optional<int> size;
+  std::optional<std::optional<Autoscale>> autoscale;
+};
+
+// The `autoscale` object of `body` (absent: none); errors name "autoscale.<field>".
+std::optional<Autoscale> ReadAutoscale(JsonFields& f, const nlohmann::json& body);
+
 // Reads a group request from `body`; errors name the field ("template.gpus", "size").
 // `form` kStored reads the store's form (the template's values sealed).
 Result<GroupRequest> ReadGroupRequest(JsonFields& f, const nlohmann::json& body,

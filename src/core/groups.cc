@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "common/text.h"
 #include "core/invariant.h"
@@ -533,12 +534,23 @@ void State::SaveGroup(Group& g, store::Batch& batch) {
                               DumpJson(ToJson(g, Secrets::kStored)));
 }
 
-Result<nlohmann::json> State::GetGroup(const Tenant& caller, std::string_view id) const {
+// The caller's group (any, for the admin); NotFound alike for an unknown id and another's group.
+Result<const Group*> State::GroupOf(const Tenant& caller, std::string_view id) const {
   auto it = groups_.find(std::string(id));
   if (it == groups_.end() || !(caller.admin || caller.id == it->second.tenant)) {
     return Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
   }
-  return GroupView(it->second);
+  return &it->second;
+}
+
+Result<Group*> State::GroupOf(const Tenant& caller, std::string_view id) {
+  TESSERA_ASSIGN_OR_RETURN(const Group* g, std::as_const(*this).GroupOf(caller, id));
+  return const_cast<Group*>(g);
+}
+
+Result<nlohmann::json> State::GetGroup(const Tenant& caller, std::string_view id) const {
+  TESSERA_ASSIGN_OR_RETURN(const Group* g, GroupOf(caller, id));
+  return GroupView(*g);
 }
 
 nlohmann::json State::ListGroups(const Tenant& caller) const {
@@ -551,11 +563,8 @@ nlohmann::json State::ListGroups(const Tenant& caller) const {
 
 Result<nlohmann::json> State::DeleteGroup(const Tenant& caller, std::string_view id,
                                           store::Batch& batch) {
-  auto it = groups_.find(std::string(id));
-  if (it == groups_.end() || !(caller.admin || caller.id == it->second.tenant)) {
-    return Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
-  }
-  Group& g = it->second;
+  TESSERA_ASSIGN_OR_RETURN(Group * found, GroupOf(caller, id));
+  Group& g = *found;
   if (g.state != GroupState::kDeleted) {
     g.state = GroupState::kDeleted;
     g.reason = "deleted by its owner";
@@ -570,20 +579,55 @@ Result<nlohmann::json> State::DeleteGroup(const Tenant& caller, std::string_view
 
 Result<nlohmann::json> State::ScaleGroup(const Tenant& caller, std::string_view id, int size,
                                          store::Batch& batch) {
-  auto it = groups_.find(std::string(id));
-  if (it == groups_.end() || !(caller.admin || caller.id == it->second.tenant)) {
-    return Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
-  }
-  Group& g = it->second;
+  GroupPatch patch;
+  patch.size = size;
+  return PatchGroup(caller, id, patch, batch);
+}
+
+Result<nlohmann::json> State::PatchGroup(const Tenant& caller, std::string_view id,
+                                         const GroupPatch& patch, store::Batch& batch) {
+  TESSERA_ASSIGN_OR_RETURN(Group * found, GroupOf(caller, id));
+  Group& g = *found;
   if (Ended(g.state)) {
     return Status::FailedPrecondition(
-        fmt::format("group '{}' is {}: it cannot be scaled", g.id, GroupStateName(g.state)));
+        fmt::format("group '{}' is {}: it cannot change", g.id, GroupStateName(g.state)));
   }
-  if (size < 1 || size > kMaxGroupSize) {
-    return Status::InvalidArgument(
-        fmt::format("field 'size': {} is out of range [1, {}]", size, kMaxGroupSize));
+  // Everything is checked before anything changes: a refused size leaves the autoscale as it was.
+  const std::optional<Autoscale>& a = patch.autoscale ? *patch.autoscale : g.spec.autoscale;
+  if (patch.autoscale && a) {
+    if (a->metric == AutoscaleMetric::kRps && !g.spec.service) {
+      return Status::InvalidArgument("field 'autoscale.metric': rps needs a service");
+    }
+    if (const auto& e = g.spec.elastic; e && (a->min < e->min || a->max > e->max)) {
+      return Status::InvalidArgument(fmt::format(
+          "field 'autoscale': [{}, {}] is outside the group's elastic [min, max] = [{}, {}] (its "
+          "members' rendezvous was made for that range; recreate the group to widen it)",
+          a->min, a->max, e->min, e->max));
+    }
   }
-  TESSERA_RETURN_IF_ERROR(Resize(g, size, "its group was scaled in", batch));
+  if (patch.size) {
+    if (*patch.size < 1 || *patch.size > kMaxGroupSize) {
+      return Status::InvalidArgument(
+          fmt::format("field 'size': {} is out of range [1, {}]", *patch.size, kMaxGroupSize));
+    }
+    if (patch.autoscale && a && (*patch.size < a->min || *patch.size > a->max)) {
+      return Status::InvalidArgument(
+          fmt::format("field 'size': {} is outside autoscale's [min, max] = [{}, {}]", *patch.size,
+                      a->min, a->max));
+    }
+    TESSERA_RETURN_IF_ERROR(Resize(g, *patch.size, "its group was scaled in", batch));
+  }
+  if (patch.autoscale) {
+    // The size is left to the next evaluation, whose window starts again.
+    g.spec.autoscale = *patch.autoscale;
+    g.recommendations.clear();
+    g.metric_value.reset();
+    g.desired = 0;
+    g.floor = 0;
+    g.decision.clear();
+    g.updated_at = clock_->Now();
+    SaveGroup(g, batch);
+  }
   return GroupView(g);
 }
 
@@ -642,12 +686,9 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
 
 Result<nlohmann::json> State::SetGroupBacklog(const Tenant& caller, std::string_view id,
                                               int64_t pending) {
-  auto it = groups_.find(std::string(id));
-  if (it == groups_.end() || !(caller.admin || caller.id == it->second.tenant)) {
-    return Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
-  }
-  it->second.backlog = pending;
-  return GroupView(it->second);
+  TESSERA_ASSIGN_OR_RETURN(Group * g, GroupOf(caller, id));
+  g->backlog = pending;
+  return GroupView(*g);
 }
 
 std::optional<double> State::GroupMetric(const Group& g) const {

@@ -1061,6 +1061,62 @@ TEST_F(AutoscaleTest, TheScheduleRaisesTheFloorAtItsTimes) {
   EXPECT_EQ(Size(id), 1);
 }
 
+// A running group gains, changes and loses its autoscale without a restart; a change its elastic
+// range cannot hold, or a size outside the new range, is refused and changes nothing.
+TEST_F(AutoscaleTest, ARunningGroupsAutoscaleIsSetChangedAndRemovedWithoutARestart) {
+  GroupRequest plain = Gang(2, 1, Topology::kAny);
+  plain.min_available = 1;
+  plain.elastic = Elastic{1, 6};
+  const std::string id = Create(plain)["id"];
+  const std::string rank0 = Get(id)["members"][0]["instance"];
+  auto patch = [&](std::optional<int> size, std::optional<Autoscale> a) {
+    GroupPatch p;
+    p.size = size;
+    p.autoscale = std::move(a);
+    return state_->PatchGroup(Acme(), id, p, batch_);
+  };
+  ASSERT_TRUE(patch(std::nullopt, OnBacklog(1, 6, 10)).ok());
+  Backlog(id, 40);
+  Wait(15s);
+  EXPECT_EQ(Size(id), 4) << Get(id).dump();
+  EXPECT_EQ(Get(id)["restarts"], 0);
+  EXPECT_EQ(Get(id)["members"][0]["instance"], rank0);
+
+  auto wider = patch(std::nullopt, OnBacklog(1, 8, 10));
+  EXPECT_EQ(wider.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wider.status().message().find("elastic [min, max] = [1, 6]"), std::string::npos)
+      << wider.status().message();
+  auto both = patch(5, OnBacklog(1, 3, 10));
+  EXPECT_NE(both.status().message().find("field 'size': 5 is outside autoscale's"),
+            std::string::npos)
+      << both.status().message();
+  Autoscale rps = OnBacklog(1, 6, 10);
+  rps.metric = AutoscaleMetric::kRps;
+  EXPECT_NE(patch(std::nullopt, rps).status().message().find("rps needs a service"),
+            std::string::npos);
+  EXPECT_EQ(Get(id)["autoscale"]["max"], 6) << "a refused change changes nothing";
+  EXPECT_EQ(Size(id), 4);
+
+  // Narrowed: the next evaluation brings the size within it.
+  ASSERT_TRUE(patch(std::nullopt, OnBacklog(1, 3, 10)).ok());
+  EXPECT_FALSE(Get(id)["autoscale_status"].contains("last_decision"));
+  Wait(15s);
+  EXPECT_EQ(Size(id), 3);
+  // Removed: the group keeps its size, whatever the backlog.
+  GroupPatch off;
+  off.autoscale.emplace();
+  ASSERT_TRUE(state_->PatchGroup(Acme(), id, off, batch_).ok());
+  EXPECT_FALSE(Get(id).contains("autoscale"));
+  Backlog(id, 400);
+  Wait(30s);
+  EXPECT_EQ(Size(id), 3);
+  EXPECT_EQ(Get(id)["members"][0]["instance"], rank0);
+  // Another tenant's group is unknown to it.
+  GroupPatch any;
+  any.size = 2;
+  EXPECT_EQ(state_->PatchGroup(Tenant{}, id, any, batch_).status().code(), StatusCode::kNotFound);
+}
+
 TEST(AutoscaleSpecTest, ErrorsNameTheField) {
   auto read = [](const json& body) {
     JsonFields f(body, "body");

@@ -197,6 +197,30 @@ std::vector<GpuRef> DescribeGpus(const fleet::Assignment& a, const fleet::Fleet&
 
 namespace {
 
+// The `gpus` of a stored instance, as far as they read (a display, not a booking).
+std::vector<GpuRef> GpuRefsFromJson(const nlohmann::json& list) {
+  std::vector<GpuRef> out;
+  if (!list.is_array()) return out;
+  for (const nlohmann::json& g : list) {
+    if (!g.is_object()) continue;
+    auto text = [&g](const char* key) {
+      return g.contains(key) && g[key].is_string() ? g[key].get<std::string>() : std::string();
+    };
+    auto number = [&g](const char* key) {
+      return g.contains(key) && g[key].is_number_integer() ? g[key].get<int>() : 0;
+    };
+    GpuRef r;
+    r.uuid = text("uuid");
+    r.model = text("model");
+    r.index = number("index");
+    r.mig_profile = text("mig_profile");
+    r.mig_start = number("mig_start");
+    r.milli_gpu = number("milli_gpu");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 // What the API and the store share of an instance: everything but the pull in progress, with
 // the registry password as `secrets` says.
 nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
@@ -218,8 +242,12 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
       break;
   }
   if (inst.shape.nvlink) shape["nvlink"] = true;
+  // An ended instance shows where it ran.
+  const bool ended = !IsActive(inst.state);
+  const std::string& node = ended && inst.node.empty() ? inst.ran_on : inst.node;
+  const std::vector<GpuRef>& refs = ended && inst.gpus.empty() ? inst.ran_gpus : inst.gpus;
   nlohmann::json gpus = nlohmann::json::array();
-  for (const GpuRef& g : inst.gpus) {
+  for (const GpuRef& g : refs) {
     nlohmann::json gj = {{"uuid", g.uuid}, {"model", g.model}, {"index", g.index}};
     if (!g.mig_profile.empty()) {
       gj["mig_profile"] = g.mig_profile;
@@ -241,7 +269,7 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
                       {"created_at", FormatRfc3339(inst.created_at)},
                       {"updated_at", FormatRfc3339(inst.updated_at)},
                       {"restarts", inst.restarts},
-                      {"node", inst.node.empty() ? nlohmann::json() : nlohmann::json(inst.node)},
+                      {"node", node.empty() ? nlohmann::json() : nlohmann::json(node)},
                       {"gpus", std::move(gpus)}};
   AddImageJson(inst.image, secrets, j);
   if (!inst.env.empty()) {
@@ -267,6 +295,17 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
     j["started_at"] = FormatRfc3339(*inst.started_at);
     j["start_latency_seconds"] =
         std::chrono::duration<double>(*inst.started_at - inst.enqueued_at).count();
+  }
+  if (ended) {
+    // Its last transition ended it; its run time is its last attempt's, start to end.
+    const Time end = !inst.history.empty() && inst.history.back().state == inst.state
+                         ? inst.history.back().at
+                         : inst.updated_at;
+    j["ended_at"] = FormatRfc3339(end);
+    if (inst.started_at) {
+      j["run_seconds"] = std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::seconds>(end - *inst.started_at).count());
+    }
   }
   if (inst.exit_code) j["exit_code"] = *inst.exit_code;
   if (!inst.reservation.empty()) j["reservation"] = inst.reservation;
@@ -479,6 +518,11 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   if (j.contains("exit_code")) {
     inst.exit_code = static_cast<int>(f.Int("exit_code", -1, 1024));
     if (!f.ok()) return Status::DataLoss(f.status().message());
+  }
+  if (!IsActive(inst.state) && j.contains("node") && j["node"].is_string()) {
+    // Where an ended instance ran: shown, never booked.
+    inst.ran_on = j["node"].get<std::string>();
+    inst.ran_gpus = GpuRefsFromJson(j.value("gpus", nlohmann::json::array()));
   }
   if (j.contains("assignment")) {
     TESSERA_ASSIGN_OR_RETURN(inst.assignment,

@@ -144,8 +144,12 @@ struct Instance {
   std::string group;
   int rank = 0;
   std::map<std::string, std::string> group_env;
-  std::string node;
+  std::string node;  // Where this attempt is placed; "" while it waits or once it ended.
   std::vector<GpuRef> gpus;
+  // Where its last placed attempt was, kept when it ends or moves (an operator asks which GPU a
+  // failed job ran on): the API shows it as `node` and `gpus` once the instance ended.
+  std::string ran_on;
+  std::vector<GpuRef> ran_gpus;
   std::vector<StateChange> history;  // Oldest first, at most kHistoryKept.
   // Not stored: the image pull its agent last reported for this attempt, while it is scheduled
   // (State::Transition clears it).

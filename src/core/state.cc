@@ -413,6 +413,8 @@ void State::Unbook(Instance& inst) {
   inst.assignment.reset();
   inst.endpoints.clear();
   IndexEndpoints(inst);
+  inst.ran_on = inst.node;
+  inst.ran_gpus = std::move(inst.gpus);
   const std::string node = std::move(inst.node);
   inst.node.clear();
   inst.gpus.clear();

@@ -459,6 +459,11 @@ class State {
   // (the newest members) first.
   Result<nlohmann::json> ScaleGroup(const Tenant& caller, std::string_view id, int size,
                                     store::Batch& batch);
+  // PATCH /v1/groups/{id}: a new size (as ScaleGroup), and sets, changes or removes its autoscale,
+  // whose first evaluation then decides the size; all of it or none. An elastic group's range
+  // must hold a new autoscale's [min, max] (its members' rendezvous was made for that range).
+  Result<nlohmann::json> PatchGroup(const Tenant& caller, std::string_view id,
+                                    const GroupPatch& patch, store::Batch& batch);
   // The owner's backlog for a group autoscaled on `pending` (PUT /v1/groups/{id}/backlog).
   Result<nlohmann::json> SetGroupBacklog(const Tenant& caller, std::string_view id,
                                          int64_t pending);
@@ -616,6 +621,8 @@ class State {
   std::optional<double> GroupMetric(const Group& g) const;
   // Saves `g`; one that ended drops its template's values first.
   void SaveGroup(Group& g, store::Batch& batch);
+  Result<const Group*> GroupOf(const Tenant& caller, std::string_view id) const;
+  Result<Group*> GroupOf(const Tenant& caller, std::string_view id);
   // Ended groups that ended before `cutoff` leave memory (the store keeps them).
   void EvictEndedGroups(Time cutoff);
   // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for

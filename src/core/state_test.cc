@@ -366,6 +366,38 @@ TEST_F(StateTest, EndedInstancesLeaveMemoryAfterTheRetentionPeriod) {
   EXPECT_FALSE(batch_.instances.back().ended_at.empty());
 }
 
+// An ended instance keeps where it ran (its node and GPUs) and shows its run time, in the API and
+// in its stored record; one that waits again after a move shows no node.
+TEST_F(StateTest, AnEndedInstanceShowsWhereItRanAndForHowLong) {
+  auto a = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  const Instance running = Get(a->id.str());
+  ASSERT_EQ(running.state, InstanceState::kRunning);
+  ASSERT_FALSE(running.node.empty());
+  ASSERT_EQ(running.gpus.size(), 1u);
+  EXPECT_FALSE(ToJson(running).contains("ended_at"));
+  clock_.Advance(90s);
+  ASSERT_TRUE(Delete(acme_, a->id.str()).ok());
+  const nlohmann::json ended = ToJson(Get(a->id.str()));
+  ASSERT_EQ(ended["state"], "terminated");
+  EXPECT_EQ(ended["node"], running.node) << ended.dump();
+  ASSERT_EQ(ended["gpus"].size(), 1u) << ended.dump();
+  EXPECT_EQ(ended["gpus"][0]["uuid"], running.gpus[0].uuid);
+  EXPECT_EQ(ended["gpus"][0]["index"], running.gpus[0].index);
+  EXPECT_EQ(ended["run_seconds"], 90) << ended.dump();
+  EXPECT_EQ(ended["ended_at"], FormatRfc3339(clock_.Now()));
+  // The stored record says it too, and a restart reads it back without booking anything.
+  const nlohmann::json doc = nlohmann::json::parse(batch_.instances.back().doc);
+  auto stored = FromStoredJson(doc, state_->fleet());
+  ASSERT_TRUE(stored.ok()) << stored.status().message();
+  EXPECT_FALSE(stored->instance.assignment.has_value());
+  EXPECT_TRUE(stored->instance.node.empty());
+  const nlohmann::json again = ToJson(stored->instance);
+  EXPECT_EQ(again["node"], running.node);
+  EXPECT_EQ(again["gpus"], ended["gpus"]);
+  EXPECT_EQ(again["run_seconds"], 90);
+}
+
 TEST_F(StateTest, PagesAreStableInCreationOrder) {
   std::vector<std::string> ids;
   for (int i = 0; i < 7; ++i) {
