@@ -58,7 +58,12 @@ TEST_F(ServerTest, InstanceTypesCarryPricesForEveryBillingMode) {
   ASSERT_EQ(r.status, 200);
   bool found = false;
   for (const auto& t : r.body["instance_types"]) {
+    // The test's fleet has H100s, A100-40GBs and L40Ss, and no T4.
+    if (t["id"] == "gpu.1xt4") {
+      EXPECT_EQ(t["offered_here"], false) << t.dump();
+    }
     if (t["id"] != "gpu.1xh100") continue;
+    EXPECT_EQ(t["offered_here"], true) << t.dump();
     found = true;
     for (const char* mode : {"on_demand", "reserved_1y", "reserved_3y", "spot"}) {
       EXPECT_TRUE(std::regex_match(t["price_per_hour_usd"][mode].get<std::string>(),

@@ -105,10 +105,12 @@ function append(el, children) {
 }
 
 // A table in a scrolling wrapper. columns: [{title, cell: row => text or node, num: bool}].
+// A column may be `wide`: left out on a phone's narrow screen (app.css), so the rest fits.
 export function table(columns, rows, opts = {}) {
-  const head = h('tr', {}, columns.map((c) => h('th', {scope: 'col', class: c.num ? 'num' : null}, c.title)));
+  const cls = (c) => [c.num ? 'num' : '', c.wide ? 'wide' : ''].join(' ').trim() || null;
+  const head = h('tr', {}, columns.map((c) => h('th', {scope: 'col', class: cls(c)}, c.title)));
   const body = rows.map((r) => h('tr', opts.rowProps ? opts.rowProps(r) : {},
-                                 columns.map((c) => h('td', {class: c.num ? 'num' : null}, c.cell(r)))));
+                                 columns.map((c) => h('td', {class: cls(c)}, c.cell(r)))));
   const t = h('table', {class: 'grid'},
               opts.caption ? h('caption', {}, opts.caption) : null,
               h('thead', {}, head), h('tbody', {}, body));
@@ -172,9 +174,26 @@ export function thisMonth() {
 export function shapeText(shape) {
   if (!shape) return '—';
   if (shape.instance_type) return shape.instance_type;
-  if (shape.mig_profile) return `${shape.gpu_model} ${shape.mig_profile} slice`;
+  if (shape.mig_profile) return `${shape.mig_profile} of ${shape.gpu_model}`;
   if (shape.milli_gpu) return `${shape.milli_gpu / 1000} x ${shape.gpu_model}`;
+  if (!shape.gpu_model) return 'CPU only';
   return `${shape.gpus} x ${shape.gpu_model}`;
+}
+
+// What an instance holds (or, once ended, held): "2 x H100-80GB", "3g.40gb of A100-80GB",
+// "0.5 x L40S-48GB".
+export function gpusText(gpus) {
+  if (!gpus || gpus.length === 0) return '—';
+  const g = gpus[0];
+  if (g.mig_profile) return `${g.mig_profile} of ${g.model}`;
+  if (g.milli_gpu) return `${g.milli_gpu / 1000} x ${g.model}`;
+  return `${gpus.length} x ${g.model}`;
+}
+
+// How long an instance has been around, or once it ended how long its last run lasted.
+export function lifeText(inst) {
+  if (!inst.ended_at) return age(inst.created_at);
+  return inst.run_seconds === undefined ? 'never ran' : `ran ${duration(inst.run_seconds)}`;
 }
 
 // A labelled form field.
@@ -183,6 +202,25 @@ export function field(label, control, hint) {
   control.id = id;
   return h('div', {class: 'field'}, h('label', {for: id}, label), control,
            hint ? h('small', {class: 'muted'}, hint) : null);
+}
+
+// A form that makes one API call: `send()` builds and makes it; what it answers goes to `done`. A
+// refusal is shown under the fields with the API's message, which names the field at fault.
+export function actionForm({id, title, rows, submitLabel, send, done}) {
+  const error = h('p', {class: 'error', role: 'alert'});
+  const submit = h('button', {type: 'submit', class: 'primary'}, submitLabel);
+  return h('form', {id, class: 'card', onsubmit: async (ev) => {
+    ev.preventDefault();
+    error.textContent = '';
+    submit.disabled = true;
+    try {
+      await done(await send());
+    } catch (e) {
+      error.textContent = `Not done: ${e.message}`;
+    } finally {
+      submit.disabled = false;
+    }
+  }}, h('h2', {}, title), ...rows, error, submit);
 }
 
 export function select(options, props = {}) {

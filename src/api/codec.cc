@@ -152,10 +152,12 @@ Result<core::CreateInstanceRequest> ParseCreateInstance(const json& body) {
   return r;
 }
 
-json InstanceTypesJson(const catalog::Catalog& catalog) {
+json InstanceTypesJson(const catalog::Catalog& catalog,
+                       const std::function<bool(const catalog::InstanceType&)>& offered) {
   json out = json::array();
   for (const auto& it : catalog.instance_types()) {
     json j = {{"id", it.id},
+              {"offered_here", offered(it)},
               {"family", it.family},
               {"description", it.description},
               {"vcpus", it.vcpus},

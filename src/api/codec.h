@@ -4,6 +4,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -76,7 +77,9 @@ Result<core::AgentRegistration> ParseRegistration(const nlohmann::json& body);
 Result<core::AgentSync> ParseSync(nlohmann::json& body);
 
 // GET /v1/instance-types: every type with its shape and its price in each billing mode.
-nlohmann::json InstanceTypesJson(const catalog::Catalog& catalog);
+// The catalog's instance types, each with `offered_here`: whether this fleet has its GPU model.
+nlohmann::json InstanceTypesJson(const catalog::Catalog& catalog,
+                                 const std::function<bool(const catalog::InstanceType&)>& offered);
 
 // GET /v1/nodes: capacity, allocations and state of nodes [begin, begin + count) of the fleet.
 nlohmann::json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count);

@@ -142,8 +142,15 @@ void AddTenantRoutes(Api& table) {
   table.Add(
       "GET", "/v1/instance-types", Access::kAnyToken, BodyKind::kNone, false,
       [](Api& api, std::shared_ptr<Call> call) {
-        // The catalog is immutable: no core round needed once the caller is known.
-        api.Reply(*call, JsonResponse(200, {{"instance_types", InstanceTypesJson(api.catalog())}}));
+        // Whether each is offered here follows the fleet, which agents join: read in a round.
+        api.Run<json>(
+            call, Status::Ok(),
+            {[](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
+               return json{{"instance_types", InstanceTypesJson(s.catalog(), [&s](const auto& t) {
+                              return s.OfferedHere(t);
+                            })}};
+             },
+             200, Passthrough, nullptr});
       });
 }
 

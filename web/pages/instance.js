@@ -1,7 +1,8 @@
 // One instance: what it is and where it runs, its state history, its GPUs' utilization and
 // memory over the last 15 minutes, and its log as it grows. Which instance is in the history
 // state, not the URL.
-import {apiText, badge, duration, gib, h, instanceBadge, lineChart, loadChart, shapeText, table, usd, when} from '../ui.js';
+import {apiText, badge, duration, gib, gpusText, h, instanceBadge, lifeText, lineChart, loadChart, shapeText, table, usd,
+        when} from '../ui.js';
 
 const LOG_KEEP = 256 * 1024;  // Characters shown; the server keeps the newest 256 KiB too.
 
@@ -16,7 +17,7 @@ function details(inst) {
     ['Shape', `${shapeText(inst.shape)} · ${inst.shape.vcpus} vCPUs · ${gib(inst.shape.memory_mib)}`],
     ['Billing', inst.billing.replace('_', '-')], ['Price', `${usd(inst.price_per_hour_usd)}/h`],
     ['Node', inst.node ?? '—'],
-    ['GPUs', inst.gpus.length ? inst.gpus.map((g) => `${g.index}: ${g.uuid}`).join(', ') : '—'],
+    ['GPUs', inst.gpus.length ? `${gpusText(inst.gpus)}: ${inst.gpus.map((g) => `${g.index} ${g.uuid}`).join(', ')}` : '—'],
     ['Command', inst.command || (inst.image ? '(the image’s own entrypoint)' : '—')],
     ['Created', when(inst.created_at)],
   ];
@@ -30,6 +31,7 @@ function details(inst) {
     rows.push(['Pull', `${inst.pull.percent}%: ${bytesText(inst.pull.bytes)} of ${total}`]);
   }
   if (inst.started_at) rows.push(['Started', `${when(inst.started_at)} (${inst.start_latency_seconds.toFixed(2)} s to start)`]);
+  if (inst.ended_at) rows.push(['Ended', `${when(inst.ended_at)} (${lifeText(inst)})`]);
   if (inst.reason) rows.push(['Reason', inst.reason]);
   if (inst.exit_code !== undefined) rows.push(['Exit code', String(inst.exit_code)]);
   if (inst.group) rows.push(['Group', `${inst.group}, rank ${inst.rank}`]);

@@ -1,6 +1,6 @@
 // Instances: the list (state, shape, node, GPUs, price, age, what each cost this month) and,
 // for a tenant, the launch form driven by the catalog's instance types and their prices.
-import {age, field, h, instanceBadge, select, shapeText, table, thisMonth, usd} from '../ui.js';
+import {field, gpusText, h, instanceBadge, lifeText, select, shapeText, table, thisMonth, usd} from '../ui.js';
 
 const BILLING = [['on_demand', 'On-demand'], ['spot', 'Spot'], ['reserved', 'Reserved']];
 const PRICE_KEY = {on_demand: 'on_demand', spot: 'spot', reserved: 'reserved_1y'};
@@ -94,30 +94,34 @@ export default {
     const list = h('div', {id: 'instances-list'});
     ctx.main.append(h('h1', {}, 'Instances'), list);
     if (!ctx.me.admin) {
-      const types = (await ctx.api('/v1/instance-types')).instance_types;
+      // What this fleet offers: a type whose GPUs it lacks could never be placed.
+      const types = (await ctx.api('/v1/instance-types')).instance_types.filter((t) => t.offered_here);
       ctx.main.append(launchForm(ctx, types, () => refresh()));
     }
     const refresh = async () => {
       const {from, to} = thisMonth();
-      const [instances, usage] = await Promise.all([
-        ctx.api('/v1/instances'),
+      const [instances, usage, tenants] = await Promise.all([
+        ctx.api('/v1/instances?limit=1000'),
         ctx.api(`/v1/usage?from=${from}&to=${to}&group_by=instance`).catch(() => ({items: []})),
+        ctx.me.admin ? ctx.api('/v1/tenants?limit=1000').catch(() => ({tenants: []})) : {tenants: []},
       ]);
+      const names = new Map(tenants.tenants.map((t) => [t.id, t.name]));
       const cost = new Map(usage.items.map((i) => [i.instance, i.amount_usd]));
       const rows = instances.instances;
       const columns = [
         {title: 'Name', cell: (i) => h('a', {href: '#/instance', class: 'open', dataset: {id: i.id},
                                             onclick: (ev) => { ev.preventDefault(); ctx.go('instance', {id: i.id}); }}, i.name)},
         {title: 'State', cell: (i) => instanceBadge(i)},
-        {title: 'Shape', cell: (i) => shapeText(i.shape)},
-        {title: 'Billing', cell: (i) => i.billing.replace('_', '-')},
-        {title: 'Node', cell: (i) => i.node ?? (i.reason ? h('span', {class: 'muted', title: i.reason}, 'waiting') : '—')},
-        {title: 'GPUs', cell: (i) => i.gpus.length ? `${i.gpus.length} x ${i.gpus[0].model}` : '—'},
-        {title: 'Price/h', num: true, cell: (i) => usd(i.price_per_hour_usd)},
-        {title: 'Age', num: true, cell: (i) => age(i.created_at)},
-        {title: 'Cost this month', num: true, cell: (i) => (cost.has(i.id) ? usd(cost.get(i.id)) : '—')},
+        {title: 'Shape', wide: true, cell: (i) => shapeText(i.shape)},
+        {title: 'Billing', wide: true, cell: (i) => i.billing.replace('_', '-')},
+        // An ended instance shows where it ran; a waiting one why it waits.
+        {title: 'Node', cell: (i) => i.node ?? (!i.ended_at && i.reason ? h('span', {class: 'muted', title: i.reason}, 'waiting') : '—')},
+        {title: 'GPUs', cell: (i) => gpusText(i.gpus)},
+        {title: 'Price/h', num: true, wide: true, cell: (i) => usd(i.price_per_hour_usd)},
+        {title: 'Age', num: true, cell: (i) => lifeText(i)},
+        {title: 'Cost this month', num: true, wide: true, cell: (i) => (cost.has(i.id) ? usd(cost.get(i.id)) : '—')},
       ];
-      if (ctx.me.admin) columns.splice(1, 0, {title: 'Tenant', cell: (i) => i.tenant});
+      if (ctx.me.admin) columns.splice(1, 0, {title: 'Tenant', cell: (i) => names.get(i.tenant) ?? i.tenant});
       if (!ctx.me.admin) {
         columns.push({title: '', cell: (i) => ['terminated', 'succeeded', 'failed', 'stopping'].includes(i.state) || i.group
           ? '' : h('button', {type: 'button', class: 'danger small', 'aria-label': `Delete ${i.name}`, onclick: async () => {
