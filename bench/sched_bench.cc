@@ -25,7 +25,7 @@
 #include "sched/rng.h"
 #include "sched/scheduler.h"
 #include "sched/synthetic.h"
-#include "sched/workload.h"
+#include "sched/target_workload.h"
 
 namespace tessera::sched {
 namespace {

@@ -16,7 +16,7 @@
 #include "fleet/fleet_file.h"
 #include "fuzz/fuzz_util.h"
 #include "sched/scheduler.h"
-#include "sched/workload.h"
+#include "sched/target_workload.h"
 #include "sim/run.h"
 #include "sim/trace.h"
 

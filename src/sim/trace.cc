@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "common/csv.h"
-#include "sched/workload.h"
+#include "sched/target_workload.h"
 
 namespace tessera::sim {
 

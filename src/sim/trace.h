@@ -14,7 +14,7 @@
 #include "catalog/catalog.h"
 #include "common/result.h"
 #include "sched/scheduler.h"
-#include "sched/workload.h"
+#include "sched/target_workload.h"
 
 namespace tessera::sim {
 

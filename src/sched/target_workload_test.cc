@@ -1,4 +1,4 @@
-#include "sched/workload.h"
+#include "sched/target_workload.h"
 
 #include <gtest/gtest.h>
 
