@@ -399,6 +399,48 @@ TEST_F(AgentTest, AKilledAgentsNodeIsLostItsWorkMovesAndTheOldCopyStops) {
   EXPECT_EQ(ReadFile(beat), before) << "the old copy still runs";
 }
 
+// `tessera nodes remove --force` on a node whose agent runs work: the work moves to another node,
+// the old copy stops (its agent is told before the node goes), and the node leaves the fleet.
+TEST_F(AgentTest, ARemovedNodesWorkMovesAndItsOldCopyStopsBeforeTheNodeLeaves) {
+  Join("gpu-01");
+  const std::string id =
+      Create(H100(2, "on_demand"), "while true; do date +%s%N > beat; sleep 0.1; done");
+  ASSERT_TRUE(WaitState(id, "running"));
+  const std::string first_node = Instance(id).value("node", "");
+  Join(first_node == "gpu-01" ? "gpu-02" : "gpu-01");
+  const std::string beat = RunDir(first_node, id) + "/beat";
+  const std::string running = ReadFile(beat);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(beat) != running; }, 5s)) << "it never ran";
+  auto refused = testing::RunTessera(
+      {"nodes", "remove", first_node, "--url", server_->url(), "--token", kAdminToken});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("runs 1 instance(s) (" + id + ")"), std::string::npos) << refused.err;
+  auto removing = testing::RunTessera(
+      {"nodes", "remove", first_node, "--force", "--url", server_->url(), "--token", kAdminToken});
+  EXPECT_EQ(removing.exit_code, 0) << removing.err;
+  EXPECT_EQ(removing.out.rfind(first_node + ": removing", 0), 0u) << removing.out;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json j = Instance(id);
+        return j.value("state", "") == "running" && j.value("node", "") != first_node;
+      },
+      10s))
+      << Instance(id).dump();
+  ASSERT_TRUE(WaitFor([&] { return NodeState(first_node).empty(); }, 10s))
+      << "the node is still listed: " << NodeState(first_node);
+  // Its old copy was stopped by its own agent, told before the node went.
+  std::string before;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        before = ReadFile(beat);
+        std::this_thread::sleep_for(300ms);
+        return ReadFile(beat) == before;
+      },
+      15s))
+      << "the old copy still runs";
+  EXPECT_EQ(Get("/v1/nodes/" + first_node, kAdminToken).status, 404);
+}
+
 TEST_F(AgentTest, ARestartedAgentAdoptsItsWorkAndNeverStartsItTwice) {
   Join("gpu-01");
   const std::string id = Create(H100(1, "on_demand"), "echo $$ >> pids; sleep 30");

@@ -333,6 +333,17 @@ TEST_F(ClientCliTest, NodesListDrainUndrain) {
       json::parse(
           Cli({"nodes", "list", "-o", "json"}, kAdminToken).out)["waiting_for_agent"][0]["id"],
       "gpu-07");
+  // Removed: its token no longer works and it is listed nowhere; a fleet file's node is not.
+  auto removed = Cli({"nodes", "remove", "gpu-07"}, kAdminToken);
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_EQ(removed.out, "gpu-07: removed\n");
+  EXPECT_EQ(Cli({"nodes", "list"}, kAdminToken).out.find("gpu-07"), std::string::npos);
+  auto fleet_node = Cli({"nodes", "remove", "node-h100-01", "--force"}, kAdminToken);
+  EXPECT_EQ(fleet_node.exit_code, 1);
+  EXPECT_NE(fleet_node.err.find("comes from the fleet file"), std::string::npos) << fleet_node.err;
+  auto bad = Call("DELETE", "/v1/nodes/gpu-07?force=yes", kAdminToken);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.raw.find("query parameter 'force'"), std::string::npos) << bad.raw;
 }
 
 // `nodes set-gpu-mode` on a node joined over HTTP, its agent played by the test: exclusive to

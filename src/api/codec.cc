@@ -191,6 +191,7 @@ json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count) {
   json out = json::array();
   for (size_t at = begin; at < fleet.size() && at < begin + count; ++at) {
     const fleet::Node& n = fleet.nodes()[at];
+    if (n.removed) continue;
     json gpus = json::array();
     for (size_t i = 0; i < n.gpus.size(); ++i) {
       const fleet::Gpu& g = n.gpus[i];

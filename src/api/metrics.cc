@@ -103,7 +103,7 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   std::map<std::string, std::pair<int64_t, int64_t>> mig;  // Model -> (GPUs, slices used).
   const fleet::Fleet& fleet = state.fleet();
   for (const fleet::Node& n : fleet.nodes()) {
-    if (!n.model.valid()) continue;
+    if (!n.model.valid() || n.removed) continue;
     const std::string model = fleet.catalog().gpu(n.model).id;
     for (const fleet::Gpu& g : n.gpus) {
       if (g.mode == catalog::SharingMode::kMig) {

@@ -676,10 +676,10 @@ void RegisterSetGpuMode(CLI::App* group, std::shared_ptr<ClientFlags> f, Context
 void RegisterNodes(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ClientFlags>();
   auto id = std::make_shared<std::string>();
-  CLI::App* group = app.add_subcommand(
-      "nodes",
-      "List, add, drain and undrain nodes, mark their GPUs' health and set their GPUs' modes "
-      "(admin token)");
+  CLI::App* group = app.add_subcommand("nodes",
+                                       "List, add, remove, drain and undrain nodes, mark their "
+                                       "GPUs' health and set their GPUs' modes "
+                                       "(admin token)");
   group->require_subcommand(1);
   CLI::App* list = group->add_subcommand("list", "List nodes with capacity and allocations");
   AddCommon(list, *f);
@@ -778,6 +778,22 @@ void RegisterNodes(CLI::App& app, Context& ctx) {
         });
   });
   RegisterSetGpuMode(group, f, ctx);
+  auto force = std::make_shared<bool>(false);
+  CLI::App* remove = group->add_subcommand(
+      "remove", "Take a node out of the fleet (its token revoked, its name free)");
+  AddCommon(remove, *f);
+  remove->add_option("node", *id, "Node id")->required();
+  remove->add_flag("--force", *force,
+                   "Also when instances run there: they move elsewhere, as for a GPU fault");
+  remove->callback([f, id, force, &ctx] {
+    const std::string path =
+        "/v1/nodes/" + Encode(*id) + (*force ? std::string("?force=true") : std::string());
+    ctx.exit_code = Show(*f, Call(*f, "DELETE", path), [](const json& j) {
+      std::cout << EscapeForTerminal(Str(j, "id")) << ": " << EscapeForTerminal(Str(j, "state"));
+      if (j.contains("reason")) std::cout << " (" << EscapeForTerminal(Str(j, "reason")) << ")";
+      std::cout << "\n";
+    });
+  });
   for (const char* verb : {"drain", "undrain"}) {
     CLI::App* one =
         group->add_subcommand(verb, verb == std::string("drain") ? "Stop placing new work on a node"

@@ -180,7 +180,7 @@ Status Admission::Check(const Shape& s) const {
   int64_t most_cpu = 0, most_memory = 0;
   bool fits_any_mode = false;
   for (const fleet::Node& n : fleet_->nodes()) {
-    if (gpu && (!model || n.model != *model)) continue;
+    if (n.removed || (gpu && (!model || n.model != *model))) continue;
     ++nodes_with_model;
     most_gpus = std::max(most_gpus, static_cast<int>(n.gpus.size()));
     largest_island = std::max(largest_island, LargestIsland(n, true, /*any=*/true));
@@ -260,7 +260,7 @@ std::string Admission::PendingReason(const Instance& inst, size_t preemptible) c
   int best_free = 0, unready = 0;
   bool roomy = false;  // A ready node with the CPU and memory free.
   for (const fleet::Node& n : fleet_->nodes()) {
-    if (gpu && (!model || n.model != *model)) continue;
+    if (n.removed || (gpu && (!model || n.model != *model))) continue;
     if (n.state != fleet::NodeState::kReady) {
       ++unready;
       continue;

@@ -212,7 +212,13 @@ struct AgentNode {
   Time telemetry_at;
   // The inventory as series labels need it; set with the inventory.
   std::shared_ptr<const telemetry::NodeInfo> info;
-  uint64_t generation = 1;         // Bumped whenever its desired state changes.
+  uint64_t generation = 1;        // Bumped whenever its desired state changes.
+  uint64_t acked_generation = 0;  // The desired state its agent said it last received.
+  // Being removed (State::RemoveNode): drained, and gone once its agent has received the desired
+  // state that stops its work (generation `remove_after`), or its lost work has moved. Not stored:
+  // a restart in between leaves it drained, to be removed again.
+  bool removing = false;
+  uint64_t remove_after = 0;
   std::set<std::string> assigned;  // Instances its agent is told about.
   // Faults an admin asked its (simulated) GPUs to show: {"id", "fault"}, the newest kept.
   std::vector<nlohmann::json> faults;

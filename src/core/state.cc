@@ -238,6 +238,17 @@ void State::EndRound(store::Batch& batch) {
   // Agents act, freed capacity is offered to the queue, and placed work is started, until
   // nothing moves (each pass is budgeted, and so is the number of passes).
   ExpireLeases(batch);
+  if (!removing_nodes_.empty()) {
+    const std::set<std::string> removing = removing_nodes_;
+    for (const std::string& name : removing) {
+      AgentNode* node = agents_.Find(name);
+      if (!node) {
+        removing_nodes_.erase(name);
+      } else {
+        FinishRemoval(*node, batch);
+      }
+    }
+  }
   AutoscaleGroups(batch);
   for (int i = 0; i < kMaxPassesPerRound; ++i) {
     const bool reported = ApplyAgentReports(batch);

@@ -271,6 +271,13 @@ class State {
   Result<Instance> DeleteInstance(const Tenant& caller, std::string_view id, store::Batch& batch);
 
   Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch);
+  // DELETE /v1/nodes/{id}: takes a joined node out of the fleet, its token revoked, its record
+  // deleted and its name free. Refused (FailedPrecondition, naming them) while it runs instances,
+  // unless `force`, which moves them as a GPU fault does (a lost node's, at its fence time, as
+  // any lost node's), and while it holds volumes, which cannot move; refused for a fleet file's
+  // node. With work to stop it is drained and `removing` until its agent has been told to stop it
+  // ({"state": "removing"}); otherwise removed at once ({"state": "removed"}).
+  Result<nlohmann::json> RemoveNode(const std::string& name, bool force, store::Batch& batch);
 
   // Nodes joined by agents (docs/agent.md). Creating one registers its token; it joins the fleet
   // when its agent registers the inventory. AlreadyExists for a name in use.
@@ -621,6 +628,8 @@ class State {
   std::optional<double> GroupMetric(const Group& g) const;
   // Saves `g`; one that ended drops its template's values first.
   void SaveGroup(Group& g, store::Batch& batch);
+  // A removing node whose work is stopped or moved leaves: true when it did (`node` is gone).
+  bool FinishRemoval(AgentNode& node, store::Batch& batch);
   Result<const Group*> GroupOf(const Tenant& caller, std::string_view id) const;
   Result<Group*> GroupOf(const Tenant& caller, std::string_view id);
   // Ended groups that ended before `cutoff` leave memory (the store keeps them).
@@ -818,6 +827,7 @@ class State {
   // never changes while a node is in the fleet, and nodes only join).
   mutable std::vector<int64_t> fleet_milli_;
   mutable size_t fleet_milli_nodes_ = 0;
+  std::set<std::string> removing_nodes_;            // Joined nodes being removed (RemoveNode).
   int64_t fleet_since_ = 0;                         // Unix seconds; RestoreFleetSince sets it.
   std::map<std::string, billing::Budget> budgets_;  // By tenant id.
   // Ledger spend by (month start, tenant), for the months since start-up.

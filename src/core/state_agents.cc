@@ -9,6 +9,7 @@
 #include "common/json.h"
 #include "common/text.h"
 #include "core/gpu_health.h"
+#include "core/invariant.h"
 #include "core/state.h"
 #include "sched/plugins/sole_tenant.h"
 
@@ -230,6 +231,96 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   return stored;
 }
 
+Result<nlohmann::json> State::RemoveNode(const std::string& name, bool force, store::Batch& batch) {
+  AgentNode* node = agents_.Find(name);
+  if (!node || node->simulated) {
+    if (fleet_->Find(name).ok()) {
+      return Status::FailedPrecondition(fmt::format(
+          "node '{}' comes from the fleet file (--fleet): take it out of the file and restart the "
+          "server",
+          name));
+    }
+    return Status::NotFound(fmt::format("node '{}' not found", Quote(name)));
+  }
+  // Up to 5 names, and how many in all.
+  auto named = [](const std::vector<std::string>& ids) {
+    std::vector<std::string> shown(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 5));
+    return fmt::format("{}{}", fmt::join(shown, ", "), ids.size() > 5 ? ", ..." : "");
+  };
+  std::vector<std::string> volumes;
+  for (const Volume* v : volumes_.All()) {
+    if (v->node == name && !v->deleting) volumes.push_back(v->tenant + "/" + v->name);
+  }
+  if (!volumes.empty()) {
+    return Status::FailedPrecondition(fmt::format(
+        "node '{}' holds {} volume(s) ({}): a volume lives on its node and cannot move; delete "
+        "them first",
+        name, volumes.size(), named(volumes)));
+  }
+  if (!node->removing) {
+    const std::vector<std::string> work(node->assigned.begin(), node->assigned.end());
+    if (!work.empty() && !force) {
+      return Status::FailedPrecondition(fmt::format(
+          "node '{}' runs {} instance(s) ({}): stop them, or remove it with force, which moves "
+          "them",
+          name, work.size(), named(work)));
+    }
+    spdlog::warn("node {} being removed by an operator; {} instance(s) move", name, work.size());
+    node->removing = true;
+    node->drained = true;
+    ApplyNodeState(*node);
+    SaveNode(*node, batch);
+    if (!node->lost) {
+      // Its agent is heard: moved at once, as for a GPU fault, and told to stop the old copies.
+      const std::string why = fmt::format("node {} removed by an operator", name);
+      for (const std::string& id : work) {
+        Instance* inst = instances_.Find(id);
+        if (!inst || !inst->assignment || inst->node != name) continue;
+        NoteInterruption(*inst, "node_removed", -1, "");
+        Displace(*inst, why, batch);
+      }
+    }  // A lost node's work moves at its fence time, as any lost node's (ExpireLeases).
+    agents_.Changed(*node);
+    // With copies to stop, it waits until its agent has received the order.
+    node->remove_after = !work.empty() && !node->lost ? node->generation : 0;
+    removing_nodes_.insert(name);
+  }
+  if (FinishRemoval(*node, batch)) return nlohmann::json{{"id", name}, {"state", "removed"}};
+  return nlohmann::json{
+      {"id", name},
+      {"state", "removing"},
+      {"reason", node->assigned.empty()
+                     ? "waiting for its agent to receive the order to stop its work"
+                     : fmt::format("{} instance(s) move once the lost node's lease has run out",
+                                   node->assigned.size())}};
+}
+
+bool State::FinishRemoval(AgentNode& node, store::Batch& batch) {
+  if (!node.assigned.empty()) return false;
+  // Its agent has received the desired state without its work (so the copies are stopping, the
+  // shims see to it), or there is no agent to tell.
+  if (node.registered() && !node.lost && node.acked_generation < node.remove_after) return false;
+  const std::string name = node.name;
+  ReleaseMigHolds(node);
+  std::vector<std::pair<std::string, std::string>> gone;  // Nothing is left to remove their data.
+  for (const Volume* v : volumes_.Deleting()) {
+    if (v->node == name) gone.emplace_back(v->tenant, v->name);
+  }
+  for (const auto& [tenant, volume] : gone) volumes_.Erase(tenant, volume, batch);
+  if (auto n = fleet_->Find(name); n.ok()) {
+    CheckInvariant(fleet_->RemoveNode(*n), fmt::format("removing node {}", name));
+    admission_.FleetChanged();
+    fleet_milli_nodes_ = 0;  // The fleet's GPUs by model are counted again.
+  }
+  tenants_.SetNodeToken(name, "");
+  batch.deleted_settings.push_back(AgentSupervisor::Record(node).first);
+  batch.deleted_settings.push_back("node_state/" + name);
+  agents_.nodes().erase(name);
+  removing_nodes_.erase(name);
+  spdlog::info("node {} removed from the fleet", name);
+  return true;
+}
+
 Result<int64_t> State::InjectFault(const std::string& name, const std::string& fault) {
   AgentNode* node = agents_.Find(name);
   if (!node || !node->registered()) {
@@ -377,6 +468,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     return Status::FailedPrecondition(fmt::format(
         "report {} replayed: reports up to {} were applied already", sync.seq, node->report_seq));
   }
+  node->acked_generation = std::max(node->acked_generation, sync.generation);
   if (sync.telemetry) {
     // Readings of GPUs the node does not have would become series of GPUs nobody has.
     const size_t gpus = node->gpu_count();

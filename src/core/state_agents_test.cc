@@ -554,5 +554,80 @@ TEST_F(NodeAgentsTest, AnExecSessionIsToldToTheInstancesAgentUntilItConnectsOrEx
   EXPECT_EQ(state_->DesiredState("gpu-1")["exec"].size(), 0u);
 }
 
+// An operator removes a node: refused while work runs there unless forced, which moves the work
+// as a GPU fault does and finishes once the node's agent has been told to stop it; then the node
+// is out of the fleet, its token revoked and its name free for a new node.
+TEST_F(NodeAgentsTest, ARemovedNodeLeavesOnceItsAgentIsToldToStopItsWorkWhichMovesElsewhere) {
+  Join("gpu-1", 2);
+  const Instance od = Create(TestH100(1, Billing::kOnDemand));
+  ASSERT_EQ(od.node, "gpu-1");
+  Join("gpu-2", 1);
+  ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
+  auto refused = state_->RemoveNode("gpu-1", false, batch_);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("runs 1 instance(s) (" + od.id.str() + ")"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(state_->RemoveNode("gpu-9", false, batch_).status().code(), StatusCode::kNotFound);
+
+  state_->BeginRound();
+  auto removing = state_->RemoveNode("gpu-1", true, batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(removing.ok()) << removing.status().message();
+  EXPECT_EQ((*removing)["state"], "removing");
+  EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "moved at once, as for a GPU fault";
+  EXPECT_NE(state_->DesiredState("gpu-1").dump().find("\"workloads\":[]"), std::string::npos)
+      << "its agent is told to stop the old copy";
+  EXPECT_TRUE(state_->fleet().Find("gpu-1").ok()) << "until its agent has heard it";
+  // The agent's next report says it received that desired state: the node goes.
+  AgentSync heard;
+  heard.agent_id = "a1";
+  heard.seq = 2;
+  heard.generation = state_->DesiredState("gpu-1")["generation"].get<uint64_t>();
+  ASSERT_TRUE(SyncNode("gpu-1", heard).ok());
+  Tick();
+  EXPECT_FALSE(state_->fleet().Find("gpu-1").ok());
+  EXPECT_EQ(state_->agents().Find("gpu-1"), nullptr);
+  EXPECT_EQ(state_->tenants().index()->Find("token-gpu-1"), nullptr) << "its token is revoked";
+  EXPECT_EQ(state_->fleet().total_gpus(), 1);
+  EXPECT_TRUE(std::find(batch_.deleted_settings.begin(), batch_.deleted_settings.end(),
+                        "agent_node/gpu-1") != batch_.deleted_settings.end());
+  // Its name is free: a new machine joins under it.
+  Join("gpu-1", 4, "b1");
+  EXPECT_EQ(state_->fleet().total_gpus(), 5);
+  // A node with nothing on it leaves at once.
+  auto idle = state_->RemoveNode("gpu-1", false, batch_);
+  ASSERT_TRUE(idle.ok()) << idle.status().message();
+  EXPECT_EQ((*idle)["state"], "removed");
+  EXPECT_FALSE(state_->fleet().Find("gpu-1").ok());
+}
+
+// A lost node's work moves at its fence time even when it is being removed: its old copies may
+// still run until then.
+TEST_F(NodeAgentsTest, ARemovedLostNodesWorkMovesOnlyOnceItsLeaseRanOut) {
+  Join("gpu-1", 1);
+  const Instance od = Create(TestH100(1, Billing::kOnDemand));
+  Join("gpu-2", 1);
+  ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
+  int64_t seq = 0;
+  auto advance = [&](Duration d) {  // gpu-2 keeps reporting; gpu-1 says nothing.
+    for (Duration done{}; done < d; done += 2s) {
+      clock_.Advance(2s);
+      ASSERT_TRUE(Report("gpu-2", ++seq).ok());
+    }
+  };
+  advance(12s);
+  ASSERT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
+  state_->BeginRound();
+  auto removing = state_->RemoveNode("gpu-1", true, batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(removing.ok()) << removing.status().message();
+  EXPECT_EQ((*removing)["state"], "removing");
+  EXPECT_EQ(Get(od.id.str()).node, "gpu-1") << "its old copy may still run";
+  advance(5min + 6s);
+  EXPECT_EQ(Get(od.id.str()).node, "gpu-2");
+  EXPECT_FALSE(state_->fleet().Find("gpu-1").ok()) << "gone once its work moved";
+}
+
 }  // namespace
 }  // namespace tessera::core

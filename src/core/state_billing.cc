@@ -199,8 +199,9 @@ Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& s
 
 bool State::OfferedHere(const catalog::InstanceType& t) const {
   const auto model = catalog_->FindGpuIndex(t.gpu_model);
-  return model && std::any_of(fleet_->nodes().begin(), fleet_->nodes().end(),
-                              [&](const fleet::Node& n) { return n.model == *model; });
+  return model &&
+         std::any_of(fleet_->nodes().begin(), fleet_->nodes().end(),
+                     [&](const fleet::Node& n) { return !n.removed && n.model == *model; });
 }
 
 bool State::PlaceableNow(const catalog::InstanceType& t, int units) {
@@ -369,7 +370,7 @@ int64_t State::FleetMilliOf(const std::string& model) const {
   if (fleet_milli_nodes_ != fleet_->nodes().size()) {
     fleet_milli_.assign(catalog_->gpus().size(), 0);
     for (const fleet::Node& n : fleet_->nodes()) {
-      if (n.model.valid()) {
+      if (n.model.valid() && !n.removed) {
         fleet_milli_[n.model.value] += static_cast<int64_t>(n.gpus.size()) * fleet::kMilliPerGpu;
       }
     }

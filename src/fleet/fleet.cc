@@ -141,6 +141,25 @@ Result<NodeIndex> Fleet::AddNode(const NodeSpec& spec) {
   return index;
 }
 
+Status Fleet::RemoveNode(NodeIndex ni) {
+  if (!ni.valid() || ni.value >= nodes_.size()) {
+    return Status::InvalidArgument(fmt::format("node index {} is out of range", ni.value));
+  }
+  Node& n = nodes_[ni.value];
+  if (n.removed) return Status::Ok();
+  if (n.workloads > 0) {
+    return Status::FailedPrecondition(
+        fmt::format("node '{}' still holds {} assignment(s)", n.name, n.workloads));
+  }
+  n.removed = true;
+  n.state = NodeState::kDown;
+  by_name_.erase(n.name);
+  total_gpus_ -= static_cast<int64_t>(n.gpus.size());
+  ++versions_[ni.value];
+  ++changes_;
+  return Status::Ok();
+}
+
 Result<NodeIndex> Fleet::Find(std::string_view name) const {
   auto it = by_name_.find(std::string(name));
   if (it == by_name_.end()) return Status::NotFound(fmt::format("no node named '{}'", Quote(name)));
@@ -497,6 +516,9 @@ Status Fleet::SetNodeState(NodeIndex ni, NodeState state) {
     return Status::InvalidArgument(fmt::format("node index {} is out of range", ni.value));
   }
   Node& n = nodes_[ni.value];
+  if (n.removed) {
+    return Status::FailedPrecondition(fmt::format("node '{}' was removed", n.name));
+  }
   if (n.state == state) return Status::Ok();
   n.state = state;
   ++versions_[ni.value];

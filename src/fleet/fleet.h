@@ -68,6 +68,9 @@ struct Node {
   int64_t memory_mib = 0, memory_mib_free = 0;
   std::vector<Gpu> gpus{};
   int workloads = 0;  // Assignments currently held on the node.
+  // Taken out of the fleet for good (Fleet::RemoveNode): down, its name free, and skipped by every
+  // listing; it keeps its index, which nothing reuses.
+  bool removed = false;
 };
 
 // What one workload holds on one GPU. Exclusive grants ignore memory_mib (the whole GPU's memory
@@ -128,6 +131,11 @@ class Fleet {
   const std::vector<Node>& nodes() const { return nodes_; }
   // The index of the node named `name`, or NotFound.
   Result<NodeIndex> Find(std::string_view name) const;
+
+  // Takes node `n` out of the fleet for good (an operator removed it): it must hold nothing
+  // (FailedPrecondition saying how much it holds); then it is down and marked removed, Find no
+  // longer finds it, and AddNode may add a node of its name anew.
+  Status RemoveNode(NodeIndex n);
 
   // OK when Allocate(a) would succeed; otherwise the reason, naming node and GPU.
   Status CanAllocate(const Assignment& a) const;
