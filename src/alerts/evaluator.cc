@@ -232,21 +232,17 @@ void Evaluator::Hold(const Rule& rule, uint64_t rule_hash, const Target& t, uint
     a.state = AlertState::kFiring;
     a.fired_at = now;
   }
+  if (a.state != AlertState::kFiring) return;
   // As Prometheus does, a firing alert's annotations say its value now, not when it fired (a
   // budget's percent goes on growing). In memory only: the value is not worth a write a round.
-  if (a.state == AlertState::kFiring) {
-    for (const auto& [k, text] : rule.annotations) {
-      a.annotations[k] = ExpandTemplate(text, a.labels, v);
-    }
+  for (const auto& [k, text] : rule.annotations) {
+    a.annotations[k] = ExpandTemplate(text, a.labels, v);
   }
-  if (fires) {
+  // Notified as it fires, and again every repeat interval.
+  if (fires || !a.notified_at ||
+      now - *a.notified_at >= std::chrono::seconds(rule.repeat_interval_seconds)) {
     Notify(rule, a, now, out.deliveries);
     if (out.changed.empty() || out.changed.back() != &a) out.changed.push_back(&a);
-  } else if (a.state == AlertState::kFiring &&
-             (!a.notified_at ||
-              now - *a.notified_at >= std::chrono::seconds(rule.repeat_interval_seconds))) {
-    Notify(rule, a, now, out.deliveries);
-    out.changed.push_back(&a);
   }
 }
 

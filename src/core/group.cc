@@ -47,8 +47,6 @@ std::string_view AutoscaleMetricName(AutoscaleMetric m) {
   return "gpu_util";
 }
 
-namespace {}  // namespace
-
 std::optional<Autoscale> ReadAutoscale(JsonFields& f, const nlohmann::json& body) {
   JsonFields a = f.Object("autoscale", false);
   if (a.absent()) return std::nullopt;
