@@ -15,6 +15,11 @@
 namespace tessera::agent {
 namespace {
 
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
 bool IsNameChar(char c, bool first) {
   if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
   return !first && (c == '-' || c == '_' || c == '.');
@@ -192,6 +197,15 @@ void AddCommand(const ContainerSpec& spec, ContainerRun& run, std::vector<std::s
 
 }  // namespace
 
+std::optional<pid_t> ReadContainerPid(const std::string& pid_file) {
+  const std::string text = Trimmed(ReadSmallFile(pid_file).value_or(""));
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const long pid = strtol(text.c_str(), &end, 10);
+  if (*end != '\0' || pid <= 1 || pid > INT32_MAX) return std::nullopt;
+  return static_cast<pid_t>(pid);
+}
+
 ContainerControlFiles ControlFilesIn(const std::string& dir) {
   return {dir, dir + "/container.pid", dir + "/container.cid", dir + "/container.env"};
 }
@@ -279,23 +293,15 @@ Status PrepareContainerRun(const ContainerRun& run, const ContainerControlFiles&
 
 namespace {
 
-std::string Trimmed(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  return s;
-}
-
 // SIGKILL to the container's init when the pid file names a process that /proc shows in the
 // container's own cgroup (its id is in the path), so a pid reused since is never signalled.
 bool KillInit(const ContainerControlFiles& files) {
   const std::string cid = Trimmed(ReadSmallFile(files.cid_file).value_or(""));
-  const std::string pid_text = Trimmed(ReadSmallFile(files.pid_file).value_or(""));
-  if (cid.size() < 12 || pid_text.empty()) return false;
-  char* end = nullptr;
-  const long pid = strtol(pid_text.c_str(), &end, 10);
-  if (end == pid_text.c_str() || *end != '\0' || pid <= 1) return false;
-  const auto cgroup = ReadSmallFile(fmt::format("/proc/{}/cgroup", pid));
+  const std::optional<pid_t> pid = ReadContainerPid(files.pid_file);
+  if (cid.size() < 12 || !pid) return false;
+  const auto cgroup = ReadSmallFile(fmt::format("/proc/{}/cgroup", *pid));
   if (!cgroup || cgroup->find(cid) == std::string::npos) return false;
-  return kill(static_cast<pid_t>(pid), SIGKILL) == 0;
+  return kill(*pid, SIGKILL) == 0;
 }
 
 }  // namespace

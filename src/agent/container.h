@@ -24,8 +24,11 @@
 // Thread-safety: the functions are pure or act on their own files; any thread may call them.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,6 +109,10 @@ struct ContainerControlFiles {
 
 // The control files' paths in `dir`.
 ContainerControlFiles ControlFilesIn(const std::string& dir);
+// The host pid of a container's init, as its pid file says once the container runs; nullopt
+// before (no file, or nothing in it yet) or for anything but a pid above 1. A pid file outlives
+// its process: who acts on the pid checks it is still the container's (KillContainer does).
+std::optional<pid_t> ReadContainerPid(const std::string& pid_file);
 
 struct ContainerRun {
   std::vector<std::string> argv;  // One foreground `podman run ...`.

@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <iterator>
 #include <thread>
 
+#include "agent/container.h"
 #include "agent/workload_shim.h"
 #include "common/exec_frames.h"
 #include "common/text.h"
@@ -239,8 +239,7 @@ constexpr int kContainerStartS = 60;
 bool AwaitContainer(const std::string& pid_file, const std::atomic<bool>& end) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kContainerStartS);
   while (!end && std::chrono::steady_clock::now() < deadline) {
-    struct stat st {};
-    if (stat(pid_file.c_str(), &st) == 0 && st.st_size > 0) return true;
+    if (ReadContainerPid(pid_file)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;

@@ -24,7 +24,6 @@
 #include <filesystem>
 #include <set>
 
-#include "agent/container_exec.h"
 #include "agent/volumes.h"
 #include "agent/workload_cgroup.h"
 #include "agent/workload_files.h"
@@ -509,6 +508,15 @@ void WorkloadSupervisor::ReleaseUid(const Entry& e) {
   }
 }
 
+namespace {
+
+// A container workload's run files: its control dir's `container/`.
+ContainerControlFiles ContainerFilesIn(const std::string& control) {
+  return ControlFilesIn(control + "/container");
+}
+
+}  // namespace
+
 // Container names are the host's, not the agent's: two agents on one host (two clusters, or tests
 // run side by side) both run an `inst-000002-a0`. The work dir, which one agent holds locked, tells
 // them apart; the name is kept in the workload's state, so a later agent finds it whatever it is.
@@ -566,7 +574,7 @@ Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
   if (c.network == ContainerNetwork::kPrivate) {
     for (const auto& [port, host_port] : endpoints) c.publish.emplace_back(host_port, port);
   }
-  const ContainerControlFiles files = ControlFilesIn(control + "/container");
+  const ContainerControlFiles files = ContainerFilesIn(control);
   TESSERA_ASSIGN_OR_RETURN(ContainerRun run, BuildPodmanRun(c, container_host_, files));
   for (const std::string& note : run.notes) spdlog::warn("workload '{}': {}", spec.id, note);
   TESSERA_RETURN_IF_ERROR(PrepareContainerRun(run, files));
@@ -583,7 +591,7 @@ Status WorkloadSupervisor::PlanContainer(const WorkloadSpec& spec, int64_t uid,
 void WorkloadSupervisor::KillContainerOf(Entry& e) {
   if (e.container.empty() || e.container_killed) return;
   e.container_killed = true;
-  Status s = KillContainer(container_host_, e.container, ControlFilesIn(e.control + "/container"),
+  Status s = KillContainer(container_host_, e.container, ContainerFilesIn(e.control),
                            std::chrono::seconds(5));
   if (!s.ok()) spdlog::warn("workload {}: {}", e.status.id, s.ToString());
 }
@@ -797,11 +805,9 @@ std::map<std::string, double> WorkloadSupervisor::CpuSeconds() {
     pid_t leader = e->pids.pid;  // Its own session (the shim's setsid).
     if (!e->container.empty()) {
       // The container's processes are not podman's children: its init's session.
-      const std::string text =
-          ReadSmallFile(ControlFilesIn(e->control + "/container").pid_file).value_or("");
+      const std::optional<pid_t> pid = ReadContainerPid(ContainerFilesIn(e->control).pid_file);
       shim::ProcStat st;
-      const long pid = std::strtol(text.c_str(), nullptr, 10);
-      if (pid <= 1 || !shim::ReadProcStat(static_cast<pid_t>(pid), &st)) continue;
+      if (!pid || !shim::ReadProcStat(*pid, &st)) continue;
       leader = st.session;
     }
     by_session[leader] = id;
@@ -831,7 +837,7 @@ Result<ExecTarget> WorkloadSupervisor::ExecTargetOf(const std::string& id) {
   t.container = e->container;
   t.podman = options_.podman;
   if (!e->container.empty()) {
-    t.container_pid_file = ControlFilesIn(e->control + "/container").pid_file;
+    t.container_pid_file = ContainerFilesIn(e->control).pid_file;
   }
   t.uid = e->uid;
   t.nproc_limit = e->uid >= 0 ? options_.nproc_limit : 0;
