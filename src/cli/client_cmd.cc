@@ -51,6 +51,12 @@ std::string GpuText(const json& i) {
   return "-";
 }
 
+// A tenant's name from `names` (TenantNamesForAdmin's), else its id.
+std::string TenantName(const std::map<std::string, std::string>& names, const std::string& id) {
+  auto it = names.find(id);
+  return it != names.end() && !it->second.empty() ? it->second : id;
+}
+
 // `tenants`: the tenants' names by id, for an admin's listing (a TENANT column); empty: none.
 void PrintInstances(const json& list, const std::map<std::string, std::string>& tenants = {}) {
   std::vector<std::string> head = {"ID",   "NAME", "STATE",   "BILLING", "SHAPE",
@@ -79,8 +85,7 @@ void PrintInstances(const json& list, const std::map<std::string, std::string>& 
                                     Str(i, "price_per_hour_usd"),
                                     Str(i, "restarts")};
     if (!tenants.empty()) {
-      auto name = tenants.find(Str(i, "tenant"));
-      row.insert(row.begin() + 1, name != tenants.end() ? name->second : Str(i, "tenant"));
+      row.insert(row.begin() + 1, TenantName(tenants, Str(i, "tenant")));
     }
     t.AddRow(row);
   }
@@ -1036,11 +1041,9 @@ void PrintCostReport(const json& r, const std::map<std::string, std::string>& na
     Table t({"TENANT", "GPU-HOURS", "COST (USD)", "MEAN UTIL", "USD/UTILIZED GPU-H",
              "SPOT WOULD SAVE"});
     for (const json& row : tenants) {
-      const std::string id = Str(row, "tenant");
-      auto name = names.find(id);
-      t.AddRow({name != names.end() && !name->second.empty() ? name->second : id,
-                Str(row, "gpu_hours"), Str(row, "cost_usd"), util(row),
-                Str(row, "cost_per_utilized_gpu_hour_usd"), Str(row, "spot_would_save_usd")});
+      t.AddRow({TenantName(names, Str(row, "tenant")), Str(row, "gpu_hours"), Str(row, "cost_usd"),
+                util(row), Str(row, "cost_per_utilized_gpu_hour_usd"),
+                Str(row, "spot_would_save_usd")});
     }
     t.Print(std::cout);
     std::cout << "\nby instance type\n";
