@@ -198,10 +198,8 @@ Result<std::string> State::ClaimReservation(const Tenant& caller, const Shape& s
 }
 
 bool State::OfferedHere(const catalog::InstanceType& t) const {
-  const auto model = catalog_->FindGpuIndex(t.gpu_model);
-  return model &&
-         std::any_of(fleet_->nodes().begin(), fleet_->nodes().end(),
-                     [&](const fleet::Node& n) { return !n.removed && n.model == *model; });
+  // From the per-model count FleetMilliOf keeps, not a walk of the fleet for every type.
+  return FleetMilliOf(t.gpu_model) > 0;
 }
 
 bool State::PlaceableNow(const catalog::InstanceType& t, int units) {
