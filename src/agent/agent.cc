@@ -598,9 +598,11 @@ void Agent::Apply(const json& desired) {
   std::vector<MigLoad> mig_loads;
   std::vector<telemetry::Holder> holders;
   const bool simulated = gpus_->SimulatesLoad();
-  const std::map<std::string, double> cpu =
-      simulated ? workloads_->CpuSeconds() : std::map<std::string, double>{};
   const auto now = std::chrono::steady_clock::now();
+  const bool read_cpu = simulated && now - cpu_read_at_ >= std::chrono::seconds(1);
+  if (read_cpu) cpu_read_at_ = now;
+  const std::map<std::string, double> cpu =
+      read_cpu ? workloads_->CpuSeconds() : std::map<std::string, double>{};
   for (const json& w : list) {
     if (!w.is_object()) continue;
     const std::string id = w.value("id", "");
@@ -668,7 +670,7 @@ void Agent::Apply(const json& desired) {
       it = known_.emplace(key, std::move(k)).first;
     }
     Known& k = it->second;
-    if (simulated && !k.sim_load) UpdateActivity(k, cpu, key, now);
+    if (read_cpu && !k.sim_load) UpdateActivity(k, cpu, key, now);
     // The server says how much of the log it holds: ship from there (again, after it restarted
     // or lost a report).
     k.log_next = w.value("log_offset", std::max<int64_t>(k.log_next, 0));

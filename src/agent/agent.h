@@ -208,7 +208,10 @@ class Agent {
   // Per GPU, whether it was lost and its double-bit ECC count, as last sent: a change is a fault
   // the server must hear of in this report, not at the next turn.
   std::vector<std::pair<bool, int64_t>> sent_faults_;
-  std::map<std::string, Known> known_;          // By workload key, "<instance>-a<attempt>".
+  std::map<std::string, Known> known_;  // By workload key, "<instance>-a<attempt>".
+  // When the workloads' CPU use was last read (simulated GPUs only): once a second at most, as
+  // UpdateActivity measures over a second, however often desired states arrive.
+  std::chrono::steady_clock::time_point cpu_read_at_{};
   std::map<std::string, bool> image_shell_;     // ImageHasShell's answers.
   std::unique_ptr<MigManager> mig_;             // Null unless MIG devices are made on demand.
   std::map<int64_t, ModeResult> mode_results_;  // By request id.
