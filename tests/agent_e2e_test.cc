@@ -376,21 +376,12 @@ TEST_F(AgentTest, TokensActOnlyWhereTheyMay) {
 }
 
 TEST_F(AgentTest, AKilledAgentsNodeIsLostItsWorkMovesAndTheOldCopyStops) {
-  Join("gpu-01");
-  const std::string id =
-      Create(H100(2, "on_demand"), "while true; do date +%s%N > beat; sleep 0.1; done");
-  ASSERT_TRUE(WaitState(id, "running"));
-  const std::string first_node = Instance(id).value("node", "");
-  Join(first_node == "gpu-01" ? "gpu-02" : "gpu-01");  // Room for it elsewhere.
+  std::string first_node;
+  const std::string id = BeatOnOneOfTwoNodes(first_node);
+  ASSERT_FALSE(HasFailure());
   agents_[first_node]->Kill(SIGKILL);
   ASSERT_TRUE(WaitFor([&] { return NodeState(first_node) == "not_ready"; }, 10s));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const json j = Instance(id);
-        return j.value("state", "") == "running" && j.value("node", "") != first_node;
-      },
-      10s))
-      << Instance(id).dump();
+  ASSERT_TRUE(RunsElsewhere(id, first_node)) << Instance(id).dump();
   EXPECT_EQ(Instance(id).value("restarts", 0), 1);
   // The copy on the lost node was fenced by its lease: its heartbeat file no longer changes.
   const std::string beat = RunDir(first_node, id) + "/beat";
@@ -402,12 +393,9 @@ TEST_F(AgentTest, AKilledAgentsNodeIsLostItsWorkMovesAndTheOldCopyStops) {
 // `tessera nodes remove --force` on a node whose agent runs work: the work moves to another node,
 // the old copy stops (its agent is told before the node goes), and the node leaves the fleet.
 TEST_F(AgentTest, ARemovedNodesWorkMovesAndItsOldCopyStopsBeforeTheNodeLeaves) {
-  Join("gpu-01");
-  const std::string id =
-      Create(H100(2, "on_demand"), "while true; do date +%s%N > beat; sleep 0.1; done");
-  ASSERT_TRUE(WaitState(id, "running"));
-  const std::string first_node = Instance(id).value("node", "");
-  Join(first_node == "gpu-01" ? "gpu-02" : "gpu-01");
+  std::string first_node;
+  const std::string id = BeatOnOneOfTwoNodes(first_node);
+  ASSERT_FALSE(HasFailure());
   const std::string beat = RunDir(first_node, id) + "/beat";
   const std::string running = ReadFile(beat);
   ASSERT_TRUE(WaitFor([&] { return ReadFile(beat) != running; }, 5s)) << "it never ran";
@@ -419,13 +407,7 @@ TEST_F(AgentTest, ARemovedNodesWorkMovesAndItsOldCopyStopsBeforeTheNodeLeaves) {
       {"nodes", "remove", first_node, "--force", "--url", server_->url(), "--token", kAdminToken});
   EXPECT_EQ(removing.exit_code, 0) << removing.err;
   EXPECT_EQ(removing.out.rfind(first_node + ": removing", 0), 0u) << removing.out;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const json j = Instance(id);
-        return j.value("state", "") == "running" && j.value("node", "") != first_node;
-      },
-      10s))
-      << Instance(id).dump();
+  ASSERT_TRUE(RunsElsewhere(id, first_node)) << Instance(id).dump();
   ASSERT_TRUE(WaitFor([&] { return NodeState(first_node).empty(); }, 10s))
       << "the node is still listed: " << NodeState(first_node);
   // Its old copy was stopped by its own agent, told before the node went.

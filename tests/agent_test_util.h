@@ -69,6 +69,28 @@ class AgentTest : public ServerTest {
     return WaitFor([&] { return Instance(id).value("state", "") == state; }, limit);
   }
 
+  // An instance of two H100s writing the time to `beat` every 0.1 s, running on gpu-01, and
+  // gpu-02 joined with room for it; its id, and in `node` the node it runs on.
+  std::string BeatOnOneOfTwoNodes(std::string& node) {
+    Join("gpu-01");
+    const std::string id =
+        Create(H100(2, "on_demand"), "while true; do date +%s%N > beat; sleep 0.1; done");
+    EXPECT_TRUE(WaitState(id, "running")) << Instance(id).dump();
+    node = Instance(id).value("node", "");
+    Join(node == "gpu-01" ? "gpu-02" : "gpu-01");  // Room for it elsewhere.
+    return id;
+  }
+
+  // True once instance `id` runs on a node other than `node`.
+  bool RunsElsewhere(const std::string& id, const std::string& node) {
+    return WaitFor(
+        [&] {
+          const nlohmann::json j = Instance(id);
+          return j.value("state", "") == "running" && j.value("node", "") != node;
+        },
+        std::chrono::seconds(10));
+  }
+
   // Creates an instance with `command`; returns its id.
   std::string Create(nlohmann::json body, const std::string& command) {
     body["command"] = command;

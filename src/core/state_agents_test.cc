@@ -51,6 +51,16 @@ class NodeAgentsTest : public ::testing::Test, protected AgentNodeFixture {
     state_->BeginRound();
     state_->EndRound(batch_);
   }
+
+  // Lets `d` pass in steps of the report period, gpu-2 reporting at each and gpu-1 saying
+  // nothing.
+  void OnlyGpu2Reports(Duration d) {
+    for (Duration done{}; done < d; done += 2s) {
+      clock_.Advance(2s);
+      ASSERT_TRUE(Report("gpu-2", ++gpu2_seq_).ok());
+    }
+  }
+  int64_t gpu2_seq_ = 0;
 };
 
 TEST_F(NodeAgentsTest, RegistrationAddsTheNodeAsItsAgentDescribesItOrSaysWhatIsWrong) {
@@ -201,16 +211,9 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   const json desired = state_->DesiredState("gpu-1");
   EXPECT_EQ(desired["lease_ms"], 310'000);
   EXPECT_EQ(desired["heartbeat_ms"], 2'000);
-  int64_t seq = 0;
-  auto advance = [&](Duration d) {  // gpu-2 keeps reporting; gpu-1 says nothing.
-    for (Duration done{}; done < d; done += 2s) {
-      clock_.Advance(2s);
-      ASSERT_TRUE(Report("gpu-2", ++seq).ok());
-    }
-  };
-  advance(10s);
+  OnlyGpu2Reports(10s);
   EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready") << "within the node timeout";
-  advance(2s);
+  OnlyGpu2Reports(2s);
   EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
   EXPECT_EQ(state_->counters().nodes_lost, 1);
   const Instance& silent = Get(od.id.str());
@@ -223,9 +226,9 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   EXPECT_EQ(batch_.ledger.back().instance, od.id.str());
   EXPECT_EQ(batch_.ledger.back().end, billing::UnixSeconds(last)) << "billed to its last report";
   // Its lease (5 min 10 s) and the kill grace (5 s) from the last report: then it moves.
-  advance(5min + 2s);
+  OnlyGpu2Reports(5min + 2s);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-1") << "its old copy may still run until " << 5min + 15s;
-  advance(2s);
+  OnlyGpu2Reports(2s);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "on-demand work runs elsewhere once fenced";
   EXPECT_EQ(Get(od.id.str()).restarts, 1);
   const auto& history = Get(od.id.str()).history;
@@ -609,14 +612,7 @@ TEST_F(NodeAgentsTest, ARemovedLostNodesWorkMovesOnlyOnceItsLeaseRanOut) {
   const Instance od = Create(TestH100(1, Billing::kOnDemand));
   Join("gpu-2", 1);
   ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
-  int64_t seq = 0;
-  auto advance = [&](Duration d) {  // gpu-2 keeps reporting; gpu-1 says nothing.
-    for (Duration done{}; done < d; done += 2s) {
-      clock_.Advance(2s);
-      ASSERT_TRUE(Report("gpu-2", ++seq).ok());
-    }
-  };
-  advance(12s);
+  OnlyGpu2Reports(12s);
   ASSERT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
   state_->BeginRound();
   auto removing = state_->RemoveNode("gpu-1", true, batch_);
@@ -624,7 +620,7 @@ TEST_F(NodeAgentsTest, ARemovedLostNodesWorkMovesOnlyOnceItsLeaseRanOut) {
   ASSERT_TRUE(removing.ok()) << removing.status().message();
   EXPECT_EQ((*removing)["state"], "removing");
   EXPECT_EQ(Get(od.id.str()).node, "gpu-1") << "its old copy may still run";
-  advance(5min + 6s);
+  OnlyGpu2Reports(5min + 6s);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-2");
   EXPECT_FALSE(state_->fleet().Find("gpu-1").ok()) << "gone once its work moved";
 }
