@@ -57,7 +57,7 @@ json AlertView(const alerts::Alert& a, const alerts::Notifier* notifier) {
 // Tessera's alerting series for /metrics: alerts by state, evaluations, notifier outcomes.
 std::string AlertMetrics(const core::State& s, const alerts::Notifier* notifier) {
   std::map<std::string, int64_t> states = {{"pending", 0}, {"firing", 0}, {"resolved", 0}};
-  for (const auto& [key, a] : s.evaluator().alerts()) {
+  for (const auto& [key, a] : s.monitoring().evaluator().alerts()) {
     ++states[std::string(alerts::AlertStateName(a.state))];
   }
   std::string out = "# HELP tessera_alerts Alerts by state.\n# TYPE tessera_alerts gauge\n";
@@ -68,7 +68,7 @@ std::string AlertMetrics(const core::State& s, const alerts::Notifier* notifier)
       "tessera_alert_rules {}\n"
       "# HELP tessera_alert_evaluations_total Alert rule evaluation rounds.\n"
       "# TYPE tessera_alert_evaluations_total counter\ntessera_alert_evaluations_total {}\n",
-      s.evaluator().rules().size(), s.counters().alert_evaluations);
+      s.monitoring().evaluator().rules().size(), s.monitoring().evaluations());
   if (!notifier) return out;
   const alerts::NotifierCounters c = notifier->counters();
   out +=
@@ -202,31 +202,31 @@ void AddMetricsRoutes(Api& table) {
 }
 
 void AddAlertRoutes(Api& table) {
-  table.Add(
-      "POST", "/v1/alert-rules", Access::kAnyToken, BodyKind::kJson, true,
-      [](Api& api, std::shared_ptr<Call> call) {
-        // A tenant's receivers are checked against private addresses now when they are
-        // numeric, and at every send after DNS.
-        const bool tenant = !call->principal.admin;
-        Result<alerts::Rule> rule =
-            call->body_status.ok()
-                ? alerts::ParseRule(call->body, tenant, api.allow_private_receivers())
-                : Result<alerts::Rule>(call->body_status);
-        api.Run<json>(
-            call, rule.status(),
-            {[rule](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(alerts::Rule r, s.CreateAlertRule(caller, *rule, b));
-               return alerts::RuleJson(r);
-             },
-             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
-      });
+  table.Add("POST", "/v1/alert-rules", Access::kAnyToken, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              // A tenant's receivers are checked against private addresses now when they are
+              // numeric, and at every send after DNS.
+              const bool tenant = !call->principal.admin;
+              Result<alerts::Rule> rule =
+                  call->body_status.ok()
+                      ? alerts::ParseRule(call->body, tenant, api.allow_private_receivers())
+                      : Result<alerts::Rule>(call->body_status);
+              api.Run<json>(call, rule.status(),
+                            {[rule](core::State& s, store::Batch& b,
+                                    const core::Tenant& caller) -> Result<json> {
+                               TESSERA_ASSIGN_OR_RETURN(
+                                   alerts::Rule r, s.monitoring().CreateRule(caller, *rule, b));
+                               return alerts::RuleJson(r);
+                             },
+                             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+            });
   table.Add("GET", "/v1/alert-rules", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
                      json rules = json::array();
-                     for (const alerts::Rule& r : s.ListAlertRules(caller)) {
+                     for (const alerts::Rule& r : s.monitoring().ListRules(caller)) {
                        rules.push_back(alerts::RuleJson(r));
                      }
                      return json{{"rules", std::move(rules)}};
@@ -239,7 +239,7 @@ void AddAlertRoutes(Api& table) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[id](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     TESSERA_ASSIGN_OR_RETURN(alerts::Rule r, s.GetAlertRule(caller, id));
+                     TESSERA_ASSIGN_OR_RETURN(alerts::Rule r, s.monitoring().GetRule(caller, id));
                      return alerts::RuleJson(r);
                    },
                    200, Passthrough, nullptr});
@@ -250,7 +250,7 @@ void AddAlertRoutes(Api& table) {
               api.Run<json>(call, Status::Ok(),
                             {[id](core::State& s, store::Batch& b,
                                   const core::Tenant& caller) -> Result<json> {
-                               TESSERA_RETURN_IF_ERROR(s.DeleteAlertRule(caller, id, b));
+                               TESSERA_RETURN_IF_ERROR(s.monitoring().DeleteRule(caller, id, b));
                                return json{{"id", id}, {"deleted", true}};
                              },
                              200, Passthrough, [](const json& j) { return j.value("id", ""); }});
@@ -272,7 +272,7 @@ void AddAlertRoutes(Api& table) {
                             {[state, notifier](core::State& s, store::Batch&,
                                                const core::Tenant& caller) -> Result<json> {
                                json out = json::array();
-                               for (const alerts::Alert& a : s.ListAlerts(caller)) {
+                               for (const alerts::Alert& a : s.monitoring().ListAlerts(caller)) {
                                  if (state && alerts::AlertStateName(a.state) != *state) continue;
                                  out.push_back(AlertView(a, notifier));
                                }

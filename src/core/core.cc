@@ -136,10 +136,10 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto next_group, store.GetSetting(std::string(State::kNextGroup)));
   if (next_group) groups.emplace_back(State::kNextGroup, *next_group);
   TESSERA_RETURN_IF_ERROR(state.RestoreGroups(groups, batch));
-  TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(State::kRulePrefix)));
-  TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(State::kAlertPrefix)));
-  TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(State::kMetaPrefix)));
-  TESSERA_RETURN_IF_ERROR(state.RestoreAlerts(rules, alerts, meta, batch));
+  TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(Monitoring::kRulePrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(Monitoring::kAlertPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(Monitoring::kMetaPrefix)));
+  TESSERA_RETURN_IF_ERROR(state.monitoring().Restore(rules, alerts, meta, batch));
   TESSERA_ASSIGN_OR_RETURN(auto admin_hash, store.GetSetting("admin_token_hash"));
   if (admin_hash) state.tenants().RestoreAdminTokenHash(*admin_hash);
   return report;
@@ -284,7 +284,7 @@ Status Core::RunRound(std::deque<Command>& round) {
   Publish();
   state_->AfterCommit();
   // What the alert evaluation decided is durable now: deliver it.
-  State::Outbox outbox = state_->TakeOutbox();
+  Monitoring::Outbox outbox = state_->monitoring().TakeOutbox();
   if (options_.notifier) {
     for (alerts::Delivery& d : outbox.deliveries) options_.notifier->Send(std::move(d));
     for (auto& batch_of_alerts : outbox.alertmanager) {

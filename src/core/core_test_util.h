@@ -35,6 +35,18 @@ inline Sealer* TestSealer() {
   return sealer;
 }
 
+// A keyring of `text`'s lines ("ID BASE64KEY", the current key first); aborts on bad text.
+inline std::shared_ptr<const Keyring> TestKeyring(const std::string& text) {
+  auto ring = KeyringFromText(text, "test");
+  if (!ring.ok()) std::abort();
+  return std::shared_ptr<const Keyring>(std::move(*ring));
+}
+
+// A keyring line: key `id`, every byte `fill`.
+inline std::string TestKeyLine(const std::string& id, char fill) {
+  return id + " " + Base64Encode(std::string(kDataKeyBytes, fill));
+}
+
 // A state on an empty fleet (nodes join through agents) with the guarded-fgd policy.
 inline std::unique_ptr<State> NewTestState(const Clock* clock, const StateOptions& options) {
   auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());

@@ -229,7 +229,7 @@ TEST_F(GpuHealthTest, AFatalXidMovesTheWorkBillsItToTheFaultAndNothingLandsThere
 // built-in InstanceInterrupted alert in its list (not in another tenant's), and its own rule on
 // the series notifies its webhook.
 TEST_F(GpuHealthTest, TheOwnerOfAnInstanceAFaultMovedSeesItAndIsAlerted) {
-  ASSERT_TRUE(state_->RestoreAlerts({}, {}, {}, batch_).ok());  // A store's first start.
+  ASSERT_TRUE(state_->monitoring().Restore({}, {}, {}, batch_).ok());  // A store's first start.
   const Tenant& acme = *state_->tenants().Find(acme_.id.str());
   const Tenant beta = *state_->tenants().Create("beta", 8000, "h-beta", batch_);
   const std::string hook = "https://hooks.example.com/acme";
@@ -241,7 +241,7 @@ TEST_F(GpuHealthTest, TheOwnerOfAnInstanceAFaultMovedSeesItAndIsAlerted) {
   auto rule = alerts::ParseRule(body, /*tenant_owned=*/true);
   ASSERT_TRUE(rule.ok()) << rule.status().message();
   state_->BeginRound();
-  ASSERT_TRUE(state_->CreateAlertRule(acme, *rule, batch_).ok());
+  ASSERT_TRUE(state_->monitoring().CreateRule(acme, *rule, batch_).ok());
   state_->EndRound(batch_);
   const Instance inst = Running();
   const int sick = inst.gpus[0].index;
@@ -264,15 +264,15 @@ TEST_F(GpuHealthTest, TheOwnerOfAnInstanceAFaultMovedSeesItAndIsAlerted) {
   clock_.Advance(6s);  // The next evaluation.
   Sync({});
   std::set<std::string> seen;
-  for (const alerts::Alert& a : state_->ListAlerts(acme)) {
+  for (const alerts::Alert& a : state_->monitoring().ListAlerts(acme)) {
     if (a.state == alerts::AlertState::kFiring) seen.insert(a.labels.at("alertname"));
   }
   EXPECT_EQ(seen, (std::set<std::string>{"InstanceInterrupted", "MyWorkMoved"}));
-  for (const alerts::Alert& a : state_->ListAlerts(beta)) {
+  for (const alerts::Alert& a : state_->monitoring().ListAlerts(beta)) {
     ADD_FAILURE() << "beta sees acme's alert " << a.key;
   }
   int told = 0;
-  for (const alerts::Delivery& d : state_->TakeOutbox().deliveries) {
+  for (const alerts::Delivery& d : state_->monitoring().TakeOutbox().deliveries) {
     if (d.receiver.target == hook) ++told;
   }
   EXPECT_EQ(told, 1) << "acme's webhook hears of it";
@@ -284,7 +284,7 @@ TEST_F(GpuHealthTest, TheOwnerOfAnInstanceAFaultMovedSeesItAndIsAlerted) {
   for (const telemetry::Target& t : state_->Targets()) {
     EXPECT_FALSE(t.has(telemetry::Field::kInstanceInterrupted));
   }
-  for (const alerts::Alert& a : state_->ListAlerts(acme)) {
+  for (const alerts::Alert& a : state_->monitoring().ListAlerts(acme)) {
     EXPECT_EQ(a.state, alerts::AlertState::kResolved) << a.key;
   }
 }

@@ -1,170 +1,25 @@
-// State's telemetry and alerts: the series of the nodes agents serve, per-GPU history for
-// tenants and operators, and the alert rules with their evaluation.
+// Monitoring (monitoring.h): alert rules and their alerts, what evaluations send, the GPUs'
+// history and the faults' interruptions.
+#include "core/monitoring.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
+#include "alerts/rule.h"
 #include "common/envelope.h"
 #include "common/json.h"
 #include "core/sealing.h"
-#include "core/state.h"
 
 namespace tessera::core {
-namespace {
 
-using nlohmann::json;
+Monitoring::Monitoring(const Clock* clock, Options options)
+    : clock_(clock), options_(options), started_at_(clock->Now()), evaluator_(options.alerts) {}
 
-json PointsJson(const std::vector<telemetry::Point>& points) {
-  json out = json::array();
-  for (const telemetry::Point& p : points) {
-    out.push_back({{"t", FormatRfc3339(Time(std::chrono::milliseconds(p.t_ms)))},
-                   {"gpu_util", p.gpu_util},
-                   {"fb_used_mib", p.fb_used_mib},
-                   {"power_w", p.power_w},
-                   {"temperature_c", p.temperature_c}});
-  }
-  return out;
-}
-
-// The latest readings of one GPU (or MIG instance) of a report.
-json LatestJson(const telemetry::Telemetry& t, const GpuRef& g) {
-  const auto r = telemetry::ReadHolder(t, g.index, g.mig_profile, g.mig_start);
-  if (!r) return nullptr;
-  if (r->lost) return {{"lost", true}};
-  return {{"gpu_util", r->gpu_util},
-          {"fb_used_mib", r->fb_used_mib},
-          {"fb_total_mib", r->fb_total_mib},
-          {"power_w", r->power_w},
-          {"temperature_c", r->temperature_c}};
-}
-
-}  // namespace
-
-std::vector<telemetry::Target> State::Targets() const {
-  std::vector<telemetry::Target> out;
-  std::vector<telemetry::Holder> holders;
-  for (const auto& [name, node] : agents_.nodes()) {
-    if (!node.registered() || !node.info) continue;
-    holders.clear();
-    for (const std::string& id : node.assigned) {
-      const Instance* inst = instances_.Find(id);
-      if (!inst || inst->node != name) continue;
-      for (const GpuRef& g : inst->gpus) {
-        holders.push_back(telemetry::Holder{g.index, inst->id.str(), inst->tenant.str(),
-                                            g.milli_gpu > 0 ? g.milli_gpu : 1000, g.mig_profile,
-                                            g.mig_start, -1});
-      }
-    }
-    telemetry::NodeTargets(*node.info, node.telemetry.get(), holders, !node.lost, out);
-  }
-  // One series per instance a fault moved lately: its owner's to see and alert on.
-  for (const Interruption& i : interruptions_) {
-    telemetry::Target t;
-    t.labels = {{"Hostname", i.node}, {"cause", i.cause}};
-    if (!i.fault.empty()) t.labels.push_back({"fault", i.fault});
-    if (i.gpu >= 0) t.labels.push_back({"gpu", std::to_string(i.gpu)});
-    t.labels.push_back({"tenant", i.tenant});
-    t.labels.push_back({"tessera_instance", i.instance});
-    t.tenant = i.tenant;
-    t.set(telemetry::Field::kInstanceInterrupted, 1);
-    out.push_back(std::move(t));
-  }
-  // One series per budget: the tenant's spend this month in percent of it.
-  for (const auto& [tenant, budget] : budgets_) {
-    telemetry::Target t;
-    t.labels = {{"tenant", tenant}};
-    t.tenant = tenant;
-    t.set(telemetry::Field::kBudgetUsedPercent,
-          static_cast<double>(UseOf(tenant, budget).basis_points) / 100);
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-Result<json> State::InstanceMetrics(const Tenant& caller, std::string_view id,
-                                    Duration window) const {
-  const Instance* inst = instances_.Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  const Time now = clock_->Now();
-  json gpus = json::array();
-  for (const GpuRef& g : inst->gpus) {
-    json gj = {{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}};
-    if (!g.mig_profile.empty()) gj["mig_profile"] = g.mig_profile;
-    if (g.milli_gpu > 0) gj["milli_gpu"] = g.milli_gpu;
-    gj["points"] = PointsJson(history_.Points(
-        inst->node, g.index, g.mig_profile.empty() ? -1 : g.mig_start, now - window));
-    gpus.push_back(std::move(gj));
-  }
-  return json{{"id", inst->id.str()},
-              {"state", StateName(inst->state)},
-              {"node", inst->node.empty() ? json(nullptr) : json(inst->node)},
-              {"window_seconds", std::chrono::duration_cast<std::chrono::seconds>(window).count()},
-              {"gpus", std::move(gpus)}};
-}
-
-Result<json> State::NodeMetrics(const std::string& node, Duration window) const {
-  TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex index, fleet_->Find(node));
-  const fleet::Node& n = fleet_->node(index);
-  const Time since = clock_->Now() - window;
-  json gpus = json::array();
-  auto agent = agents_.nodes().find(node);
-  for (size_t i = 0; i < n.gpus.size(); ++i) {
-    const int gpu = static_cast<int>(i);
-    json gj = {{"index", gpu}, {"points", PointsJson(history_.Points(node, gpu, -1, since))}};
-    if (agent != agents_.nodes().end() && agent->second.telemetry) {
-      GpuRef whole;
-      whole.index = gpu;
-      gj["latest"] = LatestJson(*agent->second.telemetry, whole);
-    }
-    json mig = json::array();
-    for (const fleet::MigInstance& m : n.gpus[i].mig_instances) {
-      mig.push_back({{"profile", m.profile->name},
-                     {"start", m.start},
-                     {"points", PointsJson(history_.Points(node, gpu, m.start, since))}});
-    }
-    if (!mig.empty()) gj["mig_instances"] = std::move(mig);
-    gpus.push_back(std::move(gj));
-  }
-  return gpus;
-}
-
-json State::TopInstances(const Tenant& caller) const {
-  json out = json::array();
-  instances_.ForEach([&](const Instance& inst) {
-    if (!Visible(caller, inst) || inst.gpus.empty() || inst.node.empty()) return;
-    if (inst.state != InstanceState::kRunning && inst.state != InstanceState::kPreempting &&
-        inst.state != InstanceState::kScheduled && inst.state != InstanceState::kStopping) {
-      return;
-    }
-    auto node = agents_.nodes().find(inst.node);
-    const telemetry::Telemetry* t =
-        node != agents_.nodes().end() ? node->second.telemetry.get() : nullptr;
-    json gpus = json::array();
-    for (const GpuRef& g : inst.gpus) {
-      json gj = {{"index", g.index}, {"latest", t ? LatestJson(*t, g) : json(nullptr)}};
-      if (!g.mig_profile.empty()) gj["mig_profile"] = g.mig_profile;
-      if (g.milli_gpu > 0) gj["milli_gpu"] = g.milli_gpu;
-      gpus.push_back(std::move(gj));
-    }
-    json j = {{"id", inst.id.str()},
-              {"name", inst.name},
-              {"state", StateName(inst.state)},
-              {"node", inst.node},
-              {"gpus", std::move(gpus)}};
-    if (caller.admin) j["tenant"] = inst.tenant.str();
-    if (node != agents_.nodes().end() && node->second.telemetry) {
-      j["sampled_at"] = FormatRfc3339(node->second.telemetry_at);
-    }
-    out.push_back(std::move(j));
-  });
-  return json{{"instances", std::move(out)}};
-}
-
-Result<alerts::Rule> State::CreateAlertRule(const Tenant& caller, alerts::Rule rule,
+Result<alerts::Rule> Monitoring::CreateRule(const Tenant& caller, alerts::Rule rule,
                                             store::Batch& batch) {
   rule.owner = caller.admin ? "" : caller.id.str();
   // Tenants' rules and the operator's are capped apart: tenants cannot lock the operator out.
@@ -191,7 +46,7 @@ Result<alerts::Rule> State::CreateAlertRule(const Tenant& caller, alerts::Rule r
   return rule;
 }
 
-std::vector<alerts::Rule> State::ListAlertRules(const Tenant& caller) const {
+std::vector<alerts::Rule> Monitoring::ListRules(const Tenant& caller) const {
   std::vector<alerts::Rule> out;
   for (const auto& [id, r] : evaluator_.rules()) {
     if (caller.admin || r.owner == caller.id.str()) out.push_back(r);
@@ -199,7 +54,7 @@ std::vector<alerts::Rule> State::ListAlertRules(const Tenant& caller) const {
   return out;
 }
 
-Result<alerts::Rule> State::GetAlertRule(const Tenant& caller, std::string_view id) const {
+Result<alerts::Rule> Monitoring::GetRule(const Tenant& caller, std::string_view id) const {
   const alerts::Rule* r = evaluator_.Find(std::string(id));
   if (!r || (!caller.admin && r->owner != caller.id.str())) {
     return Status::NotFound(fmt::format("alert rule '{}' not found", id));
@@ -207,17 +62,17 @@ Result<alerts::Rule> State::GetAlertRule(const Tenant& caller, std::string_view 
   return *r;
 }
 
-Status State::DeleteAlertRule(const Tenant& caller, std::string_view id, store::Batch& batch) {
-  TESSERA_RETURN_IF_ERROR(GetAlertRule(caller, id).status());
+Status Monitoring::DeleteRule(const Tenant& caller, std::string_view id, store::Batch& batch) {
+  TESSERA_RETURN_IF_ERROR(GetRule(caller, id).status());
   evaluator_.Remove(std::string(id), clock_->Now());
   rule_keys_.erase(std::string(id));
   batch.deleted_settings.push_back(std::string(kRulePrefix) + std::string(id));
   // The resolved alerts and their notices are stored and sent with the next evaluation.
-  last_alert_eval_ = Time{};
+  last_evaluation_ = Time{};
   return Status::Ok();
 }
 
-std::vector<alerts::Alert> State::ListAlerts(const Tenant& caller) const {
+std::vector<alerts::Alert> Monitoring::ListAlerts(const Tenant& caller) const {
   // A tenant sees its own rules' alerts, and the built-in rules' on its own series (its instance
   // interrupted, its GPU hot, its budget spent): never an operator's own rule's.
   auto sees = [&](const alerts::Alert& a) {
@@ -237,10 +92,10 @@ std::vector<alerts::Alert> State::ListAlerts(const Tenant& caller) const {
   return out;
 }
 
-Status State::RestoreAlerts(const std::vector<std::pair<std::string, std::string>>& rules,
-                            const std::vector<std::pair<std::string, std::string>>& alerts,
-                            const std::vector<std::pair<std::string, std::string>>& meta,
-                            store::Batch& batch) {
+Status Monitoring::Restore(const std::vector<std::pair<std::string, std::string>>& rules,
+                           const std::vector<std::pair<std::string, std::string>>& alerts,
+                           const std::vector<std::pair<std::string, std::string>>& meta,
+                           store::Batch& batch) {
   // Each built-in is added once per store, by the mark of the release that brought it: a store
   // seeded before a later one existed gets it on its first start since, and an operator who
   // deleted one keeps it deleted.
@@ -300,7 +155,7 @@ std::string WebhookContext(const std::string& rule, size_t i) {
 }
 }  // namespace
 
-Result<std::string> State::SealRule(const alerts::Rule& rule) {
+Result<std::string> Monitoring::SealRule(const alerts::Rule& rule) {
   nlohmann::json j = alerts::RuleJson(rule);
   rule_keys_.erase(rule.id);
   for (size_t i = 0; i < j["notify"].size(); ++i) {
@@ -316,7 +171,8 @@ Result<std::string> State::SealRule(const alerts::Rule& rule) {
   return DumpJson(j);
 }
 
-Result<std::string> State::OpenRule(const std::string& key, const std::string& value, bool& plain) {
+Result<std::string> Monitoring::OpenRule(const std::string& key, const std::string& value,
+                                         bool& plain) {
   auto j = ParseJson(value, key);
   if (!j.ok() || !j->is_object() || !j->contains("notify") || !(*j)["notify"].is_array()) {
     return value;  // RuleFromStored says what is wrong with it.
@@ -340,16 +196,17 @@ Result<std::string> State::OpenRule(const std::string& key, const std::string& v
   return DumpJson(*j);
 }
 
-void State::EvaluateAlerts(store::Batch& batch) {
-  const Time now = clock_->Now();
+bool Monitoring::Due() const {
   // With no rules, only alerts still to resolve or retire (a deleted rule's) need a round.
-  if (evaluator_.rules().empty() && evaluator_.alerts().empty()) return;
-  if (now - last_alert_eval_ < options_.alert_interval) return;
-  last_alert_eval_ = now;
-  // After a start, a node's series are missing until its agent reports again (within its
-  // lease): their alerts must not resolve for that.
-  const bool settling = now - started_at_ < options_.node_timeout;
-  alerts::Evaluation e = evaluator_.Evaluate(now, Targets(), settling);
+  if (evaluator_.rules().empty() && evaluator_.alerts().empty()) return false;
+  return clock_->Now() - last_evaluation_ >= options_.interval;
+}
+
+void Monitoring::Evaluate(const std::vector<telemetry::Target>& targets, store::Batch& batch) {
+  const Time now = clock_->Now();
+  last_evaluation_ = now;
+  const bool settling = now - started_at_ < options_.settle;
+  alerts::Evaluation e = evaluator_.Evaluate(now, targets, settling);
   for (const alerts::Alert* a : e.changed) {
     batch.settings.emplace_back(std::string(kAlertPrefix) + a->key,
                                 DumpJson(alerts::AlertJson(*a)));
@@ -363,7 +220,57 @@ void State::EvaluateAlerts(store::Batch& batch) {
   }
   for (alerts::Delivery& d : e.deliveries) outbox_.deliveries.push_back(std::move(d));
   if (e.alertmanager) outbox_.alertmanager.push_back(std::move(*e.alertmanager));
-  ++counters_.alert_evaluations;
+  ++evaluations_;
+}
+
+void Monitoring::NoteInterruption(Interruption i) {
+  if (interruptions_.size() == kMaxInterruptions) interruptions_.pop_front();
+  interruptions_.push_back(std::move(i));
+}
+
+void Monitoring::InterruptionTargets(std::vector<telemetry::Target>& out) const {
+  for (const Interruption& i : interruptions_) {
+    telemetry::Target t;
+    t.labels = {{"Hostname", i.node}, {"cause", i.cause}};
+    if (!i.fault.empty()) t.labels.push_back({"fault", i.fault});
+    if (i.gpu >= 0) t.labels.push_back({"gpu", std::to_string(i.gpu)});
+    t.labels.push_back({"tenant", i.tenant});
+    t.labels.push_back({"tessera_instance", i.instance});
+    t.tenant = i.tenant;
+    t.set(telemetry::Field::kInstanceInterrupted, 1);
+    out.push_back(std::move(t));
+  }
+}
+
+void Monitoring::Sweep() {
+  const Time cutoff = clock_->Now() - kInterruptionShown;
+  while (!interruptions_.empty() && interruptions_.front().at < cutoff) {
+    interruptions_.pop_front();
+  }
+}
+
+Result<bool> Monitoring::Reseal(const std::string& key_id, std::string& after, size_t limit,
+                                ResealStep& step, store::Batch& batch) {
+  auto it = after.empty() ? rule_keys_.begin() : rule_keys_.upper_bound(after);
+  std::vector<std::string> stale;
+  for (; it != rule_keys_.end() && step.examined + stale.size() < limit; ++it) {
+    after = it->first;
+    if (it->second != key_id) stale.push_back(it->first);
+    ++step.examined;
+  }
+  const bool end = it == rule_keys_.end();
+  for (const std::string& id : stale) {
+    const alerts::Rule* r = evaluator_.Find(id);
+    if (!r) continue;
+    TESSERA_ASSIGN_OR_RETURN(std::string stored, SealRule(*r));
+    batch.settings.emplace_back(std::string(kRulePrefix) + id, std::move(stored));
+    ++step.resealed;
+  }
+  return end;
+}
+
+void Monitoring::CountKeys(std::map<std::string, int64_t>& by_key) const {
+  for (const auto& [id, key] : rule_keys_) ++by_key[key];
 }
 
 }  // namespace tessera::core

@@ -1,18 +1,19 @@
-// State's telemetry and alerts (monitoring.cc) on a fake clock: the dcgm-style targets of joined
-// nodes, per-GPU history for tenants and operators, alert rules and their isolation, evaluation
-// through EndRound with its deliveries, and a restart from the stored rules and alerts. The store
-// is the in-memory one: the real contract, without a disk.
+// Monitoring on a fake clock, alone: alert rules (ids, owners, caps, what is stored), the
+// built-in rules seeded once per store, when an evaluation is due and what it stores and sends,
+// the interruptions' retention, and rules' webhooks sealed at rest and re-sealed by a rotation.
+// The state's own tests (state_monitoring_test.cc) give it series from real agents' reports.
+#include "core/monitoring.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "alerts/rule.h"
+#include "common/envelope.h"
 #include "common/json.h"
-#include "core/core.h"
 #include "core/core_test_util.h"
-#include "core/state.h"
-#include "fleet/fleet.h"
-#include "store/memory_store.h"
 
 namespace tessera::core {
 namespace {
@@ -21,63 +22,17 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using telemetry::Field;
 
-constexpr Duration kNodeTimeout = 10s;
-
-// A node's inventory as its agent registers it, with the names dcgm-exporter's labels show.
-json Inventory(const std::string& node, int gpus) {
-  json list = json::array();
-  for (int i = 0; i < gpus; ++i) {
-    list.push_back({{"index", i},
-                    {"uuid", "GPU-" + node + "-" + std::to_string(i)},
-                    {"model", "H100-80GB"},
-                    {"name", "NVIDIA H100 80GB HBM3"}});
-  }
-  return {{"cpu_milli", 64000},
-          {"memory_mib", 524288},
-          {"driver_version", "550.54.15"},
-          {"gpus", list}};
-}
-
-CreateInstanceRequest OneH100() {
-  CreateInstanceRequest r;
-  r.billing = Billing::kOnDemand;
-  r.command = "sleep 600";
-  r.shape.gpu_model = "H100-80GB";
-  r.shape.mode = catalog::SharingMode::kExclusive;
-  r.shape.gpus = 1;
-  r.shape.vcpus = 4;
-  r.shape.memory_mib = 1024;
-  return r;
-}
-
-// One GPU's readings; the rest of the sample derives from `temp` and `util` so every field is
-// told apart from its neighbours.
-telemetry::GpuSample Gpu(int index, double temp, double util = 50) {
-  telemetry::GpuSample s;
-  s.index = index;
-  s.temperature_c = temp;
-  s.gpu_util = util;
-  s.memory_used_mib = 1000 + index;
-  s.memory_total_mib = 81559;
-  s.power_w = 300 + index;
-  s.sm_clock_mhz = 1980;
-  return s;
-}
-
-// A report's telemetry: GPU i reads temps[i] C and utils[i] % (50 when not given).
-std::shared_ptr<const telemetry::Telemetry> Readings(const std::vector<double>& temps,
-                                                     const std::vector<double>& utils = {}) {
-  auto t = std::make_shared<telemetry::Telemetry>();
-  for (size_t i = 0; i < temps.size(); ++i) {
-    t->gpus.push_back(Gpu(static_cast<int>(i), temps[i], i < utils.size() ? utils[i] : 50));
-  }
-  return t;
-}
-
 Tenant Admin() {
   Tenant admin;
   admin.admin = true;
   return admin;
+}
+
+Tenant Named(const std::string& id) {
+  Tenant t;
+  t.id = *TenantId::Parse(id);
+  t.name = id;
+  return t;
 }
 
 // A rule as POST /v1/alert-rules would carry it: GPU temperature above 85 C, at once.
@@ -86,15 +41,22 @@ alerts::Rule HotRule(const std::string& name, const std::string& webhook, bool t
                {"metric", "DCGM_FI_DEV_GPU_TEMP"},
                {"op", ">"},
                {"threshold", 85},
-               {"for_seconds", 0},
-               {"annotations", {{"summary", "GPU {{ $labels.gpu }} at {{ $value }} C"}}}};
+               {"for_seconds", 0}};
   if (!webhook.empty()) body["notify"] = json::array({{{"webhook", webhook}}});
   auto r = alerts::ParseRule(body, tenant_owned);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? *r : alerts::Rule{};
 }
 
-// The keys of `batch`'s settings that start with `prefix`, in order.
+// GPU `gpu` of node-1 at `temp` C, held by `tenant` ("" = nobody).
+telemetry::Target Gpu(int gpu, double temp, const std::string& tenant = "") {
+  telemetry::Target t;
+  t.labels = {{"Hostname", "node-1"}, {"gpu", std::to_string(gpu)}};
+  t.tenant = tenant;
+  t.set(Field::kGpuTemp, temp);
+  return t;
+}
+
 std::vector<std::string> KeysWithPrefix(const store::Batch& batch, std::string_view prefix) {
   std::vector<std::string> out;
   for (const auto& [key, value] : batch.settings) {
@@ -103,7 +65,6 @@ std::vector<std::string> KeysWithPrefix(const store::Batch& batch, std::string_v
   return out;
 }
 
-// The value the batch sets for `key` last, or nullopt.
 std::optional<std::string> SettingOf(const store::Batch& batch, const std::string& key) {
   std::optional<std::string> out;
   for (const auto& [k, v] : batch.settings) {
@@ -112,327 +73,92 @@ std::optional<std::string> SettingOf(const store::Batch& batch, const std::strin
   return out;
 }
 
-std::vector<alerts::Delivery> To(const std::vector<alerts::Delivery>& deliveries,
-                                 const std::string& target) {
-  std::vector<alerts::Delivery> out;
-  for (const alerts::Delivery& d : deliveries) {
-    if (d.receiver.target == target) out.push_back(d);
-  }
-  return out;
-}
-
-class MonitoringTest : public ::testing::Test, protected AgentNodeFixture {
+class MonitoringTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    StateOptions o;
-    o.node_timeout = kNodeTimeout;
-    o.alert_interval = 1s;
-    MakeState(o);
-    beta_ = *state_->tenants().Create("beta", 64000, "h-beta", batch_);
+  std::unique_ptr<Monitoring> NewMonitoring(Sealer* sealer = nullptr) {
+    Monitoring::Options o;
+    o.interval = 1s;
+    o.settle = 10s;
+    o.sealer = sealer;
+    return std::make_unique<Monitoring>(&clock_, o);
   }
 
-  // Adds a node with `gpus` GPUs and registers its agent run.
-  void Join(const std::string& name, int gpus) {
-    ASSERT_TRUE(JoinNode(name, Inventory(name, gpus), agent_).ok());
-  }
-
-  // Its agent reports that it runs each tenant's work under a uid of its own, so that two
-  // tenants may share the node (docs/agent.md).
-  void ReportIsolated(const std::string& node) {
-    AgentSync s;
-    s.agent_id = agent_;
-    s.seq = ++seq_[node];
-    s.isolation = Isolation::kUid;
-    auto out = SyncNode(node, s);
-    ASSERT_TRUE(out.ok()) << out.status().message();
-  }
-
-  // One round in which the node's agent reports `readings`.
-  void Report(const std::string& node, std::shared_ptr<const telemetry::Telemetry> readings) {
-    AgentSync s;
-    s.agent_id = agent_;
-    s.seq = ++seq_[node];
-    s.telemetry = std::move(readings);
-    auto out = SyncNode(node, s);
-    ASSERT_TRUE(out.ok()) << out.status().message();
-  }
-
-  Instance Create(const Tenant& tenant) {
-    auto out = CreateInRound(tenant, OneH100());
-    EXPECT_TRUE(out.ok()) << out.status().message();
-    return out.ok() ? *out : Instance{};
-  }
-
-  void Tick() {
-    state_->BeginRound();
-    state_->EndRound(batch_);
-  }
-
-  // Commits the round's batch to the store and starts a new one.
-  void Commit() {
-    ASSERT_TRUE(store_->Commit(batch_).ok());
-    batch_ = {};
-  }
-
-  // A restart as the server does it (RestoreFromStore): a fresh State rebuilt from the store,
-  // whose node's agent then registers again as a new run.
-  void Restart() {
-    Commit();
-    state_ = NewState();
-    seq_.clear();
-    agent_ = "a2";
-    ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
-  }
-
-  // The target of GPU `gpu` of `node`.
-  std::optional<telemetry::Target> GpuTarget(const std::string& node, int gpu) const {
-    for (const telemetry::Target& t : state_->Targets()) {
-      const std::string* host = t.label("Hostname");
-      const std::string* index = t.label("gpu");
-      if (host && *host == node && index && *index == std::to_string(gpu)) return t;
-    }
-    return std::nullopt;
-  }
-
-  // The node target of `node` (Hostname its only label).
-  std::optional<telemetry::Target> NodeTarget(const std::string& node) const {
-    for (const telemetry::Target& t : state_->Targets()) {
-      if (t.labels.size() == 1 && t.labels[0].name == "Hostname" && t.labels[0].value == node) {
-        return t;
-      }
-    }
-    return std::nullopt;
-  }
-
-  Tenant beta_;
-  std::map<std::string, int64_t> seq_;
+  FakeClock clock_{Time(std::chrono::hours(24 * 365 * 50))};
+  std::unique_ptr<Monitoring> monitoring_ = NewMonitoring();
+  store::Batch batch_;
+  Tenant acme_ = Named("tenant-000001");
+  Tenant beta_ = Named("tenant-000002");
 };
 
-TEST_F(MonitoringTest, TargetsShowEachGpuTheInstanceOnItAndWhetherTheNodeIsReady) {
-  Join("gpu-1", 2);
-  const Instance inst = Create(acme_);
-  ASSERT_EQ(inst.gpus.size(), 1u);
-  const int held = inst.gpus[0].index;
-  const int idle = 1 - held;
-  std::vector<double> temps(2);
-  temps[static_cast<size_t>(held)] = 71;
-  temps[static_cast<size_t>(idle)] = 42;
-  Report("gpu-1", Readings(temps));
-
-  EXPECT_EQ(state_->Targets().size(), 3u) << "the node's target and one per GPU";
-  auto node = NodeTarget("gpu-1");
-  ASSERT_TRUE(node.has_value());
-  EXPECT_EQ(node->get(Field::kNodeReady), 1);
-  EXPECT_FALSE(node->has(Field::kGpuTemp)) << "the node target carries readiness only";
-
-  auto mine = GpuTarget("gpu-1", held);
-  ASSERT_TRUE(mine.has_value());
-  EXPECT_EQ(mine->get(Field::kGpuTemp), 71);
-  EXPECT_EQ(mine->get(Field::kFbUsed), 1000 + held);
-  ASSERT_NE(mine->label("UUID"), nullptr);
-  EXPECT_EQ(*mine->label("UUID"), "GPU-gpu-1-" + std::to_string(held));
-  ASSERT_NE(mine->label("modelName"), nullptr);
-  EXPECT_EQ(*mine->label("modelName"), "NVIDIA H100 80GB HBM3");
-  ASSERT_NE(mine->label("DCGM_FI_DRIVER_VERSION"), nullptr);
-  EXPECT_EQ(*mine->label("DCGM_FI_DRIVER_VERSION"), "550.54.15");
-  ASSERT_NE(mine->label("tessera_instance"), nullptr);
-  EXPECT_EQ(*mine->label("tessera_instance"), inst.id.str());
-  ASSERT_NE(mine->label("tenant"), nullptr);
-  EXPECT_EQ(*mine->label("tenant"), acme_.id.str());
-  EXPECT_EQ(mine->tenant, acme_.id.str());
-
-  auto other = GpuTarget("gpu-1", idle);
-  ASSERT_TRUE(other.has_value());
-  EXPECT_EQ(other->get(Field::kGpuTemp), 42);
-  EXPECT_EQ(other->label("tessera_instance"), nullptr) << "an idle GPU names no instance";
-  EXPECT_TRUE(other->tenant.empty());
-
-  clock_.Advance(kNodeTimeout / 2 + 1s);  // Silent while the server runs.
-  Tick();
-  clock_.Advance(kNodeTimeout / 2);
-  Tick();
-  ASSERT_EQ(state_->counters().nodes_lost, 1);
-  node = NodeTarget("gpu-1");
-  ASSERT_TRUE(node.has_value()) << "a lost node still has its target";
-  EXPECT_EQ(node->get(Field::kNodeReady), 0);
-}
-
-TEST_F(MonitoringTest, InstanceMetricsGiveTheOwnerItsGpusPointsWithinTheWindowOnly) {
-  Join("gpu-1", 2);
-  const Instance inst = Create(acme_);
-  ASSERT_EQ(inst.gpus.size(), 1u);
-  const auto held = static_cast<size_t>(inst.gpus[0].index);
-  const Time first = clock_.Now();
-  for (int i = 1; i <= 4; ++i) {  // Utilization 10, 20, 30, 40 at first + 0, 5, 10, 15 s.
-    std::vector<double> utils(2, 99);
-    utils[held] = 10.0 * i;
-    Report("gpu-1", Readings({60, 61}, utils));
-    if (i < 4) clock_.Advance(5s);
-  }
-
-  auto m = state_->InstanceMetrics(acme_, inst.id.str(), 12s);
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  EXPECT_EQ((*m)["id"], inst.id.str());
-  EXPECT_EQ((*m)["node"], "gpu-1");
-  EXPECT_EQ((*m)["window_seconds"], 12);
-  ASSERT_EQ((*m)["gpus"].size(), 1u);
-  const json& gpu = (*m)["gpus"][0];
-  EXPECT_EQ(gpu["index"], inst.gpus[0].index);
-  EXPECT_EQ(gpu["uuid"], "GPU-gpu-1-" + std::to_string(held));
-  ASSERT_EQ(gpu["points"].size(), 3u)
-      << "the report 15 s ago is outside a 12 s window: " << gpu.dump();
-  EXPECT_EQ(gpu["points"][0]["t"], FormatRfc3339(first + 5s));
-  EXPECT_EQ(gpu["points"][0]["gpu_util"], 20);
-  EXPECT_EQ(gpu["points"][2]["gpu_util"], 40) << "the instance's GPU, not its neighbour";
-  EXPECT_EQ(gpu["points"][2]["temperature_c"], held == 0 ? 60 : 61);
-
-  auto all = state_->InstanceMetrics(acme_, inst.id.str(), 1h);
-  ASSERT_TRUE(all.ok());
-  EXPECT_EQ((*all)["gpus"][0]["points"].size(), 4u);
-
-  auto other = state_->InstanceMetrics(beta_, inst.id.str(), 1h);
-  EXPECT_EQ(other.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(other.status().message(), "instance '" + inst.id.str() + "' not found")
-      << "another tenant's instance reads as an unknown one";
-  EXPECT_EQ(state_->InstanceMetrics(acme_, "inst-999999", 1h).status().code(),
-            StatusCode::kNotFound);
-  auto admin = state_->InstanceMetrics(Admin(), inst.id.str(), 12s);
-  ASSERT_TRUE(admin.ok());
-  EXPECT_EQ((*admin)["gpus"][0]["points"], gpu["points"]);
-}
-
-TEST_F(MonitoringTest, NodeMetricsListEachGpusPointsAndLatestReadings) {
-  Join("gpu-1", 2);
-  Report("gpu-1", Readings({60, 70}, {10, 20}));
-  clock_.Advance(5s);
-  Report("gpu-1", Readings({62, 72}, {11, 21}));
-
-  auto m = state_->NodeMetrics("gpu-1", 1h);
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  ASSERT_EQ(m->size(), 2u);
-  for (int i = 0; i < 2; ++i) {
-    const json& g = (*m)[static_cast<size_t>(i)];
-    EXPECT_EQ(g["index"], i);
-    ASSERT_EQ(g["points"].size(), 2u) << g.dump();
-    EXPECT_EQ(g["points"][0]["gpu_util"], 10 + 10 * i);
-    EXPECT_EQ(g["points"][1]["gpu_util"], 11 + 10 * i);
-    EXPECT_EQ(g["latest"]["temperature_c"], 62 + 10 * i);
-    EXPECT_EQ(g["latest"]["fb_total_mib"], 81559);
-  }
-  auto recent = state_->NodeMetrics("gpu-1", 2s);
-  ASSERT_TRUE(recent.ok());
-  EXPECT_EQ((*recent)[0]["points"].size(), 1u);
-
-  auto unknown = state_->NodeMetrics("gpu-9", 1h);
-  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(unknown.status().message().find("gpu-9"), std::string::npos)
-      << unknown.status().message();
-}
-
-TEST_F(MonitoringTest, TopInstancesShowsATenantOnlyItsOwnAndTheAdminEveryonesWithTenant) {
-  Join("gpu-1", 2);
-  ReportIsolated("gpu-1");
-  const Instance a = Create(acme_);
-  const Instance b = Create(beta_);
-  ASSERT_EQ(a.gpus.size(), 1u);
-  ASSERT_EQ(b.gpus.size(), 1u);
-  ASSERT_NE(a.gpus[0].index, b.gpus[0].index);
-  std::vector<double> temps(2);
-  temps[static_cast<size_t>(a.gpus[0].index)] = 55;
-  temps[static_cast<size_t>(b.gpus[0].index)] = 77;
-  Report("gpu-1", Readings(temps));
-
-  const json mine = state_->TopInstances(acme_)["instances"];
-  ASSERT_EQ(mine.size(), 1u) << mine.dump();
-  EXPECT_EQ(mine[0]["id"], a.id.str());
-  EXPECT_EQ(mine[0]["node"], "gpu-1");
-  EXPECT_FALSE(mine[0].contains("tenant")) << "a tenant is not told its own id again";
-  EXPECT_EQ(mine[0]["sampled_at"], FormatRfc3339(clock_.Now()));
-  ASSERT_EQ(mine[0]["gpus"].size(), 1u);
-  EXPECT_EQ(mine[0]["gpus"][0]["latest"]["temperature_c"], 55);
-
-  const json theirs = state_->TopInstances(beta_)["instances"];
-  ASSERT_EQ(theirs.size(), 1u);
-  EXPECT_EQ(theirs[0]["id"], b.id.str());
-  EXPECT_EQ(theirs[0]["gpus"][0]["latest"]["temperature_c"], 77);
-
-  const json all = state_->TopInstances(Admin())["instances"];
-  ASSERT_EQ(all.size(), 2u);
-  std::map<std::string, std::string> tenant_of;
-  for (const json& j : all) tenant_of[j["id"].get<std::string>()] = j.value("tenant", "");
-  EXPECT_EQ(tenant_of[a.id.str()], acme_.id.str());
-  EXPECT_EQ(tenant_of[b.id.str()], beta_.id.str());
-}
-
 TEST_F(MonitoringTest, AlertRulesGetIdsAndOwnersAreStoredAndEachTenantSeesOnlyItsOwn) {
-  auto a = state_->CreateAlertRule(acme_, HotRule("AcmeHot", "", true), batch_);
+  auto a = monitoring_->CreateRule(acme_, HotRule("AcmeHot", "", true), batch_);
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(a->id, "rule-000001");
   EXPECT_EQ(a->owner, acme_.id.str());
   EXPECT_EQ(a->created_at, clock_.Now());
-  auto stored = SettingOf(batch_, std::string(State::kRulePrefix) + "rule-000001");
+  auto stored = SettingOf(batch_, std::string(Monitoring::kRulePrefix) + "rule-000001");
   ASSERT_TRUE(stored.has_value());
   EXPECT_EQ(json::parse(*stored)["owner"], acme_.id.str());
   EXPECT_EQ(json::parse(*stored)["name"], "AcmeHot");
 
-  auto op = state_->CreateAlertRule(Admin(), HotRule("FleetHot", "", false), batch_);
+  auto op = monitoring_->CreateRule(Admin(), HotRule("FleetHot", "", false), batch_);
   ASSERT_TRUE(op.ok());
   EXPECT_EQ(op->id, "rule-000002");
   EXPECT_EQ(op->owner, "") << "the operator's rules have no owner";
-  ASSERT_TRUE(SettingOf(batch_, std::string(State::kRulePrefix) + "rule-000002").has_value());
+  ASSERT_TRUE(SettingOf(batch_, std::string(Monitoring::kRulePrefix) + "rule-000002").has_value());
   EXPECT_TRUE(json::parse(*SettingOf(batch_, "alert_rule/rule-000002"))["owner"].is_null());
-  auto b = state_->CreateAlertRule(beta_, HotRule("BetaHot", "", true), batch_);
+  auto b = monitoring_->CreateRule(beta_, HotRule("BetaHot", "", true), batch_);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->id, "rule-000003");
-  EXPECT_EQ(SettingOf(batch_, std::string(State::kNextRule)), "4");
+  EXPECT_EQ(SettingOf(batch_, std::string(Monitoring::kNextRule)), "4");
 
   auto ids = [](const std::vector<alerts::Rule>& rules) {
     std::vector<std::string> out;
     for (const alerts::Rule& r : rules) out.push_back(r.id);
     return out;
   };
-  EXPECT_EQ(ids(state_->ListAlertRules(acme_)), std::vector<std::string>{"rule-000001"});
-  EXPECT_EQ(ids(state_->ListAlertRules(beta_)), std::vector<std::string>{"rule-000003"});
-  EXPECT_EQ(ids(state_->ListAlertRules(Admin())),
+  EXPECT_EQ(ids(monitoring_->ListRules(acme_)), std::vector<std::string>{"rule-000001"});
+  EXPECT_EQ(ids(monitoring_->ListRules(beta_)), std::vector<std::string>{"rule-000003"});
+  EXPECT_EQ(ids(monitoring_->ListRules(Admin())),
             (std::vector<std::string>{"rule-000001", "rule-000002", "rule-000003"}));
 
-  EXPECT_EQ(state_->GetAlertRule(acme_, "rule-000001")->name, "AcmeHot");
-  auto peek = state_->GetAlertRule(beta_, "rule-000001");
+  EXPECT_EQ(monitoring_->GetRule(acme_, "rule-000001")->name, "AcmeHot");
+  auto peek = monitoring_->GetRule(beta_, "rule-000001");
   EXPECT_EQ(peek.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(peek.status().message(), "alert rule 'rule-000001' not found");
-  EXPECT_EQ(state_->GetAlertRule(acme_, "rule-000002").status().code(), StatusCode::kNotFound)
+  EXPECT_EQ(monitoring_->GetRule(acme_, "rule-000002").status().code(), StatusCode::kNotFound)
       << "the operator's rules are not a tenant's to read";
-  EXPECT_TRUE(state_->GetAlertRule(Admin(), "rule-000003").ok());
+  EXPECT_TRUE(monitoring_->GetRule(Admin(), "rule-000003").ok());
 
-  EXPECT_EQ(state_->DeleteAlertRule(beta_, "rule-000001", batch_).code(), StatusCode::kNotFound);
+  EXPECT_EQ(monitoring_->DeleteRule(beta_, "rule-000001", batch_).code(), StatusCode::kNotFound);
   EXPECT_TRUE(batch_.deleted_settings.empty());
-  ASSERT_TRUE(state_->GetAlertRule(acme_, "rule-000001").ok()) << "beta's delete did nothing";
-  ASSERT_TRUE(state_->DeleteAlertRule(acme_, "rule-000001", batch_).ok());
+  ASSERT_TRUE(monitoring_->GetRule(acme_, "rule-000001").ok()) << "beta's delete did nothing";
+  ASSERT_TRUE(monitoring_->DeleteRule(acme_, "rule-000001", batch_).ok());
   EXPECT_EQ(batch_.deleted_settings, std::vector<std::string>{"alert_rule/rule-000001"});
-  EXPECT_EQ(state_->GetAlertRule(acme_, "rule-000001").status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(state_->ListAlertRules(acme_).empty());
-  EXPECT_EQ(state_->DeleteAlertRule(acme_, "rule-000001", batch_).code(), StatusCode::kNotFound);
+  EXPECT_EQ(monitoring_->GetRule(acme_, "rule-000001").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(monitoring_->ListRules(acme_).empty());
+  EXPECT_EQ(monitoring_->DeleteRule(acme_, "rule-000001", batch_).code(), StatusCode::kNotFound);
 }
 
 TEST_F(MonitoringTest, ATenantHasAtMostMaxRulesPerTenantAndOthersAreNotCounted) {
   for (size_t i = 0; i < alerts::kMaxRulesPerTenant; ++i) {
-    ASSERT_TRUE(state_->CreateAlertRule(acme_, HotRule("Hot", "", true), batch_).ok()) << i;
+    ASSERT_TRUE(monitoring_->CreateRule(acme_, HotRule("Hot", "", true), batch_).ok()) << i;
   }
-  const size_t stored = KeysWithPrefix(batch_, State::kRulePrefix).size();
-  auto refused = state_->CreateAlertRule(acme_, HotRule("Hot", "", true), batch_);
+  const size_t stored = KeysWithPrefix(batch_, Monitoring::kRulePrefix).size();
+  auto refused = monitoring_->CreateRule(acme_, HotRule("Hot", "", true), batch_);
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("200"), std::string::npos)
       << refused.status().message();
-  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), stored) << "nothing stored";
-  EXPECT_EQ(state_->ListAlertRules(acme_).size(), alerts::kMaxRulesPerTenant);
+  EXPECT_EQ(KeysWithPrefix(batch_, Monitoring::kRulePrefix).size(), stored) << "nothing stored";
+  EXPECT_EQ(monitoring_->ListRules(acme_).size(), alerts::kMaxRulesPerTenant);
 
-  auto other = state_->CreateAlertRule(beta_, HotRule("Hot", "", true), batch_);
+  auto other = monitoring_->CreateRule(beta_, HotRule("Hot", "", true), batch_);
   ASSERT_TRUE(other.ok()) << "another tenant's limit is its own";
   EXPECT_EQ(other->id, "rule-000201") << "a refused rule uses no id";
-  EXPECT_TRUE(state_->CreateAlertRule(Admin(), HotRule("Hot", "", false), batch_).ok());
+  EXPECT_TRUE(monitoring_->CreateRule(Admin(), HotRule("Hot", "", false), batch_).ok());
 
-  ASSERT_TRUE(state_->DeleteAlertRule(acme_, "rule-000007", batch_).ok());
-  EXPECT_TRUE(state_->CreateAlertRule(acme_, HotRule("Hot", "", true), batch_).ok())
+  ASSERT_TRUE(monitoring_->DeleteRule(acme_, "rule-000007", batch_).ok());
+  EXPECT_TRUE(monitoring_->CreateRule(acme_, HotRule("Hot", "", true), batch_).ok())
       << "a deleted rule frees its place";
 }
 
@@ -441,366 +167,213 @@ TEST_F(MonitoringTest, ATenantHasAtMostMaxRulesPerTenantAndOthersAreNotCounted) 
 TEST_F(MonitoringTest, TenantsRulesAndTheOperatorsAreCappedApart) {
   const size_t tenants = alerts::kMaxTenantRules / alerts::kMaxRulesPerTenant;
   for (size_t t = 0; t < tenants; ++t) {
-    const Tenant tenant =
-        *state_->tenants().Create(fmt::format("t{}", t), 1000, fmt::format("h-t{}", t), batch_);
+    const Tenant tenant = Named(fmt::format("tenant-{:06d}", 100 + t));
     for (size_t i = 0; i < alerts::kMaxRulesPerTenant; ++i) {
-      ASSERT_TRUE(state_->CreateAlertRule(tenant, HotRule("Hot", "", true), batch_).ok()) << t;
+      ASSERT_TRUE(monitoring_->CreateRule(tenant, HotRule("Hot", "", true), batch_).ok()) << t;
     }
   }
-  auto full = state_->CreateAlertRule(acme_, HotRule("Hot", "", true), batch_);
+  auto full = monitoring_->CreateRule(acme_, HotRule("Hot", "", true), batch_);
   EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(full.status().message().find("for all tenants together"), std::string::npos)
       << full.status().message();
-  EXPECT_TRUE(state_->CreateAlertRule(Admin(), HotRule("Hot", "", false), batch_).ok())
+  EXPECT_TRUE(monitoring_->CreateRule(Admin(), HotRule("Hot", "", false), batch_).ok())
       << "the operator's rules are not tenants' to take";
-}
-
-TEST_F(MonitoringTest, ARuleFiresOnAHotGpuResolvesWhenItCoolsAndATenantsOnlyOnItsOwn) {
-  clock_.Advance(kNodeTimeout + 1s);  // Past the start's settling period.
-  Join("gpu-1", 2);
-  ReportIsolated("gpu-1");
-  const Instance a = Create(acme_);
-  const Instance b = Create(beta_);
-  ASSERT_EQ(a.gpus.size(), 1u);
-  ASSERT_EQ(b.gpus.size(), 1u);
-  const auto ga = static_cast<size_t>(a.gpus[0].index);
-  const auto gb = static_cast<size_t>(b.gpus[0].index);
-  const std::string acme_hook = "https://hooks.example.com/acme";
-  const std::string ops_hook = "https://hooks.example.com/ops";
-  auto rule = state_->CreateAlertRule(acme_, HotRule("AcmeGpuHot", acme_hook, true), batch_);
-  ASSERT_TRUE(rule.ok());
-  ASSERT_TRUE(
-      state_->CreateAlertRule(Admin(), HotRule("FleetGpuHot", ops_hook, false), batch_).ok());
-  auto readings = [&](double acme_temp, double beta_temp) {
-    std::vector<double> temps(2);
-    temps[ga] = acme_temp;
-    temps[gb] = beta_temp;
-    return Readings(temps);
-  };
-
-  Report("gpu-1", readings(40, 40));
-  EXPECT_TRUE(state_->ListAlerts(Admin()).empty());
-  EXPECT_TRUE(state_->TakeOutbox().deliveries.empty());
-
-  // Beta's GPU runs hot: the operator hears of it, acme does not.
-  clock_.Advance(1s);
-  Report("gpu-1", readings(40, 92));
-  auto out = state_->TakeOutbox();
-  ASSERT_EQ(To(out.deliveries, ops_hook).size(), 1u) << "the operator's rule sees beta's GPU";
-  EXPECT_TRUE(To(out.deliveries, acme_hook).empty()) << "acme's rule never sees beta's GPU";
-  EXPECT_TRUE(state_->ListAlerts(acme_).empty());
-  EXPECT_TRUE(state_->ListAlerts(beta_).empty()) << "the operator's alerts are not beta's";
-
-  // Acme's GPU runs hot too.
-  clock_.Advance(1s);
-  batch_ = {};
-  Report("gpu-1", readings(90, 92));
-  auto firing = state_->ListAlerts(acme_);
-  ASSERT_EQ(firing.size(), 1u);
-  const alerts::Alert& alert = firing[0];
-  EXPECT_EQ(alert.state, alerts::AlertState::kFiring);
-  EXPECT_EQ(alert.rule_id, rule->id);
-  EXPECT_EQ(alert.owner, acme_.id.str());
-  EXPECT_EQ(alert.value, 90);
-  EXPECT_EQ(alert.labels.at("alertname"), "AcmeGpuHot");
-  EXPECT_EQ(alert.labels.at("tessera_instance"), a.id.str());
-  EXPECT_EQ(alert.labels.at("tenant"), acme_.id.str());
-  EXPECT_EQ(alert.labels.at("gpu"), std::to_string(ga));
-  EXPECT_EQ(alert.annotations.at("summary"), "GPU " + std::to_string(ga) + " at 90 C");
-  auto stored = SettingOf(batch_, std::string(State::kAlertPrefix) + alert.key);
-  ASSERT_TRUE(stored.has_value()) << "the firing alert is stored with the round";
-  EXPECT_EQ(json::parse(*stored)["state"], "firing");
-  out = state_->TakeOutbox();
-  auto to_acme = To(out.deliveries, acme_hook);
-  ASSERT_EQ(to_acme.size(), 1u);
-  EXPECT_TRUE(to_acme[0].alert.firing);
-  EXPECT_EQ(to_acme[0].alert_key, alert.key);
-  EXPECT_TRUE(to_acme[0].receiver.tenant_owned);
-  EXPECT_EQ(to_acme[0].alert.labels.at("tessera_instance"), a.id.str());
-  EXPECT_EQ(To(out.deliveries, ops_hook).size(), 1u) << "the operator hears of acme's GPU once";
-  EXPECT_EQ(state_->ListAlerts(Admin()).size(), 3u);
-
-  // Still hot: no message again before the repeat interval.
-  clock_.Advance(1s);
-  Report("gpu-1", readings(91, 92));
-  EXPECT_TRUE(state_->TakeOutbox().deliveries.empty());
-
-  // Acme's GPU cools: its alert resolves and says so.
-  clock_.Advance(1s);
-  batch_ = {};
-  Report("gpu-1", readings(50, 92));
-  auto resolved = state_->ListAlerts(acme_);
-  ASSERT_EQ(resolved.size(), 1u);
-  EXPECT_EQ(resolved[0].state, alerts::AlertState::kResolved);
-  EXPECT_EQ(resolved[0].resolved_at, clock_.Now());
-  stored = SettingOf(batch_, std::string(State::kAlertPrefix) + alert.key);
-  ASSERT_TRUE(stored.has_value());
-  EXPECT_EQ(json::parse(*stored)["state"], "resolved");
-  out = state_->TakeOutbox();
-  to_acme = To(out.deliveries, acme_hook);
-  ASSERT_EQ(to_acme.size(), 1u);
-  EXPECT_FALSE(to_acme[0].alert.firing);
-  EXPECT_EQ(to_acme[0].alert.ends_at, clock_.Now());
-  EXPECT_EQ(To(out.deliveries, ops_hook).size(), 1u) << "the operator's alert on it resolves too";
-  auto fleet_alerts = state_->ListAlerts(Admin());
-  ASSERT_FALSE(fleet_alerts.empty());
-  EXPECT_EQ(fleet_alerts[0].state, alerts::AlertState::kFiring) << "firing alerts list first";
-}
-
-TEST_F(MonitoringTest, AnAlertThatResolvedFiresAndNotifiesAgainWhenTheGpuHeatsUpAgain) {
-  clock_.Advance(kNodeTimeout + 1s);
-  Join("gpu-1", 1);
-  const std::string hook = "https://hooks.example.com/ops";
-  ASSERT_TRUE(state_->CreateAlertRule(Admin(), HotRule("FleetGpuHot", hook, false), batch_).ok());
-  std::vector<bool> firing;  // What each message said, in order.
-  for (double temp : {90.0, 50.0, 91.0}) {
-    clock_.Advance(1s);
-    Report("gpu-1", Readings({temp}));
-    for (const alerts::Delivery& d : To(state_->TakeOutbox().deliveries, hook)) {
-      firing.push_back(d.alert.firing);
-    }
-  }
-  EXPECT_EQ(firing, (std::vector<bool>{true, false, true}));
-  auto alerts = state_->ListAlerts(Admin());
-  ASSERT_EQ(alerts.size(), 1u) << "one alert a rule and series";
-  EXPECT_EQ(alerts[0].state, alerts::AlertState::kFiring);
-  EXPECT_EQ(alerts[0].fired_at, clock_.Now());
-  EXPECT_FALSE(alerts[0].resolved_at.has_value());
-}
-
-TEST_F(MonitoringTest, ALostNodeFiresTheBuiltinNodeNotReadyAtOnce) {
-  ASSERT_TRUE(state_->RestoreAlerts({}, {}, {}, batch_).ok());
-  Join("gpu-1", 1);
-  Report("gpu-1", Readings({40}));
-  auto named = [&](const std::string& name) {
-    std::vector<alerts::Alert> out;
-    for (const alerts::Alert& a : state_->ListAlerts(Admin())) {
-      if (a.labels.at("alertname") == name) out.push_back(a);
-    }
-    return out;
-  };
-  EXPECT_TRUE(named("NodeNotReady").empty());
-  clock_.Advance(kNodeTimeout / 2 + 1s);  // Silent while the server runs.
-  Tick();
-  clock_.Advance(kNodeTimeout / 2);
-  Tick();
-  auto down = named("NodeNotReady");
-  ASSERT_EQ(down.size(), 1u);
-  EXPECT_EQ(down[0].state, alerts::AlertState::kFiring);
-  EXPECT_EQ(down[0].labels.at("Hostname"), "gpu-1");
-  EXPECT_EQ(down[0].annotations.at("summary"), "Node gpu-1 is not ready: its agent is silent");
-  clock_.Advance(1s);
-  Report("gpu-1", Readings({40}));
-  down = named("NodeNotReady");
-  ASSERT_EQ(down.size(), 1u);
-  EXPECT_EQ(down[0].state, alerts::AlertState::kResolved) << "its agent reports again";
-}
-
-TEST_F(MonitoringTest, DeletingARuleResolvesItsFiringAlertAndSaysSo) {
-  clock_.Advance(kNodeTimeout + 1s);
-  Join("gpu-1", 1);
-  const std::string hook = "https://hooks.example.com/ops";
-  auto rule = state_->CreateAlertRule(Admin(), HotRule("FleetGpuHot", hook, false), batch_);
-  ASSERT_TRUE(rule.ok());
-  ASSERT_TRUE(state_->CreateAlertRule(Admin(), HotRule("Other", "", false), batch_).ok());
-  Report("gpu-1", Readings({90}));
-  ASSERT_EQ(To(state_->TakeOutbox().deliveries, hook).size(), 1u);
-  const std::string key = state_->ListAlerts(Admin())[0].key;
-
-  batch_ = {};
-  ASSERT_TRUE(state_->DeleteAlertRule(Admin(), rule->id, batch_).ok());
-  Tick();  // At once, not after the interval: the delete asks for an evaluation.
-  auto stored = SettingOf(batch_, std::string(State::kAlertPrefix) + key);
-  ASSERT_TRUE(stored.has_value());
-  EXPECT_EQ(json::parse(*stored)["state"], "resolved");
-  auto to = To(state_->TakeOutbox().deliveries, hook);
-  ASSERT_EQ(to.size(), 1u);
-  EXPECT_FALSE(to[0].alert.firing);
-}
-
-// Deleting the last rule still stores and sends its firing alert's resolution.
-TEST_F(MonitoringTest, DeletingTheLastRuleStillResolvesItsFiringAlertAndSaysSo) {
-  clock_.Advance(kNodeTimeout + 1s);
-  Join("gpu-1", 1);
-  const std::string hook = "https://hooks.example.com/ops";
-  auto rule = state_->CreateAlertRule(Admin(), HotRule("FleetGpuHot", hook, false), batch_);
-  ASSERT_TRUE(rule.ok());
-  Report("gpu-1", Readings({90}));
-  ASSERT_EQ(To(state_->TakeOutbox().deliveries, hook).size(), 1u);
-  const std::string key = state_->ListAlerts(Admin())[0].key;
-
-  batch_ = {};
-  ASSERT_TRUE(state_->DeleteAlertRule(Admin(), rule->id, batch_).ok());
-  clock_.Advance(1s);
-  Tick();
-  auto alerts = state_->ListAlerts(Admin());
-  ASSERT_EQ(alerts.size(), 1u);
-  EXPECT_EQ(alerts[0].state, alerts::AlertState::kResolved) << "in memory, it resolved";
-  EXPECT_TRUE(SettingOf(batch_, std::string(State::kAlertPrefix) + key).has_value())
-      << "the resolved alert is stored";
-  EXPECT_EQ(To(state_->TakeOutbox().deliveries, hook).size(), 1u) << "the resolved notice is sent";
 }
 
 TEST_F(MonitoringTest, AStoreSeededBeforeTheBudgetRulesGetsThemOnce) {
   // Seeded by a release without the budget rules: only those are added, once.
   ASSERT_TRUE(
-      state_->RestoreAlerts({}, {}, {{std::string(State::kBuiltinSeeded), "1"}}, batch_).ok());
+      monitoring_->Restore({}, {}, {{std::string(Monitoring::kBuiltinSeeded), "1"}}, batch_).ok());
   std::vector<std::string> names;
-  for (const alerts::Rule& r : state_->ListAlertRules(Admin())) names.push_back(r.name);
+  for (const alerts::Rule& r : monitoring_->ListRules(Admin())) names.push_back(r.name);
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names,
             (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent", "InstanceInterrupted"}));
-  EXPECT_EQ(SettingOf(batch_, std::string(State::kBudgetRulesSeeded)), "1");
-  EXPECT_EQ(SettingOf(batch_, std::string(State::kInterruptedRuleSeeded)), "1");
+  EXPECT_EQ(SettingOf(batch_, std::string(Monitoring::kBudgetRulesSeeded)), "1");
+  EXPECT_EQ(SettingOf(batch_, std::string(Monitoring::kInterruptedRuleSeeded)), "1");
   // Seeded by a release with the budget rules but not the interrupted one: that one alone.
-  state_ = NewState();
+  monitoring_ = NewMonitoring();
   batch_ = {};
-  ASSERT_TRUE(state_
-                  ->RestoreAlerts({}, {},
-                                  {{std::string(State::kBuiltinSeeded), "1"},
-                                   {std::string(State::kBudgetRulesSeeded), "1"}},
-                                  batch_)
+  ASSERT_TRUE(monitoring_
+                  ->Restore({}, {},
+                            {{std::string(Monitoring::kBuiltinSeeded), "1"},
+                             {std::string(Monitoring::kBudgetRulesSeeded), "1"}},
+                            batch_)
                   .ok());
-  ASSERT_EQ(state_->ListAlertRules(Admin()).size(), 1u);
-  EXPECT_EQ(state_->ListAlertRules(Admin())[0].name, "InstanceInterrupted");
-  state_ = NewState();
+  ASSERT_EQ(monitoring_->ListRules(Admin()).size(), 1u);
+  EXPECT_EQ(monitoring_->ListRules(Admin())[0].name, "InstanceInterrupted");
+  monitoring_ = NewMonitoring();
   batch_ = {};
-  ASSERT_TRUE(state_
-                  ->RestoreAlerts({}, {},
-                                  {{std::string(State::kBuiltinSeeded), "1"},
-                                   {std::string(State::kBudgetRulesSeeded), "1"},
-                                   {std::string(State::kInterruptedRuleSeeded), "1"}},
-                                  batch_)
+  ASSERT_TRUE(monitoring_
+                  ->Restore({}, {},
+                            {{std::string(Monitoring::kBuiltinSeeded), "1"},
+                             {std::string(Monitoring::kBudgetRulesSeeded), "1"},
+                             {std::string(Monitoring::kInterruptedRuleSeeded), "1"}},
+                            batch_)
                   .ok());
-  EXPECT_TRUE(state_->ListAlertRules(Admin()).empty()) << "nothing is seeded twice";
-}
-
-TEST_F(MonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifyingAgain) {
-  ASSERT_TRUE(state_->RestoreAlerts({}, {}, {}, batch_).ok());  // A store's first start.
-  std::vector<std::string> names;
-  for (const alerts::Rule& r : state_->ListAlertRules(Admin())) names.push_back(r.name);
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"BudgetAlmostSpent", "BudgetSpent", "GpuEccDoubleBitError",
-                                      "GpuFramebufferFull", "GpuTemperatureHigh", "GpuUnhealthy",
-                                      "GpuXidError", "InstanceInterrupted", "NodeNotReady"}));
-  EXPECT_EQ(SettingOf(batch_, std::string(State::kBuiltinSeeded)), "1");
-  EXPECT_EQ(KeysWithPrefix(batch_, State::kRulePrefix).size(), 9u);
-  EXPECT_TRUE(state_->ListAlertRules(acme_).empty()) << "the built-in rules are the operator's";
-
-  clock_.Advance(kNodeTimeout + 1s);
-  Join("gpu-1", 1);
-  const Instance a = Create(acme_);
-  ASSERT_EQ(a.gpus.size(), 1u);
-  const std::string hook = "https://hooks.example.com/acme";
-  auto rule = state_->CreateAlertRule(acme_, HotRule("AcmeGpuHot", hook, true), batch_);
-  ASSERT_TRUE(rule.ok());
-  clock_.Advance(1s);  // Create's round evaluated the built-in rules just now.
-  Report("gpu-1", Readings({95}));
-  // Acme's rule's alerts; acme also sees the built-in GpuTemperatureHigh on its own GPU.
-  auto own = [&] {
-    std::vector<alerts::Alert> out;
-    for (const alerts::Alert& alert : state_->ListAlerts(acme_)) {
-      if (alert.rule_id == rule->id) out.push_back(alert);
-    }
-    return out;
-  };
-  EXPECT_EQ(state_->ListAlerts(acme_).size(), 2u);
-  auto before = own();
-  ASSERT_EQ(before.size(), 1u);
-  ASSERT_EQ(before[0].state, alerts::AlertState::kFiring);
-  ASSERT_EQ(To(state_->TakeOutbox().deliveries, hook).size(), 1u);
-  ASSERT_TRUE(state_->DeleteAlertRule(Admin(), "builtin-xid", batch_).ok());
-  Tick();
-  clock_.Advance(2s);
-
-  Restart();
-  EXPECT_TRUE(KeysWithPrefix(batch_, State::kRulePrefix).empty())
-      << "no built-in rule is seeded again, the deleted one least of all";
-  EXPECT_FALSE(SettingOf(batch_, std::string(State::kBuiltinSeeded)).has_value());
-  EXPECT_EQ(state_->ListAlertRules(Admin()).size(), 9u) << "8 built-in rules and acme's";
-  EXPECT_EQ(state_->GetAlertRule(Admin(), "builtin-xid").status().code(), StatusCode::kNotFound);
-  auto restored = state_->GetAlertRule(acme_, rule->id);
-  ASSERT_TRUE(restored.ok()) << "acme's rule is acme's after the restart";
-  EXPECT_EQ(restored->notify.size(), 1u);
-  auto after = own();
-  ASSERT_EQ(after.size(), 1u);
-  EXPECT_EQ(after[0].key, before[0].key);
-  EXPECT_EQ(after[0].state, alerts::AlertState::kFiring);
-  EXPECT_EQ(after[0].fired_at, before[0].fired_at);
-
-  // The node's new agent run reports the GPU still hot: the alert goes on firing, unannounced.
-  ASSERT_TRUE(state_->RegisterAgent("gpu-1", {agent_, Inventory("gpu-1", 1)}, batch_).ok());
-  const int64_t evaluations = state_->counters().alert_evaluations;
-  Report("gpu-1", Readings({96}));
-  ASSERT_GT(state_->counters().alert_evaluations, evaluations);
-  after = own();
-  ASSERT_EQ(after.size(), 1u);
-  EXPECT_EQ(after[0].key, before[0].key) << "the same alert, not a second one";
-  EXPECT_EQ(after[0].state, alerts::AlertState::kFiring);
-  EXPECT_EQ(after[0].value, 96);
-  EXPECT_TRUE(To(state_->TakeOutbox().deliveries, hook).empty())
-      << "a restart does not announce a firing alert again";
-
-  auto next = state_->CreateAlertRule(acme_, HotRule("Again", "", true), batch_);
-  ASSERT_TRUE(next.ok());
-  EXPECT_EQ(next->id, "rule-000002") << "rule ids are not reused after a restart";
-}
-
-// After a restart a restored node's GPUs are listed without readings until its agent reports:
-// their firing alerts wait for it rather than resolve (and notify) in between.
-TEST_F(MonitoringTest, AfterARestartAFiringAlertWaitsForItsNodesAgentBeforeResolving) {
-  clock_.Advance(kNodeTimeout + 1s);
-  Join("gpu-1", 1);
-  const Instance a = Create(acme_);
-  const std::string hook = "https://hooks.example.com/acme";
-  ASSERT_TRUE(state_->CreateAlertRule(acme_, HotRule("AcmeGpuHot", hook, true), batch_).ok());
-  Report("gpu-1", Readings({95}));
-  ASSERT_EQ(To(state_->TakeOutbox().deliveries, hook).size(), 1u);
-
-  Restart();
-  // The node's agent has not reported since the restart: the server has no readings of it yet.
-  clock_.Advance(2s);
-  Tick();
-  auto alerts = state_->ListAlerts(acme_);
-  ASSERT_EQ(alerts.size(), 1u);
-  EXPECT_EQ(alerts[0].state, alerts::AlertState::kFiring)
-      << "no readings yet is not a cool GPU: the alert must not resolve while settling";
-  EXPECT_TRUE(To(state_->TakeOutbox().deliveries, hook).empty());
-}
-
-TEST_F(MonitoringTest, AStoredAlertWhoseRuleIsGoneIsDeletedAtRestore) {
-  ASSERT_TRUE(state_->RestoreAlerts({}, {}, {}, batch_).ok());
-  clock_.Advance(kNodeTimeout + 1s);
-  Join("gpu-1", 1);
-  ASSERT_TRUE(state_
-                  ->CreateAlertRule(Admin(),
-                                    HotRule("FleetGpuHot", "https://h.example.com/", false), batch_)
-                  .ok());
-  Report("gpu-1", Readings({95}));
-  std::vector<alerts::Alert> firing;
-  for (const alerts::Alert& a : state_->ListAlerts(Admin())) {
-    if (!a.labels.count("alertname") || a.labels.at("alertname") != "FleetGpuHot") continue;
-    firing.push_back(a);
-  }
-  ASSERT_EQ(firing.size(), 1u);
-  ASSERT_EQ(firing[0].state, alerts::AlertState::kFiring);
-  Commit();
-  // The rule's record is lost while its alert's stays (a store edited by hand).
-  batch_.deleted_settings.push_back(std::string(State::kRulePrefix) + firing[0].rule_id);
-  Restart();
-  for (const alerts::Alert& a : state_->ListAlerts(Admin())) {
-    EXPECT_NE(a.key, firing[0].key) << "an alert without its rule does not come back";
-  }
-  EXPECT_NE(std::find(batch_.deleted_settings.begin(), batch_.deleted_settings.end(),
-                      std::string(State::kAlertPrefix) + firing[0].key),
-            batch_.deleted_settings.end());
+  EXPECT_TRUE(monitoring_->ListRules(Admin()).empty()) << "nothing is seeded twice";
 }
 
 TEST_F(MonitoringTest, ACorruptStoredRuleIsDataLossNamingItsKey) {
-  auto s = state_->RestoreAlerts({{"alert_rule/rule-000003", "{not json"}}, {}, {}, batch_);
+  auto s = monitoring_->Restore({{"alert_rule/rule-000003", "{not json"}}, {}, {}, batch_);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("alert_rule/rule-000003"), std::string::npos) << s.message();
+}
+
+TEST_F(MonitoringTest, AnEvaluationIsDueOnceAnIntervalAndOnlyWithSomethingToEvaluate) {
+  EXPECT_FALSE(monitoring_->Due()) << "no rule and no alert: nothing to evaluate";
+  auto rule = monitoring_->CreateRule(Admin(), HotRule("Hot", "", false), batch_);
+  ASSERT_TRUE(rule.ok());
+  EXPECT_TRUE(monitoring_->Due());
+  monitoring_->Evaluate({}, batch_);
+  EXPECT_EQ(monitoring_->evaluations(), 1);
+  EXPECT_FALSE(monitoring_->Due());
+  clock_.Advance(999ms);
+  EXPECT_FALSE(monitoring_->Due());
+  clock_.Advance(1ms);
+  EXPECT_TRUE(monitoring_->Due());
+  monitoring_->Evaluate({}, batch_);
+  ASSERT_TRUE(monitoring_->DeleteRule(Admin(), rule->id, batch_).ok());
+  EXPECT_FALSE(monitoring_->Due()) << "no rule and no alert left";
+}
+
+TEST_F(MonitoringTest, ATenantsRuleFiresOnItsOwnSeriesOnlyIsStoredAndSendsItsWebhookOnce) {
+  clock_.Advance(11s);  // Past the start's settling period.
+  Sealer* sealer = TestSealer();
+  monitoring_ = NewMonitoring(sealer);
+  auto rule = monitoring_->CreateRule(acme_, HotRule("AcmeHot", "http://hook/acme", true), batch_);
+  ASSERT_TRUE(rule.ok()) << rule.status().message();
+  const std::vector<telemetry::Target> hot = {Gpu(0, 90, acme_.id.str()),
+                                              Gpu(1, 95, beta_.id.str()), Gpu(2, 99)};
+  monitoring_->Evaluate(hot, batch_);
+  auto firing = monitoring_->ListAlerts(acme_);
+  ASSERT_EQ(firing.size(), 1u) << "acme's rule sees acme's GPU only";
+  EXPECT_EQ(firing[0].state, alerts::AlertState::kFiring);
+  EXPECT_EQ(firing[0].labels.at("gpu"), "0");
+  EXPECT_TRUE(monitoring_->ListAlerts(beta_).empty());
+  EXPECT_TRUE(SettingOf(batch_, std::string(Monitoring::kAlertPrefix) + firing[0].key));
+  auto out = monitoring_->TakeOutbox();
+  ASSERT_EQ(out.deliveries.size(), 1u);
+  EXPECT_EQ(out.deliveries[0].receiver.target, "http://hook/acme");
+  EXPECT_TRUE(monitoring_->TakeOutbox().deliveries.empty()) << "taken once";
+
+  clock_.Advance(1s);
+  monitoring_->Evaluate(hot, batch_);
+  EXPECT_TRUE(monitoring_->TakeOutbox().deliveries.empty()) << "still firing: no second notice";
+  clock_.Advance(1s);
+  monitoring_->Evaluate({Gpu(0, 60, acme_.id.str())}, batch_);
+  firing = monitoring_->ListAlerts(acme_);
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0].state, alerts::AlertState::kResolved);
+  EXPECT_EQ(monitoring_->TakeOutbox().deliveries.size(), 1u) << "the resolved notice";
+}
+
+TEST_F(MonitoringTest, WhileSettlingAfterAStartAMissingSeriesDoesNotResolveItsAlert) {
+  auto rule = monitoring_->CreateRule(Admin(), HotRule("Hot", "", false), batch_);
+  ASSERT_TRUE(rule.ok());
+  clock_.Advance(11s);
+  monitoring_->Evaluate({Gpu(0, 90)}, batch_);
+  ASSERT_EQ(monitoring_->ListAlerts(Admin()).size(), 1u);
+  // A restart: the rule and the firing alert come back, and the node has not reported yet.
+  std::vector<std::pair<std::string, std::string>> rules, alerts;
+  for (const auto& [k, v] : batch_.settings) {
+    if (k.starts_with(Monitoring::kRulePrefix)) rules.emplace_back(k, v);
+    if (k.starts_with(Monitoring::kAlertPrefix)) alerts.emplace_back(k, v);
+  }
+  monitoring_ = NewMonitoring();
+  store::Batch restored;
+  ASSERT_TRUE(monitoring_
+                  ->Restore(rules, alerts,
+                            {{std::string(Monitoring::kBuiltinSeeded), "1"},
+                             {std::string(Monitoring::kBudgetRulesSeeded), "1"},
+                             {std::string(Monitoring::kInterruptedRuleSeeded), "1"}},
+                            restored)
+                  .ok());
+  monitoring_->Evaluate({}, restored);
+  ASSERT_EQ(monitoring_->ListAlerts(Admin()).size(), 1u);
+  EXPECT_EQ(monitoring_->ListAlerts(Admin())[0].state, alerts::AlertState::kFiring)
+      << "its node's agent has its lease's time to report";
+  clock_.Advance(10s);
+  monitoring_->Evaluate({}, restored);
+  EXPECT_EQ(monitoring_->ListAlerts(Admin())[0].state, alerts::AlertState::kResolved)
+      << "settled, the series is gone";
+}
+
+TEST_F(MonitoringTest, AnInterruptionShowsForFifteenMinutesAndAtMostTheNewestAreKept) {
+  monitoring_->NoteInterruption(
+      {clock_.Now(), acme_.id.str(), "inst-000001", "node-1", "gpu_unhealthy", "XID_79", 3});
+  std::vector<telemetry::Target> out;
+  monitoring_->InterruptionTargets(out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].tenant, acme_.id.str());
+  EXPECT_EQ(*out[0].label("tessera_instance"), "inst-000001");
+  EXPECT_EQ(*out[0].label("cause"), "gpu_unhealthy");
+  EXPECT_EQ(*out[0].label("fault"), "XID_79");
+  EXPECT_EQ(*out[0].label("gpu"), "3");
+  EXPECT_EQ(out[0].get(Field::kInstanceInterrupted), 1);
+
+  clock_.Advance(Monitoring::kInterruptionShown);
+  monitoring_->Sweep();
+  out.clear();
+  monitoring_->InterruptionTargets(out);
+  EXPECT_EQ(out.size(), 1u) << "shown for 15 minutes";
+  clock_.Advance(1s);
+  monitoring_->Sweep();
+  out.clear();
+  monitoring_->InterruptionTargets(out);
+  EXPECT_TRUE(out.empty());
+
+  for (size_t i = 0; i <= Monitoring::kMaxInterruptions; ++i) {
+    monitoring_->NoteInterruption({clock_.Now(), acme_.id.str(), fmt::format("inst-{:06d}", i),
+                                   "node-1", "node_lost", "", -1});
+  }
+  monitoring_->InterruptionTargets(out);
+  ASSERT_EQ(out.size(), Monitoring::kMaxInterruptions);
+  EXPECT_EQ(*out.front().label("tessera_instance"), "inst-000001") << "the oldest left";
+  EXPECT_EQ(out.front().label("gpu"), nullptr) << "a node's loss names no GPU";
+}
+
+TEST_F(MonitoringTest, AWebhookIsSealedAtRestOpenedAtRestoreAndResealedByARotation) {
+  EXPECT_EQ(monitoring_->CreateRule(acme_, HotRule("Hot", "http://hook/t0k3n", true), batch_)
+                .status()
+                .code(),
+            StatusCode::kFailedPrecondition)
+      << "no keyring: a webhook cannot be stored";
+  Sealer sealer(TestKeyring(TestKeyLine("k1", 'a')));
+  monitoring_ = NewMonitoring(&sealer);
+  batch_ = {};
+  auto rule = monitoring_->CreateRule(acme_, HotRule("Hot", "http://hook/t0k3n", true), batch_);
+  ASSERT_TRUE(rule.ok()) << rule.status().message();
+  const std::string key = std::string(Monitoring::kRulePrefix) + rule->id;
+  auto stored = SettingOf(batch_, key);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->find("t0k3n"), std::string::npos) << *stored;
+  std::map<std::string, int64_t> keys;
+  monitoring_->CountKeys(keys);
+  EXPECT_EQ(keys, (std::map<std::string, int64_t>{{"k1", 1}}));
+
+  sealer.SetKeyring(TestKeyring(TestKeyLine("k2", 'b') + "\n" + TestKeyLine("k1", 'a')));
+  store::Batch rotation;
+  ResealStep step;
+  std::string after;
+  auto end = monitoring_->Reseal("k2", after, 10, step, rotation);
+  ASSERT_TRUE(end.ok()) << end.status().message();
+  EXPECT_TRUE(*end);
+  EXPECT_EQ(step.examined, 1u);
+  EXPECT_EQ(step.resealed, 1u);
+  keys.clear();
+  monitoring_->CountKeys(keys);
+  EXPECT_EQ(keys, (std::map<std::string, int64_t>{{"k2", 1}}));
+
+  // Opened under the new key alone, after a restart.
+  Sealer only_new(TestKeyring(TestKeyLine("k2", 'b')));
+  monitoring_ = NewMonitoring(&only_new);
+  store::Batch restored;
+  ASSERT_TRUE(monitoring_->Restore({{key, *SettingOf(rotation, key)}}, {}, {}, restored).ok());
+  auto back = monitoring_->GetRule(acme_, rule->id);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->notify.size(), 1u);
+  EXPECT_EQ(back->notify[0].target, "http://hook/t0k3n");
 }
 
 }  // namespace

@@ -106,21 +106,8 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
         break;
       }
       case 3: {
-        auto it = cursor.text.empty() ? rule_keys_.begin() : rule_keys_.upper_bound(cursor.text);
-        std::vector<std::string> stale;
-        for (; it != rule_keys_.end() && step.examined + stale.size() < limit; ++it) {
-          cursor.text = it->first;
-          if (it->second != key_id) stale.push_back(it->first);
-          ++step.examined;
-        }
-        const bool end = it == rule_keys_.end();
-        for (const std::string& id : stale) {
-          const alerts::Rule* r = evaluator_.Find(id);
-          if (!r) continue;
-          TESSERA_ASSIGN_OR_RETURN(std::string stored, SealRule(*r));
-          batch.settings.emplace_back(std::string(kRulePrefix) + id, std::move(stored));
-          ++step.resealed;
-        }
+        TESSERA_ASSIGN_OR_RETURN(bool end,
+                                 monitoring_.Reseal(key_id, cursor.text, limit, step, batch));
         if (end) ++cursor.kind;
         break;
       }
@@ -147,7 +134,7 @@ std::map<std::string, int64_t> State::SealedKeys() const {
     ImageKeys(g.spec.member.image, keys);
     for (const std::string& k : keys) ++out[k];
   }
-  for (const auto& [id, key] : rule_keys_) ++out[key];
+  monitoring_.CountKeys(out);
   return out;
 }
 

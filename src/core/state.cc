@@ -41,8 +41,8 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
       agents_(options.sim_agents, options.simulated_notice),
       last_lease_check_(clock->Now()),
-      evaluator_(options.alerts),
-      started_at_(clock->Now()),
+      monitoring_(clock, Monitoring::Options{options.alert_interval, options.node_timeout,
+                                             options.alerts, options.sealer}),
       up_since_(clock->Now()) {
   auto sole_tenant = std::make_unique<sched::SoleTenantFilter>();
   sole_tenant_ = sole_tenant.get();
@@ -274,10 +274,7 @@ void State::EndRound(store::Batch& batch) {
         return true;
       }));
   EvictEndedGroups(cutoff);
-  while (!interruptions_.empty() &&
-         interruptions_.front().at < clock_->Now() - kInterruptionShown) {
-    interruptions_.pop_front();
-  }
+  monitoring_.Sweep();
   RollMeters(batch);
   EvaluateAlerts(batch);
 }

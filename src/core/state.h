@@ -8,6 +8,7 @@
 //   PendingQueue     what waits, grouped by shape, in budgeted passes;
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
 //   AgentSupervisor  what the nodes' agents are told and report;
+//   Monitoring       alert rules and alerts, GPU history, faults' interruptions (monitoring.h);
 //   Recovery         what comes back at start-up, reconciled with the fleet and catalog.
 // Only the core thread touches it. Every operation that changes something appends the changed
 // records to the round's store batch.
@@ -41,6 +42,7 @@
 #include "core/instance.h"
 #include "core/instance_table.h"
 #include "core/labels.h"
+#include "core/monitoring.h"
 #include "core/pending_work.h"
 #include "core/preemptor.h"
 #include "core/queue.h"
@@ -89,7 +91,6 @@ struct Counters {
   int64_t agent_reports = 0;
   int64_t agent_reports_refused = 0;
   int64_t agent_times_clamped = 0;  // Reports' start times before the schedule or in the future.
-  int64_t alert_evaluations = 0;
 };
 
 struct StateOptions {
@@ -342,7 +343,7 @@ class State {
   // Restores joined nodes from their stored records, before instances (they name the nodes).
   Status RestoreAgentNodes(const std::vector<std::pair<std::string, std::string>>& records);
 
-  // Telemetry and alerts (monitoring.cc).
+  // Telemetry (state_monitoring.cc).
   // Every series of the nodes agents serve (telemetry/series.h): /metrics and the alert rules.
   std::vector<telemetry::Target> Targets() const;
   // The instance's GPUs' readings over the last `window` (GET /v1/instances/{id}/metrics).
@@ -355,41 +356,9 @@ class State {
   // The caller's instances that hold GPUs, with their GPUs' latest readings (tessera instances
   // top).
   nlohmann::json TopInstances(const Tenant& caller) const;
-  // Alert rules: the operator's see every series, a tenant's only its instances'. A tenant has
-  // at most alerts::kMaxRulesPerTenant (ResourceExhausted beyond).
-  Result<alerts::Rule> CreateAlertRule(const Tenant& caller, alerts::Rule rule,
-                                       store::Batch& batch);
-  std::vector<alerts::Rule> ListAlertRules(const Tenant& caller) const;
-  // NotFound for an unknown id and for another tenant's rule alike.
-  Result<alerts::Rule> GetAlertRule(const Tenant& caller, std::string_view id) const;
-  // Deletes a rule; its firing alerts resolve (and notify so).
-  Status DeleteAlertRule(const Tenant& caller, std::string_view id, store::Batch& batch);
-  // The caller's alerts (the operator's: all), firing first.
-  std::vector<alerts::Alert> ListAlerts(const Tenant& caller) const;
-  // Rebuilds rules and alerts from their stored records (kRulePrefix, kAlertPrefix and
-  // kMetaPrefix); the first start of a store also adds the built-in rules (once: an operator
-  // who deletes one keeps it deleted). DataLoss naming the record when one is corrupt.
-  Status RestoreAlerts(const std::vector<std::pair<std::string, std::string>>& rules,
-                       const std::vector<std::pair<std::string, std::string>>& alerts,
-                       const std::vector<std::pair<std::string, std::string>>& meta,
-                       store::Batch& batch);
-  // What the last evaluations decided to send, taken once stored (after the commit).
-  struct Outbox {
-    std::vector<alerts::Delivery> deliveries;
-    std::vector<std::vector<alerts::AlertMessage>> alertmanager;
-  };
-  Outbox TakeOutbox() { return std::exchange(outbox_, {}); }
-  // Every rule and alert, for counting (the API lists them through the calls above).
-  const alerts::Evaluator& evaluator() const { return evaluator_; }
-  static constexpr std::string_view kRulePrefix = "alert_rule/";
-  static constexpr std::string_view kAlertPrefix = "alert/";
-  static constexpr std::string_view kMetaPrefix = "alerts/";
-  static constexpr std::string_view kBuiltinSeeded = "alerts/builtin_seeded";
-  static constexpr std::string_view kNextRule = "alerts/next_rule";
-  static constexpr std::string_view kBudgetRulesSeeded = "alerts/budget_rules_seeded";
-  static constexpr std::string_view kInterruptedRuleSeeded = "alerts/interrupted_rule_seeded";
-  // How long an instance a fault moved shows in tessera_instance_interrupted.
-  static constexpr Duration kInterruptionShown = std::chrono::minutes(15);
+  // Alert rules and alerts, their evaluations' outbox, history and interruptions (monitoring.h).
+  Monitoring& monitoring() { return monitoring_; }
+  const Monitoring& monitoring() const { return monitoring_; }
 
   // Billing (billing.cc, docs/billing.md). Running instances are metered into the store's
   // ledger in the batch that changes their state.
@@ -732,14 +701,8 @@ class State {
   // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
   void Displace(Instance& inst, const std::string& why, store::Batch& batch);
   void SaveNode(const AgentNode& node, store::Batch& batch);
-  // Evaluates the alert rules when the interval passed; stores what changed.
+  // Evaluates the alert rules over Targets() when an evaluation is due.
   void EvaluateAlerts(store::Batch& batch);
-  // A rule's stored form, its webhook URLs sealed under "alert_rule/<id>/notify/<i>" (they often
-  // embed tokens); FailedPrecondition without a keyring when it has one.
-  Result<std::string> SealRule(const alerts::Rule& rule);
-  // A stored rule's text with its webhook URLs opened, for RuleFromStored; `plain` is set when
-  // one was stored in the clear (before envelope encryption).
-  Result<std::string> OpenRule(const std::string& key, const std::string& value, bool& plain);
   // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
   void ApplyNodeState(const AgentNode& node);
   void AppendLog(const Instance& inst, const WorkloadLog& log);
@@ -806,16 +769,10 @@ class State {
   std::unordered_map<std::string, Time> awaiting_notice_;
   int64_t next_instance_ = 1;
   Counters counters_;
-  telemetry::History history_;
-  alerts::Evaluator evaluator_;
-  Outbox outbox_;
-  Time last_alert_eval_;
-  Time started_at_;
+  Monitoring monitoring_;
   // When the server started, or last came back from a stall (ExpireLeases): no node counts as
   // silent for time before it.
   Time up_since_;
-  int64_t next_rule_ = 1;
-  std::map<std::string, std::string> rule_keys_;  // Rules with a sealed webhook: id -> key id.
   // Billing: running instances with an open interval, the last midnight rolled, reservations
   // and the units active instances hold of each.
   std::set<std::pair<std::string, std::string>> metered_;  // (tenant, instance id).
@@ -837,14 +794,6 @@ class State {
   // members that ended since the last SettleGroups.
   std::map<std::string, Group> groups_;
   Time last_group_sweep_;  // EvictEndedGroups's last cutoff.
-  // Instances a platform fault moved (a GPU out of service, a lost node), newest last, for
-  // kInterruptionShown: their owners' tessera_instance_interrupted series.
-  struct Interruption {
-    Time at;
-    std::string tenant, instance, node, cause, fault;
-    int gpu = -1;
-  };
-  std::deque<Interruption> interruptions_;
   int64_t next_group_ = 1;
   bool groups_retry_ = false;
   std::set<std::string> waiting_groups_;  // Groups that may have members to place.

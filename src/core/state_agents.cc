@@ -520,7 +520,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   if (sync.telemetry) {
     node->telemetry = sync.telemetry;
     node->telemetry_at = clock_->Now();
-    history_.Record(name, node->telemetry_at, *sync.telemetry);
+    monitoring_.history().Record(name, node->telemetry_at, *sync.telemetry);
     MeterUtilization(*node);
     CheckGpuHealth(*node, batch);
   }
@@ -1056,10 +1056,8 @@ void State::TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& rea
 }
 
 void State::NoteInterruption(const Instance& inst, std::string cause, int gpu, std::string fault) {
-  constexpr size_t kMaxShown = 10'000;  // A fleet-wide outage shows the newest.
-  if (interruptions_.size() == kMaxShown) interruptions_.pop_front();
-  interruptions_.push_back({clock_->Now(), inst.tenant.str(), inst.id.str(), inst.node,
-                            std::move(cause), std::move(fault), gpu});
+  monitoring_.NoteInterruption({clock_->Now(), inst.tenant.str(), inst.id.str(), inst.node,
+                                std::move(cause), std::move(fault), gpu});
 }
 
 void State::GpuHealthChanged(AgentNode& node, store::Batch& batch) {

@@ -14,16 +14,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-std::shared_ptr<const Keyring> Ring(const std::string& text) {
-  auto ring = KeyringFromText(text, "test");
-  EXPECT_TRUE(ring.ok()) << ring.status().ToString();
-  return std::shared_ptr<const Keyring>(std::move(*ring));
-}
-
-std::string KeyLine(const std::string& id, char fill) {
-  return id + " " + Base64Encode(std::string(kDataKeyBytes, fill));
-}
-
 class StateSecretsTest : public ::testing::Test, protected AgentNodeFixture {
  protected:
   void SetUp() override {
@@ -71,7 +61,7 @@ class StateSecretsTest : public ::testing::Test, protected AgentNodeFixture {
     return s;
   }
 
-  Sealer sealer_{Ring(KeyLine("k1", 'a'))};
+  Sealer sealer_{TestKeyring(TestKeyLine("k1", 'a'))};
 };
 
 TEST_F(StateSecretsTest, ASecretsValueGoesOnlyToTheAgentThatRunsItsWorkload) {
@@ -108,7 +98,7 @@ TEST_F(StateSecretsTest, ValuesOpenAtARestartAndAKeyringWithoutTheirKeyStopsIt) 
   EXPECT_EQ(Told(inst.node, inst.id.str())["env"]["HF"], "s3cret");
   EXPECT_EQ(state_->secrets().Find(Acme().id.str(), "hf")->created_by, "user-000001");
   // Another keyring: the restore fails, naming the key.
-  Sealer other(Ring(KeyLine("k9", 'z')));
+  Sealer other(TestKeyring(TestKeyLine("k9", 'z')));
   const Status s = RestoreWith(&other);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_NE(s.message().find("key 'k1' is not in the keyring"), std::string::npos) << s.message();
@@ -179,10 +169,10 @@ TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
   rule.name = "hot";
   rule.owner = Acme().id.str();
   rule.notify = {{alerts::Receiver::Kind::kWebhook, "https://hooks.example.com/t0ken", true}};
-  ASSERT_TRUE(state_->CreateAlertRule(Acme(), rule, batch_).ok());
+  ASSERT_TRUE(state_->monitoring().CreateRule(Acme(), rule, batch_).ok());
   EXPECT_EQ(state_->SealedKeys(), (std::map<std::string, int64_t>{{"k1", 5 + 3 + 1 + 1 + 1}}))
       << "secrets, instances, the group's template, its member and the rule";
-  sealer_.SetKeyring(Ring(KeyLine("k2", 'b') + "\n" + KeyLine("k1", 'a')));
+  sealer_.SetKeyring(TestKeyring(TestKeyLine("k2", 'b') + "\n" + TestKeyLine("k1", 'a')));
   State::RotationCursor cursor;
   size_t steps = 0, resealed = 0;
   while (!cursor.done()) {
@@ -196,7 +186,7 @@ TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
   EXPECT_GE(steps, 4u) << "bounded steps";
   EXPECT_EQ(state_->SealedKeys(), (std::map<std::string, int64_t>{{"k2", 11}}));
   // Without k1 the whole store opens.
-  Sealer only_new(Ring(KeyLine("k2", 'b')));
+  Sealer only_new(TestKeyring(TestKeyLine("k2", 'b')));
   std::unique_ptr<State> fresh;
   const Status restored = RestoreWith(&only_new, &fresh);
   ASSERT_TRUE(restored.ok()) << restored.ToString();
@@ -225,7 +215,7 @@ TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppe
   rule.name = "hot";
   rule.owner = Acme().id.str();
   rule.notify = {{alerts::Receiver::Kind::kWebhook, "https://hooks.example.com/t0ken", true}};
-  auto made_rule = state_->CreateAlertRule(Acme(), rule, batch_);
+  auto made_rule = state_->monitoring().CreateRule(Acme(), rule, batch_);
   ASSERT_TRUE(made_rule.ok());
   ASSERT_TRUE(store_->Commit(batch_).ok());
   batch_ = {};
@@ -253,7 +243,7 @@ TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppe
       j["template"]["registry_auth"]["password"] = ended ? "pw-ended" : "pw-group";
       if (ended) j["state"] = "deleted";
       legacy.settings.emplace_back(key, j.dump());
-    } else if (key == std::string(State::kRulePrefix) + made_rule->id) {
+    } else if (key == std::string(Monitoring::kRulePrefix) + made_rule->id) {
       j["notify"][0]["webhook"] = "https://hooks.example.com/t0ken";
       legacy.settings.emplace_back(key, j.dump());
     }

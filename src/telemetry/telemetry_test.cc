@@ -122,7 +122,7 @@ TEST(SeriesTest, ExpositionIsDcgmExportersFormat) {
   // Every name once, HELP and TYPE before its samples.
   for (size_t f = 0; f < kFieldCount; ++f) {
     // A budget's and an interrupted instance's are series the core adds to the node's
-    // (core/monitoring.cc).
+    // (core/state_monitoring.cc).
     if (static_cast<Field>(f) == Field::kBudgetUsedPercent ||
         static_cast<Field>(f) == Field::kInstanceInterrupted) {
       continue;
