@@ -386,6 +386,18 @@ TEST_F(TelemetryTest, TenantsSeeOnlyTheirOwnRulesAlertsAndMetrics) {
   auto top = Get("/v1/metrics/instances", acme).body["instances"];
   ASSERT_EQ(top.size(), 1u) << Dump(top);
   EXPECT_EQ(top[0]["id"], id);
+  EXPECT_FALSE(top[0].contains("tenant")) << "a tenant is not told its own id again";
+  EXPECT_TRUE(top[0].contains("sampled_at")) << Dump(top);
+  EXPECT_TRUE(top[0]["gpus"][0]["latest"].contains("temperature_c")) << Dump(top);
+  bool tenant_shown = false;
+  auto all_top_reply = Get("/v1/metrics/instances", kAdminToken);
+  ASSERT_EQ(all_top_reply.status, 200) << all_top_reply.raw;
+  const json& all_top = all_top_reply.body;
+  for (const json& j : all_top["instances"]) {
+    if (j["id"] == id) tenant_shown = j.value("tenant", "") == acme_id;
+  }
+  EXPECT_TRUE(tenant_shown) << "the operator's view names each instance's tenant: " << acme_id
+                            << " " << Dump(all_top);
   auto cli = testing::RunTessera({"instances", "top", "--url", server_->url(), "--token", acme});
   EXPECT_EQ(cli.exit_code, 0) << cli.err;
   EXPECT_NE(cli.out.find(id), std::string::npos) << cli.out;
@@ -418,6 +430,7 @@ TEST_F(TelemetryTest, TenantsSeeOnlyTheirOwnRulesAlertsAndMetrics) {
   json node = Get("/v1/nodes/" + history["node"].get<std::string>(), kAdminToken).body;
   ASSERT_TRUE(node.contains("gpus")) << Dump(node);
   EXPECT_FALSE(node["gpus"][0]["metrics"].empty()) << Dump(node);
+  EXPECT_TRUE(node["gpus"][0]["latest"].contains("gpu_util")) << Dump(node);
   EXPECT_EQ(Get("/v1/nodes/no-such-node", kAdminToken).status, 404);
 }
 

@@ -35,6 +35,93 @@ Status WindowParam(const Target& target, Duration& window) {
   return Status::Ok();
 }
 
+json PointsJson(const std::vector<telemetry::Point>& points) {
+  json out = json::array();
+  for (const telemetry::Point& p : points) {
+    out.push_back({{"t", FormatRfc3339(Time(std::chrono::milliseconds(p.t_ms)))},
+                   {"gpu_util", p.gpu_util},
+                   {"fb_used_mib", p.fb_used_mib},
+                   {"power_w", p.power_w},
+                   {"temperature_c", p.temperature_c}});
+  }
+  return out;
+}
+
+// A GPU's latest reading: null when its node's report lacks it, {"lost": true} when it stopped
+// answering.
+json LatestJson(const std::optional<telemetry::HolderReading>& r) {
+  if (!r) return nullptr;
+  if (r->lost) return {{"lost", true}};
+  return {{"gpu_util", r->gpu_util},
+          {"fb_used_mib", r->fb_used_mib},
+          {"fb_total_mib", r->fb_total_mib},
+          {"power_w", r->power_w},
+          {"temperature_c", r->temperature_c}};
+}
+
+// An instance's GPU: its index, and its MIG profile or share where it has one.
+json InstanceGpuJson(const core::GpuReadings& r) {
+  json j = {{"index", r.gpu.index}};
+  if (!r.gpu.mig_profile.empty()) j["mig_profile"] = r.gpu.mig_profile;
+  if (r.gpu.milli_gpu > 0) j["milli_gpu"] = r.gpu.milli_gpu;
+  return j;
+}
+
+// GET /v1/instances/{id}/metrics.
+json InstanceMetricsJson(const core::InstanceReadings& r, Duration window) {
+  json gpus = json::array();
+  for (const core::GpuReadings& g : r.gpus) {
+    json gj = InstanceGpuJson(g);
+    gj["uuid"] = g.gpu.uuid;
+    gj["model"] = g.gpu.model;
+    gj["points"] = PointsJson(g.points);
+    gpus.push_back(std::move(gj));
+  }
+  return {{"id", r.id},
+          {"state", core::StateName(r.state)},
+          {"node", r.node.empty() ? json(nullptr) : json(r.node)},
+          {"window_seconds", std::chrono::duration_cast<std::chrono::seconds>(window).count()},
+          {"gpus", std::move(gpus)}};
+}
+
+// GET /v1/metrics/instances (tessera instances top); the admin's shows each one's tenant.
+json TopJson(const std::vector<core::InstanceReadings>& top, bool admin) {
+  json out = json::array();
+  for (const core::InstanceReadings& r : top) {
+    json gpus = json::array();
+    for (const core::GpuReadings& g : r.gpus) {
+      json gj = InstanceGpuJson(g);
+      gj["latest"] = LatestJson(g.latest);
+      gpus.push_back(std::move(gj));
+    }
+    json j = {{"id", r.id},
+              {"name", r.name},
+              {"state", core::StateName(r.state)},
+              {"node", r.node},
+              {"gpus", std::move(gpus)}};
+    if (admin) j["tenant"] = r.tenant;
+    if (r.sampled_at) j["sampled_at"] = FormatRfc3339(*r.sampled_at);
+    out.push_back(std::move(j));
+  }
+  return {{"instances", std::move(out)}};
+}
+
+// Adds a node's GPUs' readings to GET /v1/nodes/{id}'s "gpus".
+void AddNodeMetrics(const std::vector<core::GpuReadings>& metrics, json& gpus) {
+  for (size_t i = 0; i < gpus.size() && i < metrics.size(); ++i) {
+    const core::GpuReadings& m = metrics[i];
+    gpus[i]["metrics"] = PointsJson(m.points);
+    if (m.sampled) gpus[i]["latest"] = LatestJson(m.latest);
+    json mig = json::array();
+    for (const core::GpuReadings& slice : m.mig) {
+      mig.push_back({{"profile", slice.gpu.mig_profile},
+                     {"start", slice.gpu.mig_start},
+                     {"points", PointsJson(slice.points)}});
+    }
+    if (!mig.empty()) gpus[i]["mig_metrics"] = std::move(mig);
+  }
+}
+
 // One alert as GET /v1/alerts shows it, with what became of its messages.
 json AlertView(const alerts::Alert& a, const alerts::Notifier* notifier) {
   json j = alerts::AlertJson(a);
@@ -148,8 +235,12 @@ void AddMetricsRoutes(Api& table) {
               Status refusal = WindowParam(call->request.parsed, window);
               const std::string id = call->params[0];
               api.Run<json>(call, refusal,
-                            {[id, window](core::State& s, store::Batch&, const core::Tenant& caller)
-                                 -> Result<json> { return s.InstanceMetrics(caller, id, window); },
+                            {[id, window](core::State& s, store::Batch&,
+                                          const core::Tenant& caller) -> Result<json> {
+                               TESSERA_ASSIGN_OR_RETURN(core::InstanceReadings r,
+                                                        s.InstanceMetrics(caller, id, window));
+                               return InstanceMetricsJson(r, window);
+                             },
                              200, Passthrough, nullptr});
             });
   table.Add("GET", "/v1/metrics/instances", Access::kAnyToken, BodyKind::kNone, false,
@@ -157,7 +248,7 @@ void AddMetricsRoutes(Api& table) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     return s.TopInstances(caller);
+                     return TopJson(s.TopInstances(caller), caller.admin);
                    },
                    200, Passthrough, nullptr});
             });
@@ -181,15 +272,8 @@ void AddMetricsRoutes(Api& table) {
                  return waiting;
                }
                json j = NodesJson(s.fleet(), index->value, 1).at(0);
-               TESSERA_ASSIGN_OR_RETURN(json metrics, s.NodeMetrics(node, window));
-               for (size_t i = 0; i < j["gpus"].size() && i < metrics.size(); ++i) {
-                 json& m = metrics[i];
-                 j["gpus"][i]["metrics"] = std::move(m["points"]);
-                 if (m.contains("latest")) j["gpus"][i]["latest"] = std::move(m["latest"]);
-                 if (m.contains("mig_instances")) {
-                   j["gpus"][i]["mig_metrics"] = std::move(m["mig_instances"]);
-                 }
-               }
+               TESSERA_ASSIGN_OR_RETURN(auto metrics, s.NodeMetrics(node, window));
+               AddNodeMetrics(metrics, j["gpus"]);
                json agent = s.AgentJson(node);
                if (!agent.is_null()) agent.erase("telemetry");  // Shown per GPU above.
                AddAgentFields(j, std::move(agent));

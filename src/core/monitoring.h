@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,10 +23,12 @@
 #include "alerts/evaluator.h"
 #include "common/clock.h"
 #include "common/result.h"
+#include "core/instance.h"
 #include "core/secrets.h"
 #include "core/tenants.h"
 #include "store/store.h"
 #include "telemetry/history.h"
+#include "telemetry/sample.h"
 #include "telemetry/series.h"
 
 namespace tessera {
@@ -42,6 +45,26 @@ struct Interruption {
   std::string cause;  // gpu_unhealthy, node_lost, node_removed.
   std::string fault;  // The XID's name, or "".
   int gpu = -1;       // -1: the whole node.
+};
+
+// What a GPU (a whole one, a MIG instance or a share of one) read lately, as the metrics
+// endpoints show it.
+struct GpuReadings {
+  GpuRef gpu;  // Its index, and for an instance's GPU its uuid, model, profile or share.
+  std::vector<telemetry::Point> points;  // Oldest first, within the window asked.
+  // False when its node's agent has sent no telemetry; else `latest` is its last reading, none
+  // when that report lacks the GPU.
+  bool sampled = false;
+  std::optional<telemetry::HolderReading> latest;
+  std::vector<GpuReadings> mig;  // A node's GPU: each MIG instance's points.
+};
+
+// An instance that holds GPUs, with their readings.
+struct InstanceReadings {
+  std::string id, name, tenant, node;
+  InstanceState state = InstanceState::kPending;
+  std::optional<Time> sampled_at;  // When its node's last telemetry was taken.
+  std::vector<GpuReadings> gpus;
 };
 
 class Monitoring {

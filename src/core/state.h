@@ -348,14 +348,14 @@ class State {
   std::vector<telemetry::Target> Targets() const;
   // The instance's GPUs' readings over the last `window` (GET /v1/instances/{id}/metrics).
   // NotFound for an unknown id and for another tenant's instance alike.
-  Result<nlohmann::json> InstanceMetrics(const Tenant& caller, std::string_view id,
-                                         Duration window) const;
+  Result<InstanceReadings> InstanceMetrics(const Tenant& caller, std::string_view id,
+                                           Duration window) const;
   // A node's GPUs' readings over the last `window`, a list by GPU index (GET /v1/nodes/{id});
   // empty for a node no agent serves. NotFound for a node not in the fleet.
-  Result<nlohmann::json> NodeMetrics(const std::string& node, Duration window) const;
+  Result<std::vector<GpuReadings>> NodeMetrics(const std::string& node, Duration window) const;
   // The caller's instances that hold GPUs, with their GPUs' latest readings (tessera instances
   // top).
-  nlohmann::json TopInstances(const Tenant& caller) const;
+  std::vector<InstanceReadings> TopInstances(const Tenant& caller) const;
   // Alert rules and alerts, their evaluations' outbox, history and interruptions (monitoring.h).
   Monitoring& monitoring() { return monitoring_; }
   const Monitoring& monitoring() const { return monitoring_; }

@@ -2,43 +2,27 @@
 // budgets, which /metrics shows and Monitoring evaluates, and per-GPU readings for tenants and
 // operators.
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
-#include <algorithm>
-#include <set>
-
-#include "common/envelope.h"
-#include "common/json.h"
-#include "core/sealing.h"
 #include "core/state.h"
 
 namespace tessera::core {
 namespace {
 
-using nlohmann::json;
-
-json PointsJson(const std::vector<telemetry::Point>& points) {
-  json out = json::array();
-  for (const telemetry::Point& p : points) {
-    out.push_back({{"t", FormatRfc3339(Time(std::chrono::milliseconds(p.t_ms)))},
-                   {"gpu_util", p.gpu_util},
-                   {"fb_used_mib", p.fb_used_mib},
-                   {"power_w", p.power_w},
-                   {"temperature_c", p.temperature_c}});
-  }
-  return out;
+// `inst`'s readings with no GPU yet.
+InstanceReadings ReadingsOf(const Instance& inst) {
+  InstanceReadings r;
+  r.id = inst.id.str();
+  r.name = inst.name;
+  r.tenant = inst.tenant.str();
+  r.node = inst.node;
+  r.state = inst.state;
+  return r;
 }
 
-// The latest readings of one GPU (or MIG instance) of a report.
-json LatestJson(const telemetry::Telemetry& t, const GpuRef& g) {
-  const auto r = telemetry::ReadHolder(t, g.index, g.mig_profile, g.mig_start);
-  if (!r) return nullptr;
-  if (r->lost) return {{"lost", true}};
-  return {{"gpu_util", r->gpu_util},
-          {"fb_used_mib", r->fb_used_mib},
-          {"fb_total_mib", r->fb_total_mib},
-          {"power_w", r->power_w},
-          {"temperature_c", r->temperature_c}};
+GpuReadings ReadingsOf(const GpuRef& g) {
+  GpuReadings r;
+  r.gpu = g;
+  return r;
 }
 
 }  // namespace
@@ -74,59 +58,53 @@ std::vector<telemetry::Target> State::Targets() const {
   return out;
 }
 
-Result<json> State::InstanceMetrics(const Tenant& caller, std::string_view id,
-                                    Duration window) const {
+Result<InstanceReadings> State::InstanceMetrics(const Tenant& caller, std::string_view id,
+                                                Duration window) const {
   const Instance* inst = instances_.Find(id);
   if (!inst || !Visible(caller, *inst)) {
     return Status::NotFound(fmt::format("instance '{}' not found", id));
   }
-  const Time now = clock_->Now();
-  json gpus = json::array();
+  const Time since = clock_->Now() - window;
+  InstanceReadings out = ReadingsOf(*inst);
   for (const GpuRef& g : inst->gpus) {
-    json gj = {{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}};
-    if (!g.mig_profile.empty()) gj["mig_profile"] = g.mig_profile;
-    if (g.milli_gpu > 0) gj["milli_gpu"] = g.milli_gpu;
-    gj["points"] = PointsJson(monitoring_.history().Points(
-        inst->node, g.index, g.mig_profile.empty() ? -1 : g.mig_start, now - window));
-    gpus.push_back(std::move(gj));
+    GpuReadings r = ReadingsOf(g);
+    r.points = monitoring_.history().Points(inst->node, g.index,
+                                            g.mig_profile.empty() ? -1 : g.mig_start, since);
+    out.gpus.push_back(std::move(r));
   }
-  return json{{"id", inst->id.str()},
-              {"state", StateName(inst->state)},
-              {"node", inst->node.empty() ? json(nullptr) : json(inst->node)},
-              {"window_seconds", std::chrono::duration_cast<std::chrono::seconds>(window).count()},
-              {"gpus", std::move(gpus)}};
+  return out;
 }
 
-Result<json> State::NodeMetrics(const std::string& node, Duration window) const {
+Result<std::vector<GpuReadings>> State::NodeMetrics(const std::string& node,
+                                                    Duration window) const {
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex index, fleet_->Find(node));
   const fleet::Node& n = fleet_->node(index);
   const Time since = clock_->Now() - window;
-  json gpus = json::array();
   auto agent = agents_.nodes().find(node);
+  const telemetry::Telemetry* latest =
+      agent != agents_.nodes().end() ? agent->second.telemetry.get() : nullptr;
+  std::vector<GpuReadings> out;
   for (size_t i = 0; i < n.gpus.size(); ++i) {
-    const int gpu = static_cast<int>(i);
-    json gj = {{"index", gpu},
-               {"points", PointsJson(monitoring_.history().Points(node, gpu, -1, since))}};
-    if (agent != agents_.nodes().end() && agent->second.telemetry) {
-      GpuRef whole;
-      whole.index = gpu;
-      gj["latest"] = LatestJson(*agent->second.telemetry, whole);
-    }
-    json mig = json::array();
+    GpuReadings r;
+    r.gpu.index = static_cast<int>(i);
+    r.points = monitoring_.history().Points(node, r.gpu.index, -1, since);
+    r.sampled = latest != nullptr;
+    if (latest) r.latest = telemetry::ReadHolder(*latest, r.gpu.index, "", 0);
     for (const fleet::MigInstance& m : n.gpus[i].mig_instances) {
-      mig.push_back(
-          {{"profile", m.profile->name},
-           {"start", m.start},
-           {"points", PointsJson(monitoring_.history().Points(node, gpu, m.start, since))}});
+      GpuReadings slice;
+      slice.gpu.index = r.gpu.index;
+      slice.gpu.mig_profile = m.profile->name;
+      slice.gpu.mig_start = m.start;
+      slice.points = monitoring_.history().Points(node, r.gpu.index, m.start, since);
+      r.mig.push_back(std::move(slice));
     }
-    if (!mig.empty()) gj["mig_instances"] = std::move(mig);
-    gpus.push_back(std::move(gj));
+    out.push_back(std::move(r));
   }
-  return gpus;
+  return out;
 }
 
-json State::TopInstances(const Tenant& caller) const {
-  json out = json::array();
+std::vector<InstanceReadings> State::TopInstances(const Tenant& caller) const {
+  std::vector<InstanceReadings> out;
   instances_.ForEach([&](const Instance& inst) {
     if (!Visible(caller, inst) || inst.gpus.empty() || inst.node.empty()) return;
     if (inst.state != InstanceState::kRunning && inst.state != InstanceState::kPreempting &&
@@ -136,25 +114,17 @@ json State::TopInstances(const Tenant& caller) const {
     auto node = agents_.nodes().find(inst.node);
     const telemetry::Telemetry* t =
         node != agents_.nodes().end() ? node->second.telemetry.get() : nullptr;
-    json gpus = json::array();
+    InstanceReadings r = ReadingsOf(inst);
+    if (t) r.sampled_at = node->second.telemetry_at;
     for (const GpuRef& g : inst.gpus) {
-      json gj = {{"index", g.index}, {"latest", t ? LatestJson(*t, g) : json(nullptr)}};
-      if (!g.mig_profile.empty()) gj["mig_profile"] = g.mig_profile;
-      if (g.milli_gpu > 0) gj["milli_gpu"] = g.milli_gpu;
-      gpus.push_back(std::move(gj));
+      GpuReadings gr = ReadingsOf(g);
+      gr.sampled = t != nullptr;
+      if (t) gr.latest = telemetry::ReadHolder(*t, g.index, g.mig_profile, g.mig_start);
+      r.gpus.push_back(std::move(gr));
     }
-    json j = {{"id", inst.id.str()},
-              {"name", inst.name},
-              {"state", StateName(inst.state)},
-              {"node", inst.node},
-              {"gpus", std::move(gpus)}};
-    if (caller.admin) j["tenant"] = inst.tenant.str();
-    if (node != agents_.nodes().end() && node->second.telemetry) {
-      j["sampled_at"] = FormatRfc3339(node->second.telemetry_at);
-    }
-    out.push_back(std::move(j));
+    out.push_back(std::move(r));
   });
-  return json{{"instances", std::move(out)}};
+  return out;
 }
 
 void State::EvaluateAlerts(store::Batch& batch) {

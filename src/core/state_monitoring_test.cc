@@ -272,23 +272,23 @@ TEST_F(StateMonitoringTest, InstanceMetricsGiveTheOwnerItsGpusPointsWithinTheWin
 
   auto m = state_->InstanceMetrics(acme_, inst.id.str(), 12s);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  EXPECT_EQ((*m)["id"], inst.id.str());
-  EXPECT_EQ((*m)["node"], "gpu-1");
-  EXPECT_EQ((*m)["window_seconds"], 12);
-  ASSERT_EQ((*m)["gpus"].size(), 1u);
-  const json& gpu = (*m)["gpus"][0];
-  EXPECT_EQ(gpu["index"], inst.gpus[0].index);
-  EXPECT_EQ(gpu["uuid"], "GPU-gpu-1-" + std::to_string(held));
-  ASSERT_EQ(gpu["points"].size(), 3u)
-      << "the report 15 s ago is outside a 12 s window: " << gpu.dump();
-  EXPECT_EQ(gpu["points"][0]["t"], FormatRfc3339(first + 5s));
-  EXPECT_EQ(gpu["points"][0]["gpu_util"], 20);
-  EXPECT_EQ(gpu["points"][2]["gpu_util"], 40) << "the instance's GPU, not its neighbour";
-  EXPECT_EQ(gpu["points"][2]["temperature_c"], held == 0 ? 60 : 61);
+  EXPECT_EQ(m->id, inst.id.str());
+  EXPECT_EQ(m->node, "gpu-1");
+  ASSERT_EQ(m->gpus.size(), 1u);
+  const GpuReadings& gpu = m->gpus[0];
+  EXPECT_EQ(gpu.gpu.index, inst.gpus[0].index);
+  EXPECT_EQ(gpu.gpu.uuid, "GPU-gpu-1-" + std::to_string(held));
+  ASSERT_EQ(gpu.points.size(), 3u) << "the report 15 s ago is outside a 12 s window";
+  EXPECT_EQ(gpu.points[0].t_ms,
+            std::chrono::duration_cast<std::chrono::milliseconds>((first + 5s).time_since_epoch())
+                .count());
+  EXPECT_EQ(gpu.points[0].gpu_util, 20);
+  EXPECT_EQ(gpu.points[2].gpu_util, 40) << "the instance's GPU, not its neighbour";
+  EXPECT_EQ(gpu.points[2].temperature_c, held == 0 ? 60 : 61);
 
   auto all = state_->InstanceMetrics(acme_, inst.id.str(), 1h);
   ASSERT_TRUE(all.ok());
-  EXPECT_EQ((*all)["gpus"][0]["points"].size(), 4u);
+  EXPECT_EQ(all->gpus[0].points.size(), 4u);
 
   auto other = state_->InstanceMetrics(beta_, inst.id.str(), 1h);
   EXPECT_EQ(other.status().code(), StatusCode::kNotFound);
@@ -298,7 +298,7 @@ TEST_F(StateMonitoringTest, InstanceMetricsGiveTheOwnerItsGpusPointsWithinTheWin
             StatusCode::kNotFound);
   auto admin = state_->InstanceMetrics(Admin(), inst.id.str(), 12s);
   ASSERT_TRUE(admin.ok());
-  EXPECT_EQ((*admin)["gpus"][0]["points"], gpu["points"]);
+  EXPECT_EQ(admin->gpus[0].points.size(), gpu.points.size());
 }
 
 TEST_F(StateMonitoringTest, NodeMetricsListEachGpusPointsAndLatestReadings) {
@@ -311,17 +311,18 @@ TEST_F(StateMonitoringTest, NodeMetricsListEachGpusPointsAndLatestReadings) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->size(), 2u);
   for (int i = 0; i < 2; ++i) {
-    const json& g = (*m)[static_cast<size_t>(i)];
-    EXPECT_EQ(g["index"], i);
-    ASSERT_EQ(g["points"].size(), 2u) << g.dump();
-    EXPECT_EQ(g["points"][0]["gpu_util"], 10 + 10 * i);
-    EXPECT_EQ(g["points"][1]["gpu_util"], 11 + 10 * i);
-    EXPECT_EQ(g["latest"]["temperature_c"], 62 + 10 * i);
-    EXPECT_EQ(g["latest"]["fb_total_mib"], 81559);
+    const GpuReadings& g = (*m)[static_cast<size_t>(i)];
+    EXPECT_EQ(g.gpu.index, i);
+    ASSERT_EQ(g.points.size(), 2u);
+    EXPECT_EQ(g.points[0].gpu_util, 10 + 10 * i);
+    EXPECT_EQ(g.points[1].gpu_util, 11 + 10 * i);
+    ASSERT_TRUE(g.sampled && g.latest);
+    EXPECT_EQ(g.latest->temperature_c, 62 + 10 * i);
+    EXPECT_EQ(g.latest->fb_total_mib, 81559);
   }
   auto recent = state_->NodeMetrics("gpu-1", 2s);
   ASSERT_TRUE(recent.ok());
-  EXPECT_EQ((*recent)[0]["points"].size(), 1u);
+  EXPECT_EQ((*recent)[0].points.size(), 1u);
 
   auto unknown = state_->NodeMetrics("gpu-9", 1h);
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
@@ -342,24 +343,25 @@ TEST_F(StateMonitoringTest, TopInstancesShowsATenantOnlyItsOwnAndTheAdminEveryon
   temps[static_cast<size_t>(b.gpus[0].index)] = 77;
   Report("gpu-1", Readings(temps));
 
-  const json mine = state_->TopInstances(acme_)["instances"];
-  ASSERT_EQ(mine.size(), 1u) << mine.dump();
-  EXPECT_EQ(mine[0]["id"], a.id.str());
-  EXPECT_EQ(mine[0]["node"], "gpu-1");
-  EXPECT_FALSE(mine[0].contains("tenant")) << "a tenant is not told its own id again";
-  EXPECT_EQ(mine[0]["sampled_at"], FormatRfc3339(clock_.Now()));
-  ASSERT_EQ(mine[0]["gpus"].size(), 1u);
-  EXPECT_EQ(mine[0]["gpus"][0]["latest"]["temperature_c"], 55);
+  const auto mine = state_->TopInstances(acme_);
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0].id, a.id.str());
+  EXPECT_EQ(mine[0].node, "gpu-1");
+  EXPECT_EQ(mine[0].sampled_at, clock_.Now());
+  ASSERT_EQ(mine[0].gpus.size(), 1u);
+  ASSERT_TRUE(mine[0].gpus[0].latest);
+  EXPECT_EQ(mine[0].gpus[0].latest->temperature_c, 55);
 
-  const json theirs = state_->TopInstances(beta_)["instances"];
+  const auto theirs = state_->TopInstances(beta_);
   ASSERT_EQ(theirs.size(), 1u);
-  EXPECT_EQ(theirs[0]["id"], b.id.str());
-  EXPECT_EQ(theirs[0]["gpus"][0]["latest"]["temperature_c"], 77);
+  EXPECT_EQ(theirs[0].id, b.id.str());
+  ASSERT_TRUE(theirs[0].gpus[0].latest);
+  EXPECT_EQ(theirs[0].gpus[0].latest->temperature_c, 77);
 
-  const json all = state_->TopInstances(Admin())["instances"];
+  const auto all = state_->TopInstances(Admin());
   ASSERT_EQ(all.size(), 2u);
   std::map<std::string, std::string> tenant_of;
-  for (const json& j : all) tenant_of[j["id"].get<std::string>()] = j.value("tenant", "");
+  for (const InstanceReadings& r : all) tenant_of[r.id] = r.tenant;
   EXPECT_EQ(tenant_of[a.id.str()], acme_.id.str());
   EXPECT_EQ(tenant_of[b.id.str()], beta_.id.str());
 }
