@@ -198,23 +198,27 @@ void AddNodeRoutes(Api& table) {
              200, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
   AddGpuModeRoute(table);
-  table.Add(
-      "DELETE", "/v1/nodes/{id}?force", Access::kAdmin, BodyKind::kNone, true,
-      [](Api& api, std::shared_ptr<Call> call) {
-        const std::string* raw = call->request.parsed.Param("force");
-        const std::string force = raw ? *raw : "false";
-        Status refusal =
-            force == "true" || force == "false"
-                ? Status::Ok()
-                : Status::InvalidArgument(fmt::format(
-                      "query parameter 'force': '{}' is not true or false", Quote(force, 16)));
-        api.Run<json>(
-            call, refusal,
-            {[node = call->params[0], force](core::State& s, store::Batch& b, const core::Tenant&)
-                 -> Result<json> { return s.RemoveNode(node, force == "true", b); },
-             200, Passthrough, [](const json& j) { return j.value("id", ""); }, nullptr,
-             [](const json& j) { return j.value("state", "") == "removing" ? 202 : 200; }});
-      });
+  table.Add("DELETE", "/v1/nodes/{id}?force", Access::kAdmin, BodyKind::kNone, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              const std::string* raw = call->request.parsed.Param("force");
+              const std::string force = raw ? *raw : "false";
+              Status refusal = force == "true" || force == "false"
+                                   ? Status::Ok()
+                                   : Status::InvalidArgument(fmt::format(
+                                         "query parameter 'force': '{}' is not true or false",
+                                         Quote(force, 16)));
+              api.Run<json>(
+                  call, refusal,
+                  {[node = call->params[0], force](core::State& s, store::Batch& b,
+                                                   const core::Tenant&) -> Result<json> {
+                     TESSERA_ASSIGN_OR_RETURN(core::State::NodeRemoval r,
+                                              s.RemoveNode(node, force == "true", b));
+                     if (r.removed) return json{{"id", node}, {"state", "removed"}};
+                     return json{{"id", node}, {"state", "removing"}, {"reason", r.waiting_for}};
+                   },
+                   200, Passthrough, [](const json& j) { return j.value("id", ""); }, nullptr,
+                   [](const json& j) { return j.value("state", "") == "removing" ? 202 : 200; }});
+            });
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";
     table.Add("POST", "/v1/nodes/{id}/" + verb, Access::kAdmin, BodyKind::kOptionalJson, true,

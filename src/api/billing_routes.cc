@@ -176,6 +176,22 @@ void PageItems(json& body, int64_t after, size_t limit) {
   }
 }
 
+// A budget as GET /v1/budgets shows it: its limit, and this month's spend against it.
+json BudgetJson(const core::State::BudgetStatus& st) {
+  json j = billing::ToJson(st.budget);
+  j["tenant"] = st.tenant;
+  j["month"] = st.month;
+  j["spent_usd"] = st.use.spent.ToString(2);
+  j["used_percent"] = static_cast<double>(st.use.basis_points) / 100;
+  json crossed = json::array();
+  for (int level : {80, 100}) {
+    if (st.use.basis_points >= level * 100) crossed.push_back(level);
+  }
+  j["thresholds_crossed"] = std::move(crossed);
+  j["stopping_new_instances"] = st.use.stopping;
+  return j;
+}
+
 json ReservationView(const core::State& s, const billing::Reservation& r) {
   json j = billing::ToApiJson(r);
   j["used"] = s.ReservationUnitsUsed(r.id);
@@ -259,9 +275,8 @@ void AddBillingRoutes(Api& table) {
             {[call, budget](core::State& s, store::Batch& b,
                             const core::Tenant& caller) -> Result<json> {
                TESSERA_RETURN_IF_ERROR(s.SetBudget(caller, call->params[0], *budget, b).status());
-               json all = s.Budgets(caller);
-               for (json& j : all["budgets"]) {
-                 if (j["tenant"] == call->params[0]) return j;
+               for (const core::State::BudgetStatus& st : s.Budgets(caller)) {
+                 if (st.tenant == call->params[0]) return BudgetJson(st);
                }
                return Status::Internal("the budget just set is not listed");
              },
@@ -285,7 +300,11 @@ void AddBillingRoutes(Api& table) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     return s.Budgets(caller);
+                     json list = json::array();
+                     for (const core::State::BudgetStatus& st : s.Budgets(caller)) {
+                       list.push_back(BudgetJson(st));
+                     }
+                     return json{{"budgets", std::move(list)}};
                    },
                    200, Passthrough, nullptr});
             });

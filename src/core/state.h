@@ -277,8 +277,12 @@ class State {
   // unless `force`, which moves them as a GPU fault does (a lost node's, at its fence time, as
   // any lost node's), and while it holds volumes, which cannot move; refused for a fleet file's
   // node. With work to stop it is drained and `removing` until its agent has been told to stop it
-  // ({"state": "removing"}); otherwise removed at once ({"state": "removed"}).
-  Result<nlohmann::json> RemoveNode(const std::string& name, bool force, store::Batch& batch);
+  // (`removed` false, with the reason it waits); otherwise removed at once.
+  struct NodeRemoval {
+    bool removed = false;
+    std::string waiting_for;  // While it is removing.
+  };
+  Result<NodeRemoval> RemoveNode(const std::string& name, bool force, store::Batch& batch);
 
   // Nodes joined by agents (docs/agent.md). Creating one registers its token; it joins the fleet
   // when its agent registers the inventory. AlreadyExists for a name in use.
@@ -406,8 +410,6 @@ class State {
   Result<billing::Budget> SetBudget(const Tenant& caller, std::string_view tenant,
                                     const billing::Budget& budget, store::Batch& batch);
   Status DeleteBudget(const Tenant& caller, std::string_view tenant, store::Batch& batch);
-  // Each budget the caller may see, with this month's spend (GET /v1/budgets).
-  nlohmann::json Budgets(const Tenant& caller) const;
   // A budget's state this month: what `tenant` spent so far (its ledger lines, its
   // reservations' monthly lines and what its running instances accrued) and the share of the
   // budget that is, in basis points: integers, so no binary fraction decides a threshold.
@@ -416,6 +418,15 @@ class State {
     int64_t basis_points = 0;
     bool stopping = false;  // A hard stop that now refuses new on-demand and spot instances.
   };
+  struct BudgetStatus {
+    std::string tenant;
+    billing::Budget budget;
+    std::string month;  // "2026-12": the month it counts.
+    BudgetUse use;
+  };
+  // Each budget the caller may see (a tenant's own; the admin's: all), with this month's spend
+  // (GET /v1/budgets).
+  std::vector<BudgetStatus> Budgets(const Tenant& caller) const;
   BudgetUse UseOf(const std::string& tenant, const billing::Budget& budget) const;
   // Rebuilds budgets from their records (kBudgetPrefix) and this month's ledger spend by tenant.
   Status RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,

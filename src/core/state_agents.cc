@@ -231,7 +231,8 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   return stored;
 }
 
-Result<nlohmann::json> State::RemoveNode(const std::string& name, bool force, store::Batch& batch) {
+Result<State::NodeRemoval> State::RemoveNode(const std::string& name, bool force,
+                                             store::Batch& batch) {
   AgentNode* node = agents_.Find(name);
   if (!node || node->simulated) {
     if (fleet_->Find(name).ok()) {
@@ -285,14 +286,12 @@ Result<nlohmann::json> State::RemoveNode(const std::string& name, bool force, st
     node->remove_after = !work.empty() && !node->lost ? node->generation : 0;
     removing_nodes_.insert(name);
   }
-  if (FinishRemoval(*node, batch)) return nlohmann::json{{"id", name}, {"state", "removed"}};
-  return nlohmann::json{
-      {"id", name},
-      {"state", "removing"},
-      {"reason", node->assigned.empty()
-                     ? "waiting for its agent to receive the order to stop its work"
-                     : fmt::format("{} instance(s) move once the lost node's lease has run out",
-                                   node->assigned.size())}};
+  if (FinishRemoval(*node, batch)) return NodeRemoval{true, ""};
+  return NodeRemoval{false, node->assigned.empty()
+                                ? "waiting for its agent to receive the order to stop its work"
+                                : fmt::format("{} instance(s) move once the lost node's lease has "
+                                              "run out",
+                                              node->assigned.size())};
 }
 
 bool State::FinishRemoval(AgentNode& node, store::Batch& batch) {

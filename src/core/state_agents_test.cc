@@ -577,7 +577,7 @@ TEST_F(NodeAgentsTest, ARemovedNodeLeavesOnceItsAgentIsToldToStopItsWorkWhichMov
   auto removing = state_->RemoveNode("gpu-1", true, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(removing.ok()) << removing.status().message();
-  EXPECT_EQ((*removing)["state"], "removing");
+  EXPECT_FALSE(removing->removed);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "moved at once, as for a GPU fault";
   EXPECT_NE(state_->DesiredState("gpu-1").dump().find("\"workloads\":[]"), std::string::npos)
       << "its agent is told to stop the old copy";
@@ -601,7 +601,7 @@ TEST_F(NodeAgentsTest, ARemovedNodeLeavesOnceItsAgentIsToldToStopItsWorkWhichMov
   // A node with nothing on it leaves at once.
   auto idle = state_->RemoveNode("gpu-1", false, batch_);
   ASSERT_TRUE(idle.ok()) << idle.status().message();
-  EXPECT_EQ((*idle)["state"], "removed");
+  EXPECT_TRUE(idle->removed);
   EXPECT_FALSE(state_->fleet().Find("gpu-1").ok());
 }
 
@@ -618,7 +618,7 @@ TEST_F(NodeAgentsTest, ARemovedLostNodesWorkMovesOnlyOnceItsLeaseRanOut) {
   auto removing = state_->RemoveNode("gpu-1", true, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(removing.ok()) << removing.status().message();
-  EXPECT_EQ((*removing)["state"], "removing");
+  EXPECT_FALSE(removing->removed);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-1") << "its old copy may still run";
   OnlyGpu2Reports(5min + 6s);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-2");

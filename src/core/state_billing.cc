@@ -528,26 +528,15 @@ Status State::DeleteBudget(const Tenant& caller, std::string_view tenant, store:
   return Status::Ok();
 }
 
-nlohmann::json State::Budgets(const Tenant& caller) const {
-  nlohmann::json list = nlohmann::json::array();
+std::vector<State::BudgetStatus> State::Budgets(const Tenant& caller) const {
+  std::vector<BudgetStatus> out;
   const std::string month = billing::MonthName(billing::UnixSeconds(clock_->Now()));
   for (const auto& [tenant, b] : budgets_) {
-    if (!caller.admin && tenant != caller.id.str()) continue;
-    const BudgetUse use = UseOf(tenant, b);
-    nlohmann::json j = ToJson(b);
-    j["tenant"] = tenant;
-    j["month"] = month;
-    j["spent_usd"] = use.spent.ToString(2);
-    j["used_percent"] = static_cast<double>(use.basis_points) / 100;
-    nlohmann::json crossed = nlohmann::json::array();
-    for (int level : {80, 100}) {
-      if (use.basis_points >= level * 100) crossed.push_back(level);
+    if (caller.admin || tenant == caller.id.str()) {
+      out.push_back({tenant, b, month, UseOf(tenant, b)});
     }
-    j["thresholds_crossed"] = std::move(crossed);
-    j["stopping_new_instances"] = use.stopping;
-    list.push_back(std::move(j));
   }
-  return nlohmann::json{{"budgets", std::move(list)}};
+  return out;
 }
 
 Status State::RestoreFleetSince(const std::optional<std::string>& record, store::Batch& batch) {

@@ -505,7 +505,8 @@ TEST_F(BillingTest, ATenantMayLowerButNeverRaiseOrDeleteTheOperatorsBudget) {
   auto lowered = state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("50"), true}, batch_);
   ASSERT_TRUE(lowered.ok()) << lowered.status().message();
   EXPECT_TRUE(lowered->by_operator) << "lowered, it is still the operator's";
-  EXPECT_EQ(state_->Budgets(Acme())["budgets"][0]["set_by"], "operator");
+  ASSERT_EQ(state_->Budgets(Acme()).size(), 1u);
+  EXPECT_TRUE(state_->Budgets(Acme())[0].budget.by_operator);
   // Its own budget is the tenant's to change.
   ASSERT_TRUE(state_->DeleteBudget(Admin(), acme_.id.str(), batch_).ok());
   ASSERT_TRUE(state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("20"), true}, batch_).ok());
@@ -536,14 +537,15 @@ TEST_F(BillingTest, AHardStopBudgetRefusesNewSpendOnceSpent) {
   const Money rate = TestCatalog().FindPrice("gpu.1xh100")->on_demand_per_hour;
   // Half the budget: still allowed.
   Wait(std::chrono::seconds(1800 * 1'000'000 / rate.micros()));
-  json budgets = state_->Budgets(Admin())["budgets"];
+  auto budgets = state_->Budgets(Admin());
   ASSERT_EQ(budgets.size(), 1u);
-  EXPECT_NEAR(budgets[0]["used_percent"].get<double>(), 50, 0.5);
-  EXPECT_EQ(budgets[0]["thresholds_crossed"], json::array());
+  EXPECT_NEAR(static_cast<double>(budgets[0].use.basis_points), 5000, 50);
+  EXPECT_FALSE(budgets[0].use.stopping);
   Wait(std::chrono::seconds(1800 * 1'000'000 / rate.micros()));
   Wait(5s);
-  budgets = state_->Budgets(Admin())["budgets"];
-  EXPECT_EQ(budgets[0]["thresholds_crossed"], json::array({80, 100}));
+  budgets = state_->Budgets(Admin());
+  EXPECT_GE(budgets[0].use.basis_points, 10000);
+  EXPECT_TRUE(budgets[0].use.stopping);
   auto refused = Create(H100(Billing::kSpot));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().reason(), "budget_exceeded");
@@ -572,9 +574,9 @@ TEST_F(BillingTest, ABudgetCountsOnlyItsOwnTenantsSpend) {
   ASSERT_TRUE(theirs.ok()) << theirs.status().message();
   Started(*theirs);
   Wait(std::chrono::hours(10));
-  json budgets = state_->Budgets(Admin())["budgets"];
+  auto budgets = state_->Budgets(Admin());
   ASSERT_EQ(budgets.size(), 1u);
-  EXPECT_EQ(budgets[0]["spent_usd"], "0.00") << "beta's ten hours are not acme's";
+  EXPECT_EQ(budgets[0].use.spent, Money()) << "beta's ten hours are not acme's";
   EXPECT_TRUE(Create(H100(Billing::kOnDemand)).ok());
 }
 
