@@ -247,4 +247,21 @@ size_t AgentSupervisor::waiting() const {
   return n;
 }
 
+std::shared_ptr<const telemetry::NodeInfo> AgentNode::SeriesInfo() const {
+  auto out = std::make_shared<telemetry::NodeInfo>();
+  out->hostname = name;
+  out->driver_version = inventory.value("driver_version", "");
+  for (const nlohmann::json& g : inventory.value("gpus", nlohmann::json::array())) {
+    telemetry::NodeInfo::Gpu gpu;
+    gpu.index = g.value("index", 0);
+    gpu.uuid = g.value("uuid", "");
+    gpu.healthy = !unhealthy.contains(gpu.index);
+    gpu.name = g.value("name", "");
+    gpu.pci_bus_id = g.value("pci_bus_id", "");
+    gpu.mig_enabled = g.value("mig_enabled", false);
+    out->gpus.push_back(std::move(gpu));
+  }
+  return out;
+}
+
 }  // namespace tessera::core

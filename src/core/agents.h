@@ -244,6 +244,8 @@ struct AgentNode {
   bool all_gpus_unhealthy() const { return !unhealthy.empty() && unhealthy.size() >= gpu_count(); }
   // `unhealthy` as stored and shown: [{"gpu", "reason", "since"}].
   nlohmann::json UnhealthyJson() const;
+  // Its inventory as its series' labels need it (`info`), with each GPU's health.
+  std::shared_ptr<const telemetry::NodeInfo> SeriesInfo() const;
   // Whether each tenant's workloads run apart; false until its agent run said so.
   bool isolated() const { return isolation == Isolation::kUid; }
   // The mode GPU `gpu` has when its inventory does not say MIG.

@@ -1,15 +1,13 @@
 // State's operations for nodes joined by agents: joining, registration, reports and long polls,
-// leases, and the logs agents ship (docs/agent.md).
+// and what each agent is told (docs/agent.md). What the reports say about instances is applied in
+// state_reports.cc; a node's loss, removal and GPU faults in state_node_loss.cc.
 #include <fmt/format.h>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
 #include "common/json.h"
 #include "common/text.h"
-#include "core/gpu_health.h"
-#include "core/invariant.h"
 #include "core/state.h"
 #include "sched/plugins/sole_tenant.h"
 
@@ -17,10 +15,6 @@ namespace tessera::core {
 
 namespace {
 
-// The newest bytes of an instance's log the server keeps.
-constexpr size_t kLogTailBytes = 256 << 10;
-// How often leases are checked.
-constexpr auto kLeaseCheckEvery = std::chrono::milliseconds(200);
 // The longest a report may carry in uuids and names.
 constexpr size_t kMaxUuid = 96;
 
@@ -181,24 +175,6 @@ nlohmann::json WorkloadEnv(const Instance& inst) {
   return env;
 }
 
-// A registered node's inventory as its series' labels need it.
-std::shared_ptr<const telemetry::NodeInfo> NodeInfoOf(const AgentNode& node) {
-  auto info = std::make_shared<telemetry::NodeInfo>();
-  info->hostname = node.name;
-  info->driver_version = node.inventory.value("driver_version", "");
-  for (const nlohmann::json& g : node.inventory.value("gpus", nlohmann::json::array())) {
-    telemetry::NodeInfo::Gpu gpu;
-    gpu.index = g.value("index", 0);
-    gpu.uuid = g.value("uuid", "");
-    gpu.healthy = !node.unhealthy.contains(gpu.index);
-    gpu.name = g.value("name", "");
-    gpu.pci_bus_id = g.value("pci_bus_id", "");
-    gpu.mig_enabled = g.value("mig_enabled", false);
-    info->gpus.push_back(std::move(gpu));
-  }
-  return info;
-}
-
 }  // namespace
 
 Result<AgentNode> State::CreateAgentNode(const std::string& name,
@@ -229,95 +205,6 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   SaveNode(stored, batch);
   tenants_.SetNodeToken(name, token_hash);
   return stored;
-}
-
-Result<State::NodeRemoval> State::RemoveNode(const std::string& name, bool force,
-                                             store::Batch& batch) {
-  AgentNode* node = agents_.Find(name);
-  if (!node || node->simulated) {
-    if (fleet_->Find(name).ok()) {
-      return Status::FailedPrecondition(fmt::format(
-          "node '{}' comes from the fleet file (--fleet): take it out of the file and restart the "
-          "server",
-          name));
-    }
-    return Status::NotFound(fmt::format("node '{}' not found", Quote(name)));
-  }
-  // Up to 5 names, and how many in all.
-  auto named = [](const std::vector<std::string>& ids) {
-    std::vector<std::string> shown(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 5));
-    return fmt::format("{}{}", fmt::join(shown, ", "), ids.size() > 5 ? ", ..." : "");
-  };
-  std::vector<std::string> volumes;
-  for (const Volume* v : volumes_.All()) {
-    if (v->node == name && !v->deleting) volumes.push_back(v->tenant + "/" + v->name);
-  }
-  if (!volumes.empty()) {
-    return Status::FailedPrecondition(fmt::format(
-        "node '{}' holds {} volume(s) ({}): a volume lives on its node and cannot move; delete "
-        "them first",
-        name, volumes.size(), named(volumes)));
-  }
-  if (!node->removing) {
-    const std::vector<std::string> work(node->assigned.begin(), node->assigned.end());
-    if (!work.empty() && !force) {
-      return Status::FailedPrecondition(fmt::format(
-          "node '{}' runs {} instance(s) ({}): stop them, or remove it with force, which moves "
-          "them",
-          name, work.size(), named(work)));
-    }
-    spdlog::warn("node {} being removed by an operator; {} instance(s) move", name, work.size());
-    node->removing = true;
-    node->drained = true;
-    ApplyNodeState(*node);
-    SaveNode(*node, batch);
-    if (!node->lost) {
-      // Its agent is heard: moved at once, as for a GPU fault, and told to stop the old copies.
-      const std::string why = fmt::format("node {} removed by an operator", name);
-      for (const std::string& id : work) {
-        Instance* inst = instances_.Find(id);
-        if (!inst || !inst->assignment || inst->node != name) continue;
-        NoteInterruption(*inst, "node_removed", -1, "");
-        Displace(*inst, why, batch);
-      }
-    }  // A lost node's work moves at its fence time, as any lost node's (ExpireLeases).
-    agents_.Changed(*node);
-    // With copies to stop, it waits until its agent has received the order.
-    node->remove_after = !work.empty() && !node->lost ? node->generation : 0;
-    removing_nodes_.insert(name);
-  }
-  if (FinishRemoval(*node, batch)) return NodeRemoval{true, ""};
-  return NodeRemoval{false, node->assigned.empty()
-                                ? "waiting for its agent to receive the order to stop its work"
-                                : fmt::format("{} instance(s) move once the lost node's lease has "
-                                              "run out",
-                                              node->assigned.size())};
-}
-
-bool State::FinishRemoval(AgentNode& node, store::Batch& batch) {
-  if (!node.assigned.empty()) return false;
-  // Its agent has received the desired state without its work (so the copies are stopping, the
-  // shims see to it), or there is no agent to tell.
-  if (node.registered() && !node.lost && node.acked_generation < node.remove_after) return false;
-  const std::string name = node.name;
-  ReleaseMigHolds(node);
-  std::vector<std::pair<std::string, std::string>> gone;  // Nothing is left to remove their data.
-  for (const Volume* v : volumes_.Deleting()) {
-    if (v->node == name) gone.emplace_back(v->tenant, v->name);
-  }
-  for (const auto& [tenant, volume] : gone) volumes_.Erase(tenant, volume, batch);
-  if (auto n = fleet_->Find(name); n.ok()) {
-    CheckInvariant(fleet_->RemoveNode(*n), fmt::format("removing node {}", name));
-    admission_.FleetChanged();
-    fleet_milli_nodes_ = 0;  // The fleet's GPUs by model are counted again.
-  }
-  tenants_.SetNodeToken(name, "");
-  batch.deleted_settings.push_back(AgentSupervisor::Record(node).first);
-  batch.deleted_settings.push_back("node_state/" + name);
-  agents_.nodes().erase(name);
-  removing_nodes_.erase(name);
-  spdlog::info("node {} removed from the fleet", name);
-  return true;
 }
 
 Result<int64_t> State::InjectFault(const std::string& name, const std::string& fault) {
@@ -428,7 +315,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   } else {
     ReleaseMigHolds(*node);  // An agent that does not report them.
   }
-  node->info = NodeInfoOf(*node);
+  node->info = node->SeriesInfo();
   node->address = reg.address;
   if (node->agent_id != reg.agent_id) {
     spdlog::info("node {}: agent run {} registered", name, Quote(reg.agent_id));
@@ -669,43 +556,6 @@ Result<const AgentNode*> State::AuthenticateNode(std::string_view token_hash) co
   return &it->second;
 }
 
-Result<State::LogSlice> State::InstanceLog(const Tenant& caller, std::string_view id, size_t tail,
-                                           std::optional<int64_t> after) const {
-  const Instance* inst = instances_.Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  LogSlice slice;
-  slice.state = inst->state;
-  auto it = logs_.find(std::string(id));
-  if (it == logs_.end()) return slice;
-  const std::string& data = it->second.data;
-  slice.end = it->second.end;
-  if (after) {
-    const int64_t first = slice.end - static_cast<int64_t>(data.size());  // Oldest byte kept.
-    if (*after < slice.end) {
-      slice.text = data.substr(static_cast<size_t>(std::max<int64_t>(0, *after - first)));
-    }
-    return slice;
-  }
-  // From the end, back over `tail` newlines; a last line without one counts as a line.
-  size_t pos = data.size();
-  if (pos > 0 && data[pos - 1] == '\n') --pos;
-  size_t lines = 0;
-  bool whole = false;
-  while (lines < tail) {
-    const size_t nl = pos == 0 ? std::string::npos : data.rfind('\n', pos - 1);
-    if (nl == std::string::npos) {
-      whole = true;
-      break;
-    }
-    pos = nl;
-    ++lines;
-  }
-  slice.text = data.substr(whole ? 0 : pos + 1);
-  return slice;
-}
-
 nlohmann::json State::AgentJson(const std::string& name) const {
   auto it = agents_.nodes().find(name);
   if (it == agents_.nodes().end()) return nullptr;
@@ -784,314 +634,12 @@ Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::st
         node.inventory = nullptr;
       }
     }
-    if (node.registered()) node.info = NodeInfoOf(node);
+    if (node.registered()) node.info = node.SeriesInfo();
     const std::string name = node.name;
     const AgentNode& restored = agents_.nodes().emplace(name, std::move(node)).first->second;
     ApplyNodeState(restored);
     tenants_.SetNodeToken(name, restored.token_hash);
   }
-  return Status::Ok();
-}
-
-bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
-  if (report.attempt != inst.restarts) return false;  // An earlier attempt's copy.
-  const Time now = clock_->Now();
-  // Rank 0's agent names the port it reserved as it reports rank 0 running, or with its exit when
-  // rank 0 ended before any report saw it run. One that succeeded naming none (an agent that
-  // reports no port on exit) releases the members it held back at the group's own port, so they
-  // do not wait for it forever; a failure restarts the group anyway.
-  const bool succeeded = report.state != InstanceState::kRunning && report.exit_code == 0 &&
-                         !report.lost && report.reason != "lease expired";
-  if (report.port || (succeeded && inst.rank == 0)) RendezvousReserved(inst, report.port, batch);
-  if (report.state == InstanceState::kRunning) {
-    if (inst.state != InstanceState::kScheduled) return false;
-    // A start before the instance was scheduled or after now is the agent's clock, or a lie:
-    // clamped to the time it can have been, and counted.
-    Time started = report.started_at.value_or(now);
-    if (started < inst.updated_at || started > now) {
-      started = std::clamp(started, inst.updated_at, now);
-      ++counters_.agent_times_clamped;
-    }
-    inst.started_at = started;
-    SetEndpoints(inst, report);
-    Transition(inst, InstanceState::kRunning, "", batch);
-    counters_.start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
-    return true;
-  }
-  switch (inst.state) {
-    case InstanceState::kScheduled:
-    case InstanceState::kRunning:
-      if (report.reason == "lease expired") {
-        // Its agent fenced it: the node lost touch with the server. It runs again elsewhere.
-        Displace(inst, "node lost: its agent's lease expired", batch);
-        return false;  // Displace saved it.
-      }
-      inst.exit_code = report.exit_code;
-      Release(inst);
-      if (report.lost) {
-        Transition(
-            inst, InstanceState::kFailed,
-            "agent restarted: " + (report.reason.empty() ? "its process was lost" : report.reason),
-            batch, billing::Ending::kPlatform);
-      } else if (report.exit_code == 0) {
-        Transition(inst, InstanceState::kSucceeded, "exited with code 0", batch);
-      } else {
-        Transition(inst, InstanceState::kFailed,
-                   report.exit_code ? fmt::format("exited with code {}", *report.exit_code)
-                                    : "its workload ended: " + report.reason,
-                   batch);
-      }
-      return true;
-    case InstanceState::kStopping:
-      inst.exit_code = report.exit_code;
-      Release(inst);
-      // Ended as asked: the reason stays the stop's ("deleted by its owner", a group's scale-in).
-      Transition(inst, InstanceState::kTerminated, inst.reason.empty() ? "stopped" : inst.reason,
-                 batch);
-      return true;
-    case InstanceState::kPreempting:
-      inst.exit_code = report.exit_code;
-      Release(inst);
-      if (report.reason == "exited" && report.exit_code == 0 && !report.lost) {
-        // It finished on its own before its agent had to stop it: its work is done.
-        Transition(inst, InstanceState::kSucceeded, "exited with code 0 during its notice", batch);
-        return true;
-      }
-      // Warn's reason says why: "preempted by higher-priority work; stops at ...".
-      EndPreempted(
-          inst, inst.reason.substr(0, inst.reason.find("; stops at")) + " after its notice", batch);
-      return true;
-    default:
-      return false;
-  }
-}
-
-void State::SetEndpoints(Instance& inst, const AgentReport& report) {
-  inst.endpoints.clear();
-  const AgentNode* node =
-      agents_.nodes().count(inst.node) ? &agents_.nodes().at(inst.node) : nullptr;
-  for (const auto& [port, host_port] : report.endpoints) {
-    // Only the ports it asked for: an agent names no others.
-    if (std::find(inst.ports.begin(), inst.ports.end(), port) == inst.ports.end()) continue;
-    inst.endpoints.push_back(
-        {port, node && !node->address.empty() ? node->address : inst.node, host_port});
-  }
-  IndexEndpoints(inst);
-}
-
-void State::IndexEndpoints(const Instance& inst) {
-  const auto it = endpoints_.find(inst.id.str());
-  const bool had = it != endpoints_.end();
-  const bool serving = inst.state == InstanceState::kRunning;
-  if (!had && inst.endpoints.empty()) return;
-  if (had && it->second.endpoints == inst.endpoints && it->second.serving == serving) return;
-  if (inst.endpoints.empty()) {
-    endpoints_.erase(it);
-  } else {
-    endpoints_[inst.id.str()] = {inst.tenant.str(), inst.endpoints, serving};
-  }
-  endpoints_changed_ = true;
-}
-
-std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
-  if (endpoints_changed_) {
-    auto next = std::make_shared<EndpointIndex>();
-    next->instances = endpoints_;
-    for (const auto& [id, g] : groups_) {
-      if (g.spec.service && !Ended(g.state)) {
-        next->services[id] = {g.tenant.str(), *g.spec.service, g.members};
-      }
-    }
-    endpoint_snapshot_ = std::move(next);
-    endpoints_changed_ = false;
-  }
-  return endpoint_snapshot_;
-}
-
-void State::Release(Instance& inst) {
-  Unbook(inst);
-  CapacityFreed();
-}
-
-void State::Displace(Instance& inst, const std::string& why, store::Batch& batch) {
-  Release(inst);
-  if (inst.state == InstanceState::kStopping) {
-    Transition(inst, InstanceState::kTerminated, why + " while it was stopping", batch);
-  } else if (inst.billing == Billing::kSpot) {
-    EndPreempted(inst, why, batch);
-  } else {
-    Requeue(inst, why, batch);
-  }
-  Save(inst, batch);
-}
-
-void State::ReclaimSpot(const std::string& id, store::Batch& batch) {
-  Instance* inst = instances_.Find(id);
-  if (!inst || inst->billing != Billing::kSpot || inst->state != InstanceState::kRunning) return;
-  if (options_.simulated_notice) {
-    Warn(*inst, "spot capacity reclaimed by the provider", batch);
-    return;
-  }
-  Displace(*inst, "spot capacity reclaimed by the provider", batch);
-  CapacityFreed();
-}
-
-void State::ExpireLeases(store::Batch& batch) {
-  const Time now = clock_->Now();
-  if (now - last_lease_check_ < kLeaseCheckEvery) return;
-  if (now - last_lease_check_ > options_.node_timeout) {
-    // No check for a whole node timeout: the server was stopped, suspended or stalled, and heard
-    // nobody meanwhile. Silence counts only from now, as after a start. (The what-if
-    // simulator's clock jumps too; it has no joined nodes to say it for.)
-    if (!agents_.nodes().empty()) {
-      spdlog::warn(
-          "no lease check for {:.1f} s: the server was not running; every node gets a "
-          "whole node timeout to report",
-          Seconds(now - last_lease_check_));
-    }
-    up_since_ = now;
-  }
-  last_lease_check_ = now;
-  const AgentTiming t = timing();
-  for (auto& [name, node] : agents_.nodes()) {
-    if (!node.registered()) continue;
-    const Time heard = std::max(node.last_seen, up_since_);
-    if (!node.lost && now - heard > t.node_timeout) NodeSilent(node, heard, batch);
-    if (!node.lost || node.assigned.empty() || now - heard < t.fence()) continue;
-    // Its lease ran out and its workloads' kill grace passed: no copy can still run there.
-    spdlog::warn("node {} lost: no report for {:.1f} s; moving its {} instance(s)", name,
-                 Seconds(now - heard), node.assigned.size());
-    const std::string why =
-        fmt::format("node lost: no report since {}", FormatRfc3339(node.last_seen));
-    const std::set<std::string> held = node.assigned;
-    for (const std::string& id : held) {
-      Instance* inst = instances_.Find(id);
-      if (!inst) continue;
-      if (inst->assignment && inst->node == name) NoteInterruption(*inst, "node_lost", -1, "");
-      Displace(*inst, why, batch);
-    }
-    agents_.Changed(node);
-  }
-}
-
-void State::NodeSilent(AgentNode& node, Time heard, store::Batch& batch) {
-  node.lost = true;
-  ++counters_.nodes_lost;
-  const Time moves_at = heard + timing().fence();
-  spdlog::warn(
-      "node {} not_ready: no report for {:.1f} s (node timeout {:.1f} s); its {} instance(s) "
-      "move at {} unless it reports again",
-      node.name, Seconds(clock_->Now() - heard), Seconds(options_.node_timeout),
-      node.assigned.size(), FormatRfc3339(moves_at));
-  // What ran there is billed to the last report that showed it running.
-  const int64_t last = billing::UnixSeconds(node.last_seen);
-  const std::string why = fmt::format(
-      "node {} not_ready: no report since {}; billed to then; moves at {} unless the "
-      "node reports again",
-      node.name, FormatRfc3339(node.last_seen), FormatRfc3339(moves_at));
-  for (const std::string& id : node.assigned) {
-    Instance* inst = instances_.Find(id);
-    if (!inst || inst->node != node.name) continue;
-    if (inst->meter) {
-      StopMeter(*inst, billing::Ending::kPlatform, batch, std::max(inst->meter->since, last));
-    }
-    Note(*inst, why, batch);
-  }
-  ApplyNodeState(node);
-  agents_.Changed(node);
-  SaveNode(node, batch);
-}
-
-void State::NodeHeardAgain(AgentNode& node, store::Batch& batch) {
-  node.lost = false;
-  spdlog::info("node {} reports again: ready", node.name);
-  const Time now = clock_->Now();
-  for (const std::string& id : node.assigned) {
-    Instance* inst = instances_.Find(id);
-    if (!inst || inst->node != node.name || inst->state != InstanceState::kRunning || inst->meter) {
-      continue;
-    }
-    StartMeter(*inst, now);
-    inst->meter->billed = billing::kMinimumSeconds;  // A resumption is not a start.
-    Note(*inst, fmt::format("node {} reports again; billing resumes", node.name), batch);
-  }
-  ApplyNodeState(node);
-  CapacityFreed();
-  agents_.Changed(node);
-  SaveNode(node, batch);
-}
-
-void State::CheckGpuHealth(AgentNode& node, store::Batch& batch) {
-  if (!node.telemetry) return;
-  for (const GpuFault& f : FindGpuFaults(*node.telemetry, node.dbe_cleared)) {
-    if (f.gpu < 0 || static_cast<size_t>(f.gpu) >= node.gpu_count()) continue;
-    if (node.unhealthy.contains(f.gpu)) continue;
-    TakeGpuOutOfService(node, f.gpu, f.reason, batch);
-    if (f.node_restart && !node.drained) {
-      spdlog::warn("node {} drained: {} on GPU {}", node.name, f.reason, f.gpu);
-      (void)SetNodeDrained(node.name, true, batch);
-    }
-  }
-}
-
-void State::TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& reason,
-                                store::Batch& batch) {
-  node.unhealthy[gpu] = {reason, clock_->Now()};
-  ++counters_.gpus_unhealthy;
-  spdlog::warn("node {}: GPU {} out of service: {}", node.name, gpu, reason);
-  GpuHealthChanged(node, batch);
-  const std::string why =
-      fmt::format("GPU {} of node {} out of service: {}", gpu, node.name, reason);
-  const std::set<std::string> held = node.assigned;
-  for (const std::string& id : held) {
-    Instance* inst = instances_.Find(id);
-    if (!inst || !inst->assignment || inst->node != node.name) continue;
-    const bool on_it = std::any_of(inst->gpus.begin(), inst->gpus.end(),
-                                   [gpu](const GpuRef& g) { return g.index == gpu; });
-    if (!on_it) continue;
-    NoteInterruption(*inst, "gpu_unhealthy", gpu, reason);
-    Displace(*inst, why, batch);
-  }
-}
-
-void State::NoteInterruption(const Instance& inst, std::string cause, int gpu, std::string fault) {
-  monitoring_.NoteInterruption({clock_->Now(), inst.tenant.str(), inst.id.str(), inst.node,
-                                std::move(cause), std::move(fault), gpu});
-}
-
-void State::GpuHealthChanged(AgentNode& node, store::Batch& batch) {
-  node.info = NodeInfoOf(node);  // Its series' tessera_gpu_healthy.
-  ApplyNodeState(node);
-  agents_.Changed(node);
-  SaveNode(node, batch);
-}
-
-Status State::SetGpuHealth(const std::string& name, int gpu, bool healthy,
-                           const std::string& reason, store::Batch& batch) {
-  AgentNode* node = agents_.Find(name);
-  if (!node || !node->registered()) {
-    return Status::NotFound(fmt::format("node '{}' has no agent", name));
-  }
-  if (gpu < 0 || static_cast<size_t>(gpu) >= node->gpu_count()) {
-    return Status::NotFound(
-        fmt::format("node '{}' has no GPU {} (it has {})", name, gpu, node->gpu_count()));
-  }
-  if (!healthy) {
-    if (!node->unhealthy.contains(gpu)) {
-      TakeGpuOutOfService(*node, gpu, reason.empty() ? "taken out by an operator" : reason, batch);
-    }
-    return Status::Ok();
-  }
-  if (node->unhealthy.erase(gpu) == 0) return Status::Ok();
-  // The driver's double-bit count lasts until the GPU is reset: what it says now is accepted.
-  if (node->telemetry) {
-    for (const telemetry::GpuSample& g : node->telemetry->gpus) {
-      if (g.index == gpu) node->dbe_cleared[gpu] = g.ecc_dbe_total;
-    }
-  }
-  spdlog::info("node {}: GPU {} back in service", name, gpu);
-  GpuHealthChanged(*node, batch);
-  CapacityFreed();
   return Status::Ok();
 }
 
@@ -1119,47 +667,6 @@ void State::ApplyNodeState(const AgentNode& node) {
   // they are never shared and the filter never refuses them.
   sole_tenant_->SetShared(*n, !node.isolated());
   queue_.KeepTenantsApart(sole_tenant_->shared_nodes() > 0);
-}
-
-void State::UseReportedMigUuids(Instance& inst) const {
-  auto it = agents_.nodes().find(inst.node);
-  if (it == agents_.nodes().end() || !it->second.registered()) return;
-  const nlohmann::json& gpus = it->second.inventory.value("gpus", nlohmann::json::array());
-  for (GpuRef& ref : inst.gpus) {
-    if (ref.mig_profile.empty() || ref.index < 0 || static_cast<size_t>(ref.index) >= gpus.size()) {
-      continue;
-    }
-    const nlohmann::json& devices =
-        gpus[static_cast<size_t>(ref.index)].value("mig_devices", nlohmann::json::array());
-    // Registration checked each device's fields (SpecFromInventory).
-    for (const nlohmann::json& d : devices) {
-      if (d["profile"] == ref.mig_profile && d["start"] == ref.mig_start) {
-        ref.uuid = d["uuid"].get<std::string>();
-        break;
-      }
-    }
-  }
-}
-
-void State::AppendLog(const Instance& inst, const WorkloadLog& log) {
-  LogTail& tail = logs_[inst.id.str()];
-  if (tail.attempt != log.attempt) {
-    if (!tail.data.empty()) {
-      tail.data += fmt::format("--- attempt {} (restart {}) ---\n", log.attempt + 1, log.attempt);
-    }
-    tail.attempt = log.attempt;
-    tail.end = 0;
-  }
-  if (log.offset > tail.end) {
-    tail.data += fmt::format("[... {} bytes dropped by the agent ...]\n", log.offset - tail.end);
-    tail.end = log.offset;
-  }
-  const int64_t skip = tail.end - log.offset;  // Bytes already held.
-  if (skip < static_cast<int64_t>(log.data.size())) {
-    tail.data.append(log.data, static_cast<size_t>(skip));
-    tail.end = log.offset + static_cast<int64_t>(log.data.size());
-  }
-  if (tail.data.size() > kLogTailBytes) tail.data.erase(0, tail.data.size() - kLogTailBytes);
 }
 
 }  // namespace tessera::core

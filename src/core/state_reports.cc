@@ -1,0 +1,213 @@
+// State's operations on what agents report about instances (docs/agent.md): their states and
+// exits, their endpoints, the MIG devices they were given, and the logs agents ship.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/text.h"
+#include "core/state.h"
+
+namespace tessera::core {
+
+namespace {
+
+// The newest bytes of an instance's log the server keeps.
+constexpr size_t kLogTailBytes = 256 << 10;
+
+}  // namespace
+
+bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
+  if (report.attempt != inst.restarts) return false;  // An earlier attempt's copy.
+  const Time now = clock_->Now();
+  // Rank 0's agent names the port it reserved as it reports rank 0 running, or with its exit when
+  // rank 0 ended before any report saw it run. One that succeeded naming none (an agent that
+  // reports no port on exit) releases the members it held back at the group's own port, so they
+  // do not wait for it forever; a failure restarts the group anyway.
+  const bool succeeded = report.state != InstanceState::kRunning && report.exit_code == 0 &&
+                         !report.lost && report.reason != "lease expired";
+  if (report.port || (succeeded && inst.rank == 0)) RendezvousReserved(inst, report.port, batch);
+  if (report.state == InstanceState::kRunning) {
+    if (inst.state != InstanceState::kScheduled) return false;
+    // A start before the instance was scheduled or after now is the agent's clock, or a lie:
+    // clamped to the time it can have been, and counted.
+    Time started = report.started_at.value_or(now);
+    if (started < inst.updated_at || started > now) {
+      started = std::clamp(started, inst.updated_at, now);
+      ++counters_.agent_times_clamped;
+    }
+    inst.started_at = started;
+    SetEndpoints(inst, report);
+    Transition(inst, InstanceState::kRunning, "", batch);
+    counters_.start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
+    return true;
+  }
+  switch (inst.state) {
+    case InstanceState::kScheduled:
+    case InstanceState::kRunning:
+      if (report.reason == "lease expired") {
+        // Its agent fenced it: the node lost touch with the server. It runs again elsewhere.
+        Displace(inst, "node lost: its agent's lease expired", batch);
+        return false;  // Displace saved it.
+      }
+      inst.exit_code = report.exit_code;
+      Release(inst);
+      if (report.lost) {
+        Transition(
+            inst, InstanceState::kFailed,
+            "agent restarted: " + (report.reason.empty() ? "its process was lost" : report.reason),
+            batch, billing::Ending::kPlatform);
+      } else if (report.exit_code == 0) {
+        Transition(inst, InstanceState::kSucceeded, "exited with code 0", batch);
+      } else {
+        Transition(inst, InstanceState::kFailed,
+                   report.exit_code ? fmt::format("exited with code {}", *report.exit_code)
+                                    : "its workload ended: " + report.reason,
+                   batch);
+      }
+      return true;
+    case InstanceState::kStopping:
+      inst.exit_code = report.exit_code;
+      Release(inst);
+      // Ended as asked: the reason stays the stop's ("deleted by its owner", a group's scale-in).
+      Transition(inst, InstanceState::kTerminated, inst.reason.empty() ? "stopped" : inst.reason,
+                 batch);
+      return true;
+    case InstanceState::kPreempting:
+      inst.exit_code = report.exit_code;
+      Release(inst);
+      if (report.reason == "exited" && report.exit_code == 0 && !report.lost) {
+        // It finished on its own before its agent had to stop it: its work is done.
+        Transition(inst, InstanceState::kSucceeded, "exited with code 0 during its notice", batch);
+        return true;
+      }
+      // Warn's reason says why: "preempted by higher-priority work; stops at ...".
+      EndPreempted(
+          inst, inst.reason.substr(0, inst.reason.find("; stops at")) + " after its notice", batch);
+      return true;
+    default:
+      return false;
+  }
+}
+
+void State::SetEndpoints(Instance& inst, const AgentReport& report) {
+  inst.endpoints.clear();
+  const AgentNode* node =
+      agents_.nodes().count(inst.node) ? &agents_.nodes().at(inst.node) : nullptr;
+  for (const auto& [port, host_port] : report.endpoints) {
+    // Only the ports it asked for: an agent names no others.
+    if (std::find(inst.ports.begin(), inst.ports.end(), port) == inst.ports.end()) continue;
+    inst.endpoints.push_back(
+        {port, node && !node->address.empty() ? node->address : inst.node, host_port});
+  }
+  IndexEndpoints(inst);
+}
+
+void State::IndexEndpoints(const Instance& inst) {
+  const auto it = endpoints_.find(inst.id.str());
+  const bool had = it != endpoints_.end();
+  const bool serving = inst.state == InstanceState::kRunning;
+  if (!had && inst.endpoints.empty()) return;
+  if (had && it->second.endpoints == inst.endpoints && it->second.serving == serving) return;
+  if (inst.endpoints.empty()) {
+    endpoints_.erase(it);
+  } else {
+    endpoints_[inst.id.str()] = {inst.tenant.str(), inst.endpoints, serving};
+  }
+  endpoints_changed_ = true;
+}
+
+std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
+  if (endpoints_changed_) {
+    auto next = std::make_shared<EndpointIndex>();
+    next->instances = endpoints_;
+    for (const auto& [id, g] : groups_) {
+      if (g.spec.service && !Ended(g.state)) {
+        next->services[id] = {g.tenant.str(), *g.spec.service, g.members};
+      }
+    }
+    endpoint_snapshot_ = std::move(next);
+    endpoints_changed_ = false;
+  }
+  return endpoint_snapshot_;
+}
+
+Result<State::LogSlice> State::InstanceLog(const Tenant& caller, std::string_view id, size_t tail,
+                                           std::optional<int64_t> after) const {
+  const Instance* inst = instances_.Find(id);
+  if (!inst || !Visible(caller, *inst)) {
+    return Status::NotFound(fmt::format("instance '{}' not found", id));
+  }
+  LogSlice slice;
+  slice.state = inst->state;
+  auto it = logs_.find(std::string(id));
+  if (it == logs_.end()) return slice;
+  const std::string& data = it->second.data;
+  slice.end = it->second.end;
+  if (after) {
+    const int64_t first = slice.end - static_cast<int64_t>(data.size());  // Oldest byte kept.
+    if (*after < slice.end) {
+      slice.text = data.substr(static_cast<size_t>(std::max<int64_t>(0, *after - first)));
+    }
+    return slice;
+  }
+  // From the end, back over `tail` newlines; a last line without one counts as a line.
+  size_t pos = data.size();
+  if (pos > 0 && data[pos - 1] == '\n') --pos;
+  size_t lines = 0;
+  bool whole = false;
+  while (lines < tail) {
+    const size_t nl = pos == 0 ? std::string::npos : data.rfind('\n', pos - 1);
+    if (nl == std::string::npos) {
+      whole = true;
+      break;
+    }
+    pos = nl;
+    ++lines;
+  }
+  slice.text = data.substr(whole ? 0 : pos + 1);
+  return slice;
+}
+
+void State::UseReportedMigUuids(Instance& inst) const {
+  auto it = agents_.nodes().find(inst.node);
+  if (it == agents_.nodes().end() || !it->second.registered()) return;
+  const nlohmann::json& gpus = it->second.inventory.value("gpus", nlohmann::json::array());
+  for (GpuRef& ref : inst.gpus) {
+    if (ref.mig_profile.empty() || ref.index < 0 || static_cast<size_t>(ref.index) >= gpus.size()) {
+      continue;
+    }
+    const nlohmann::json& devices =
+        gpus[static_cast<size_t>(ref.index)].value("mig_devices", nlohmann::json::array());
+    // Registration checked each device's fields (SpecFromInventory).
+    for (const nlohmann::json& d : devices) {
+      if (d["profile"] == ref.mig_profile && d["start"] == ref.mig_start) {
+        ref.uuid = d["uuid"].get<std::string>();
+        break;
+      }
+    }
+  }
+}
+
+void State::AppendLog(const Instance& inst, const WorkloadLog& log) {
+  LogTail& tail = logs_[inst.id.str()];
+  if (tail.attempt != log.attempt) {
+    if (!tail.data.empty()) {
+      tail.data += fmt::format("--- attempt {} (restart {}) ---\n", log.attempt + 1, log.attempt);
+    }
+    tail.attempt = log.attempt;
+    tail.end = 0;
+  }
+  if (log.offset > tail.end) {
+    tail.data += fmt::format("[... {} bytes dropped by the agent ...]\n", log.offset - tail.end);
+    tail.end = log.offset;
+  }
+  const int64_t skip = tail.end - log.offset;  // Bytes already held.
+  if (skip < static_cast<int64_t>(log.data.size())) {
+    tail.data.append(log.data, static_cast<size_t>(skip));
+    tail.end = log.offset + static_cast<int64_t>(log.data.size());
+  }
+  if (tail.data.size() > kLogTailBytes) tail.data.erase(0, tail.data.size() - kLogTailBytes);
+}
+
+}  // namespace tessera::core
