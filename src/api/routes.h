@@ -1,4 +1,6 @@
-// The route families of the API, each registered by one function (docs/api.md).
+// The route families of the API, each registered by one function (docs/api.md). Each line names
+// the paths, the file that parses and answers them, and the file in src/core/ (or src/billing/)
+// whose method does what they ask: a route's behaviour is two files from here.
 // Thread-safety: called once, before serving starts.
 #pragma once
 
@@ -6,24 +8,37 @@ namespace tessera::api {
 
 class Api;
 
-void AddTenantRoutes(Api& api);    // /v1/tenants..., /v1/instance-types
-void AddInstanceRoutes(Api& api);  // /v1/instances...
-void AddAdminRoutes(Api& api);     // /v1/nodes..., /v1/audit, /healthz, /readyz
-// /metrics, /v1/instances/{id}/metrics, /v1/metrics/instances, /v1/nodes/{id}, /v1/alert-rules...,
-// /v1/alerts
+// /v1/tenants..., /v1/whoami, /v1/instance-types (tenant_routes.cc -> core/state.cc, core/tenants.cc)
+void AddTenantRoutes(Api& api);
+// /v1/instances..., logs (instance_routes.cc -> core/state.cc; logs: core/state_reports.cc)
+void AddInstanceRoutes(Api& api);
+// /v1/nodes... (admin_routes.cc -> core/state_agents.cc; remove and GPU health:
+// core/state_node_loss.cc; GPU modes: core/gpu_modes.cc; drain: core/state.cc), /v1/audit,
+// /healthz, /readyz (admin_routes.cc, audit.cc)
+void AddAdminRoutes(Api& api);
+// /metrics, /v1/instances/{id}/metrics, /v1/metrics/instances, /v1/nodes/{id} (monitoring_routes.cc
+// -> core/state_monitoring.cc); /v1/alert-rules..., /v1/alerts (-> core/monitoring.cc)
 void AddMonitoringRoutes(Api& api);
-void AddAgentRoutes(Api& api);  // /v1/agent/... (node tokens)
-// /v1/reservations..., /v1/usage, /v1/invoices/{month}
+// /v1/agent/... with node tokens (agent_routes.cc, agent_codec.cc -> core/state_agents.cc)
+void AddAgentRoutes(Api& api);
+// /v1/reservations..., /v1/tenants/{id}/budget, /v1/budgets, /v1/usage, /v1/invoices/{month},
+// /v1/reports/... (billing_routes.cc -> core/state_billing.cc; ledger reads: core/ledger_reads.cc)
 void AddBillingRoutes(Api& api);
-void AddGroupRoutes(Api& api);    // /v1/groups...
-void AddConsoleRoutes(Api& api);  // /, /console/... (console.cc)
-void AddSecretRoutes(Api& api);   // /v1/secrets... (secret_routes.cc)
-void AddUserRoutes(Api& api);     // /v1/tenants/{id}/users... (user_routes.cc)
-void AddKeyRoutes(Api& api);      // /v1/keys... (keys.cc)
-void AddVolumeRoutes(Api& api);   // /v1/volumes... (volume_routes.cc)
-// /v1/instances/{id}/ports/{port}/..., /v1/groups/{id}/service/... (proxy_routes.cc)
+// /v1/groups... (group_routes.cc -> core/state_groups.cc)
+void AddGroupRoutes(Api& api);
+void AddConsoleRoutes(Api& api);  // /, /console/... (console.cc: static files)
+// /v1/secrets... (secret_routes.cc -> core/state_secrets.cc)
+void AddSecretRoutes(Api& api);
+// /v1/tenants/{id}/users... and their tokens (user_routes.cc -> core/users.cc)
+void AddUserRoutes(Api& api);
+// /v1/keys... (keys.cc -> core/rotation.cc)
+void AddKeyRoutes(Api& api);
+// /v1/volumes... (volume_routes.cc -> core/state_volumes.cc)
+void AddVolumeRoutes(Api& api);
+// /v1/instances/{id}/ports/{port}/..., /v1/groups/{id}/service/... (proxy_routes.cc ->
+// core/endpoint_index.h)
 void AddProxyRoutes(Api& api);
-// /v1/instances/{id}/exec, /v1/agent/exec/{session} (exec.cc)
+// /v1/instances/{id}/exec, /v1/agent/exec/{session} (exec.cc -> core/state_exec.cc)
 void AddExecRoutes(Api& api);
 
 }  // namespace tessera::api
