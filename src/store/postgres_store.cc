@@ -13,9 +13,19 @@
 
 #include "common/text.h"
 #include "store/postgres.h"
+#include "store/postgres_conn.h"
 
 namespace tessera::store {
 namespace {
+
+using pg::Connection;
+using pg::ErrorOf;
+using pg::Int;
+using pg::OneLine;
+using pg::Params;
+using pg::PgResult;
+using pg::StorableText;
+using pg::Text;
 
 // Schema migrations, applied in order, each once, in one transaction per step under a
 // transaction-scoped advisory lock (so replicas starting together apply each once). The
@@ -111,185 +121,6 @@ constexpr Prepared kPutLedger = {
 constexpr Prepared kFence = {"fence", "SELECT tessera_fence($1)"};
 constexpr const Prepared* kPrepared[] = {&kPutTenant,     &kPutInstance, &kPutAudit, &kPutSetting,
                                          &kDeleteSetting, &kPutLedger,   &kFence};
-
-struct ResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
-
-struct ConnDeleter {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-using PgConn = std::unique_ptr<PGconn, ConnDeleter>;
-
-// `s` as PostgreSQL's text can hold it: it takes neither NUL nor invalid UTF-8, which SQLite
-// stores as given, so both become U+FFFD.
-std::string StorableText(const std::string& s) {
-  if (IsValidUtf8(s) && s.find('\0') == std::string::npos) return s;
-  std::string fixed;
-  for (const char c : ToValidUtf8(s)) {
-    if (c == '\0') {
-      fixed += "\xEF\xBF\xBD";
-    } else {
-      fixed += c;
-    }
-  }
-  return fixed;
-}
-
-// A statement's parameters in text form.
-class Params {
- public:
-  Params& Add(const std::string& s) {
-    values_.push_back(StorableText(s));
-    return *this;
-  }
-  Params& Add(int64_t v) {
-    values_.push_back(std::to_string(v));
-    return *this;
-  }
-  int size() const { return static_cast<int>(values_.size()); }
-  const char* const* data() {
-    pointers_.clear();
-    for (const std::string& v : values_) pointers_.push_back(v.c_str());
-    return pointers_.data();
-  }
-
- private:
-  std::vector<std::string> values_;
-  std::vector<const char*> pointers_;
-};
-
-int64_t Int(const PGresult* r, int row, int col) {
-  return std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
-}
-std::string Text(const PGresult* r, int row, int col) {
-  return std::string(PQgetvalue(r, row, col), static_cast<size_t>(PQgetlength(r, row, col)));
-}
-
-// libpq's message on one line: its line breaks and indents as single spaces, none at the end.
-std::string OneLine(std::string_view message) {
-  std::string e;
-  for (const char ch : message) {
-    const bool space = ch == '\n' || ch == '\t' || ch == ' ';
-    if (space && (e.empty() || e.back() == ' ')) continue;
-    e += space ? ' ' : ch;
-  }
-  while (!e.empty() && e.back() == ' ') e.pop_back();
-  return e;
-}
-std::string ErrorOf(const PGconn* c) { return OneLine(c ? PQerrorMessage(c) : "out of memory"); }
-std::string ErrorOf(const PGresult* r) {
-  return OneLine(r ? PQresultErrorMessage(r) : "no result");
-}
-
-// A connection to the database with what every use of it needs: opened from the parsed
-// connection options, re-opened after a drop, and errors that name the database (never its
-// password).
-class Connection {
- public:
-  explicit Connection(PgUrl url) : url_(std::move(url)) {}
-
-  // Connects, or reconnects after a drop (a new session(): prepared statements are gone).
-  Status Ready() {
-    if (conn_ && !broken_ && PQstatus(conn_.get()) == CONNECTION_OK) return Status::Ok();
-    broken_ = false;
-    std::vector<const char*> keys, values;
-    for (const auto& [k, v] : url_.options) {
-      keys.push_back(k.c_str());
-      values.push_back(v.c_str());
-    }
-    keys.push_back(nullptr);
-    values.push_back(nullptr);
-    conn_.reset(PQconnectdbParams(keys.data(), values.data(), 0));
-    if (!conn_ || PQstatus(conn_.get()) != CONNECTION_OK) {
-      const std::string why = ErrorOf(conn_.get());
-      conn_.reset();
-      return Status::Unavailable(fmt::format("{}: cannot connect: {}", url_.display, why));
-    }
-    // Writes must be durable at COMMIT whatever the database's default, and the session's
-    // strings are UTF-8.
-    ++session_;
-    // The server's notices ("already exists, skipping") are not the operator's business.
-    PQsetNoticeProcessor(
-        conn_.get(), [](void*, const char*) {}, nullptr);
-    for (const char* sql :
-         {"SET synchronous_commit = on", "SET client_encoding = 'UTF8'", "SET TIME ZONE 'UTC'"}) {
-      TESSERA_RETURN_IF_ERROR(Exec(sql));
-    }
-    return Status::Ok();
-  }
-
-  PGconn* get() const { return conn_.get(); }
-  // Counts the sessions opened: a new one has none of the old one's prepared statements.
-  uint64_t session() const { return session_; }
-  // Whether the session is gone (or going): the next Ready() opens a new one.
-  bool broken() const { return broken_ || !conn_ || PQstatus(conn_.get()) != CONNECTION_OK; }
-  const std::string& display() const { return url_.display; }
-
-  // A failure of `what`: Unavailable when the connection is gone or the server is going away
-  // (the session is dropped, and the next call reconnects), DataLoss when the database refused
-  // the statement. `r` is the statement's result, when there is one.
-  Status Failed(const std::string& what, const PGresult* r = nullptr) {
-    const std::string why = r ? ErrorOf(r) : ErrorOf(conn_.get());
-    const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
-    const std::string_view sqlstate = state ? state : "";
-    // Class 08: connection exceptions; 57P0x: the server is shutting down or restarting.
-    if (!conn_ || PQstatus(conn_.get()) != CONNECTION_OK || sqlstate.starts_with("08") ||
-        sqlstate.starts_with("57P")) {
-      broken_ = true;
-      return Status::Unavailable(
-          fmt::format("{}: {}: the connection was lost: {}", url_.display, what, why));
-    }
-    return Status::DataLoss(fmt::format("{}: {}: {}", url_.display, what, why));
-  }
-
-  Status Exec(const char* sql) {
-    PgResult r(PQexec(conn_.get(), sql));
-    const ExecStatusType st = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
-    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
-    return Failed(fmt::format("running '{}'", CutUtf8(sql, 60)), r.get());
-  }
-
-  // Runs `sql` with `params` and returns its rows.
-  Result<PgResult> Query(const std::string& what, const char* sql, Params params = {}) {
-    TESSERA_RETURN_IF_ERROR(Ready());
-    PgResult r(
-        PQexecParams(conn_.get(), sql, params.size(), nullptr, params.data(), nullptr, nullptr, 0));
-    const ExecStatusType st = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
-    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
-    return Failed(what, r.get());
-  }
-
-  // Runs `sql` and calls `fn` with each row as it arrives (single-row mode), so a large read
-  // (a month of ledger lines, every instance) never sits whole in memory twice.
-  Status Stream(const std::string& what, const char* sql, Params params,
-                const std::function<void(const PGresult*)>& fn) {
-    TESSERA_RETURN_IF_ERROR(Ready());
-    PGconn* c = conn_.get();
-    if (!PQsendQueryParams(c, sql, params.size(), nullptr, params.data(), nullptr, nullptr, 0) ||
-        !PQsetSingleRowMode(c)) {
-      return Failed(what);
-    }
-    Status status = Status::Ok();
-    while (PGresult* raw = PQgetResult(c)) {
-      PgResult r(raw);
-      const ExecStatusType st = PQresultStatus(raw);
-      if (st == PGRES_SINGLE_TUPLE) {
-        if (status.ok()) fn(raw);
-      } else if (st != PGRES_TUPLES_OK && status.ok()) {
-        status = Failed(what, raw);
-      }
-    }
-    return status;
-  }
-
- private:
-  PgUrl url_;
-  PgConn conn_;
-  bool broken_ = false;
-  uint64_t session_ = 0;
-};
 
 void ForEachLedgerRow(const PGresult* r, const std::function<void(const LedgerRecord&)>& fn) {
   LedgerRecord l;
@@ -846,110 +677,6 @@ class PostgresStore final : public Store {
   int64_t next_ledger_seq_ = 1;
 };
 
-// Leadership on its own connection. Every statement is one compare-and-set on the lease row,
-// timed by the database's clock.
-class PgLeadership final : public Leadership {
- public:
-  PgLeadership(PgUrl url, std::string holder, std::string advertise_url)
-      : conn_(std::move(url)), holder_(std::move(holder)), url_(std::move(advertise_url)) {}
-
-  Result<int64_t> TryAcquire(double ttl_s, int64_t* commits) override {
-    Params p;
-    p.Add(holder_).Add(fmt::format("{:.3f}", ttl_s)).Add(url_);
-    TESSERA_ASSIGN_OR_RETURN(
-        PgResult r,
-        conn_.Query("taking the leadership lease",
-                    "UPDATE tessera_lease SET holder=$1, epoch=epoch+1, renew_until=now() + "
-                    "make_interval(secs => $2::float8), url=$3 WHERE name='leader' AND "
-                    "(renew_until < now() OR holder=$1) RETURNING epoch, commits",
-                    std::move(p)));
-    if (PQntuples(r.get()) != 1) return int64_t{0};
-    if (commits) *commits = Int(r.get(), 0, 1);
-    return Int(r.get(), 0, 0);
-  }
-
-  Result<bool> Renew(int64_t epoch, double ttl_s) override {
-    Params p;
-    p.Add(holder_).Add(epoch).Add(fmt::format("{:.3f}", ttl_s));
-    TESSERA_ASSIGN_OR_RETURN(
-        PgResult r,
-        conn_.Query("renewing the leadership lease",
-                    "UPDATE tessera_lease SET renew_until=now() + make_interval(secs => "
-                    "$3::float8) WHERE name='leader' AND holder=$1 AND epoch=$2 AND "
-                    "renew_until >= now() RETURNING epoch",
-                    std::move(p)));
-    return PQntuples(r.get()) == 1;
-  }
-
-  Status Release(int64_t epoch) override {
-    Params p;
-    p.Add(holder_).Add(epoch);
-    return conn_
-        .Query("releasing the leadership lease",
-               "UPDATE tessera_lease SET renew_until='epoch' WHERE name='leader' AND "
-               "holder=$1 AND epoch=$2",
-               std::move(p))
-        .status();
-  }
-
-  Result<LeaseView> Read() override {
-    TESSERA_ASSIGN_OR_RETURN(
-        PgResult r, conn_.Query("reading the leadership lease",
-                                "SELECT holder, epoch, url, renew_until > now(), "
-                                "COALESCE(EXTRACT(EPOCH FROM renew_until - now())::float8, "
-                                "-1e9), commits FROM tessera_lease WHERE name='leader'"));
-    if (PQntuples(r.get()) != 1) {
-      return Status::DataLoss(conn_.display() + ": the leadership lease row is missing");
-    }
-    LeaseView v;
-    v.holder = Text(r.get(), 0, 0);
-    v.epoch = Int(r.get(), 0, 1);
-    v.url = Text(r.get(), 0, 2);
-    v.live = Text(r.get(), 0, 3) == "t";
-    v.remaining_s = std::strtod(PQgetvalue(r.get(), 0, 4), nullptr);
-    v.commits = Int(r.get(), 0, 5);
-    return v;
-  }
-
-  Status Announce(const std::string& role, int64_t applied_commits, int64_t lag_ms) override {
-    Params p;
-    p.Add(holder_).Add(url_).Add(role).Add(applied_commits).Add(lag_ms);
-    return conn_
-        .Query("announcing this replica",
-               "INSERT INTO tessera_replicas(id,url,role,seen_at,applied_commits,lag_ms) "
-               "VALUES($1,$2,$3,now(),$4,$5) ON CONFLICT(id) DO UPDATE SET url=excluded.url, "
-               "role=excluded.role, seen_at=excluded.seen_at, "
-               "applied_commits=excluded.applied_commits, lag_ms=excluded.lag_ms",
-               std::move(p))
-        .status();
-  }
-
-  Result<std::vector<ReplicaView>> Replicas(double within_s) override {
-    Params p;
-    p.Add(fmt::format("{:.3f}", within_s));
-    TESSERA_ASSIGN_OR_RETURN(
-        PgResult r,
-        conn_.Query("listing the replicas",
-                    "SELECT id, url, role, EXTRACT(EPOCH FROM now() - seen_at)::float8, "
-                    "applied_commits, lag_ms FROM tessera_replicas WHERE seen_at >= now() - "
-                    "make_interval(secs => $1::float8) ORDER BY id",
-                    std::move(p)));
-    std::vector<ReplicaView> out;
-    for (int i = 0; i < PQntuples(r.get()); ++i) {
-      out.push_back({Text(r.get(), i, 0), Text(r.get(), i, 1), Text(r.get(), i, 2),
-                     std::strtod(PQgetvalue(r.get(), i, 3), nullptr), Int(r.get(), i, 4),
-                     Int(r.get(), i, 5)});
-    }
-    return out;
-  }
-
-  const std::string& holder() const override { return holder_; }
-
- private:
-  Connection conn_;
-  std::string holder_, url_;
-};
-
 }  // namespace
 
 bool IsPostgresUrl(std::string_view spec) {
@@ -998,19 +725,6 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(const std::string& url) {
   auto store = std::make_unique<PostgresStore>(std::move(parsed));
   TESSERA_RETURN_IF_ERROR(store->Open());
   return std::unique_ptr<Store>(std::move(store));
-}
-
-Result<std::unique_ptr<Leadership>> OpenLeadership(const std::string& url, std::string holder,
-                                                   std::string advertise_url) {
-  TESSERA_ASSIGN_OR_RETURN(PgUrl parsed, ParsePostgresUrl(url));
-  // The lease's statements must answer quickly or not at all: a renewal stuck behind a dead
-  // connection would outlive the lease it renews.
-  parsed.options.emplace_back("options", "-c statement_timeout=2000");
-  for (auto& [k, v] : parsed.options) {
-    if (k == "connect_timeout") v = std::to_string(2);
-  }
-  return std::unique_ptr<Leadership>(std::make_unique<PgLeadership>(
-      std::move(parsed), std::move(holder), std::move(advertise_url)));
 }
 
 Result<CopyCounts> CopyIntoPostgres(Store& from, const std::string& url) {
