@@ -98,7 +98,13 @@ struct AgentOptions {
 // /v1/nodes/{id}/faults).
 Status InjectFault(GpuBackend& gpus, const std::string& spec);
 
-struct PullJob;  // A pull in flight (agent.cc).
+// One pull in flight, shared by the agent and the thread that runs it (agent_images.cc).
+struct PullJob {
+  std::mutex mu;
+  PullProgress progress;  // Guarded by mu.
+  bool done = false;      // Guarded by mu.
+  Status status;          // Guarded by mu; once done.
+};
 
 class Agent {
  public:
