@@ -1,5 +1,6 @@
 // The NVML backend: dlopen, an allow-list of read-only symbols, and the inventory and telemetry
-// read through them. Which NVML call feeds which field is in docs/agent-backends.md.
+// read through them (MIG changes: nvml_mig.cc). Which NVML call feeds which field is in
+// docs/agent-backends.md.
 // Thread-safety: one thread, as GpuBackend.
 #include "agent/nvml_backend.h"
 
@@ -15,11 +16,11 @@
 #include <vector>
 
 #include "agent/nvml_api.h"
+#include "agent/nvml_backend_impl.h"
 
 namespace tessera::agent {
+namespace nvml_impl {
 namespace {
-
-namespace nv = nvml;
 
 // Links are numbered from 0; the loop stops at the first INVALID_ARGUMENT, and this bounds it.
 constexpr unsigned int kMaxNvLinks = 64;
@@ -27,55 +28,6 @@ constexpr unsigned int kMaxNvLinks = 64;
 constexpr int kMaxEventsPerSample = 256;
 
 int64_t Mib(unsigned long long bytes) { return static_cast<int64_t>(bytes / (1024ULL * 1024ULL)); }
-
-// The functions looked up, all read-only (reference section 10). A null optional one reads as
-// NVML_ERROR_FUNCTION_NOT_FOUND: that feature is not supported on this driver.
-struct Api {
-  // Required.
-  nv::nvmlInit_fn init = nullptr;
-  nv::nvmlShutdown_fn shutdown = nullptr;
-  nv::nvmlErrorString_fn error_string = nullptr;
-  nv::nvmlDeviceGetCount_fn get_count = nullptr;
-  nv::nvmlDeviceGetHandleByIndex_fn get_handle = nullptr;
-  nv::nvmlDeviceGetString_fn get_name = nullptr;
-  nv::nvmlDeviceGetString_fn get_uuid = nullptr;
-  nv::nvmlDeviceGetPciInfo_fn get_pci = nullptr;
-  nv::nvmlDeviceGetMemoryInfo_fn get_memory = nullptr;
-  // Optional.
-  nv::nvmlSystemGetDriverVersion_fn driver_version = nullptr;
-  nv::nvmlDeviceGetUtilizationRates_fn utilization = nullptr;
-  nv::nvmlDeviceGetTemperature_fn temperature = nullptr;
-  nv::nvmlDeviceGetUint_fn power = nullptr;
-  nv::nvmlDeviceGetClockInfo_fn clock = nullptr;
-  nv::nvmlDeviceGetPcieThroughput_fn pcie = nullptr;
-  nv::nvmlDeviceGetTotalEccErrors_fn ecc = nullptr;
-  nv::nvmlDeviceGetNvLinkState_fn nvlink_state = nullptr;
-  nv::nvmlDeviceGetNvLinkRemotePciInfo_fn nvlink_remote = nullptr;
-  nv::nvmlDeviceGetMigMode_fn mig_mode = nullptr;
-  nv::nvmlDeviceGetUint_fn max_mig = nullptr;
-  nv::nvmlDeviceGetMigDeviceHandleByIndex_fn mig_handle = nullptr;
-  nv::nvmlDeviceGetUint_fn gpu_instance_id = nullptr;
-  nv::nvmlDeviceGetUint_fn compute_instance_id = nullptr;
-  nv::nvmlDeviceGetUint_fn minor = nullptr;
-  nv::nvmlDeviceGetGpuInstanceById_fn gpu_instance = nullptr;
-  nv::nvmlGpuInstanceGetInfo_fn gpu_instance_info = nullptr;
-  nv::nvmlEventSetCreate_fn event_create = nullptr;
-  nv::nvmlDeviceGetSupportedEventTypes_fn event_types = nullptr;
-  nv::nvmlDeviceRegisterEvents_fn event_register = nullptr;
-  nv::nvmlEventSetWait_fn event_wait = nullptr;
-  nv::nvmlEventSetFree_fn event_free = nullptr;
-  // Looked up only when the backend manages MIG (NvmlOptions::manage_mig).
-  nv::nvmlDeviceGetGpuInstanceProfileInfo_fn gi_profile = nullptr;
-  nv::nvmlGpuInstanceGetComputeInstanceProfileInfo_fn ci_profile = nullptr;
-  nv::nvmlGpuInstanceGetComputeInstanceById_fn compute_instance = nullptr;
-  nv::nvmlDeviceGetComputeRunningProcesses_fn processes = nullptr;
-  nv::nvmlDeviceCreateGpuInstanceWithPlacement_fn create_gi = nullptr;
-  nv::nvmlGpuInstanceDestroy_fn destroy_gi = nullptr;
-  nv::nvmlGpuInstanceCreateComputeInstance_fn create_ci = nullptr;
-  nv::nvmlComputeInstanceDestroy_fn destroy_ci = nullptr;
-  nv::nvmlDeviceSetMigMode_fn set_mig_mode = nullptr;
-  nv::nvmlDeviceGetGpuInstances_fn gpu_instances = nullptr;
-};
 
 // Sets `fn` to the first of `names` the library exports (newest version first). A required
 // function that is missing is an error naming every name tried.
@@ -167,14 +119,7 @@ std::string NormalizeBusId(const char* bus_id) {
   return out;
 }
 
-// The catalog profile of a MIG device named like "NVIDIA A100-SXM4-40GB MIG 1g.5gb": the word
-// after "MIG ", when the model's table has it.
-std::string ProfileFromName(const mig::Table& table, const std::string& name) {
-  size_t at = name.rfind("MIG ");
-  if (at == std::string::npos) return "";
-  std::string word = name.substr(at + 4);
-  return table.Find(word) != nullptr ? word : "";
-}
+}  // namespace
 
 // Reads one field after another and remembers how the GPU answered: NOT_SUPPORTED and the like
 // leave the field 0, GPU_IS_LOST marks the GPU lost (and stops further calls), and any other
@@ -206,66 +151,14 @@ class FieldReader {
   nv::nvmlReturn_t failure_ = nv::NVML_SUCCESS;
 };
 
-class NvmlBackend final : public GpuBackend {
- public:
-  NvmlBackend(const catalog::Catalog& catalog, void* lib, bool manage_mig)
-      : catalog_(catalog), lib_(lib), manage_mig_(manage_mig) {}
-  ~NvmlBackend() override {
-    if (events_ != nullptr && api_.event_free != nullptr) api_.event_free(events_);
-    if (initialized_) api_.shutdown();
-    dlclose(lib_);
-  }
-  NvmlBackend(const NvmlBackend&) = delete;
-  NvmlBackend& operator=(const NvmlBackend&) = delete;
-
-  // Looks up the functions, initializes NVML, takes every GPU's handle and registers for XIDs.
-  Status Start(const std::string& library);
-
-  Result<Inventory> ReadInventory() override;
-  Result<Telemetry> Sample() override;
-  bool CanChangeMig() const override { return manage_mig_; }
-  Result<std::vector<MigDevice>> ReadMigDevices(int gpu) override;
-  Result<MigDevice> CreateMigDevice(int gpu, const std::string& profile, int start) override;
-  Status DestroyMigDevice(int gpu, const MigDevice& device) override;
-  Result<std::string> SetMigMode(int gpu, bool enabled) override;
-  Result<int> CountProcesses(int gpu) override;
-
- private:
-  // "GPU is lost (NVML error 15)".
-  std::string Describe(nv::nvmlReturn_t r) const;
-  // "GPU 3: nvmlDeviceGetName: <what>": Unavailable for a lost GPU, else Internal (NVML or the
-  // GPU misbehaved).
-  Status CallError(int gpu, const char* function, nv::nvmlReturn_t r) const;
-  // The handle of GPU `i`; taken again when the first try failed.
-  nv::nvmlReturn_t Device(unsigned int i, nv::nvmlDevice_t* out);
-  Result<GpuInfo> ReadGpu(int index, nv::nvmlDevice_t dev);
-  std::vector<MigDevice> ReadMigDevices(nv::nvmlDevice_t dev, const std::string& model);
-  // Appends the GPU instances of `dev` that hold no compute instance (none of `out`'s) as bare
-  // devices; nothing when the driver would not list them.
-  void AddBareGpuInstances(nv::nvmlDevice_t dev, const mig::Table* table,
-                           std::vector<MigDevice>& out);
-  // GPU `gpu`'s handle and catalog model, for the MIG calls; FailedPrecondition unless the
-  // backend manages MIG and the driver has `fn`.
-  Status MigCall(int gpu, bool has_fn, const char* fn, nv::nvmlDevice_t* dev);
-  // The compute-instance profile id that spans all `slices` compute slices of `gi`.
-  Result<unsigned int> FullComputeProfile(int gpu, nv::nvmlGpuInstance_t gi, unsigned int slices);
-  // The normalized PCI bus ids at the far end of the GPU's active NVLinks.
-  Result<std::vector<std::string>> LinkEndpoints(int index, nv::nvmlDevice_t dev);
-  Result<GpuSample> SampleGpu(int index);
-  // Every telemetry field of one GPU into `s`, as far as the GPU answers.
-  void ReadFields(FieldReader& rd, nv::nvmlDevice_t dev, GpuSample& s);
-  void RegisterXidEvents();
-  void DrainXidEvents(std::vector<XidEvent>& out);
-
-  const catalog::Catalog& catalog_;
-  void* lib_;
-  Api api_;
-  bool initialized_ = false;
-  const bool manage_mig_;
-  std::vector<nv::nvmlDevice_t> devices_;  // By index; null where the handle was refused.
-  std::vector<std::string> models_;        // Catalog model by index, once ReadInventory ran.
-  nv::nvmlEventSet_t events_ = nullptr;
-};
+// The catalog profile of a MIG device named like "NVIDIA A100-SXM4-40GB MIG 1g.5gb": the word
+// after "MIG ", when the model's table has it.
+std::string ProfileFromName(const mig::Table& table, const std::string& name) {
+  size_t at = name.rfind("MIG ");
+  if (at == std::string::npos) return "";
+  std::string word = name.substr(at + 4);
+  return table.Find(word) != nullptr ? word : "";
+}
 
 std::string NvmlBackend::Describe(nv::nvmlReturn_t r) const {
   const char* s = api_.error_string != nullptr ? api_.error_string(r) : nullptr;
@@ -431,89 +324,6 @@ Result<GpuInfo> NvmlBackend::ReadGpu(int index, nv::nvmlDevice_t dev) {
   return g;
 }
 
-std::vector<MigDevice> NvmlBackend::ReadMigDevices(nv::nvmlDevice_t dev, const std::string& model) {
-  std::vector<MigDevice> out;
-  unsigned int max = 0;
-  if (api_.max_mig == nullptr || api_.mig_handle == nullptr ||
-      api_.max_mig(dev, &max) != nv::NVML_SUCCESS) {
-    return out;
-  }
-  const mig::Table* table = catalog_.FindGpu(model)->mig;
-  for (unsigned int i = 0; i < max; ++i) {
-    nv::nvmlDevice_t mig_dev = nullptr;
-    if (api_.mig_handle(dev, i, &mig_dev) != nv::NVML_SUCCESS) continue;  // An empty slot.
-    MigDevice m;
-    m.start = -1;
-    char uuid[nv::NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
-    if (api_.get_uuid(mig_dev, uuid, sizeof(uuid)) == nv::NVML_SUCCESS) m.uuid = uuid;
-    // The GPU instance's profile id and placement: exact, but needs the mig/monitor capability.
-    unsigned int gi_id = 0;
-    nv::nvmlGpuInstance_t gi = nullptr;
-    nv::nvmlGpuInstanceInfo_t info{};
-    if (api_.gpu_instance_id != nullptr &&
-        api_.gpu_instance_id(mig_dev, &gi_id) == nv::NVML_SUCCESS) {
-      m.gpu_instance = static_cast<int>(gi_id);
-    }
-    unsigned int ci_id = 0;
-    if (api_.compute_instance_id != nullptr &&
-        api_.compute_instance_id(mig_dev, &ci_id) == nv::NVML_SUCCESS) {
-      m.compute_instance = static_cast<int>(ci_id);
-    }
-    if (m.gpu_instance >= 0 && api_.gpu_instance != nullptr && api_.gpu_instance_info != nullptr &&
-        api_.gpu_instance(dev, gi_id, &gi) == nv::NVML_SUCCESS &&
-        api_.gpu_instance_info(gi, &info) == nv::NVML_SUCCESS) {
-      m.start = static_cast<int>(info.placement.start);
-      const mig::Profile* p =
-          table != nullptr ? table->FindById(static_cast<int>(info.profileId)) : nullptr;
-      if (p != nullptr) m.profile = p->name;
-    }
-    // Otherwise the MIG device's name ends with its profile.
-    char name[nv::NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
-    if (m.profile.empty() && table != nullptr &&
-        api_.get_name(mig_dev, name, sizeof(name)) == nv::NVML_SUCCESS) {
-      m.profile = ProfileFromName(*table, name);
-    }
-    out.push_back(std::move(m));
-  }
-  AddBareGpuInstances(dev, table, out);
-  return out;
-}
-
-void NvmlBackend::AddBareGpuInstances(nv::nvmlDevice_t dev, const mig::Table* table,
-                                      std::vector<MigDevice>& out) {
-  if (table == nullptr || api_.gpu_instances == nullptr || api_.gi_profile == nullptr ||
-      api_.gpu_instance_info == nullptr) {
-    return;
-  }
-  std::set<int> with_device;
-  for (const MigDevice& m : out) with_device.insert(m.gpu_instance);
-  // Every GPU instance profile in turn (reference section 8.1: INVALID_ARGUMENT past the last,
-  // NOT_SUPPORTED skips one).
-  for (unsigned int index = 0; index < 64; ++index) {
-    nv::nvmlGpuInstanceProfileInfo_t profile{};
-    const nv::nvmlReturn_t r = api_.gi_profile(dev, index, &profile);
-    if (r == nv::NVML_ERROR_NOT_SUPPORTED) continue;
-    if (r != nv::NVML_SUCCESS) break;
-    std::vector<nv::nvmlGpuInstance_t> gis(std::max(1u, profile.instanceCount));
-    auto count = static_cast<unsigned int>(gis.size());
-    if (api_.gpu_instances(dev, profile.id, gis.data(), &count) != nv::NVML_SUCCESS) continue;
-    for (unsigned int i = 0; i < count && i < gis.size(); ++i) {
-      nv::nvmlGpuInstanceInfo_t info{};
-      if (api_.gpu_instance_info(gis[i], &info) != nv::NVML_SUCCESS) continue;
-      if (with_device.contains(static_cast<int>(info.id))) continue;
-      MigDevice m;
-      m.uuid = fmt::format("gpu-instance-{}", info.id);
-      m.start = static_cast<int>(info.placement.start);
-      m.gpu_instance = static_cast<int>(info.id);
-      m.bare = true;
-      if (const mig::Profile* p = table->FindById(static_cast<int>(info.profileId))) {
-        m.profile = p->name;
-      }
-      out.push_back(std::move(m));
-    }
-  }
-}
-
 Result<std::vector<std::string>> NvmlBackend::LinkEndpoints(int index, nv::nvmlDevice_t dev) {
   std::vector<std::string> out;
   if (api_.nvlink_state == nullptr || api_.nvlink_remote == nullptr) return out;
@@ -621,206 +431,6 @@ void NvmlBackend::DrainXidEvents(std::vector<XidEvent>& out) {
   }
 }
 
-Status NvmlBackend::MigCall(int gpu, bool has_fn, const char* fn, nv::nvmlDevice_t* dev) {
-  if (!manage_mig_) {
-    return Status::FailedPrecondition("the agent does not manage MIG devices (--manage-mig false)");
-  }
-  if (!has_fn) {
-    return Status::FailedPrecondition(
-        fmt::format("the NVIDIA driver's library does not export {}: MIG devices cannot be "
-                    "changed on this node",
-                    fn));
-  }
-  if (gpu < 0 || static_cast<size_t>(gpu) >= devices_.size()) {
-    return Status::InvalidArgument(fmt::format("GPU {}: this node has {}", gpu, devices_.size()));
-  }
-  nv::nvmlReturn_t r = Device(static_cast<unsigned int>(gpu), dev);
-  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceGetHandleByIndex_v2", r);
-  if (models_.size() != devices_.size()) {
-    TESSERA_RETURN_IF_ERROR(ReadInventory().status());
-  }
-  return Status::Ok();
-}
-
-Result<std::vector<MigDevice>> NvmlBackend::ReadMigDevices(int gpu) {
-  nv::nvmlDevice_t dev = nullptr;
-  TESSERA_RETURN_IF_ERROR(MigCall(gpu, true, "", &dev));
-  unsigned int current = nv::NVML_DEVICE_MIG_DISABLE, pending = nv::NVML_DEVICE_MIG_DISABLE;
-  if (api_.mig_mode == nullptr || api_.mig_mode(dev, &current, &pending) != nv::NVML_SUCCESS ||
-      current != nv::NVML_DEVICE_MIG_ENABLE) {
-    return std::vector<MigDevice>{};
-  }
-  return ReadMigDevices(dev, models_[static_cast<size_t>(gpu)]);
-}
-
-Result<unsigned int> NvmlBackend::FullComputeProfile(int gpu, nv::nvmlGpuInstance_t gi,
-                                                     unsigned int slices) {
-  // Walk the profile indices until INVALID_ARGUMENT; NOT_SUPPORTED only skips one (reference
-  // section 8.1).
-  for (unsigned int index = 0; index < 64; ++index) {
-    nv::nvmlComputeInstanceProfileInfo_t info{};
-    nv::nvmlReturn_t r =
-        api_.ci_profile(gi, index, nv::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &info);
-    if (r == nv::NVML_ERROR_INVALID_ARGUMENT) break;
-    if (r == nv::NVML_ERROR_NOT_SUPPORTED) continue;
-    if (r != nv::NVML_SUCCESS) {
-      return CallError(gpu, "nvmlGpuInstanceGetComputeInstanceProfileInfo", r);
-    }
-    if (info.sliceCount == slices) return info.id;
-  }
-  return Status::FailedPrecondition(fmt::format(
-      "GPU {}: the driver offers no compute-instance profile of {} slices", gpu, slices));
-}
-
-Result<MigDevice> NvmlBackend::CreateMigDevice(int gpu, const std::string& profile, int start) {
-  nv::nvmlDevice_t dev = nullptr;
-  TESSERA_RETURN_IF_ERROR(MigCall(gpu,
-                                  api_.gi_profile && api_.ci_profile && api_.create_gi &&
-                                      api_.destroy_gi && api_.create_ci && api_.destroy_ci &&
-                                      api_.compute_instance && api_.gpu_instance,
-                                  "the MIG create and destroy calls", &dev));
-  const std::string& model = models_[static_cast<size_t>(gpu)];
-  const mig::Table* table = catalog_.FindGpu(model)->mig;
-  const mig::Profile* p = table != nullptr ? table->Find(profile) : nullptr;
-  if (p == nullptr) {
-    return Status::NotFound(
-        fmt::format("GPU {}: MIG profile '{}' is not one of the {}'s", gpu, profile, model));
-  }
-  const std::string where = fmt::format("GPU {}: MIG {}@{}", gpu, profile, start);
-  unsigned int current = nv::NVML_DEVICE_MIG_DISABLE, pending = nv::NVML_DEVICE_MIG_DISABLE;
-  if (api_.mig_mode == nullptr || api_.mig_mode(dev, &current, &pending) != nv::NVML_SUCCESS ||
-      current != nv::NVML_DEVICE_MIG_ENABLE) {
-    return Status::FailedPrecondition(where + ": the GPU is not in MIG mode");
-  }
-  // The catalog's id must be one the driver offers on this GPU.
-  unsigned int slices = 0;
-  for (unsigned int index = 0; index < 64 && slices == 0; ++index) {
-    nv::nvmlGpuInstanceProfileInfo_t info{};
-    nv::nvmlReturn_t r = api_.gi_profile(dev, index, &info);
-    if (r == nv::NVML_ERROR_INVALID_ARGUMENT) break;
-    if (r == nv::NVML_ERROR_NOT_SUPPORTED) continue;
-    if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceGetGpuInstanceProfileInfo", r);
-    if (info.id == static_cast<unsigned int>(p->id)) slices = info.sliceCount;
-  }
-  if (slices == 0) {
-    return Status::FailedPrecondition(fmt::format(
-        "{}: the driver does not support the profile here (profile id {})", where, p->id));
-  }
-  const nv::nvmlGpuInstancePlacement_t placement{static_cast<unsigned int>(start),
-                                                 static_cast<unsigned int>(p->memory_slices)};
-  nv::nvmlGpuInstance_t gi = nullptr;
-  nv::nvmlReturn_t r = api_.create_gi(dev, static_cast<unsigned int>(p->id), &placement, &gi);
-  if (r == nv::NVML_ERROR_INSUFFICIENT_RESOURCES) {
-    return Status::ResourceExhausted(
-        fmt::format("{}: the placement is taken (nvmlDeviceCreateGpuInstanceWithPlacement: {})",
-                    where, Describe(r)));
-  }
-  if (r != nv::NVML_SUCCESS) {
-    return CallError(gpu, "nvmlDeviceCreateGpuInstanceWithPlacement", r).WithPrefix(where);
-  }
-  // From here on, a failure destroys the GPU instance again: nothing is left half-made.
-  auto undo = [&](Status why) {
-    const nv::nvmlReturn_t d = api_.destroy_gi(gi);
-    return Status(why.code(), why.message() + (d == nv::NVML_SUCCESS
-                                                   ? "; its GPU instance was destroyed again"
-                                                   : "; destroying its GPU instance failed too: " +
-                                                         Describe(d)));
-  };
-  nv::nvmlGpuInstanceInfo_t gi_info{};
-  r = api_.gpu_instance_info(gi, &gi_info);
-  if (r != nv::NVML_SUCCESS) return undo(CallError(gpu, "nvmlGpuInstanceGetInfo", r));
-  Result<unsigned int> ci_profile = FullComputeProfile(gpu, gi, slices);
-  if (!ci_profile.ok()) return undo(ci_profile.status().WithPrefix(where));
-  nv::nvmlComputeInstance_t ci = nullptr;
-  r = api_.create_ci(gi, *ci_profile, &ci);
-  if (r != nv::NVML_SUCCESS) {
-    return undo(CallError(gpu, "nvmlGpuInstanceCreateComputeInstance", r).WithPrefix(where));
-  }
-  for (MigDevice& m : ReadMigDevices(dev, model)) {
-    if (!m.bare && m.gpu_instance == static_cast<int>(gi_info.id)) {
-      m.profile = profile;
-      m.start = start;
-      return m;
-    }
-  }
-  if (api_.destroy_ci(ci) == nv::NVML_SUCCESS) {
-    return undo(Status::Internal(where + ": the new MIG device is not among the GPU's"));
-  }
-  return Status::Internal(where +
-                          ": the new MIG device is not among the GPU's, and could not be "
-                          "destroyed");
-}
-
-Status NvmlBackend::DestroyMigDevice(int gpu, const MigDevice& device) {
-  nv::nvmlDevice_t dev = nullptr;
-  TESSERA_RETURN_IF_ERROR(
-      MigCall(gpu, api_.destroy_gi && api_.destroy_ci && api_.compute_instance && api_.gpu_instance,
-              "the MIG destroy calls", &dev));
-  const std::string where = fmt::format("GPU {}: MIG device {}", gpu, device.uuid);
-  nv::nvmlGpuInstance_t gi = nullptr;
-  nv::nvmlReturn_t r = api_.gpu_instance(dev, static_cast<unsigned int>(device.gpu_instance), &gi);
-  if (r == nv::NVML_ERROR_NOT_FOUND) return Status::NotFound(where + ": gone already");
-  if (r != nv::NVML_SUCCESS) {
-    return CallError(gpu, "nvmlDeviceGetGpuInstanceById", r).WithPrefix(where);
-  }
-  nv::nvmlComputeInstance_t ci = nullptr;
-  r = api_.compute_instance(gi, static_cast<unsigned int>(device.compute_instance), &ci);
-  if (r == nv::NVML_SUCCESS) {
-    r = api_.destroy_ci(ci);
-    if (r == nv::NVML_ERROR_IN_USE) {
-      return Status::FailedPrecondition(where + ": in use by a process");
-    }
-    if (r != nv::NVML_SUCCESS) {
-      return CallError(gpu, "nvmlComputeInstanceDestroy", r).WithPrefix(where);
-    }
-  } else if (r != nv::NVML_ERROR_NOT_FOUND) {
-    return CallError(gpu, "nvmlGpuInstanceGetComputeInstanceById", r).WithPrefix(where);
-  }
-  r = api_.destroy_gi(gi);
-  if (r == nv::NVML_ERROR_IN_USE) {
-    return Status::FailedPrecondition(where + ": its GPU instance holds other compute instances");
-  }
-  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlGpuInstanceDestroy", r).WithPrefix(where);
-  return Status::Ok();
-}
-
-Result<std::string> NvmlBackend::SetMigMode(int gpu, bool enabled) {
-  nv::nvmlDevice_t dev = nullptr;
-  TESSERA_RETURN_IF_ERROR(MigCall(gpu, api_.set_mig_mode != nullptr && api_.mig_mode != nullptr,
-                                  "nvmlDeviceSetMigMode", &dev));
-  const unsigned int mode = enabled ? nv::NVML_DEVICE_MIG_ENABLE : nv::NVML_DEVICE_MIG_DISABLE;
-  nv::nvmlReturn_t activation = nv::NVML_SUCCESS;
-  nv::nvmlReturn_t r = api_.set_mig_mode(dev, mode, &activation);
-  if (r == nv::NVML_ERROR_IN_USE || activation == nv::NVML_ERROR_IN_USE) {
-    return Status::FailedPrecondition(
-        fmt::format("GPU {} is in use ({}): MIG mode changes only on an idle GPU", gpu,
-                    enabled ? "processes run on it" : "processes or MIG devices are on it"));
-  }
-  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceSetMigMode", r);
-  // The change may have unbound the GPU: take its handle afresh.
-  devices_[static_cast<size_t>(gpu)] = nullptr;
-  if (activation == nv::NVML_ERROR_RESET_REQUIRED) return std::string("pending_reset");
-  if (activation != nv::NVML_SUCCESS) {
-    return CallError(gpu, "nvmlDeviceSetMigMode (activation)", activation);
-  }
-  TESSERA_RETURN_IF_ERROR(MigCall(gpu, true, "", &dev));
-  unsigned int current = 0, pending = 0;
-  r = api_.mig_mode(dev, &current, &pending);
-  if (r != nv::NVML_SUCCESS) return CallError(gpu, "nvmlDeviceGetMigMode", r);
-  return std::string(current == mode ? "applied" : "pending_reset");
-}
-
-Result<int> NvmlBackend::CountProcesses(int gpu) {
-  nv::nvmlDevice_t dev = nullptr;
-  TESSERA_RETURN_IF_ERROR(
-      MigCall(gpu, api_.processes != nullptr, "nvmlDeviceGetComputeRunningProcesses_v3", &dev));
-  unsigned int count = 0;
-  nv::nvmlReturn_t r = api_.processes(dev, &count, nullptr);
-  if (r == nv::NVML_SUCCESS) return 0;
-  if (r == nv::NVML_ERROR_INSUFFICIENT_SIZE) return static_cast<int>(count);
-  return CallError(gpu, "nvmlDeviceGetComputeRunningProcesses_v3", r);
-}
-
 Result<Telemetry> NvmlBackend::Sample() {
   Telemetry t;
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -831,7 +441,7 @@ Result<Telemetry> NvmlBackend::Sample() {
   return t;
 }
 
-}  // namespace
+}  // namespace nvml_impl
 
 Result<std::unique_ptr<GpuBackend>> OpenNvmlBackend(const catalog::Catalog& catalog,
                                                     const std::string& library, bool manage_mig) {
@@ -843,7 +453,8 @@ Result<std::unique_ptr<GpuBackend>> OpenNvmlBackend(const catalog::Catalog& cata
                                       library + ": " + (why != nullptr ? why : "unknown error") +
                                       "; use --backend sim on a machine without a GPU");
   }
-  auto backend = std::make_unique<NvmlBackend>(catalog, lib, manage_mig);  // Owns `lib` now.
+  auto backend =
+      std::make_unique<nvml_impl::NvmlBackend>(catalog, lib, manage_mig);  // Owns `lib` now.
   TESSERA_RETURN_IF_ERROR(backend->Start(library));
   return std::unique_ptr<GpuBackend>(std::move(backend));
 }
