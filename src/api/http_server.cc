@@ -1,5 +1,6 @@
 // The HTTP layer on Boost.Beast and Asio. This is the only translation unit that includes Boost:
-// it compiles slowly, and nothing else should pay for it.
+// it compiles slowly, and nothing else should pay for it. That is why this file is over 800 lines:
+// splitting it would compile Boost's headers once per part.
 //
 // One Session per connection, its work serialized on its own strand. A request goes:
 //   idle (wait for a first byte, idle_timeout) -> head (header_timeout from that byte, size and
