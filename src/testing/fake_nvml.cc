@@ -76,6 +76,8 @@
 // Handles stay valid until their object is destroyed or NVML shuts down; a stale or foreign one
 // answers INVALID_ARGUMENT, as it is looked up by address and never dereferenced.
 // Thread-safety: one mutex guards the fake's state; every exported function takes it.
+// One file, over 800 lines: it is one shared library whose state (one struct, under that mutex)
+// is private to it, and the doc above is its contract with the tests.
 #include <dirent.h>
 #include <fmt/format.h>
 #include <unistd.h>
