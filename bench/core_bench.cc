@@ -231,7 +231,7 @@ void BM_Gangs(benchmark::State& bs) {
       state->BeginRound();
       auto made = state->CreateGroup(*state->tenants().Find(t.id.str()), g, batch);
       state->EndRound(batch);
-      placed += made.ok() && (*made)["placed"] == g.size;
+      placed += made.ok() && made->placed == g.size;
     }
     if (placed != 1000) bs.SkipWithError("a gang did not fit an empty fleet");
   }

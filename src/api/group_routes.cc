@@ -45,7 +45,38 @@ Result<int64_t> ParseBacklog(const json& body) {
   return pending;
 }
 
-std::string GroupId(const json& j) { return j.value("id", ""); }
+std::string GroupId(const core::GroupStatus& g) { return g.group.id; }
+
+// A group as the API shows it: its record without the template's registry password, each member
+// of its current attempt, and its autoscaler's state.
+json GroupJson(const core::GroupStatus& st) {
+  const core::Group& g = st.group;
+  json j = core::ToJson(g, core::Secrets::kHidden);
+  j.erase("seq");
+  json members = json::array();
+  for (const core::GroupMemberStatus& m : st.members) {
+    json mj = {{"instance", m.instance}};
+    if (m.known) {
+      mj["rank"] = m.rank;
+      mj["state"] = core::StateName(m.state);
+      mj["node"] = m.node.empty() ? json() : json(m.node);
+    }
+    members.push_back(std::move(mj));
+  }
+  j["members"] = std::move(members);
+  j["placed"] = st.placed;
+  if (g.spec.autoscale) {
+    json status = {{"desired", g.desired > 0 ? g.desired : g.spec.size},
+                   {"floor", g.floor > 0 ? g.floor : g.spec.autoscale->min},
+                   {"scale_ups", g.scale_ups},
+                   {"scale_downs", g.scale_downs}};
+    if (g.metric_value) status["value"] = *g.metric_value;
+    if (g.backlog) status["backlog"] = *g.backlog;
+    if (!g.decision.empty()) status["last_decision"] = g.decision;
+    j["autoscale_status"] = std::move(status);
+  }
+  return j;
+}
 
 // A group that ended and left memory, from the store, as its owner or the admin sees it;
 // NotFound as for an unknown one.
@@ -71,18 +102,23 @@ void AddGroupRoutes(Api& table) {
                                                    ? ParseCreateGroup(call->body)
                                                    : Result<core::GroupRequest>(call->body_status);
               if (req.ok()) req->member.user = call->principal.user;
-              api.Run<json>(call, req.status(),
-                            {[req](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                               return s.CreateGroup(caller, *req, b);
-                             },
-                             201, Passthrough, GroupId});
+              api.Run<core::GroupStatus>(
+                  call, req.status(),
+                  {[req](core::State& s, store::Batch& b, const core::Tenant& caller) {
+                     return s.CreateGroup(caller, *req, b);
+                   },
+                   201, GroupJson, GroupId});
             });
   table.Add("GET", "/v1/groups", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     return s.ListGroups(caller);
+                     json list = json::array();
+                     for (const core::GroupStatus& g : s.ListGroups(caller)) {
+                       list.push_back(GroupJson(g));
+                     }
+                     return json{{"groups", std::move(list)}};
                    },
                    200, Passthrough, nullptr});
             });
@@ -93,7 +129,8 @@ void AddGroupRoutes(Api& table) {
                             {[call, core](core::State& s, store::Batch&,
                                           const core::Tenant& caller) -> Result<json> {
                                auto g = s.GetGroup(caller, call->params[0]);
-                               if (g.ok() || g.status().code() != StatusCode::kNotFound) return g;
+                               if (g.ok()) return GroupJson(*g);
+                               if (g.status().code() != StatusCode::kNotFound) return g.status();
                                // Ended long enough ago to have left memory: the store still has it.
                                return ArchivedGroup(*core, caller, call->params[0]);
                              },
@@ -104,31 +141,32 @@ void AddGroupRoutes(Api& table) {
               Result<core::GroupPatch> patch = call->body_status.ok()
                                                    ? ParsePatch(call->body)
                                                    : Result<core::GroupPatch>(call->body_status);
-              api.Run<json>(
+              api.Run<core::GroupStatus>(
                   call, patch.status(),
                   {[call, patch](core::State& s, store::Batch& b, const core::Tenant& caller) {
                      return s.PatchGroup(caller, call->params[0], *patch, b);
                    },
-                   200, Passthrough, GroupId});
+                   200, GroupJson, GroupId});
             });
-  table.Add(
-      "PUT", "/v1/groups/{id}/backlog", Access::kAnyToken, BodyKind::kJson, false,
-      [](Api& api, std::shared_ptr<Call> call) {
-        Result<int64_t> pending =
-            call->body_status.ok() ? ParseBacklog(call->body) : Result<int64_t>(call->body_status);
-        api.Run<json>(call, pending.status(),
-                      {[call, pending](core::State& s, store::Batch&, const core::Tenant& caller) {
-                         return s.SetGroupBacklog(caller, call->params[0], *pending);
-                       },
-                       200, Passthrough, nullptr});
-      });
+  table.Add("PUT", "/v1/groups/{id}/backlog", Access::kAnyToken, BodyKind::kJson, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              Result<int64_t> pending = call->body_status.ok() ? ParseBacklog(call->body)
+                                                               : Result<int64_t>(call->body_status);
+              api.Run<core::GroupStatus>(
+                  call, pending.status(),
+                  {[call, pending](core::State& s, store::Batch&, const core::Tenant& caller) {
+                     return s.SetGroupBacklog(caller, call->params[0], *pending);
+                   },
+                   200, GroupJson, nullptr});
+            });
   table.Add("DELETE", "/v1/groups/{id}", Access::kAnyToken, BodyKind::kNone, true,
             [](Api& api, std::shared_ptr<Call> call) {
-              api.Run<json>(call, Status::Ok(),
-                            {[call](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                               return s.DeleteGroup(caller, call->params[0], b);
-                             },
-                             200, Passthrough, GroupId});
+              api.Run<core::GroupStatus>(
+                  call, Status::Ok(),
+                  {[call](core::State& s, store::Batch& b, const core::Tenant& caller) {
+                     return s.DeleteGroup(caller, call->params[0], b);
+                   },
+                   200, GroupJson, GroupId});
             });
 }
 

@@ -247,8 +247,8 @@ Result<std::string> DemoLoad::SetUp(core::Core& core) {
     a.scale_down_stabilization_seconds = 60;
     g.autoscale = a;
     g.elastic = core::Elastic{a.min, a.max};  // Replicas: a resize restarts none.
-    TESSERA_ASSIGN_OR_RETURN(nlohmann::json made, s.CreateGroup(*demo, g, b));
-    return made["id"].get<std::string>();
+    TESSERA_ASSIGN_OR_RETURN(core::GroupStatus made, s.CreateGroup(*demo, g, b));
+    return made.group.id;
   });
 }
 
@@ -282,7 +282,7 @@ void DemoLoad::Loop() {
     const int64_t backlog = Backlog(hour);
     core::Tenant admin;
     admin.admin = true;
-    auto set = core_->Run<nlohmann::json>(
+    auto set = core_->Run<core::GroupStatus>(
         [&](core::State& s, store::Batch&) { return s.SetGroupBacklog(admin, group_, backlog); });
     if (!set.ok()) spdlog::warn("demo load: {}", set.status().message());
   }

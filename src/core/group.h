@@ -144,6 +144,21 @@ struct Group {
   int64_t scale_ups = 0, scale_downs = 0;
 };
 
+// A group as the API shows it: its record, and each member of its current attempt with its
+// instance as it is now (`known` false for one no longer in memory).
+struct GroupMemberStatus {
+  std::string instance;
+  bool known = false;
+  int rank = 0;
+  InstanceState state = InstanceState::kPending;
+  std::string node;  // "" while it waits.
+};
+struct GroupStatus {
+  Group group;
+  std::vector<GroupMemberStatus> members;
+  int placed = 0;  // Members that hold capacity.
+};
+
 // The stored form under Secrets::kStored (the template's values sealed); under Secrets::kHidden,
 // the form the API shows (with its members' states added), whose template has no registry
 // password.

@@ -74,22 +74,28 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
     nodes_[name] = {gpus, islands};
   }
 
-  json Create(const GroupRequest& g) {
+  GroupStatus Create(const GroupRequest& g) {
     state_->BeginRound();
     auto out = state_->CreateGroup(Acme(), g, batch_);
     state_->EndRound(batch_);
     EXPECT_TRUE(out.ok()) << out.status().message();
-    return out.ok() ? *out : json();
+    return out.ok() ? *out : GroupStatus{};
   }
 
-  json Get(const std::string& id) {
+  GroupStatus Get(const std::string& id) {
     auto g = state_->GetGroup(Acme(), id);
     EXPECT_TRUE(g.ok());
-    return g.ok() ? *g : json();
+    return g.ok() ? *g : GroupStatus{};
   }
 
-  Instance Member(const json& group, int rank) {
-    return *state_->GetInstance(Acme(), group["members"][rank]["instance"].get<std::string>());
+  Instance Member(const GroupStatus& group, int rank) {
+    return *state_->GetInstance(Acme(), group.members[static_cast<size_t>(rank)].instance);
+  }
+
+  // The group's record as the API shows it (the template's registry password left out), with its
+  // placed members, for a failure's message.
+  static std::string Dump(const GroupStatus& g) {
+    return ToJson(g.group, Secrets::kHidden).dump() + " placed " + std::to_string(g.placed);
   }
 
   // The node's agent reports `reports` in one round.
@@ -139,10 +145,10 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
     return free;
   }
 
-  std::set<std::string> NodesOf(const json& group) {
+  std::set<std::string> NodesOf(const GroupStatus& group) {
     std::set<std::string> nodes;
-    for (const json& m : group["members"]) {
-      if (m["node"].is_string()) nodes.insert(m["node"].get<std::string>());
+    for (const GroupMemberStatus& m : group.members) {
+      if (!m.node.empty()) nodes.insert(m.node);
     }
     return nodes;
   }
@@ -195,7 +201,7 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
     for (int done = 0; done < 1'000; done += 8) {
       std::vector<Instance> members;
       for (int i = 0; i < 8; ++i) {
-        const json g = Create(Gang(2, 1, Topology::kAny));
+        const GroupStatus g = Create(Gang(2, 1, Topology::kAny));
         members.push_back(Member(g, 0));
         members.push_back(Member(g, 1));
       }

@@ -185,13 +185,13 @@ TEST_F(IsolationTest, AGroupMemberWaitsForTheSharedNodeLikeAnInstance) {
   auto created = state_->CreateGroup(*state_->tenants().Find(globex_.id.str()), g, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(created.ok()) << created.status().message();
-  EXPECT_EQ((*created)["state"], "waiting") << created->dump();
-  const std::string id = (*created)["id"];
+  EXPECT_EQ(created->group.state, GroupState::kWaiting) << created->group.reason;
+  const std::string id = created->group.id;
   Delete(acme_, a1);
   auto now = state_->GetGroup(*state_->tenants().Find(globex_.id.str()), id);
   ASSERT_TRUE(now.ok());
-  EXPECT_EQ((*now)["state"], "running") << now->dump();
-  for (const json& m : (*now)["members"]) EXPECT_EQ(m["node"], "shared");
+  EXPECT_EQ(now->group.state, GroupState::kRunning) << now->group.reason;
+  for (const GroupMemberStatus& m : now->members) EXPECT_EQ(m.node, "shared");
 }
 
 // The what-if simulator's agents live in the core and run nothing: their nodes take every tenant.

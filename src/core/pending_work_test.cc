@@ -135,7 +135,7 @@ class PendingCapTest : public ::testing::Test {
     return out.status();
   }
   // A gang of `size` one-GPU members, placed whole or not at all.
-  Result<json> CreateGang(const std::string& tenant, int size) {
+  Result<GroupStatus> CreateGang(const std::string& tenant, int size) {
     GroupRequest g;
     g.name = "gang";
     g.member = TestH100(1);
@@ -221,7 +221,7 @@ TEST_F(PendingCapTest, AtTheCapAnInstanceOrAGroupIsRefusedNamingTheCapAndAnother
   EXPECT_EQ(CreateGang(acme_, 3).status().message(), Refusal(2, 4, 3));
   auto fits = CreateGang(acme_, 2);
   ASSERT_TRUE(fits.ok()) << fits.status().message();
-  EXPECT_EQ((*fits)["state"], "waiting");
+  EXPECT_EQ(GroupStateName(fits->group.state), "waiting");
   EXPECT_EQ(Pending(acme_), 4) << "the waiting gang's members count";
   EXPECT_EQ(Create(acme_, TestH100(1)).status().reason(), "too_many_pending");
 }
@@ -269,17 +269,17 @@ TEST_F(PendingCapTest, TheCountAndATenantsOwnCapComeBackAfterARestart) {
 TEST_F(PendingCapTest, AGroupsRestartIsNotRefusedByTheCap) {
   auto gang = CreateGang(acme_, 2);
   ASSERT_TRUE(gang.ok());
-  ASSERT_EQ((*gang)["state"], "running");
+  ASSERT_EQ(GroupStateName(gang->group.state), "running");
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Create(acme_, TestH100(1)).ok());
   ASSERT_EQ(Pending(acme_), 4);
-  const std::string m0 = (*gang)["members"][0]["instance"], m1 = (*gang)["members"][1]["instance"];
+  const std::string m0 = gang->members[0].instance, m1 = gang->members[1].instance;
   Report({{m0, InstanceState::kFailed}});      // Rank 1 is told to stop...
   Report({{m1, InstanceState::kTerminated}});  // ...and the new attempt is made once it has.
-  auto after = state_->GetGroup(T(acme_), (*gang)["id"].get<std::string>());
+  auto after = state_->GetGroup(T(acme_), gang->group.id);
   ASSERT_TRUE(after.ok());
-  EXPECT_NE((*after)["state"], "failed") << (*after)["reason"];
-  EXPECT_EQ((*after)["restarts"], 1);
-  EXPECT_EQ((*after)["members"].size(), 2u);
+  EXPECT_NE(after->group.state, GroupState::kFailed) << after->group.reason;
+  EXPECT_EQ(after->group.restarts, 1);
+  EXPECT_EQ(after->members.size(), 2u);
 }
 
 // The cause of issue 26's slowdown: with more waiting gangs than a pass may fail (16), every
@@ -292,7 +292,7 @@ TEST_F(PendingCapTest, WaitingGangsCostARoundNothingUntilCapacityFreesThenEachIs
   for (int i = 0; i < 30; ++i) {
     auto g = CreateGang(acme_, 4);
     ASSERT_TRUE(g.ok()) << g.status().message();
-    gangs.push_back((*g)["id"]);
+    gangs.push_back(g->group.id);
   }
   const int64_t attempts = state_->counters().scheduling_attempts;
   for (int i = 0; i < 5; ++i) Round();
@@ -302,10 +302,9 @@ TEST_F(PendingCapTest, WaitingGangsCostARoundNothingUntilCapacityFreesThenEachIs
   Report({{big, InstanceState::kTerminated}});  // Two GPUs free: room for 2 of 4.
   Round();
   for (const std::string& id : gangs) {
-    const json g = *state_->GetGroup(T(acme_), id);
-    EXPECT_NE(g["reason"].get<std::string>().find("the fleet has room for 2 now"),
-              std::string::npos)
-        << id << ": " << g["reason"];
+    const GroupStatus g = *state_->GetGroup(T(acme_), id);
+    EXPECT_NE(g.group.reason.find("the fleet has room for 2 now"), std::string::npos)
+        << id << ": " << g.group.reason;
   }
   const int64_t tried = state_->counters().scheduling_attempts;
   for (int i = 0; i < 5; ++i) Round();

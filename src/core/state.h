@@ -366,27 +366,26 @@ class State {
                         int64_t month, const std::map<std::string, Money>& spent);
   static constexpr std::string_view kBudgetPrefix = "budget/";
 
-  // Groups (groups.cc, docs/groups.md). A group's view is its record with each member's
-  // instance, rank, state and node. NotFound for an unknown id and another tenant's alike.
-  Result<nlohmann::json> CreateGroup(const Tenant& caller, const GroupRequest& req,
-                                     store::Batch& batch);
-  Result<nlohmann::json> GetGroup(const Tenant& caller, std::string_view id) const;
-  nlohmann::json ListGroups(const Tenant& caller) const;
+  // Groups (state_groups.cc, docs/groups.md). Each call answers the group as it is then: its
+  // record with each member's instance, rank, state and node. NotFound for an unknown id and
+  // another tenant's alike.
+  Result<GroupStatus> CreateGroup(const Tenant& caller, const GroupRequest& req,
+                                  store::Batch& batch);
+  Result<GroupStatus> GetGroup(const Tenant& caller, std::string_view id) const;
+  std::vector<GroupStatus> ListGroups(const Tenant& caller) const;
   // Stops every member; the group stays listed as deleted until its members have ended.
-  Result<nlohmann::json> DeleteGroup(const Tenant& caller, std::string_view id,
-                                     store::Batch& batch);
+  Result<GroupStatus> DeleteGroup(const Tenant& caller, std::string_view id, store::Batch& batch);
   // Grows the group with new ranks (placed as a gang) or shrinks it, stopping the highest ranks
   // (the newest members) first.
-  Result<nlohmann::json> ScaleGroup(const Tenant& caller, std::string_view id, int size,
-                                    store::Batch& batch);
+  Result<GroupStatus> ScaleGroup(const Tenant& caller, std::string_view id, int size,
+                                 store::Batch& batch);
   // PATCH /v1/groups/{id}: a new size (as ScaleGroup), and sets, changes or removes its autoscale,
   // whose first evaluation then decides the size; all of it or none. An elastic group's range
   // must hold a new autoscale's [min, max] (its members' rendezvous was made for that range).
-  Result<nlohmann::json> PatchGroup(const Tenant& caller, std::string_view id,
-                                    const GroupPatch& patch, store::Batch& batch);
+  Result<GroupStatus> PatchGroup(const Tenant& caller, std::string_view id, const GroupPatch& patch,
+                                 store::Batch& batch);
   // The owner's backlog for a group autoscaled on `pending` (PUT /v1/groups/{id}/backlog).
-  Result<nlohmann::json> SetGroupBacklog(const Tenant& caller, std::string_view id,
-                                         int64_t pending);
+  Result<GroupStatus> SetGroupBacklog(const Tenant& caller, std::string_view id, int64_t pending);
   const std::map<std::string, Group>& groups() const { return groups_; }
   size_t log_tails() const { return logs_.size(); }  // Instances whose output is in memory.
   // Rebuilds groups from their records (kGroupPrefix and kNextGroup), after the instances.
@@ -533,7 +532,7 @@ class State {
   // members, as its owner; shape errors name the template. Every way a group grows passes it:
   // create, scale, autoscale, restart (`readmit`: not refused for the pending cap).
   Result<Admitted> AdmitMembers(const Group& g, int count, bool readmit = false);
-  nlohmann::json GroupView(const Group& g) const;
+  GroupStatus StatusOf(const Group& g) const;
   // Sets a group's size: new ranks wait to be placed, the highest ranks stop (`why`).
   Status Resize(Group& g, int size, const std::string& why, store::Batch& batch);
   // Every autoscale_interval: each autoscaled group's metric, floor and decision (audited).

@@ -48,18 +48,18 @@ class AutoscaleTest : public GroupsTest {
     }
   }
 
-  int Size(const std::string& id) { return Get(id)["size"].get<int>(); }
+  int Size(const std::string& id) { return Get(id).group.spec.size; }
 
   static constexpr int64_t kMonday = 1'796'047'140;  // 2026-11-30T13:59:00Z, a Monday.
 };
 
 TEST_F(AutoscaleTest, TheBacklogScalesUpAtOnceAndDownOnlyAfterTheWindow) {
-  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10)))["id"];
-  const std::string rank0 = Get(id)["members"][0]["instance"];
+  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10))).group.id;
+  const std::string rank0 = Get(id).members[0].instance;
   Backlog(id, 40);  // 20 a member against a target of 10: ceil(2 x 2) = 4.
   Wait(15s);
   EXPECT_EQ(Size(id), 4);
-  EXPECT_EQ(Get(id)["placed"], 4) << "new ranks are placed";
+  EXPECT_EQ(Get(id).placed, 4) << "new ranks are placed";
   Backlog(id, 42);  // 10.5 a member: within 10% of the target, no change.
   Wait(15s);
   EXPECT_EQ(Size(id), 4);
@@ -71,10 +71,10 @@ TEST_F(AutoscaleTest, TheBacklogScalesUpAtOnceAndDownOnlyAfterTheWindow) {
   EXPECT_EQ(Size(id), 6) << "the window still holds the recommendation of 6";
   Wait(30s);
   EXPECT_EQ(Size(id), 1);
-  EXPECT_EQ(Get(id)["members"][0]["instance"], rank0) << "the newest members go first";
-  const json status = Get(id)["autoscale_status"];
-  EXPECT_EQ(status["scale_ups"], 2);
-  EXPECT_EQ(status["scale_downs"], 1);
+  EXPECT_EQ(Get(id).members[0].instance, rank0) << "the newest members go first";
+  const Group after = Get(id).group;
+  EXPECT_EQ(after.scale_ups, 2);
+  EXPECT_EQ(after.scale_downs, 1);
   // Every decision is in the audit log with its inputs.
   int audited = 0;
   for (const store::AuditRecord& a : batch_.audit) {
@@ -91,7 +91,7 @@ TEST_F(AutoscaleTest, TheBacklogScalesUpAtOnceAndDownOnlyAfterTheWindow) {
 TEST_F(AutoscaleTest, AHugeBacklogOrATinyTargetGoesToMaxWithoutOverflow) {
   Autoscale a = OnBacklog(1, 3, 0.001);
   a.scale_down_stabilization_seconds = 0;
-  const std::string id = Create(Scaled(2, a))["id"];
+  const std::string id = Create(Scaled(2, a)).group.id;
   Backlog(id, int64_t{1} << 40);
   Wait(15s);
   EXPECT_EQ(Size(id), 3);
@@ -103,11 +103,11 @@ TEST_F(AutoscaleTest, AHugeBacklogOrATinyTargetGoesToMaxWithoutOverflow) {
 // Scaling out passes the same gate as creating: the tenant's quota holds its autoscaler too.
 TEST_F(AutoscaleTest, ScaleOutStopsAtTheTenantsQuotaAndSaysSo) {
   ASSERT_TRUE(state_->UpdateTenant(acme_.id.str(), 3000, std::nullopt, batch_).ok());  // 3 GPUs.
-  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10)))["id"];
+  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10))).group.id;
   Backlog(id, 200);  // 6 wanted, one GPU each: 6 GPUs against a quota of 3.
   Wait(15s);
   EXPECT_EQ(Size(id), 2) << "all of the new members, or none";
-  const std::string decision = Get(id)["autoscale_status"]["last_decision"];
+  const std::string decision = Get(id).group.decision;
   EXPECT_NE(decision.find("refused: quota exceeded by 3 GPUs"), std::string::npos) << decision;
   EXPECT_EQ(state_->TenantGpuMilli(acme_.id), 2000);
   auto scaled = state_->ScaleGroup(Acme(), id, 5, batch_);
@@ -117,8 +117,8 @@ TEST_F(AutoscaleTest, ScaleOutStopsAtTheTenantsQuotaAndSaysSo) {
 // At its owner's cap on pending work an autoscaler scales out as far as the cap leaves room and
 // then holds, saying why once: no refusal at every evaluation.
 TEST_F(AutoscaleTest, ScaleOutStopsAtThePendingCapAndSaysSoOnce) {
-  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10)))["id"];
-  ASSERT_EQ(Get(id)["placed"], 2);
+  const std::string id = Create(Scaled(2, OnBacklog(1, 6, 10))).group.id;
+  ASSERT_EQ(Get(id).placed, 2);
   ASSERT_TRUE(state_->UpdateTenant(acme_.id.str(), std::nullopt, std::nullopt, batch_, 3).ok());
   for (const char* node : {"n1", "n2"})
     ASSERT_TRUE(state_->SetNodeDrained(node, true, batch_).ok());
@@ -129,14 +129,14 @@ TEST_F(AutoscaleTest, ScaleOutStopsAtThePendingCapAndSaysSoOnce) {
   };
   Wait(15s);
   EXPECT_EQ(Size(id), 5) << "3 more members: the cap's room";
-  std::string decision = Get(id)["autoscale_status"]["last_decision"];
+  std::string decision = Get(id).group.decision;
   EXPECT_NE(decision.find("2 -> 5: "), std::string::npos) << decision;
   EXPECT_NE(decision.find("; held at 5 by its owner's cap on pending instances (0 pending, cap 3)"),
             std::string::npos)
       << decision;
   EXPECT_EQ(state_->pending_work().Count(acme_.id.str()), 3);
   Wait(15s);
-  decision = Get(id)["autoscale_status"]["last_decision"];
+  decision = Get(id).group.decision;
   EXPECT_EQ(Size(id), 5);
   EXPECT_NE(decision.find("5 -> 6: "), std::string::npos) << decision;
   EXPECT_NE(decision.find("; held at 5 by its owner's cap on pending instances (3 pending, cap 3)"),
@@ -155,7 +155,7 @@ TEST_F(AutoscaleTest, GpuUtilizationFromTelemetryDrivesTheSize) {
   a.max = 8;
   a.metric = AutoscaleMetric::kGpuUtil;
   a.target = 50;
-  const std::string id = Create(Scaled(2, a))["id"];
+  const std::string id = Create(Scaled(2, a)).group.id;
   std::map<std::string, std::vector<int>> busy;  // GPUs the members hold, by node.
   for (int rank = 0; rank < 2; ++rank) {
     const Instance m = Member(Get(id), rank);
@@ -183,14 +183,14 @@ TEST_F(AutoscaleTest, GpuUtilizationFromTelemetryDrivesTheSize) {
   clock_.Advance(15s);
   Sync("n1");
   EXPECT_EQ(Size(id), 4);
-  EXPECT_NEAR(Get(id)["autoscale_status"]["value"].get<double>(), 90, 1e-9);
+  EXPECT_NEAR(Get(id).group.metric_value.value_or(-1), 90, 1e-9);
   // The two new members have not started: their GPUs count as idle, and 180 / 4 = 45 would turn
   // a scale-up into a scale-down, so it reads as on target: the group does not grow again on
   // the same readings, nor shrink.
   clock_.Advance(15s);
   Sync("n1");
   EXPECT_EQ(Size(id), 4);
-  EXPECT_NEAR(Get(id)["autoscale_status"]["value"].get<double>(), 50, 1e-9);
+  EXPECT_NEAR(Get(id).group.metric_value.value_or(-1), 50, 1e-9);
 }
 
 TEST_F(AutoscaleTest, TheScheduleRaisesTheFloorAtItsTimes) {
@@ -198,13 +198,13 @@ TEST_F(AutoscaleTest, TheScheduleRaisesTheFloorAtItsTimes) {
   a.scale_down_stabilization_seconds = 60;
   a.schedule.push_back({*Cron::Parse("0 14 * * 1-5"), 4});  // The trading peak, weekdays.
   a.schedule.push_back({*Cron::Parse("0 18 * * 1-5"), 1});
-  const std::string id = Create(Scaled(1, a))["id"];
+  const std::string id = Create(Scaled(1, a)).group.id;
   Backlog(id, 0);
   Wait(15s);  // 13:59:15 on a Monday: the last entry to fire was last Friday's 18:00.
   EXPECT_EQ(Size(id), 1);
   Wait(60s);  // 14:00:15.
   EXPECT_EQ(Size(id), 4);
-  EXPECT_EQ(Get(id)["autoscale_status"]["floor"], 4);
+  EXPECT_EQ(Get(id).group.floor, 4);
   Wait(std::chrono::hours(3) + 45min);  // 17:45: the floor holds with no backlog.
   EXPECT_EQ(Size(id), 4);
   Wait(30min);  // 18:15: the floor is back to 1, and the window has passed.
@@ -217,8 +217,8 @@ TEST_F(AutoscaleTest, ARunningGroupsAutoscaleIsSetChangedAndRemovedWithoutAResta
   GroupRequest plain = Gang(2, 1, Topology::kAny);
   plain.min_available = 1;
   plain.elastic = Elastic{1, 6};
-  const std::string id = Create(plain)["id"];
-  const std::string rank0 = Get(id)["members"][0]["instance"];
+  const std::string id = Create(plain).group.id;
+  const std::string rank0 = Get(id).members[0].instance;
   auto patch = [&](std::optional<int> size, std::optional<Autoscale> a) {
     GroupPatch p;
     p.size = size;
@@ -228,9 +228,9 @@ TEST_F(AutoscaleTest, ARunningGroupsAutoscaleIsSetChangedAndRemovedWithoutAResta
   ASSERT_TRUE(patch(std::nullopt, OnBacklog(1, 6, 10)).ok());
   Backlog(id, 40);
   Wait(15s);
-  EXPECT_EQ(Size(id), 4) << Get(id).dump();
-  EXPECT_EQ(Get(id)["restarts"], 0);
-  EXPECT_EQ(Get(id)["members"][0]["instance"], rank0);
+  EXPECT_EQ(Size(id), 4) << Dump(Get(id));
+  EXPECT_EQ(Get(id).group.restarts, 0);
+  EXPECT_EQ(Get(id).members[0].instance, rank0);
 
   auto wider = patch(std::nullopt, OnBacklog(1, 8, 10));
   EXPECT_EQ(wider.status().code(), StatusCode::kInvalidArgument);
@@ -244,23 +244,23 @@ TEST_F(AutoscaleTest, ARunningGroupsAutoscaleIsSetChangedAndRemovedWithoutAResta
   rps.metric = AutoscaleMetric::kRps;
   EXPECT_NE(patch(std::nullopt, rps).status().message().find("rps needs a service"),
             std::string::npos);
-  EXPECT_EQ(Get(id)["autoscale"]["max"], 6) << "a refused change changes nothing";
+  EXPECT_EQ(Get(id).group.spec.autoscale->max, 6) << "a refused change changes nothing";
   EXPECT_EQ(Size(id), 4);
 
   // Narrowed: the next evaluation brings the size within it.
   ASSERT_TRUE(patch(std::nullopt, OnBacklog(1, 3, 10)).ok());
-  EXPECT_FALSE(Get(id)["autoscale_status"].contains("last_decision"));
+  EXPECT_TRUE(Get(id).group.decision.empty()) << "no decision yet under the new autoscale";
   Wait(15s);
   EXPECT_EQ(Size(id), 3);
   // Removed: the group keeps its size, whatever the backlog.
   GroupPatch off;
   off.autoscale.emplace();
   ASSERT_TRUE(state_->PatchGroup(Acme(), id, off, batch_).ok());
-  EXPECT_FALSE(Get(id).contains("autoscale"));
+  EXPECT_FALSE(Get(id).group.spec.autoscale.has_value());
   Backlog(id, 400);
   Wait(30s);
   EXPECT_EQ(Size(id), 3);
-  EXPECT_EQ(Get(id)["members"][0]["instance"], rank0);
+  EXPECT_EQ(Get(id).members[0].instance, rank0);
   // Another tenant's group is unknown to it.
   GroupPatch any;
   any.size = 2;

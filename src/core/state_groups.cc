@@ -14,8 +14,8 @@
 
 namespace tessera::core {
 
-Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupRequest& req,
-                                          store::Batch& batch) {
+Result<GroupStatus> State::CreateGroup(const Tenant& caller, const GroupRequest& req,
+                                       store::Batch& batch) {
   Group g;
   g.id = fmt::format("grp-{:06}", next_group_++);
   g.tenant = caller.id;
@@ -33,7 +33,7 @@ Result<nlohmann::json> State::CreateGroup(const Tenant& caller, const GroupReque
   batch.settings.emplace_back(std::string(kNextGroup), std::to_string(next_group_));
   if (!PlaceGang(stored, batch)) stored.failed_in = queue_.generation();
   SaveGroup(stored, batch);
-  return GroupView(stored);
+  return StatusOf(stored);
 }
 
 Result<Admitted> State::AdmitMembers(const Group& g, int count, bool readmit) {
@@ -71,35 +71,22 @@ Status State::AddMembers(Group& g, int from, int to, store::Batch& batch, bool r
   return Status::Ok();
 }
 
-nlohmann::json State::GroupView(const Group& g) const {
-  nlohmann::json j = ToJson(g, Secrets::kHidden);
-  j.erase("seq");
-  nlohmann::json members = nlohmann::json::array();
-  int placed = 0;
+GroupStatus State::StatusOf(const Group& g) const {
+  GroupStatus out;
+  out.group = g;
   for (const std::string& id : g.members) {
-    const Instance* inst = instances_.Find(id);
-    nlohmann::json m = {{"instance", id}};
-    if (inst) {
-      m["rank"] = inst->rank;
-      m["state"] = StateName(inst->state);
-      m["node"] = inst->node.empty() ? nlohmann::json() : nlohmann::json(inst->node);
-      if (inst->assignment) ++placed;
+    GroupMemberStatus m;
+    m.instance = id;
+    if (const Instance* inst = instances_.Find(id)) {
+      m.known = true;
+      m.rank = inst->rank;
+      m.state = inst->state;
+      m.node = inst->node;
+      if (inst->assignment) ++out.placed;
     }
-    members.push_back(std::move(m));
+    out.members.push_back(std::move(m));
   }
-  j["members"] = std::move(members);
-  j["placed"] = placed;
-  if (g.spec.autoscale) {
-    nlohmann::json status = {{"desired", g.desired > 0 ? g.desired : g.spec.size},
-                             {"floor", g.floor > 0 ? g.floor : g.spec.autoscale->min},
-                             {"scale_ups", g.scale_ups},
-                             {"scale_downs", g.scale_downs}};
-    if (g.metric_value) status["value"] = *g.metric_value;
-    if (g.backlog) status["backlog"] = *g.backlog;
-    if (!g.decision.empty()) status["last_decision"] = g.decision;
-    j["autoscale_status"] = std::move(status);
-  }
-  return j;
+  return out;
 }
 
 void State::SaveGroup(Group& g, store::Batch& batch) {
@@ -123,21 +110,21 @@ Result<Group*> State::GroupOf(const Tenant& caller, std::string_view id) {
   return const_cast<Group*>(g);
 }
 
-Result<nlohmann::json> State::GetGroup(const Tenant& caller, std::string_view id) const {
+Result<GroupStatus> State::GetGroup(const Tenant& caller, std::string_view id) const {
   TESSERA_ASSIGN_OR_RETURN(const Group* g, GroupOf(caller, id));
-  return GroupView(*g);
+  return StatusOf(*g);
 }
 
-nlohmann::json State::ListGroups(const Tenant& caller) const {
-  nlohmann::json list = nlohmann::json::array();
+std::vector<GroupStatus> State::ListGroups(const Tenant& caller) const {
+  std::vector<GroupStatus> out;
   for (const auto& [id, g] : groups_) {
-    if (caller.admin || caller.id == g.tenant) list.push_back(GroupView(g));
+    if (caller.admin || caller.id == g.tenant) out.push_back(StatusOf(g));
   }
-  return nlohmann::json{{"groups", std::move(list)}};
+  return out;
 }
 
-Result<nlohmann::json> State::DeleteGroup(const Tenant& caller, std::string_view id,
-                                          store::Batch& batch) {
+Result<GroupStatus> State::DeleteGroup(const Tenant& caller, std::string_view id,
+                                       store::Batch& batch) {
   TESSERA_ASSIGN_OR_RETURN(Group * found, GroupOf(caller, id));
   Group& g = *found;
   if (g.state != GroupState::kDeleted) {
@@ -149,18 +136,18 @@ Result<nlohmann::json> State::DeleteGroup(const Tenant& caller, std::string_view
     }
     SaveGroup(g, batch);
   }
-  return GroupView(g);
+  return StatusOf(g);
 }
 
-Result<nlohmann::json> State::ScaleGroup(const Tenant& caller, std::string_view id, int size,
-                                         store::Batch& batch) {
+Result<GroupStatus> State::ScaleGroup(const Tenant& caller, std::string_view id, int size,
+                                      store::Batch& batch) {
   GroupPatch patch;
   patch.size = size;
   return PatchGroup(caller, id, patch, batch);
 }
 
-Result<nlohmann::json> State::PatchGroup(const Tenant& caller, std::string_view id,
-                                         const GroupPatch& patch, store::Batch& batch) {
+Result<GroupStatus> State::PatchGroup(const Tenant& caller, std::string_view id,
+                                      const GroupPatch& patch, store::Batch& batch) {
   TESSERA_ASSIGN_OR_RETURN(Group * found, GroupOf(caller, id));
   Group& g = *found;
   if (Ended(g.state)) {
@@ -203,7 +190,7 @@ Result<nlohmann::json> State::PatchGroup(const Tenant& caller, std::string_view 
     g.updated_at = clock_->Now();
     SaveGroup(g, batch);
   }
-  return GroupView(g);
+  return StatusOf(g);
 }
 
 Status State::Resize(Group& g, int size, const std::string& why, store::Batch& batch) {
@@ -259,11 +246,11 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
   return Status::Ok();
 }
 
-Result<nlohmann::json> State::SetGroupBacklog(const Tenant& caller, std::string_view id,
-                                              int64_t pending) {
+Result<GroupStatus> State::SetGroupBacklog(const Tenant& caller, std::string_view id,
+                                           int64_t pending) {
   TESSERA_ASSIGN_OR_RETURN(Group * g, GroupOf(caller, id));
   g->backlog = pending;
-  return GroupView(*g);
+  return StatusOf(*g);
 }
 
 std::optional<double> State::GroupMetric(const Group& g) const {

@@ -52,10 +52,10 @@ TEST_F(GroupsTest, TheHeapInUseReturnsNearItsStartAfterTheRetention) {
 // the group itself lives on.
 TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
   Join("n1", 8, OneIsland(8));
-  const json g = Create(Gang(3, 1, Topology::kAny));
-  ASSERT_EQ(g["state"], "running");
-  const std::string id = g["id"];
-  auto start = [&](const json& group) {
+  const GroupStatus g = Create(Gang(3, 1, Topology::kAny));
+  ASSERT_EQ(GroupStateName(g.group.state), "running");
+  const std::string id = g.group.id;
+  auto start = [&](const GroupStatus& group) {
     std::vector<Instance> ms;
     for (int rank = 0; rank < 3; ++rank) ms.push_back(Member(group, rank));
     AgentReport r0 = Report(ms[0], InstanceState::kRunning);
@@ -73,8 +73,8 @@ TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
   // Rank 1 fails: the group restarts whole and lists a new attempt.
   Sync("n1", {Report(first[1], InstanceState::kFailed, 1)});
   Sync("n1", {Report(first[0], InstanceState::kTerminated, 0)});
-  const json again = Get(id);
-  ASSERT_EQ(again["state"], "running") << again.dump();
+  const GroupStatus again = Get(id);
+  ASSERT_EQ(GroupStateName(again.group.state), "running") << Dump(again);
   const std::vector<Instance> second = start(again);
   Sync("n1", {Report(second[2], InstanceState::kTerminated, 0)});
   clock_.Advance(61min);
@@ -101,17 +101,17 @@ TEST_F(GroupsTest, ARestartedGroupGoesBackToItsVolumesNode) {
   ASSERT_TRUE(state_->CreateVolume(Acme(), {"ckpt", 10, "n1", false}, "", batch_).ok());
   GroupRequest req = Gang(1, 1, Topology::kNode);
   req.member.volumes = {{"ckpt", "/ckpt"}};
-  const json g = Create(req);
-  const std::string id = g["id"];
+  const GroupStatus g = Create(req);
+  const std::string id = g.group.id;
   const Instance first = Member(g, 0);
   EXPECT_EQ(first.node, "n1");
   Sync("n1", {Report(first, InstanceState::kRunning)});
   Sync("n1", {Report(first, InstanceState::kFailed, 1)});
-  const json again = Get(id);
-  ASSERT_EQ(again["restarts"], 1) << again.dump();
+  const GroupStatus again = Get(id);
+  ASSERT_EQ(again.group.restarts, 1) << Dump(again);
   const Instance second = Member(again, 0);
   EXPECT_NE(second.id, first.id);
-  EXPECT_EQ(second.node, "n1") << again.dump();
+  EXPECT_EQ(second.node, "n1") << Dump(again);
   EXPECT_EQ(second.volumes, req.member.volumes);
   EXPECT_EQ(state_->VolumeUsers(acme_.id.str(), "ckpt"), std::vector<std::string>{second.id.str()});
 }
@@ -127,9 +127,9 @@ TEST_F(GroupsTest, AGangAtItsQuotaRestartsOnceTheLastAttemptStopped) {
   auto created = state_->CreateGroup(small, Gang(2, 2, Topology::kNode), batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(created.ok()) << created.status().message();
-  const std::string id = (*created)["id"];
-  auto member = [&](const json& g, int rank) {
-    return *state_->GetInstance(small, g["members"][rank]["instance"].get<std::string>());
+  const std::string id = created->group.id;
+  auto member = [&](const GroupStatus& g, int rank) {
+    return *state_->GetInstance(small, g.members[static_cast<size_t>(rank)].instance);
   };
   const Instance r0 = member(*created, 0), r1 = member(*created, 1);
   AgentReport started = Report(r0, InstanceState::kRunning);
@@ -137,36 +137,36 @@ TEST_F(GroupsTest, AGangAtItsQuotaRestartsOnceTheLastAttemptStopped) {
   Sync("n1", {started, Report(r1, InstanceState::kRunning)});
   Sync("n1", {Report(r1, InstanceState::kFailed, 1)});
   Sync("n1", {Report(r0, InstanceState::kTerminated, 143)});
-  const json after = *state_->GetGroup(small, id);
-  EXPECT_EQ(after["state"], "running") << after.dump();
-  EXPECT_EQ(after["restarts"], 1);
-  EXPECT_EQ(after["placed"], 2) << after.dump();
+  const GroupStatus after = *state_->GetGroup(small, id);
+  EXPECT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
+  EXPECT_EQ(after.group.restarts, 1);
+  EXPECT_EQ(after.placed, 2) << Dump(after);
 }
 
 TEST_F(GroupsTest, AGangOfEightLandsOnOneEightGpuIslandOrWaitsHoldingNothing) {
   Join("split", 8, {{0, 1, 2, 3}, {4, 5, 6, 7}});  // Two islands of four.
   Join("whole", 8, OneIsland(8));
-  const json g = Create(Gang(8, 1));
-  EXPECT_EQ(g["state"], "running");
-  EXPECT_EQ(NodesOf(g), std::set<std::string>{"whole"}) << g.dump();
+  const GroupStatus g = Create(Gang(8, 1));
+  EXPECT_EQ(GroupStateName(g.group.state), "running");
+  EXPECT_EQ(NodesOf(g), std::set<std::string>{"whole"}) << Dump(g);
   EXPECT_EQ(FreeGpus("whole"), 0);
   // A second gang of 8 NVLinked GPUs finds no island of 8 (the other node has two of four): it
   // waits, and holds nothing meanwhile.
-  const json waits = Create(Gang(1, 8));
-  EXPECT_EQ(waits["state"], "waiting");
-  EXPECT_EQ(waits["placed"], 0);
-  EXPECT_NE(waits.value("reason", "").find("waiting for room"), std::string::npos) << waits;
+  const GroupStatus waits = Create(Gang(1, 8));
+  EXPECT_EQ(GroupStateName(waits.group.state), "waiting");
+  EXPECT_EQ(waits.placed, 0);
+  EXPECT_NE(waits.group.reason.find("waiting for room"), std::string::npos) << Dump(waits);
   EXPECT_EQ(FreeGpus("split"), 8) << "never split across islands, never partly held";
 }
 
 TEST_F(GroupsTest, TwoGangsThatEachNeedMostOfTheFleetNeverDeadlockAndSmallWorkRuns) {
   Join("n1", 8, OneIsland(8));
   Join("n2", 8, OneIsland(8));
-  const json a = Create(Gang(3, 4, Topology::kNode));
-  const json b = Create(Gang(3, 4, Topology::kNode));
-  EXPECT_EQ(a["state"], "running");
-  EXPECT_EQ(b["state"], "waiting");
-  EXPECT_EQ(b["placed"], 0) << "the waiting gang holds nothing";
+  const GroupStatus a = Create(Gang(3, 4, Topology::kNode));
+  const GroupStatus b = Create(Gang(3, 4, Topology::kNode));
+  EXPECT_EQ(GroupStateName(a.group.state), "running");
+  EXPECT_EQ(GroupStateName(b.group.state), "waiting");
+  EXPECT_EQ(b.placed, 0) << "the waiting gang holds nothing";
   EXPECT_EQ(FreeGpus("n1") + FreeGpus("n2"), 4);
   // Small work still runs beside them.
   state_->BeginRound();
@@ -176,29 +176,29 @@ TEST_F(GroupsTest, TwoGangsThatEachNeedMostOfTheFleetNeverDeadlockAndSmallWorkRu
   EXPECT_EQ(small->state, InstanceState::kScheduled);
   // The first gang ends: the second takes its place.
   state_->BeginRound();
-  ASSERT_TRUE(state_->DeleteGroup(Acme(), a["id"].get<std::string>(), batch_).ok());
+  ASSERT_TRUE(state_->DeleteGroup(Acme(), a.group.id, batch_).ok());
   state_->EndRound(batch_);
   for (int rank = 0; rank < 3; ++rank) {
     const Instance m = Member(a, rank);
     Sync(m.node, {Report(m, InstanceState::kTerminated, 0)});
   }
-  EXPECT_EQ(Get(b["id"])["state"], "running");
-  EXPECT_EQ(Get(b["id"])["placed"], 3);
+  EXPECT_EQ(GroupStateName(Get(b.group.id).group.state), "running");
+  EXPECT_EQ(Get(b.group.id).placed, 3);
 }
 
 TEST_F(GroupsTest, PackFillsFewNodesAndSpreadTakesMany) {
   for (int i = 0; i < 4; ++i) Join(fmt::format("n{}", i), 8, OneIsland(8));
-  const json packed = Create(Gang(4, 2, Topology::kNode, Placement::kPack));
-  EXPECT_EQ(NodesOf(packed).size(), 1u) << packed.dump();
-  const json spread = Create(Gang(3, 1, Topology::kAny, Placement::kSpread));
-  EXPECT_EQ(NodesOf(spread).size(), 3u) << spread.dump();
+  const GroupStatus packed = Create(Gang(4, 2, Topology::kNode, Placement::kPack));
+  EXPECT_EQ(NodesOf(packed).size(), 1u) << Dump(packed);
+  const GroupStatus spread = Create(Gang(3, 1, Topology::kAny, Placement::kSpread));
+  EXPECT_EQ(NodesOf(spread).size(), 3u) << Dump(spread);
 }
 
 TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGroup) {
   Join("n1", 8, OneIsland(8));
   Join("n2", 8, OneIsland(8));
-  const json g = Create(Gang(3, 4, Topology::kNode));
-  ASSERT_EQ(g["state"], "running");
+  const GroupStatus g = Create(Gang(3, 4, Topology::kNode));
+  ASSERT_EQ(GroupStateName(g.group.state), "running");
   const Instance r0 = Member(g, 0), r1 = Member(g, 1), r2 = Member(g, 2);
   // Rank 0's agent is asked to reserve MASTER_PORT as it starts rank 0; the others wait for it.
   json w0 = Workload(r0), w1 = Workload(r1);
@@ -217,7 +217,7 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   EXPECT_EQ(env["RANK"], "1");
   EXPECT_EQ(env["MASTER_ADDR"], r0.node) << "an agent that gave no address: its node's name";
   EXPECT_EQ(env["MASTER_PORT"], "29517");
-  EXPECT_EQ(env["TESSERA_GROUP"], g["id"]);
+  EXPECT_EQ(env["TESSERA_GROUP"], g.group.id);
   EXPECT_EQ(env["LOCAL_RANK"], r0.node == r1.node ? "1" : "0");
   EXPECT_EQ(Workload(r2)["env"]["MASTER_PORT"], "29517");
   // The port survives a restart of the server: rank 0's record keeps it too.
@@ -227,13 +227,13 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   for (const Instance& m : {r1, r2}) Sync(m.node, {Report(m, InstanceState::kRunning)});
   // Rank 2 fails: the others are stopped, and the group starts a new attempt, whole.
   Sync(r2.node, {Report(r2, InstanceState::kFailed, 1)});
-  json after = Get(g["id"]);
-  EXPECT_EQ(after["restarts"], 1);
+  GroupStatus after = Get(g.group.id);
+  EXPECT_EQ(after.group.restarts, 1);
   EXPECT_EQ(state_->GetInstance(Acme(), r0.id.str())->state, InstanceState::kStopping);
   EXPECT_EQ(state_->GetInstance(Acme(), r1.id.str())->state, InstanceState::kStopping);
-  EXPECT_EQ(after["state"], "waiting");
-  EXPECT_EQ(after["members"].size(), 0u) << "the new attempt waits for the last one to stop";
-  EXPECT_EQ(after["draining"].size(), 2u) << after.dump();
+  EXPECT_EQ(GroupStateName(after.group.state), "waiting");
+  EXPECT_EQ(after.members.size(), 0u) << "the new attempt waits for the last one to stop";
+  EXPECT_EQ(after.group.draining.size(), 2u) << Dump(after);
   // Once the old members have stopped, the new attempt is made and placed.
   if (r1.node != r0.node) {
     Sync(r0.node, {Report(r0, InstanceState::kTerminated, 0)});
@@ -242,9 +242,9 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
     Sync(r0.node,
          {Report(r0, InstanceState::kTerminated, 0), Report(r1, InstanceState::kTerminated, 0)});
   }
-  after = Get(g["id"]);
-  EXPECT_EQ(after["state"], "running") << after.dump();
-  EXPECT_EQ(after["placed"], 3);
+  after = Get(g.group.id);
+  EXPECT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
+  EXPECT_EQ(after.placed, 3);
   EXPECT_EQ(Member(after, 0).group_env.at("TESSERA_GROUP_RESTARTS"), "1");
   // A new attempt meets at a port rank 0's agent reserves anew.
   EXPECT_EQ(Workload(Member(after, 0)).value("reserve_port", ""), "MASTER_PORT");
@@ -262,7 +262,7 @@ TEST_F(GroupsTest, MasterAddrIsRankZerosAdvertisedAddress) {
       state_->RegisterAgent("n1", {agent_, Inventory("n1", 8, OneIsland(8)), "10.0.0.7"}, batch_)
           .ok());
   EXPECT_EQ(state_->AgentJson("n1")["address"], "10.0.0.7");
-  const json g = Create(Gang(2, 1, Topology::kNode));
+  const GroupStatus g = Create(Gang(2, 1, Topology::kNode));
   const Instance r0 = Member(g, 0), r1 = Member(g, 1);
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29500;
@@ -279,7 +279,7 @@ TEST_F(GroupsTest, MasterAddrIsRankZerosAdvertisedAddress) {
 // they start at the group's own port rather than wait for a rank 0 that is gone.
 TEST_F(GroupsTest, MembersHeldForRankZerosPortStartWhenRankZeroEndsBeforeItWasSeenRunning) {
   Join("n1", 8, OneIsland(8));
-  const json named = Create(Gang(2, 1, Topology::kNode));
+  const GroupStatus named = Create(Gang(2, 1, Topology::kNode));
   const Instance a0 = Member(named, 0), a1 = Member(named, 1);
   ASSERT_TRUE(Workload(a1).is_null()) << "rank 1 waits for rank 0's port";
   AgentReport ended = Report(a0, InstanceState::kTerminated, 0);
@@ -291,9 +291,10 @@ TEST_F(GroupsTest, MembersHeldForRankZerosPortStartWhenRankZeroEndsBeforeItWasSe
   EXPECT_EQ(w1["env"]["MASTER_PORT"], "29533");
   Sync("n1", {Report(a1, InstanceState::kRunning)});
   Sync("n1", {Report(a1, InstanceState::kTerminated, 0)});
-  EXPECT_EQ(Get(named["id"])["state"], "succeeded") << Get(named["id"]).dump();
+  EXPECT_EQ(GroupStateName(Get(named.group.id).group.state), "succeeded")
+      << Dump(Get(named.group.id));
 
-  const json unnamed = Create(Gang(2, 1, Topology::kNode));
+  const GroupStatus unnamed = Create(Gang(2, 1, Topology::kNode));
   const Instance b0 = Member(unnamed, 0), b1 = Member(unnamed, 1);
   ASSERT_TRUE(Workload(b1).is_null());
   Sync("n1", {Report(b0, InstanceState::kTerminated, 0)});
@@ -313,13 +314,17 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
   req.member.image.ref = "registry.example.com/team/train:1.4";
   req.member.image.pull_policy = PullPolicy::kNever;
   req.member.image.auth = RegistryAuth{.username = "robot", .password = "s3cret-pw"};
-  const json g = Create(req);
-  ASSERT_EQ(g["state"], "running");
-  EXPECT_EQ(g["template"]["image"], "registry.example.com/team/train:1.4");
-  EXPECT_EQ(g["template"]["registry_auth"], json({{"username", "robot"}}));
-  EXPECT_EQ(g.dump().find("s3cret-pw"), std::string::npos);
-  EXPECT_EQ(Get(g["id"]).dump().find("s3cret-pw"), std::string::npos);
-  EXPECT_EQ(state_->ListGroups(Acme()).dump().find("s3cret-pw"), std::string::npos);
+  const GroupStatus g = Create(req);
+  ASSERT_EQ(GroupStateName(g.group.state), "running");
+  EXPECT_EQ(ToJson(g.group, Secrets::kHidden)["template"]["image"],
+            "registry.example.com/team/train:1.4");
+  EXPECT_EQ(ToJson(g.group, Secrets::kHidden)["template"]["registry_auth"],
+            json({{"username", "robot"}}));
+  EXPECT_EQ(Dump(g).find("s3cret-pw"), std::string::npos);
+  EXPECT_EQ(Dump(Get(g.group.id)).find("s3cret-pw"), std::string::npos);
+  for (const GroupStatus& listed : state_->ListGroups(Acme())) {
+    EXPECT_EQ(Dump(listed).find("s3cret-pw"), std::string::npos);
+  }
   const Instance r0 = Member(g, 0);
   EXPECT_EQ(Workload(r0).value("reserve_port", ""), "MASTER_PORT")
       << "rank 0 runs its image's entrypoint: its agent reserves the port";
@@ -328,7 +333,7 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
   Sync(r0.node, {started});
   auto check = [&](const char* when) {
     for (int rank = 0; rank < 3; ++rank) {
-      const Instance m = Member(Get(g["id"]), rank);
+      const Instance m = Member(Get(g.group.id), rank);
       EXPECT_EQ(ToJson(m).dump().find("s3cret-pw"), std::string::npos) << when;
       const json w = Workload(m);
       ASSERT_TRUE(w.is_object()) << when << ": rank " << rank;
@@ -342,19 +347,20 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
   check("placed");
   Restart();
   check("after a restart");
-  EXPECT_EQ(Get(g["id"])["template"]["registry_auth"], json({{"username", "robot"}}));
+  EXPECT_EQ(ToJson(Get(g.group.id).group, Secrets::kHidden)["template"]["registry_auth"],
+            json({{"username", "robot"}}));
   // A new attempt's members are made from the stored template: the credentials come with it.
   std::vector<Instance> old;
-  for (int rank = 0; rank < 3; ++rank) old.push_back(Member(Get(g["id"]), rank));
+  for (int rank = 0; rank < 3; ++rank) old.push_back(Member(Get(g.group.id), rank));
   Sync(old[1].node, {Report(old[1], InstanceState::kFailed, 1)});
   for (const Instance& m : old) {
     if (state_->GetInstance(Acme(), m.id.str())->state == InstanceState::kStopping) {
       Sync(m.node, {Report(m, InstanceState::kTerminated, 0)});
     }
   }
-  const json after = Get(g["id"]);
-  ASSERT_EQ(after["restarts"], 1);
-  ASSERT_EQ(after["state"], "running") << after.dump();
+  const GroupStatus after = Get(g.group.id);
+  ASSERT_EQ(after.group.restarts, 1);
+  ASSERT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
   const json w0 = Workload(Member(after, 0));
   ASSERT_TRUE(w0.is_object());
   EXPECT_EQ(w0["registry_auth"]["password"], "s3cret-pw");
@@ -364,13 +370,13 @@ TEST_F(GroupsTest, WithoutRestartAFailedMemberFailsTheGroup) {
   Join("n1", 8, OneIsland(8));
   GroupRequest req = Gang(2, 1, Topology::kNode);
   req.restart = false;
-  const json g = Create(req);
+  const GroupStatus g = Create(req);
   const Instance r0 = Member(g, 0);
   Sync(r0.node, {Report(r0, InstanceState::kRunning)});
   Sync(r0.node, {Report(r0, InstanceState::kFailed, 3)});
-  const json after = Get(g["id"]);
-  EXPECT_EQ(after["state"], "failed");
-  EXPECT_NE(after["reason"].get<std::string>().find("rank 0"), std::string::npos);
+  const GroupStatus after = Get(g.group.id);
+  EXPECT_EQ(GroupStateName(after.group.state), "failed");
+  EXPECT_NE(after.group.reason.find("rank 0"), std::string::npos);
   EXPECT_EQ(state_->GetInstance(Acme(), Member(g, 1).id.str())->state, InstanceState::kStopping);
 }
 
@@ -380,8 +386,8 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   Join("n1", 8, OneIsland(8));
   GroupRequest req = Gang(2, 2, Topology::kNode);
   req.elastic = Elastic{1, 4};
-  const json g = Create(req);
-  const std::string id = g["id"];
+  const GroupStatus g = Create(req);
+  const std::string id = g.group.id;
   const Instance r0 = Member(g, 0);
   // Rank 0's agent writes the port it reserves into the endpoint.
   const json w0 = Workload(r0);
@@ -401,8 +407,8 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(grown.ok()) << grown.status().message();
-  EXPECT_EQ((*grown)["placed"], 4);
-  EXPECT_EQ((*grown)["restarts"], 0);
+  EXPECT_EQ(grown->placed, 4);
+  EXPECT_EQ(grown->group.restarts, 0);
   EXPECT_EQ(FreeGpus("n1"), 0);
   EXPECT_EQ(Workload(Member(*grown, 3))["env"]["PET_RDZV_ENDPOINT"], "n1:29501")
       << "a new rank meets the running ones";
@@ -412,7 +418,7 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   auto shrunk = state_->ScaleGroup(Acme(), id, 3, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(shrunk.ok());
-  EXPECT_EQ((*shrunk)["members"].size(), 3u);
+  EXPECT_EQ(shrunk->members.size(), 3u);
   EXPECT_EQ(state_->GetInstance(Acme(), newest.id.str())->state, InstanceState::kStopping);
   // Outside its range: refused, naming it.
   state_->BeginRound();
@@ -432,8 +438,8 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
 // running world and starts a new one, whole, at the new size.
 TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   Join("n1", 8, OneIsland(8));
-  const json g = Create(Gang(2, 2, Topology::kNode));
-  const std::string id = g["id"];
+  const GroupStatus g = Create(Gang(2, 2, Topology::kNode));
+  const std::string id = g.group.id;
   const Instance r0 = Member(g, 0), r1 = Member(g, 1);
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29501;
@@ -443,11 +449,10 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   auto grown = state_->ScaleGroup(Acme(), id, 3, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(grown.ok()) << grown.status().message();
-  EXPECT_EQ((*grown)["restarts"], 1);
-  EXPECT_EQ((*grown)["state"], "waiting");
-  EXPECT_NE((*grown)["reason"].get<std::string>().find("restarting whole at size 3 (was 2)"),
-            std::string::npos)
-      << grown->dump();
+  EXPECT_EQ(grown->group.restarts, 1);
+  EXPECT_EQ(GroupStateName(grown->group.state), "waiting");
+  EXPECT_NE(grown->group.reason.find("restarting whole at size 3 (was 2)"), std::string::npos)
+      << Dump(*grown);
   for (const Instance& m : {r0, r1}) {
     const Instance now = *state_->GetInstance(Acme(), m.id.str());
     EXPECT_EQ(now.state, InstanceState::kStopping);
@@ -455,9 +460,9 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   }
   Sync("n1",
        {Report(r0, InstanceState::kTerminated, 143), Report(r1, InstanceState::kTerminated, 143)});
-  const json after = Get(id);
-  ASSERT_EQ(after["state"], "running") << after.dump();
-  EXPECT_EQ(after["placed"], 3);
+  const GroupStatus after = Get(id);
+  ASSERT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
+  EXPECT_EQ(after.placed, 3);
   const Instance n0 = Member(after, 0);
   AgentReport again = Report(n0, InstanceState::kRunning);
   again.port = 29502;
@@ -473,23 +478,23 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   auto huge = state_->ScaleGroup(Acme(), id, 1024, batch_);
   state_->EndRound(batch_);
   EXPECT_FALSE(huge.ok());
-  EXPECT_EQ(Get(id)["size"], 3);
-  EXPECT_EQ(Get(id)["restarts"], 1);
+  EXPECT_EQ(Get(id).group.spec.size, 3);
+  EXPECT_EQ(Get(id).group.restarts, 1);
 }
 
 TEST_F(GroupsTest, AfterARestartAGroupIsWholeOrStillWaitingNeverHalfPlaced) {
   Join("n1", 8, OneIsland(8));
-  const json placed = Create(Gang(2, 4, Topology::kNode));
-  const json waiting = Create(Gang(2, 4, Topology::kNode));
-  ASSERT_EQ(waiting["state"], "waiting");
+  const GroupStatus placed = Create(Gang(2, 4, Topology::kNode));
+  const GroupStatus waiting = Create(Gang(2, 4, Topology::kNode));
+  ASSERT_EQ(GroupStateName(waiting.group.state), "waiting");
   Restart();
   Sync("n1");
-  EXPECT_EQ(Get(placed["id"])["placed"], 2);
-  EXPECT_EQ(Get(waiting["id"])["placed"], 0);
-  EXPECT_EQ(Get(waiting["id"])["state"], "waiting");
+  EXPECT_EQ(Get(placed.group.id).placed, 2);
+  EXPECT_EQ(Get(waiting.group.id).placed, 0);
+  EXPECT_EQ(GroupStateName(Get(waiting.group.id).group.state), "waiting");
   EXPECT_EQ(FreeGpus("n1"), 0);
   // A new group gets a new id.
-  EXPECT_NE(Create(Gang(1, 1))["id"], waiting["id"]);
+  EXPECT_NE(Create(Gang(1, 1)).group.id, waiting.group.id);
 }
 
 TEST_F(GroupsTest, AnOnDemandGangPreemptsTheFewestSpotInstancesAndOnlyIfItThenFitsWhole) {
@@ -504,27 +509,27 @@ TEST_F(GroupsTest, AnOnDemandGangPreemptsTheFewestSpotInstancesAndOnlyIfItThenFi
     spot.push_back(*state_->GetInstance(Acme(), inst->id.str()));
   }
   // A gang that could never fit the node preempts nobody.
-  const json too_big = Create(Gang(3, 4, Topology::kNode));
-  EXPECT_EQ(too_big["state"], "waiting");
+  const GroupStatus too_big = Create(Gang(3, 4, Topology::kNode));
+  EXPECT_EQ(GroupStateName(too_big.group.state), "waiting");
   // Two members of two GPUs: four victims, not eight, and only because all of it then fits.
-  const json g = Create(Gang(2, 2, Topology::kNode));
-  EXPECT_EQ(g["state"], "waiting");
-  EXPECT_NE(Get(g["id"])["reason"].get<std::string>().find("4 spot instance(s)"), std::string::npos)
-      << Get(g["id"]).dump();
+  const GroupStatus g = Create(Gang(2, 2, Topology::kNode));
+  EXPECT_EQ(GroupStateName(g.group.state), "waiting");
+  EXPECT_NE(Get(g.group.id).group.reason.find("4 spot instance(s)"), std::string::npos)
+      << Dump(Get(g.group.id));
   std::vector<Instance> noticed;
   for (const Instance& v : spot) {
     const Instance now = *state_->GetInstance(Acme(), v.id.str());
     if (now.state == InstanceState::kPreempting) noticed.push_back(now);
   }
   ASSERT_EQ(noticed.size(), 4u);
-  EXPECT_EQ(Get(g["id"])["placed"], 0) << "nothing is held during the notice";
+  EXPECT_EQ(Get(g.group.id).placed, 0) << "nothing is held during the notice";
   // Their agent stops them after the notice; the gang is placed whole.
   clock_.Advance(6s);
   std::vector<AgentReport> stops;
   for (const Instance& v : noticed) stops.push_back(Report(v, InstanceState::kTerminated, 143));
   Sync("n1", stops);
-  EXPECT_EQ(Get(g["id"])["state"], "running") << Get(g["id"]).dump();
-  EXPECT_EQ(Get(g["id"])["placed"], 2);
+  EXPECT_EQ(GroupStateName(Get(g.group.id).group.state), "running") << Dump(Get(g.group.id));
+  EXPECT_EQ(Get(g.group.id).placed, 2);
   int running = 0;
   for (const Instance& v : spot) {
     running += state_->GetInstance(Acme(), v.id.str())->state == InstanceState::kRunning;
@@ -536,8 +541,8 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
   Join("n1", 8, OneIsland(8));
   GroupRequest spot = Gang(4, 2, Topology::kNode);
   spot.member.billing = Billing::kSpot;
-  const json g = Create(spot);
-  ASSERT_EQ(g["placed"], 4);
+  const GroupStatus g = Create(spot);
+  ASSERT_EQ(g.placed, 4);
   for (int rank = 0; rank < 4; ++rank) {
     const Instance m = Member(g, rank);
     Sync(m.node, {Report(m, InstanceState::kRunning)});
@@ -555,14 +560,14 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
   ASSERT_FALSE(victim.id.str().empty());
   clock_.Advance(6s);
   Sync("n1", {Report(victim, InstanceState::kTerminated, 143)});
-  const json after = Get(g["id"]);
-  EXPECT_EQ(after["restarts"], 1) << after.dump();
+  const GroupStatus after = Get(g.group.id);
+  EXPECT_EQ(after.group.restarts, 1) << Dump(after);
   for (int rank = 0; rank < 4; ++rank) {
     const InstanceState old = state_->GetInstance(Acme(), Member(g, rank).id.str())->state;
     EXPECT_TRUE(old == InstanceState::kStopping || old == InstanceState::kPreempted)
         << StateName(old);
   }
-  EXPECT_EQ(after["placed"], 0) << "the new attempt waits whole";
+  EXPECT_EQ(after.placed, 0) << "the new attempt waits whole";
   // The other members, which the platform stopped, ran 6 s and are billed 6 s: no minimum.
   ASSERT_TRUE(store_->Commit(batch_).ok());
   batch_ = {};
@@ -581,11 +586,11 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
 TEST_F(GroupsTest, AnOnDemandGangLeavesReservedCapacityAlone) {
   Join("n1", 8, OneIsland(8));
   ReserveH100s(6);
-  const json waits = Create(Gang(2, 2, Topology::kNode));  // 4 GPUs; 6 of 8 are reserved.
-  EXPECT_EQ(waits["state"], "waiting");
-  EXPECT_NE(waits["reason"].get<std::string>().find("held for reservations"), std::string::npos)
-      << waits.dump();
-  EXPECT_EQ(Create(Gang(1, 2, Topology::kNode))["state"], "running") << "2 of 8 are not held";
+  const GroupStatus waits = Create(Gang(2, 2, Topology::kNode));  // 4 GPUs; 6 of 8 are reserved.
+  EXPECT_EQ(GroupStateName(waits.group.state), "waiting");
+  EXPECT_NE(waits.group.reason.find("held for reservations"), std::string::npos) << Dump(waits);
+  EXPECT_EQ(GroupStateName(Create(Gang(1, 2, Topology::kNode)).group.state), "running")
+      << "2 of 8 are not held";
 }
 
 TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
@@ -602,11 +607,11 @@ TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   EXPECT_NE(refused.status().message().find("needs 4 free units"), std::string::npos)
       << refused.status().message();
   EXPECT_EQ(state_->instances().size(), 0u);
-  EXPECT_TRUE(state_->ListGroups(Acme())["groups"].empty());
+  EXPECT_TRUE(state_->ListGroups(Acme()).empty());
   req.size = req.min_available = 3;
-  const json g = Create(req);
-  ASSERT_EQ(g["state"], "running") << g.dump();
-  const std::string id = g["id"];
+  const GroupStatus g = Create(req);
+  ASSERT_EQ(GroupStateName(g.group.state), "running") << Dump(g);
+  const std::string id = g.group.id;
   for (int rank = 0; rank < 3; ++rank) EXPECT_FALSE(Member(g, rank).reservation.empty());
   EXPECT_EQ(state_->ReservationUnitsUsed(Member(g, 0).reservation), 3);
   // No unit for a fourth: the scale-out is refused, and the group keeps its three.
@@ -614,28 +619,28 @@ TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
   state_->EndRound(batch_);
   EXPECT_EQ(grown.status().reason(), "no_reservation");
-  EXPECT_EQ(Get(id)["members"].size(), 3u);
+  EXPECT_EQ(Get(id).members.size(), 3u);
   const Instance r0 = Member(g, 0), r1 = Member(g, 1), r2 = Member(g, 2);
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29500;
   Sync("n1", {started, Report(r1, InstanceState::kRunning), Report(r2, InstanceState::kRunning)});
   // Rank 2 fails: the next attempt waits for the others to give their units back.
   Sync("n1", {Report(r2, InstanceState::kFailed, 1)});
-  json after = Get(id);
-  EXPECT_EQ(after["state"], "waiting");
-  EXPECT_EQ(after["restarts"], 1);
-  EXPECT_TRUE(after["members"].empty()) << after.dump();
-  EXPECT_EQ(after["draining"].size(), 2u) << after.dump();
-  EXPECT_NE(after["reason"].get<std::string>().find("reservation units"), std::string::npos);
+  GroupStatus after = Get(id);
+  EXPECT_EQ(GroupStateName(after.group.state), "waiting");
+  EXPECT_EQ(after.group.restarts, 1);
+  EXPECT_TRUE(after.members.empty()) << Dump(after);
+  EXPECT_EQ(after.group.draining.size(), 2u) << Dump(after);
+  EXPECT_NE(after.group.reason.find("reservation units"), std::string::npos);
   Sync("n1", {Report(r0, InstanceState::kTerminated, 0)});
-  EXPECT_TRUE(Get(id)["members"].empty());
+  EXPECT_TRUE(Get(id).members.empty());
   // A restart of the server in between loses nothing.
   Restart();
   Sync("n1", {Report(r1, InstanceState::kTerminated, 0)});
   after = Get(id);
-  EXPECT_EQ(after["state"], "running") << after.dump();
-  EXPECT_EQ(after["placed"], 3);
-  EXPECT_FALSE(after.contains("draining"));
+  EXPECT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
+  EXPECT_EQ(after.placed, 3);
+  EXPECT_TRUE(after.group.draining.empty());
   EXPECT_EQ(state_->ReservationUnitsUsed(r0.reservation), 3);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(Member(after, rank).reservation, r0.reservation);

@@ -140,11 +140,9 @@ TEST_F(StateVolumesTest, InstancesGoWhereTheirVolumesAreAndAGangFollowsItsFirstM
   state_->EndRound(batch_);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   std::set<std::string> nodes;
-  for (const json& m : (*made)["members"]) {
-    nodes.insert(m["node"].is_string() ? m["node"].get<std::string>() : "-");
-  }
-  ASSERT_EQ(nodes.size(), 1u) << made->dump();
-  EXPECT_NE(*nodes.begin(), "-") << made->dump();
+  for (const GroupMemberStatus& m : made->members) nodes.insert(m.node.empty() ? "-" : m.node);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_NE(*nodes.begin(), "-");
   EXPECT_EQ(state_->GetVolume(Acme(), "team")->node, *nodes.begin());
   // A volume that is not shared takes one instance at a time.
   MakeVolume("solo", 1);

@@ -337,7 +337,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       g.restart = true;
       auto made = state.CreateGroup(*caller, g, batch);
       if (made.ok()) {
-        job_of[(*made)["id"].get<std::string>()] = j;
+        job_of[made->group.id] = j;
         track[j].size = g.size;
         return;
       }
