@@ -190,7 +190,7 @@ void RegisterOnCore(const core::AgentRegistration& reg) {
     Check(uuids.insert(g.uuid).second, "a GPU UUID given twice was accepted");
   }
   (void)DumpJson(c.state->AgentJson("gpu-1"));
-  (void)DumpJson(c.state->DesiredState("gpu-1"));
+  (void)DumpJson(api::DesiredStateJson(c.state->DesiredState("gpu-1")));
 }
 
 // The core's verdict on a report that decoded, sent by the current run of a node of kNodeGpus.

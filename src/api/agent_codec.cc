@@ -318,4 +318,85 @@ Result<core::AgentSync> ParseSync(json& body) {
   return s;
 }
 
+json DesiredStateJson(const core::DesiredState& d) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  json workloads = json::array();
+  for (const core::DesiredWorkload& w : d.workloads) {
+    json j = {{"id", w.id},
+              {"attempt", w.attempt},
+              {"name", w.name},
+              {"tenant", w.tenant},
+              {"command", w.command},
+              {"env", w.env},
+              {"cpu_milli", w.cpu_milli},
+              {"memory_mib", w.memory_mib},
+              {"stop_grace_ms", w.stop_grace_ms}};
+    core::AddImageJson(w.image, core::Secrets::kIncluded, j);
+    if (!w.volumes.empty()) {
+      json volumes = json::array();
+      for (const core::DesiredVolume& v : w.volumes) {
+        volumes.push_back(
+            {{"id", v.id}, {"name", v.name}, {"path", v.path}, {"size_gib", v.size_gib}});
+      }
+      j["volumes"] = std::move(volumes);
+    }
+    if (!w.ports.empty()) j["ports"] = w.ports;
+    switch (w.action) {
+      case core::DesiredWorkload::Action::kStop:
+        j["action"] = "stop";
+        break;
+      case core::DesiredWorkload::Action::kPreempt:
+        j["action"] = "preempt";
+        j["deadline"] = FormatRfc3339(w.deadline);
+        j["reason"] = w.reason;
+        break;
+      case core::DesiredWorkload::Action::kRun:
+        j["action"] = "run";
+        if (!w.reserve_port.empty()) j["reserve_port"] = w.reserve_port;
+        if (!w.port_env.empty()) j["port_env"] = w.port_env;
+        break;
+    }
+    json load = json::array();
+    for (const core::DesiredGpu& g : w.gpus) {
+      json l = {{"index", g.index}, {"milli", g.milli}};
+      if (!g.mig_profile.empty()) {
+        l["mig_profile"] = g.mig_profile;
+        l["mig_start"] = g.mig_start;
+        l["uuid"] = g.uuid;
+      }
+      if (g.memory_mib) l["memory_mib"] = *g.memory_mib;
+      load.push_back(std::move(l));
+    }
+    j["gpu_load"] = std::move(load);
+    j["log_offset"] = w.log_offset;
+    workloads.push_back(std::move(j));
+  }
+  json faults = json::array();
+  for (const core::InjectedFault& f : d.faults)
+    faults.push_back({{"id", f.id}, {"fault", f.fault}});
+  json mode_requests = json::array();
+  for (const core::GpuModeChange& c : d.mode_requests) mode_requests.push_back(c.RequestJson());
+  json exec = json::array();
+  for (const core::ExecSession& e : d.exec) {
+    exec.push_back({{"id", e.id},
+                    {"instance", e.instance},
+                    {"attempt", e.attempt},
+                    {"command", e.command},
+                    {"tty", e.tty},
+                    {"cols", e.cols},
+                    {"rows", e.rows}});
+  }
+  return {{"protocol", kProtocol},
+          {"node", d.node},
+          {"faults", std::move(faults)},
+          {"generation", d.generation},
+          {"lease_ms", duration_cast<milliseconds>(d.lease).count()},
+          {"heartbeat_ms", duration_cast<milliseconds>(d.heartbeat).count()},
+          {"workloads", std::move(workloads)},
+          {"volumes", {{"delete", d.volumes_to_delete}}},
+          {"gpu_mode_requests", std::move(mode_requests)},
+          {"exec", std::move(exec)}};
+}
+
 }  // namespace tessera::api

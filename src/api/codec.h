@@ -75,6 +75,8 @@ Result<core::AgentRegistration> ParseRegistration(const nlohmann::json& body);
 // POST /v1/agent/sync: {protocol: 1, agent_id, seq, generation, wait_ms?, workloads?, logs?,
 // limits?, isolation?, telemetry?}. Takes the telemetry out of `body` rather than copy it.
 Result<core::AgentSync> ParseSync(nlohmann::json& body);
+// What a node's agent is told, in the protocol's form (docs/agent.md, "Desired state").
+nlohmann::json DesiredStateJson(const core::DesiredState& d);
 
 // GET /v1/instance-types: every type with its shape and its price in each billing mode.
 // The catalog's instance types, each with `offered_here`: whether this fleet has its GPU model.

@@ -165,6 +165,59 @@ struct ExecSession {
   Time expires;
 };
 
+// A fault an operator asked a node's (simulated) GPUs to show (State::InjectFault).
+struct InjectedFault {
+  int64_t id = 0;
+  std::string fault;  // "xid:GPU:CODE", "overheat:GPU", ...
+};
+
+// What a node's agent is told: State::DesiredState builds it, api/agent_codec.cc writes it in
+// the protocol's form (docs/agent.md, "Desired state").
+struct DesiredGpu {
+  int index = 0;
+  int milli = 0;  // The workload's part of the GPU, in milli-GPU.
+  // A MIG slice: its profile and start, and the UUID of the device made for it.
+  std::string mig_profile;
+  int mig_start = 0;
+  std::string uuid;
+  std::optional<int64_t> memory_mib;  // A share's MPS memory limit.
+};
+struct DesiredVolume {
+  std::string id, name, path;
+  int64_t size_gib = 0;
+};
+struct DesiredWorkload {
+  enum class Action { kRun, kStop, kPreempt };
+  std::string id;
+  int attempt = 0;
+  std::string name, tenant, command;
+  // Tessera's variables, then the user's, secrets' values filled in (Tessera's win).
+  std::map<std::string, std::string> env;
+  int64_t cpu_milli = 0, memory_mib = 0, stop_grace_ms = 0;
+  ImageSpec image;  // Its registry password included (a secret's value filled in).
+  std::vector<DesiredVolume> volumes;
+  std::vector<int> ports;
+  Action action = Action::kRun;
+  Time deadline{};     // kPreempt: when it is stopped.
+  std::string reason;  // kPreempt.
+  // Rank 0 of a gang waiting for its rendezvous: the variable whose port the agent reserves, and
+  // those it writes the port into.
+  std::string reserve_port;
+  std::vector<std::string> port_env;
+  std::vector<DesiredGpu> gpus;
+  int64_t log_offset = 0;  // Where the server's copy of its log ends.
+};
+struct DesiredState {
+  std::string node;
+  std::vector<InjectedFault> faults;
+  uint64_t generation = 0;
+  Duration lease{}, heartbeat{};
+  std::vector<DesiredWorkload> workloads;
+  std::vector<std::string> volumes_to_delete;  // Volume ids.
+  std::vector<GpuModeChange> mode_requests;
+  std::vector<ExecSession> exec;
+};
+
 // A node joined by an agent.
 struct AgentNode {
   // Stored.
@@ -221,7 +274,7 @@ struct AgentNode {
   uint64_t remove_after = 0;
   std::set<std::string> assigned;  // Instances its agent is told about.
   // Faults an admin asked its (simulated) GPUs to show: {"id", "fault"}, the newest kept.
-  std::vector<nlohmann::json> faults;
+  std::vector<InjectedFault> faults;
   int64_t next_fault = 1;
   // Its MIG devices as its agent last reported them (an agent that makes them on demand), the
   // fleet bookings that keep the unmanaged ones' slices from being granted, and how often the

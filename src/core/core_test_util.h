@@ -47,6 +47,27 @@ inline std::string TestKeyLine(const std::string& id, char fill) {
   return id + " " + Base64Encode(std::string(kDataKeyBytes, fill));
 }
 
+// What `desired` tells its agent of instance `id`; none when it is not told.
+inline std::optional<DesiredWorkload> Told(const DesiredState& desired, const std::string& id) {
+  for (const DesiredWorkload& w : desired.workloads) {
+    if (w.id == id) return w;
+  }
+  return std::nullopt;
+}
+
+// Whether any workload of `desired` carries `text` in its environment, command or registry
+// password: what could leak a value to that node's agent.
+inline bool Carries(const DesiredState& desired, std::string_view text) {
+  for (const DesiredWorkload& w : desired.workloads) {
+    if (w.command.find(text) != std::string::npos) return true;
+    for (const auto& [name, value] : w.env) {
+      if (value.find(text) != std::string::npos) return true;
+    }
+    if (w.image.auth && w.image.auth->password.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // A state on an empty fleet (nodes join through agents) with the guarded-fgd policy.
 inline std::unique_ptr<State> NewTestState(const Clock* clock, const StateOptions& options) {
   auto fleet = std::make_unique<fleet::Fleet>(&TestCatalog());

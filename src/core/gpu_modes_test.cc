@@ -63,7 +63,7 @@ class GpuModesTest : public ::testing::Test, protected AgentNodeFixture {
     return out.ok() ? *out : Instance{};
   }
   const fleet::Gpu& Gpu(int g) { return state_->fleet().nodes()[0].gpus[static_cast<size_t>(g)]; }
-  json Requests() { return state_->DesiredState("gpu-1")["gpu_mode_requests"]; }
+  std::vector<GpuModeChange> Requests() { return state_->DesiredState("gpu-1").mode_requests; }
   json Shown(int gpu) {
     for (const json& c : state_->AgentJson("gpu-1").value("gpu_mode_changes", json::array())) {
       if (c["gpu"] == gpu) return c;
@@ -170,8 +170,11 @@ TEST_F(GpuModesTest, AMigRequestHoldsTheGpuUntilItsAgentResetsAndAppliesIt) {
   EXPECT_EQ(requested->state, ModeChangeState::kRequested);
   EXPECT_EQ(requested->id, 1);
   EXPECT_EQ(requested->requested_at, clock_.Now());
-  EXPECT_EQ(Requests(),
-            json::parse(R"([{"id": 1, "gpu": 0, "mode": "mig", "allow_reset": false}])"));
+  ASSERT_EQ(Requests().size(), 1u);
+  EXPECT_EQ(Requests()[0].id, 1);
+  EXPECT_EQ(Requests()[0].gpu, 0);
+  EXPECT_EQ(Requests()[0].mode, SharingMode::kMig);
+  EXPECT_FALSE(Requests()[0].allow_reset);
   EXPECT_TRUE(Gpu(0).held);
   EXPECT_EQ(Gpu(0).mode, SharingMode::kExclusive) << "not until its agent says so";
   EXPECT_EQ(Shown(0)["state"], "requested");
@@ -197,7 +200,7 @@ TEST_F(GpuModesTest, AMigRequestHoldsTheGpuUntilItsAgentResetsAndAppliesIt) {
   ASSERT_TRUE(reset.ok());
   EXPECT_EQ(reset->id, 1);
   EXPECT_EQ(reset->state, ModeChangeState::kRequested);
-  EXPECT_EQ(Requests()[0]["allow_reset"], true);
+  EXPECT_TRUE(Requests()[0].allow_reset);
   // A report sent before the agent heard it says pending_reset again: the request stays asked.
   ASSERT_TRUE(Sync({{1, 0, ModeChangeState::kPendingReset, "needs a reset"}}).ok());
   EXPECT_EQ(Shown(0)["state"], "requested");
@@ -256,7 +259,7 @@ TEST_F(GpuModesTest, ARefusalEndsTheRequestAndReleasesTheGpu) {
   EXPECT_FALSE(Gpu(0).held);
   EXPECT_EQ(Gpu(0).mode, SharingMode::kExclusive);
   EXPECT_EQ(Requests().size(), 1u);
-  EXPECT_EQ(Requests()[0]["id"], 2);
+  EXPECT_EQ(Requests()[0].id, 2);
   const Instance placed = Get(waiting.id.str());
   EXPECT_EQ(placed.state, InstanceState::kScheduled) << "the released GPU takes the waiting work";
   EXPECT_EQ(placed.gpus[0].index, 0);

@@ -126,13 +126,12 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
     ASSERT_TRUE(state_->CreateReservation(Acme(), r, batch_).ok());
   }
 
-  // What the instance's agent is told of it: null when it is not listed.
-  json Workload(const Instance& inst) {
-    const json desired = state_->DesiredState(inst.node);
-    for (const json& w : desired["workloads"]) {
-      if (w["id"] == inst.id.str()) return w;
+  // What the instance's agent is told of it: none when it is not listed.
+  std::optional<DesiredWorkload> Workload(const Instance& inst) {
+    for (DesiredWorkload& w : state_->DesiredState(inst.node).workloads) {
+      if (w.id == inst.id.str()) return std::move(w);
     }
-    return nullptr;
+    return std::nullopt;
   }
 
   // Free whole GPUs on `node`.

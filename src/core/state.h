@@ -256,7 +256,7 @@ class State {
   // run.
   Result<bool> SyncAgent(const std::string& node, const AgentSync& sync, store::Batch& batch);
   // What the node's agent is told: every workload it should run or stop, and the lease.
-  nlohmann::json DesiredState(const std::string& node) const;
+  core::DesiredState DesiredState(const std::string& node) const;
   // The node an authenticated node token acts for, or PermissionDenied.
   Result<const AgentNode*> AuthenticateNode(std::string_view token_hash) const;
   // The instance's log as its agent shipped it: the last `tail` lines, or with `after` the bytes
@@ -463,7 +463,7 @@ class State {
   // The first secret `inst` refers to that its tenant no longer has; "" when none.
   std::string MissingSecret(const Instance& inst) const;
   // The values a workload's agent is told: `inst`'s env with each reference resolved.
-  void AddUserEnv(const Instance& inst, nlohmann::json& env) const;
+  void AddUserEnv(const Instance& inst, std::map<std::string, std::string>& env) const;
   // The records a workload's values are sealed under: an instance's own ("instance/<id>") and a
   // group's template ("group/<id>/template").
   static std::string InstanceRecord(std::string_view id);
@@ -504,8 +504,8 @@ class State {
   // Makes the endpoint index say what `inst` holds now (a new snapshot when that changed).
   void IndexEndpoints(const Instance& inst);
   // The desired state's volume parts for `node`: each workload's mounts, and what to delete.
-  nlohmann::json WorkloadVolumes(const Instance& inst) const;
-  nlohmann::json VolumesToDelete(const std::string& node) const;
+  std::vector<DesiredVolume> WorkloadVolumes(const Instance& inst) const;
+  std::vector<std::string> VolumesToDelete(const std::string& node) const;
   Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                 Admitted admitted);
   // Stops `inst` (DeleteInstance's path, and a group's): pending work ends at once, running

@@ -149,7 +149,7 @@ std::string Describe(const fleet::NodeSpec& spec) {
 }
 
 // The environment a workload sees: its GPUs and who it is.
-nlohmann::json WorkloadEnv(const Instance& inst) {
+std::map<std::string, std::string> WorkloadEnv(const Instance& inst) {
   std::vector<std::string> uuids;
   std::vector<std::string> mem_limits;
   int thread_percentage = 0;
@@ -162,11 +162,11 @@ nlohmann::json WorkloadEnv(const Instance& inst) {
     }
   }
   const std::string visible = uuids.empty() ? "void" : fmt::format("{}", fmt::join(uuids, ","));
-  nlohmann::json env = {{"CUDA_VISIBLE_DEVICES", uuids.empty() ? "" : visible},
-                        {"NVIDIA_VISIBLE_DEVICES", visible},
-                        {"TESSERA_INSTANCE_ID", inst.id.str()},
-                        {"TESSERA_INSTANCE_NAME", inst.name},
-                        {"TESSERA_TENANT", inst.tenant.str()}};
+  std::map<std::string, std::string> env = {{"CUDA_VISIBLE_DEVICES", uuids.empty() ? "" : visible},
+                                            {"NVIDIA_VISIBLE_DEVICES", visible},
+                                            {"TESSERA_INSTANCE_ID", inst.id.str()},
+                                            {"TESSERA_INSTANCE_NAME", inst.name},
+                                            {"TESSERA_TENANT", inst.tenant.str()}};
   for (const auto& [name, value] : inst.group_env) env[name] = value;
   if (thread_percentage > 0) {
     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(thread_percentage);
@@ -214,7 +214,7 @@ Result<int64_t> State::InjectFault(const std::string& name, const std::string& f
   }
   constexpr size_t kKept = 16;
   const int64_t id = node->next_fault++;
-  node->faults.push_back({{"id", id}, {"fault", fault}});
+  node->faults.push_back({id, fault});
   if (node->faults.size() > kKept) node->faults.erase(node->faults.begin());
   agents_.Changed(*node);
   return id;
@@ -444,105 +444,81 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   return sync.generation != node->generation || sync.wait <= Duration::zero();
 }
 
-nlohmann::json State::DesiredState(const std::string& name) const {
+DesiredState State::DesiredState(const std::string& name) const {
   const AgentNode* node = agents_.nodes().count(name) ? &agents_.nodes().at(name) : nullptr;
-  nlohmann::json workloads = nlohmann::json::array();
-  if (node) {
-    for (const std::string& id : node->assigned) {
-      const Instance* inst = instances_.Find(id);
-      if (!inst) continue;
-      nlohmann::json w = {{"id", id},
-                          {"attempt", inst->restarts},
-                          {"name", inst->name},
-                          {"tenant", inst->tenant.str()},
-                          {"command", inst->command},
-                          {"env", WorkloadEnv(*inst)},
-                          {"cpu_milli", inst->shape.vcpus * 1000},
-                          {"memory_mib", inst->shape.memory_mib},
-                          {"stop_grace_ms", inst->stop_grace_seconds * 1000}};
-      // Only this node's agent, authenticated by its node token, is sent the workload's secret
-      // values and registry password.
-      AddUserEnv(*inst, w["env"]);
-      AddImageJson(inst->image, Secrets::kIncluded, w);
-      if (!inst->volumes.empty()) w["volumes"] = WorkloadVolumes(*inst);
-      if (!inst->ports.empty()) w["ports"] = inst->ports;
-      if (inst->image.auth && !inst->image.auth->password_secret.empty()) {
-        const Secret* s = secrets_.Find(inst->tenant.str(), inst->image.auth->password_secret);
-        w["registry_auth"]["password"] = s ? s->value : "";
-      }
-      switch (inst->state) {
-        case InstanceState::kStopping:
-          w["action"] = "stop";
-          break;
-        case InstanceState::kPreempting:
-          w["action"] = "preempt";
-          w["deadline"] = FormatRfc3339(inst->preempt_at.value_or(clock_->Now()));
-          w["reason"] = "spot preemption";
-          break;
-        default:
-          w["action"] = "run";
-          if (AwaitsRendezvous(*inst)) {
-            // Rank 0 reserves the group's port as it starts; the others start once it has.
-            if (inst->rank != 0) continue;
-            w["reserve_port"] = "MASTER_PORT";
-            // An elastic gang's endpoint names the port too: the agent writes it in.
-            if (inst->group_env.count("PET_RDZV_ENDPOINT")) {
-              w["port_env"] = nlohmann::json::array({"PET_RDZV_ENDPOINT"});
-            }
-          }
-      }
-      nlohmann::json load = nlohmann::json::array();
-      for (const GpuRef& g : inst->gpus) {
-        nlohmann::json l = {{"index", g.index},
-                            {"milli", g.milli_gpu > 0          ? g.milli_gpu
-                                      : !g.mig_profile.empty() ? fleet::kMilliPerGpu / 2
-                                                               : fleet::kMilliPerGpu}};
-        if (!g.mig_profile.empty()) {
-          l["mig_profile"] = g.mig_profile;
-          l["mig_start"] = g.mig_start;
-          l["uuid"] = g.uuid;  // The agent puts the UUID its device has in its place.
-        }
-        if (g.milli_gpu > 0) l["memory_mib"] = inst->shape.gpu_memory_mib;  // Its MPS limit.
-        load.push_back(std::move(l));
-      }
-      w["gpu_load"] = std::move(load);
-      auto log = logs_.find(id);
-      w["log_offset"] =
-          log != logs_.end() && log->second.attempt == inst->restarts ? log->second.end : 0;
-      workloads.push_back(std::move(w));
+  core::DesiredState out;
+  out.node = name;
+  const AgentTiming t = timing();
+  out.lease = t.lease();
+  out.heartbeat = t.report_period;
+  out.volumes_to_delete = VolumesToDelete(name);
+  if (!node) return out;
+  out.faults = node->faults;
+  out.generation = node->generation;
+  for (const std::string& id : node->assigned) {
+    const Instance* inst = instances_.Find(id);
+    if (!inst) continue;
+    DesiredWorkload w;
+    w.action = inst->state == InstanceState::kStopping     ? DesiredWorkload::Action::kStop
+               : inst->state == InstanceState::kPreempting ? DesiredWorkload::Action::kPreempt
+                                                           : DesiredWorkload::Action::kRun;
+    if (w.action == DesiredWorkload::Action::kRun && AwaitsRendezvous(*inst)) {
+      // Rank 0 reserves the group's port as it starts; the others start once it has.
+      if (inst->rank != 0) continue;
+      w.reserve_port = "MASTER_PORT";
+      // An elastic gang's endpoint names the port too: the agent writes it in.
+      if (inst->group_env.count("PET_RDZV_ENDPOINT")) w.port_env = {"PET_RDZV_ENDPOINT"};
     }
+    if (w.action == DesiredWorkload::Action::kPreempt) {
+      w.deadline = inst->preempt_at.value_or(clock_->Now());
+      w.reason = "spot preemption";
+    }
+    w.id = id;
+    w.attempt = inst->restarts;
+    w.name = inst->name;
+    w.tenant = inst->tenant.str();
+    w.command = inst->command;
+    w.env = WorkloadEnv(*inst);
+    // Only this node's agent, authenticated by its node token, is sent the workload's secret
+    // values and registry password.
+    AddUserEnv(*inst, w.env);
+    w.cpu_milli = inst->shape.vcpus * 1000;
+    w.memory_mib = inst->shape.memory_mib;
+    w.stop_grace_ms = inst->stop_grace_seconds * 1000;
+    w.image = inst->image;
+    if (w.image.auth && !w.image.auth->password_secret.empty()) {
+      const Secret* s = secrets_.Find(inst->tenant.str(), w.image.auth->password_secret);
+      w.image.auth->password = s ? s->value : "";
+    }
+    w.volumes = WorkloadVolumes(*inst);
+    w.ports = inst->ports;
+    for (const GpuRef& g : inst->gpus) {
+      DesiredGpu d;
+      d.index = g.index;
+      d.milli = g.milli_gpu > 0          ? g.milli_gpu
+                : !g.mig_profile.empty() ? fleet::kMilliPerGpu / 2
+                                         : fleet::kMilliPerGpu;
+      if (!g.mig_profile.empty()) {
+        d.mig_profile = g.mig_profile;
+        d.mig_start = g.mig_start;
+        d.uuid = g.uuid;  // The agent puts the UUID its device has in its place.
+      }
+      if (g.milli_gpu > 0) d.memory_mib = inst->shape.gpu_memory_mib;  // Its MPS limit.
+      w.gpus.push_back(std::move(d));
+    }
+    auto log = logs_.find(id);
+    w.log_offset =
+        log != logs_.end() && log->second.attempt == inst->restarts ? log->second.end : 0;
+    out.workloads.push_back(std::move(w));
   }
   // Outstanding GPU mode changes (docs/agent.md, "Changing a GPU's mode").
-  nlohmann::json mode_requests = nlohmann::json::array();
-  if (node) {
-    for (const auto& [_, c] : node->mode_changes) {
-      if (c.outstanding()) mode_requests.push_back(c.RequestJson());
-    }
+  for (const auto& [_, c] : node->mode_changes) {
+    if (c.outstanding()) out.mode_requests.push_back(c);
   }
-  nlohmann::json exec = nlohmann::json::array();
-  for (const ExecSession& e : node ? node->exec : std::vector<ExecSession>()) {
-    if (e.expires <= clock_->Now()) continue;
-    exec.push_back({{"id", e.id},
-                    {"instance", e.instance},
-                    {"attempt", e.attempt},
-                    {"command", e.command},
-                    {"tty", e.tty},
-                    {"cols", e.cols},
-                    {"rows", e.rows}});
+  for (const ExecSession& e : node->exec) {
+    if (e.expires > clock_->Now()) out.exec.push_back(e);
   }
-  using std::chrono::duration_cast;
-  using std::chrono::milliseconds;
-  const AgentTiming t = timing();
-  return {{"protocol", 1},
-          {"node", name},
-          {"faults", node ? nlohmann::json(node->faults) : nlohmann::json::array()},
-          {"generation", node ? node->generation : 0},
-          {"lease_ms", duration_cast<milliseconds>(t.lease()).count()},
-          {"heartbeat_ms", duration_cast<milliseconds>(t.report_period).count()},
-          {"workloads", std::move(workloads)},
-          {"volumes", {{"delete", VolumesToDelete(name)}}},
-          {"gpu_mode_requests", std::move(mode_requests)},
-          {"exec", std::move(exec)}};
+  return out;
 }
 
 Result<const AgentNode*> State::AuthenticateNode(std::string_view token_hash) const {

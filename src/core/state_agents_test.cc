@@ -208,9 +208,9 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   ASSERT_TRUE(Report("gpu-1", 2).ok());
   const Time last = clock_.Now();
   // The server dictates the timing: the lease covers a 5-minute outage and the node timeout.
-  const json desired = state_->DesiredState("gpu-1");
-  EXPECT_EQ(desired["lease_ms"], 310'000);
-  EXPECT_EQ(desired["heartbeat_ms"], 2'000);
+  const DesiredState desired = state_->DesiredState("gpu-1");
+  EXPECT_EQ(desired.lease, 310s);
+  EXPECT_EQ(desired.heartbeat, 2s);
   OnlyGpu2Reports(10s);
   EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready") << "within the node timeout";
   OnlyGpu2Reports(2s);
@@ -248,7 +248,7 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   EXPECT_EQ(interrupted, (std::set<std::string>{od.id.str(), spot.id.str()}));
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPending) << "no room left for the spot";
   EXPECT_TRUE(Get(spot.id.str()).preempted_at.has_value());
-  EXPECT_NE(state_->DesiredState("gpu-1").dump().find("\"workloads\":[]"), std::string::npos)
+  EXPECT_TRUE(state_->DesiredState("gpu-1").workloads.empty())
       << "when the lost node comes back, it is told to run nothing it held";
   EXPECT_EQ(state_->counters().nodes_lost, 1) << "one silence, one loss";
 }
@@ -330,8 +330,10 @@ TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsFor
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPreempting);
   EXPECT_EQ(Get(spot.id.str()).preempt_at, clock_.Now() + 30s);
   EXPECT_EQ(Get(od.id.str()).state, InstanceState::kPending);
-  const std::string desired = state_->DesiredState("gpu-1").dump();
-  EXPECT_NE(desired.find("\"action\":\"preempt\""), std::string::npos) << desired;
+  const auto told = Told(state_->DesiredState("gpu-1"), spot.id.str());
+  ASSERT_TRUE(told.has_value());
+  EXPECT_EQ(told->action, DesiredWorkload::Action::kPreempt);
+  EXPECT_EQ(told->deadline, clock_.Now() + 30s);
   clock_.Advance(30s);
   ASSERT_TRUE(
       Report("gpu-1", 2,
@@ -416,19 +418,18 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   const Instance inst = Create(r);
   ASSERT_EQ(inst.state, InstanceState::kScheduled);
   const std::string id = inst.id.str();
-  json workload;
-  const json desired = state_->DesiredState(inst.node);
-  for (const json& w : desired["workloads"]) {
-    if (w["id"] == id) workload = w;
-  }
-  ASSERT_TRUE(workload.is_object()) << "an image without a command is something to run";
-  EXPECT_EQ(workload["action"], "run");
-  EXPECT_EQ(workload["command"], "");
-  EXPECT_EQ(workload["image"], "registry.example.com/team/train:1.4");
-  EXPECT_EQ(workload["pull_policy"], "always");
-  EXPECT_EQ(workload["registry_auth"], json({{"username", "robot"}, {"password", "s3cret-pw"}}));
+  const auto workload = Told(state_->DesiredState(inst.node), id);
+  ASSERT_TRUE(workload.has_value()) << "an image without a command is something to run";
+  EXPECT_EQ(workload->action, DesiredWorkload::Action::kRun);
+  EXPECT_EQ(workload->command, "");
+  EXPECT_EQ(workload->image.ref, "registry.example.com/team/train:1.4");
+  EXPECT_EQ(workload->image.pull_policy, PullPolicy::kAlways);
+  ASSERT_TRUE(workload->image.auth.has_value());
+  EXPECT_EQ(workload->image.auth->username, "robot");
+  EXPECT_EQ(workload->image.auth->password, "s3cret-pw");
   const std::string other = inst.node == "gpu-1" ? "gpu-2" : "gpu-1";
-  EXPECT_EQ(state_->DesiredState(other).dump().find("s3cret-pw"), std::string::npos)
+  EXPECT_FALSE(Told(state_->DesiredState(other), id).has_value());
+  EXPECT_FALSE(Carries(state_->DesiredState(other), "s3cret-pw"))
       << "another node's agent is told nothing of it";
   const json shown = ToJson(Get(id));
   EXPECT_EQ(shown["registry_auth"], json({{"username", "robot"}}));
@@ -533,28 +534,28 @@ TEST_F(NodeAgentsTest, AnExecSessionIsToldToTheInstancesAgentUntilItConnectsOrEx
             StatusCode::kNotFound);
   EXPECT_EQ(state_->OpenExec(Acme(), "inst-999999", ask, 10s).status().code(),
             StatusCode::kNotFound);
-  const uint64_t before = state_->DesiredState("gpu-1")["generation"].get<uint64_t>();
+  const uint64_t before = state_->DesiredState("gpu-1").generation;
   auto opened = state_->OpenExec(Acme(), inst.id.str(), ask, 10s);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   EXPECT_EQ(opened->node, "gpu-1");
   EXPECT_EQ(opened->id.size(), 5u + 32u);
   EXPECT_NE(opened->id, state_->OpenExec(Acme(), inst.id.str(), ask, 10s)->id);
-  const json desired = state_->DesiredState("gpu-1");
-  EXPECT_GT(desired["generation"].get<uint64_t>(), before) << "its agent's long poll wakes";
-  ASSERT_EQ(desired["exec"].size(), 2u) << desired.dump();
-  const json& e = desired["exec"][0];
-  EXPECT_EQ(e["id"], opened->id);
-  EXPECT_EQ(e["instance"], inst.id.str());
-  EXPECT_EQ(e["attempt"], 0);
-  EXPECT_EQ(e["command"], json::array({"nvidia-smi"}));
-  EXPECT_EQ(e["tty"], true);
-  EXPECT_EQ(e["cols"], 120);
-  EXPECT_EQ(e["rows"], 40);
+  const DesiredState desired = state_->DesiredState("gpu-1");
+  EXPECT_GT(desired.generation, before) << "its agent's long poll wakes";
+  ASSERT_EQ(desired.exec.size(), 2u);
+  const ExecSession& e = desired.exec[0];
+  EXPECT_EQ(e.id, opened->id);
+  EXPECT_EQ(e.instance, inst.id.str());
+  EXPECT_EQ(e.attempt, 0);
+  EXPECT_EQ(e.command, std::vector<std::string>{"nvidia-smi"});
+  EXPECT_TRUE(e.tty);
+  EXPECT_EQ(e.cols, 120);
+  EXPECT_EQ(e.rows, 40);
   // Taken by the agent: no longer told; the other one expires unclaimed.
   state_->CloseExec("gpu-1", opened->id);
-  EXPECT_EQ(state_->DesiredState("gpu-1")["exec"].size(), 1u);
+  EXPECT_EQ(state_->DesiredState("gpu-1").exec.size(), 1u);
   clock_.Advance(11s);
-  EXPECT_EQ(state_->DesiredState("gpu-1")["exec"].size(), 0u);
+  EXPECT_EQ(state_->DesiredState("gpu-1").exec.size(), 0u);
 }
 
 // An operator removes a node: refused while work runs there unless forced, which moves the work
@@ -579,14 +580,14 @@ TEST_F(NodeAgentsTest, ARemovedNodeLeavesOnceItsAgentIsToldToStopItsWorkWhichMov
   ASSERT_TRUE(removing.ok()) << removing.status().message();
   EXPECT_FALSE(removing->removed);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "moved at once, as for a GPU fault";
-  EXPECT_NE(state_->DesiredState("gpu-1").dump().find("\"workloads\":[]"), std::string::npos)
+  EXPECT_TRUE(state_->DesiredState("gpu-1").workloads.empty())
       << "its agent is told to stop the old copy";
   EXPECT_TRUE(state_->fleet().Find("gpu-1").ok()) << "until its agent has heard it";
   // The agent's next report says it received that desired state: the node goes.
   AgentSync heard;
   heard.agent_id = "a1";
   heard.seq = 2;
-  heard.generation = state_->DesiredState("gpu-1")["generation"].get<uint64_t>();
+  heard.generation = state_->DesiredState("gpu-1").generation;
   ASSERT_TRUE(SyncNode("gpu-1", heard).ok());
   Tick();
   EXPECT_FALSE(state_->fleet().Find("gpu-1").ok());

@@ -631,15 +631,12 @@ TEST_F(BillingTest, APullIsNotBilledAndARestartKeepsTheImageAndItsCredentials) {
   EXPECT_EQ(shown["state"], "scheduled") << "the pull is not stored; the agent reports it again";
   EXPECT_EQ(shown["image"], "registry.example.com/team/train:1.4");
   EXPECT_EQ(shown["registry_auth"], json({{"username", "robot"}}));
-  json workload;
-  const json desired = state_->DesiredState("gpu-1");
-  for (const json& w : desired["workloads"]) {
-    if (w["id"] == id) workload = w;
-  }
-  ASSERT_TRUE(workload.is_object());
-  EXPECT_EQ(workload["image"], "registry.example.com/team/train:1.4");
-  EXPECT_EQ(workload["pull_policy"], "if_not_present");
-  EXPECT_EQ(workload["registry_auth"], json({{"username", "robot"}, {"password", "s3cret-pw"}}))
+  const auto workload = Told(state_->DesiredState("gpu-1"), id);
+  ASSERT_TRUE(workload.has_value() && workload->image.auth.has_value());
+  EXPECT_EQ(workload->image.ref, "registry.example.com/team/train:1.4");
+  EXPECT_EQ(workload->image.pull_policy, PullPolicy::kIfNotPresent);
+  EXPECT_EQ(workload->image.auth->username, "robot");
+  EXPECT_EQ(workload->image.auth->password, "s3cret-pw")
       << "a restarted server still sends the credentials to the node's agent";
   Pulling(*created, 90);
   EXPECT_EQ(ToJson(*state_->GetInstance(Admin(), id))["state"], "pulling");

@@ -201,29 +201,29 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   ASSERT_EQ(GroupStateName(g.group.state), "running");
   const Instance r0 = Member(g, 0), r1 = Member(g, 1), r2 = Member(g, 2);
   // Rank 0's agent is asked to reserve MASTER_PORT as it starts rank 0; the others wait for it.
-  json w0 = Workload(r0), w1 = Workload(r1);
-  ASSERT_TRUE(w0.is_object());
-  EXPECT_EQ(w0.value("reserve_port", ""), "MASTER_PORT");
-  EXPECT_FALSE(w0["env"].contains("MASTER_PORT"));
-  EXPECT_TRUE(w1.is_null()) << "rank 1 starts before its rendezvous port exists: " << w1.dump();
+  auto w0 = Workload(r0), w1 = Workload(r1);
+  ASSERT_TRUE(w0.has_value());
+  EXPECT_EQ(w0->reserve_port, "MASTER_PORT");
+  EXPECT_FALSE(w0->env.contains("MASTER_PORT"));
+  EXPECT_FALSE(w1.has_value()) << "rank 1 starts before its rendezvous port exists";
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29517;
   Sync(r0.node, {started});
   w1 = Workload(r1);
-  ASSERT_TRUE(w1.is_object()) << "rank 1 still held back once rank 0 reserved its port";
-  const json& env = w1["env"];
-  EXPECT_FALSE(w1.contains("reserve_port"));
-  EXPECT_EQ(env["WORLD_SIZE"], "3");
-  EXPECT_EQ(env["RANK"], "1");
-  EXPECT_EQ(env["MASTER_ADDR"], r0.node) << "an agent that gave no address: its node's name";
-  EXPECT_EQ(env["MASTER_PORT"], "29517");
-  EXPECT_EQ(env["TESSERA_GROUP"], g.group.id);
-  EXPECT_EQ(env["LOCAL_RANK"], r0.node == r1.node ? "1" : "0");
-  EXPECT_EQ(Workload(r2)["env"]["MASTER_PORT"], "29517");
+  ASSERT_TRUE(w1.has_value()) << "rank 1 still held back once rank 0 reserved its port";
+  const std::map<std::string, std::string>& env = w1->env;
+  EXPECT_TRUE(w1->reserve_port.empty());
+  EXPECT_EQ(env.at("WORLD_SIZE"), "3");
+  EXPECT_EQ(env.at("RANK"), "1");
+  EXPECT_EQ(env.at("MASTER_ADDR"), r0.node) << "an agent that gave no address: its node's name";
+  EXPECT_EQ(env.at("MASTER_PORT"), "29517");
+  EXPECT_EQ(env.at("TESSERA_GROUP"), g.group.id);
+  EXPECT_EQ(env.at("LOCAL_RANK"), r0.node == r1.node ? "1" : "0");
+  EXPECT_EQ(Workload(r2)->env.at("MASTER_PORT"), "29517");
   // The port survives a restart of the server: rank 0's record keeps it too.
   Restart();
-  EXPECT_EQ(Workload(r2)["env"]["MASTER_PORT"], "29517");
-  EXPECT_EQ(Workload(r0)["env"]["MASTER_PORT"], "29517");
+  EXPECT_EQ(Workload(r2)->env.at("MASTER_PORT"), "29517");
+  EXPECT_EQ(Workload(r0)->env.at("MASTER_PORT"), "29517");
   for (const Instance& m : {r1, r2}) Sync(m.node, {Report(m, InstanceState::kRunning)});
   // Rank 2 fails: the others are stopped, and the group starts a new attempt, whole.
   Sync(r2.node, {Report(r2, InstanceState::kFailed, 1)});
@@ -247,8 +247,8 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   EXPECT_EQ(after.placed, 3);
   EXPECT_EQ(Member(after, 0).group_env.at("TESSERA_GROUP_RESTARTS"), "1");
   // A new attempt meets at a port rank 0's agent reserves anew.
-  EXPECT_EQ(Workload(Member(after, 0)).value("reserve_port", ""), "MASTER_PORT");
-  EXPECT_TRUE(Workload(Member(after, 1)).is_null());
+  EXPECT_EQ(Workload(Member(after, 0))->reserve_port, "MASTER_PORT");
+  EXPECT_FALSE(Workload(Member(after, 1)).has_value());
 }
 
 // MASTER_ADDR is where other nodes reach rank 0's node: the address its agent registered with.
@@ -267,11 +267,11 @@ TEST_F(GroupsTest, MasterAddrIsRankZerosAdvertisedAddress) {
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29500;
   Sync("n1", {started});
-  EXPECT_EQ(Workload(r1)["env"]["MASTER_ADDR"], "10.0.0.7");
-  EXPECT_EQ(Workload(r0)["env"]["MASTER_ADDR"], "10.0.0.7");
+  EXPECT_EQ(Workload(r1)->env.at("MASTER_ADDR"), "10.0.0.7");
+  EXPECT_EQ(Workload(r0)->env.at("MASTER_ADDR"), "10.0.0.7");
   // The members' records keep it across a restart of the server.
   Restart();
-  EXPECT_EQ(Workload(r1)["env"]["MASTER_ADDR"], "10.0.0.7");
+  EXPECT_EQ(Workload(r1)->env.at("MASTER_ADDR"), "10.0.0.7");
 }
 
 // Rank 0 may end before any report of its agent saw it run (`echo done` on a loaded node): the
@@ -281,14 +281,14 @@ TEST_F(GroupsTest, MembersHeldForRankZerosPortStartWhenRankZeroEndsBeforeItWasSe
   Join("n1", 8, OneIsland(8));
   const GroupStatus named = Create(Gang(2, 1, Topology::kNode));
   const Instance a0 = Member(named, 0), a1 = Member(named, 1);
-  ASSERT_TRUE(Workload(a1).is_null()) << "rank 1 waits for rank 0's port";
+  ASSERT_FALSE(Workload(a1).has_value()) << "rank 1 waits for rank 0's port";
   AgentReport ended = Report(a0, InstanceState::kTerminated, 0);
   ended.port = 29533;
   Sync("n1", {ended});
   EXPECT_EQ(state_->GetInstance(Acme(), a0.id.str())->state, InstanceState::kSucceeded);
-  json w1 = Workload(a1);
-  ASSERT_TRUE(w1.is_object()) << "rank 1 is still held back after rank 0 ended";
-  EXPECT_EQ(w1["env"]["MASTER_PORT"], "29533");
+  auto w1 = Workload(a1);
+  ASSERT_TRUE(w1.has_value()) << "rank 1 is still held back after rank 0 ended";
+  EXPECT_EQ(w1->env.at("MASTER_PORT"), "29533");
   Sync("n1", {Report(a1, InstanceState::kRunning)});
   Sync("n1", {Report(a1, InstanceState::kTerminated, 0)});
   EXPECT_EQ(GroupStateName(Get(named.group.id).group.state), "succeeded")
@@ -296,11 +296,11 @@ TEST_F(GroupsTest, MembersHeldForRankZerosPortStartWhenRankZeroEndsBeforeItWasSe
 
   const GroupStatus unnamed = Create(Gang(2, 1, Topology::kNode));
   const Instance b0 = Member(unnamed, 0), b1 = Member(unnamed, 1);
-  ASSERT_TRUE(Workload(b1).is_null());
+  ASSERT_FALSE(Workload(b1).has_value());
   Sync("n1", {Report(b0, InstanceState::kTerminated, 0)});
   w1 = Workload(b1);
-  ASSERT_TRUE(w1.is_object()) << "rank 1 waits forever for a rank 0 that is gone";
-  EXPECT_GE(std::stoi(w1["env"]["MASTER_PORT"].get<std::string>()), 29500);
+  ASSERT_TRUE(w1.has_value()) << "rank 1 waits forever for a rank 0 that is gone";
+  EXPECT_GE(std::stoi(w1->env.at("MASTER_PORT")), 29500);
 }
 
 // A template's image, pull policy and registry credentials go to every member's desired state,
@@ -326,7 +326,7 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
     EXPECT_EQ(Dump(listed).find("s3cret-pw"), std::string::npos);
   }
   const Instance r0 = Member(g, 0);
-  EXPECT_EQ(Workload(r0).value("reserve_port", ""), "MASTER_PORT")
+  EXPECT_EQ(Workload(r0)->reserve_port, "MASTER_PORT")
       << "rank 0 runs its image's entrypoint: its agent reserves the port";
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29517;
@@ -335,13 +335,14 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
     for (int rank = 0; rank < 3; ++rank) {
       const Instance m = Member(Get(g.group.id), rank);
       EXPECT_EQ(ToJson(m).dump().find("s3cret-pw"), std::string::npos) << when;
-      const json w = Workload(m);
-      ASSERT_TRUE(w.is_object()) << when << ": rank " << rank;
-      EXPECT_EQ(w["image"], "registry.example.com/team/train:1.4") << when << ": rank " << rank;
-      EXPECT_EQ(w["pull_policy"], "never") << when;
-      EXPECT_EQ(w["registry_auth"], json({{"username", "robot"}, {"password", "s3cret-pw"}}))
-          << when << ": rank " << rank;
-      EXPECT_EQ(w["env"]["MASTER_PORT"], "29517") << when;
+      const auto w = Workload(m);
+      ASSERT_TRUE(w.has_value()) << when << ": rank " << rank;
+      EXPECT_EQ(w->image.ref, "registry.example.com/team/train:1.4") << when << ": rank " << rank;
+      EXPECT_EQ(w->image.pull_policy, PullPolicy::kNever) << when;
+      ASSERT_TRUE(w->image.auth.has_value()) << when << ": rank " << rank;
+      EXPECT_EQ(w->image.auth->username, "robot") << when << ": rank " << rank;
+      EXPECT_EQ(w->image.auth->password, "s3cret-pw") << when << ": rank " << rank;
+      EXPECT_EQ(w->env.at("MASTER_PORT"), "29517") << when;
     }
   };
   check("placed");
@@ -361,9 +362,9 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
   const GroupStatus after = Get(g.group.id);
   ASSERT_EQ(after.group.restarts, 1);
   ASSERT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
-  const json w0 = Workload(Member(after, 0));
-  ASSERT_TRUE(w0.is_object());
-  EXPECT_EQ(w0["registry_auth"]["password"], "s3cret-pw");
+  const auto w0 = Workload(Member(after, 0));
+  ASSERT_TRUE(w0.has_value() && w0->image.auth.has_value());
+  EXPECT_EQ(w0->image.auth->password, "s3cret-pw");
 }
 
 TEST_F(GroupsTest, WithoutRestartAFailedMemberFailsTheGroup) {
@@ -390,18 +391,19 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   const std::string id = g.group.id;
   const Instance r0 = Member(g, 0);
   // Rank 0's agent writes the port it reserves into the endpoint.
-  const json w0 = Workload(r0);
-  EXPECT_EQ(w0["env"]["PET_RDZV_ENDPOINT"], "n1:{port}");
-  EXPECT_EQ(w0["port_env"], json::array({"PET_RDZV_ENDPOINT"}));
+  const auto w0 = Workload(r0);
+  ASSERT_TRUE(w0.has_value());
+  EXPECT_EQ(w0->env.at("PET_RDZV_ENDPOINT"), "n1:{port}");
+  EXPECT_EQ(w0->port_env, std::vector<std::string>{"PET_RDZV_ENDPOINT"});
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29501;
   Sync("n1", {started, Report(Member(g, 1), InstanceState::kRunning)});
-  const json env = Workload(Member(g, 1))["env"];
-  EXPECT_EQ(env["PET_NNODES"], "1:4");
-  EXPECT_EQ(env["PET_RDZV_BACKEND"], "c10d");
-  EXPECT_EQ(env["PET_RDZV_ENDPOINT"], "n1:29501");
-  EXPECT_EQ(env["PET_RDZV_ID"], id + "-0");
-  EXPECT_FALSE(env.contains("WORLD_SIZE")) << env.dump();
+  const std::map<std::string, std::string> env = Workload(Member(g, 1))->env;
+  EXPECT_EQ(env.at("PET_NNODES"), "1:4");
+  EXPECT_EQ(env.at("PET_RDZV_BACKEND"), "c10d");
+  EXPECT_EQ(env.at("PET_RDZV_ENDPOINT"), "n1:29501");
+  EXPECT_EQ(env.at("PET_RDZV_ID"), id + "-0");
+  EXPECT_FALSE(env.contains("WORLD_SIZE"));
   EXPECT_FALSE(env.contains("RANK"));
   state_->BeginRound();
   auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
@@ -410,7 +412,7 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   EXPECT_EQ(grown->placed, 4);
   EXPECT_EQ(grown->group.restarts, 0);
   EXPECT_EQ(FreeGpus("n1"), 0);
-  EXPECT_EQ(Workload(Member(*grown, 3))["env"]["PET_RDZV_ENDPOINT"], "n1:29501")
+  EXPECT_EQ(Workload(Member(*grown, 3))->env.at("PET_RDZV_ENDPOINT"), "n1:29501")
       << "a new rank meets the running ones";
   EXPECT_EQ(state_->GetInstance(Acme(), r0.id.str())->state, InstanceState::kRunning);
   const Instance newest = Member(*grown, 3);
@@ -444,7 +446,7 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   AgentReport started = Report(r0, InstanceState::kRunning);
   started.port = 29501;
   Sync("n1", {started, Report(r1, InstanceState::kRunning)});
-  EXPECT_EQ(Workload(r1)["env"]["WORLD_SIZE"], "2");
+  EXPECT_EQ(Workload(r1)->env.at("WORLD_SIZE"), "2");
   state_->BeginRound();
   auto grown = state_->ScaleGroup(Acme(), id, 3, batch_);
   state_->EndRound(batch_);
@@ -468,10 +470,10 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   again.port = 29502;
   Sync("n1", {again});
   for (int rank = 0; rank < 3; ++rank) {
-    const json env = Workload(Member(after, rank))["env"];
-    EXPECT_EQ(env["WORLD_SIZE"], "3") << rank;
-    EXPECT_EQ(env["RANK"], std::to_string(rank));
-    EXPECT_EQ(env["TESSERA_GROUP_RESTARTS"], "1");
+    const std::map<std::string, std::string> env = Workload(Member(after, rank))->env;
+    EXPECT_EQ(env.at("WORLD_SIZE"), "3") << rank;
+    EXPECT_EQ(env.at("RANK"), std::to_string(rank));
+    EXPECT_EQ(env.at("TESSERA_GROUP_RESTARTS"), "1");
   }
   // A resize the quota refuses changes nothing.
   state_->BeginRound();

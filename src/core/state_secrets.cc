@@ -107,7 +107,7 @@ std::string State::MissingSecret(const Instance& inst) const {
   return "";
 }
 
-void State::AddUserEnv(const Instance& inst, nlohmann::json& env) const {
+void State::AddUserEnv(const Instance& inst, std::map<std::string, std::string>& env) const {
   for (const auto& [name, v] : inst.env) {
     if (env.contains(name) || v.dropped) continue;  // Tessera's own variables win.
     if (!v.is_secret()) {

@@ -32,13 +32,9 @@ class StateSecretsTest : public ::testing::Test, protected AgentNodeFixture {
     return made.ok() ? *made : Instance{};
   }
 
-  // What node `node`'s agent is told of instance `id`; null when not told.
-  json Told(const std::string& node, const std::string& id) {
-    const json desired = state_->DesiredState(node);
-    for (const json& w : desired["workloads"]) {
-      if (w["id"] == id) return w;
-    }
-    return nullptr;
+  // What node `node`'s agent is told of instance `id`; none when not told.
+  std::optional<DesiredWorkload> Told(const std::string& node, const std::string& id) {
+    return core::Told(state_->DesiredState(node), id);
   }
 
   void Restart() {
@@ -69,11 +65,11 @@ TEST_F(StateSecretsTest, ASecretsValueGoesOnlyToTheAgentThatRunsItsWorkload) {
   const Instance inst = Create({{"HF", {.secret = "hf"}}, {"MODE", {.value = "fast"}}});
   ASSERT_FALSE(inst.node.empty());
   const std::string other = inst.node == "n1" ? "n2" : "n1";
-  const json told = Told(inst.node, inst.id.str());
-  ASSERT_TRUE(told.is_object());
-  EXPECT_EQ(told["env"]["HF"], "s3cret");
-  EXPECT_EQ(told["env"]["MODE"], "fast");
-  EXPECT_EQ(state_->DesiredState(other).dump().find("s3cret"), std::string::npos);
+  const auto told = Told(inst.node, inst.id.str());
+  ASSERT_TRUE(told.has_value());
+  EXPECT_EQ(told->env.at("HF"), "s3cret");
+  EXPECT_EQ(told->env.at("MODE"), "fast");
+  EXPECT_FALSE(Carries(state_->DesiredState(other), "s3cret"));
   // The API shows the reference; the store holds no value in the clear.
   const json shown = ToJson(*state_->GetInstance(Acme(), inst.id.str()));
   EXPECT_EQ(shown["env"], json({{"HF", {{"secret", "hf"}}}, {"MODE", "fast"}}));
@@ -94,8 +90,8 @@ TEST_F(StateSecretsTest, ValuesOpenAtARestartAndAKeyringWithoutTheirKeyStopsIt) 
   ASSERT_TRUE(state_->PutSecret(Acme(), "hf", "s3cret", "user-000001", false, batch_).ok());
   const Instance inst = Create({{"MODE", {.value = "fast"}}, {"HF", {.secret = "hf"}}});
   Restart();
-  EXPECT_EQ(Told(inst.node, inst.id.str())["env"]["MODE"], "fast");
-  EXPECT_EQ(Told(inst.node, inst.id.str())["env"]["HF"], "s3cret");
+  EXPECT_EQ(Told(inst.node, inst.id.str())->env.at("MODE"), "fast");
+  EXPECT_EQ(Told(inst.node, inst.id.str())->env.at("HF"), "s3cret");
   EXPECT_EQ(state_->secrets().Find(Acme().id.str(), "hf")->created_by, "user-000001");
   // Another keyring: the restore fails, naming the key.
   Sealer other(TestKeyring(TestKeyLine("k9", 'z')));

@@ -165,18 +165,18 @@ void State::ApplyVolumeReport(const std::string& node, const AgentSync& sync, st
   }
 }
 
-nlohmann::json State::WorkloadVolumes(const Instance& inst) const {
-  nlohmann::json out = nlohmann::json::array();
+std::vector<DesiredVolume> State::WorkloadVolumes(const Instance& inst) const {
+  std::vector<DesiredVolume> out;
   for (const VolumeMount& m : inst.volumes) {
     const Volume* v = volumes_.Find(inst.tenant.str(), m.name);
     if (!v) continue;
-    out.push_back({{"id", v->id}, {"name", v->name}, {"path", m.path}, {"size_gib", v->size_gib}});
+    out.push_back({v->id, v->name, m.path, v->size_gib});
   }
   return out;
 }
 
-nlohmann::json State::VolumesToDelete(const std::string& node) const {
-  nlohmann::json out = nlohmann::json::array();
+std::vector<std::string> State::VolumesToDelete(const std::string& node) const {
+  std::vector<std::string> out;
   for (const Volume* v : volumes_.Deleting()) {
     if (v->node == node) out.push_back(v->id);
   }
