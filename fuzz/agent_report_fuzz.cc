@@ -189,7 +189,7 @@ void RegisterOnCore(const core::AgentRegistration& reg) {
           "a GPU UUID that is empty, long or not printable was accepted");
     Check(uuids.insert(g.uuid).second, "a GPU UUID given twice was accepted");
   }
-  (void)DumpJson(c.state->AgentJson("gpu-1"));
+  (void)DumpJson(api::AgentJson(*c.state, "gpu-1"));
   (void)DumpJson(api::DesiredStateJson(c.state->DesiredState("gpu-1")));
 }
 
@@ -207,20 +207,20 @@ void SyncOnCore(core::AgentSync sync) {
     for (const auto& g : sync.telemetry->gpus) foreign |= g.index >= kNodeGpus;
     for (const auto& x : sync.telemetry->xids) foreign |= x.gpu >= kNodeGpus;
   }
-  const json before = c.state->AgentJson("gpu-1");
+  const json before = api::AgentJson(*c.state, "gpu-1");
   c.state->BeginRound();
   auto r = c.state->SyncAgent("gpu-1", sync, c.batch);
   c.state->EndRound(c.batch);
   if (!foreign) {
     if (!r.ok()) std::fprintf(stderr, "message: %s\n", r.status().message().c_str());
     Check(r.ok(), "a report on the node's own GPUs was refused");
-    (void)DumpJson(c.state->AgentJson("gpu-1"));
+    (void)DumpJson(api::AgentJson(*c.state, "gpu-1"));
     return;
   }
   Check(!r.ok(), "telemetry or an XID of a GPU the node lacks was accepted");
   CheckMessage(r.status());
   Check(StartsWith(r.status().message(), "field 'telemetry."), "the refusal names no field");
-  Check(c.state->AgentJson("gpu-1") == before, "a refused report changed the node");
+  Check(api::AgentJson(*c.state, "gpu-1") == before, "a refused report changed the node");
 }
 
 void Register(const json& body) {

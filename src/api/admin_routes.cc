@@ -77,14 +77,14 @@ void AddNodeRoutes(Api& table) {
                // position after which the next page starts.
                const size_t begin = static_cast<size_t>(after);
                json nodes = NodesJson(s.fleet(), begin, limit);
-               for (json& n : nodes) AddAgentFields(n, s.AgentJson(n["id"].get<std::string>()));
+               for (json& n : nodes) AddAgentFields(n, AgentJson(s, n["id"].get<std::string>()));
                json j = {{"nodes", std::move(nodes)}};
                // Joined nodes whose agent has not registered yet are not in the fleet.
                json waiting = json::array();
                for (const auto& [name, node] : s.agents().nodes()) {
                  if (!node.registered()) {
                    json w = {{"id", name}};
-                   AddAgentFields(w, s.AgentJson(name));
+                   AddAgentFields(w, AgentJson(s, name));
                    waiting.push_back(std::move(w));
                  }
                }

@@ -267,4 +267,65 @@ void AddAgentFields(json& node, json agent) {
   node["agent"] = std::move(agent);
 }
 
+// A joined node's agent fields for GET /v1/nodes: its state, isolation, health, shares and MIG
+// devices, and its last telemetry.
+json AgentJson(const core::AgentNode& n) {
+  json j = {{"state", n.StateName()},
+            {"labels", n.labels},
+            {"address", n.address.empty() ? n.name : n.address},
+            {"joined_at", FormatRfc3339(n.created_at)},
+            {"last_report_at", FormatRfc3339(n.last_seen)},
+            {"limits_enforced", n.limits_enforced ? json(*n.limits_enforced) : json()}};
+  if (!n.limits_note.empty()) j["limits_note"] = n.limits_note;
+  j["isolation"] = core::IsolationName(n.isolation.value_or(core::Isolation::kNone));
+  j["isolation_note"] = n.IsolationNote();
+  if (n.registered()) {
+    j["backend"] = n.inventory.value("backend", "");
+    j["driver_version"] = n.inventory.value("driver_version", "");
+  }
+  j["unhealthy_gpus"] = n.UnhealthyJson();
+  // Whether its volumes' sizes are hard limits (docs/volumes.md).
+  j["volume_quota_enforced"] = n.volumes_enforced ? json(*n.volumes_enforced) : json();
+  if (!n.volumes_note.empty()) j["volume_quota_note"] = n.volumes_note;
+  // How shares of its GPUs are held to their size (docs/agent.md, "Shares on a GPU: MPS").
+  j["share_enforcement"] = n.shares_mps.value_or(false) ? "mps" : "time_sliced";
+  if (!n.shares_mps.value_or(false)) {
+    j["share_enforcement_note"] =
+        n.shares_note.empty() ? "its agent has not said it runs MPS" : n.shares_note;
+  }
+  if (n.registered()) {
+    // Each GPU's MIG devices, whose each is: an instance's, idle (""), or an operator's.
+    json mig = json::array();
+    const json& gpus = n.inventory.value("gpus", json::array());
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      for (const json& d : gpus[g].value("mig_devices", json::array())) {
+        json shown = {{"gpu", g},
+                      {"uuid", d.value("uuid", "")},
+                      {"profile", d.value("profile", "")},
+                      {"start", d.value("start", -1)}};
+        for (const core::MigReport& m : n.mig) {
+          if (m.uuid == shown["uuid"]) shown["owner"] = m.owner;
+        }
+        mig.push_back(std::move(shown));
+      }
+    }
+    j["mig_devices"] = std::move(mig);  // Shown beside each GPU (api::AddAgentFields).
+  }
+  if (!n.mode_changes.empty()) {
+    json changes = json::array();
+    for (const auto& [_, c] : n.mode_changes) changes.push_back(c.ToJson());
+    j["gpu_mode_changes"] = std::move(changes);  // Shown beside each GPU (api::AddAgentFields).
+  }
+  if (n.telemetry) {
+    j["telemetry"] = telemetry::ToJson(*n.telemetry);
+    j["telemetry_at"] = FormatRfc3339(n.telemetry_at);
+  }
+  return j;
+}
+
+json AgentJson(const core::State& s, const std::string& node) {
+  auto it = s.agents().nodes().find(node);
+  return it == s.agents().nodes().end() ? json() : AgentJson(it->second);
+}
+
 }  // namespace tessera::api

@@ -85,7 +85,11 @@ nlohmann::json InstanceTypesJson(const catalog::Catalog& catalog,
 
 // GET /v1/nodes: capacity, allocations and state of nodes [begin, begin + count) of the fleet.
 nlohmann::json NodesJson(const fleet::Fleet& fleet, size_t begin, size_t count);
-// Adds a node's agent fields (State::AgentJson; null for a node no agent serves) to `node`: its
+// A joined node's agent fields for GET /v1/nodes (api::AddAgentFields places them).
+nlohmann::json AgentJson(const core::AgentNode& n);
+// Node `node`'s agent fields; null for a node no agent joined.
+nlohmann::json AgentJson(const core::State& s, const std::string& node);
+// Adds a node's agent fields (AgentJson; null for a node no agent serves) to `node`: its
 // state "not_ready" when the agent lost its lease, "isolation" and "isolation_note" at the top
 // level, and the rest under "agent".
 void AddAgentFields(nlohmann::json& node, nlohmann::json agent);

@@ -263,7 +263,7 @@ void AddMetricsRoutes(Api& table) {
             {[node, window](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
                auto index = s.fleet().Find(node);
                if (!index.ok()) {
-                 json agent = s.AgentJson(node);
+                 json agent = AgentJson(s, node);
                  if (agent.is_null()) {
                    return Status::NotFound(fmt::format("node '{}' not found", Quote(node)));
                  }
@@ -274,7 +274,7 @@ void AddMetricsRoutes(Api& table) {
                json j = NodesJson(s.fleet(), index->value, 1).at(0);
                TESSERA_ASSIGN_OR_RETURN(auto metrics, s.NodeMetrics(node, window));
                AddNodeMetrics(metrics, j["gpus"]);
-               json agent = s.AgentJson(node);
+               json agent = AgentJson(s, node);
                if (!agent.is_null()) agent.erase("telemetry");  // Shown per GPU above.
                AddAgentFields(j, std::move(agent));
                j["window_seconds"] =

@@ -264,4 +264,15 @@ std::shared_ptr<const telemetry::NodeInfo> AgentNode::SeriesInfo() const {
   return out;
 }
 
+std::string_view AgentNode::StateName() const {
+  if (!registered()) return "waiting_for_agent";
+  return lost || all_gpus_unhealthy() ? "not_ready" : "ready";
+}
+
+std::string AgentNode::IsolationNote() const {
+  return isolation ? isolation_note
+                   : "its agent has not reported how it isolates workloads; until it does, the "
+                     "node hosts one tenant's work at a time";
+}
+
 }  // namespace tessera::core

@@ -299,6 +299,11 @@ struct AgentNode {
   nlohmann::json UnhealthyJson() const;
   // Its inventory as its series' labels need it (`info`), with each GPU's health.
   std::shared_ptr<const telemetry::NodeInfo> SeriesInfo() const;
+  // "waiting_for_agent" before its agent registered, "not_ready" while lost or with every GPU out
+  // of service, else "ready".
+  std::string_view StateName() const;
+  // How its agent says it isolates workloads; until it says, that it hosts one tenant at a time.
+  std::string IsolationNote() const;
   // Whether each tenant's workloads run apart; false until its agent run said so.
   bool isolated() const { return isolation == Isolation::kUid; }
   // The mode GPU `gpu` has when its inventory does not say MIG.

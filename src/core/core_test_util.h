@@ -47,6 +47,13 @@ inline std::string TestKeyLine(const std::string& id, char fill) {
   return id + " " + Base64Encode(std::string(kDataKeyBytes, fill));
 }
 
+// Joined node `name`'s record as the state holds it; aborts for an unknown one.
+inline const AgentNode& AgentOf(const State& state, const std::string& name) {
+  auto it = state.agents().nodes().find(name);
+  if (it == state.agents().nodes().end()) std::abort();
+  return it->second;
+}
+
 // What `desired` tells its agent of instance `id`; none when it is not told.
 inline std::optional<DesiredWorkload> Told(const DesiredState& desired, const std::string& id) {
   for (const DesiredWorkload& w : desired.workloads) {

@@ -187,11 +187,11 @@ TEST_F(GpuHealthTest, AFatalXidMovesTheWorkBillsItToTheFaultAndNothingLandsThere
   EXPECT_EQ(lines[0].seconds, 90);
   EXPECT_EQ(lines[0].note, "ended by the platform");
 
-  const json node = state_->AgentJson("gpu-1");
-  ASSERT_EQ(node["unhealthy_gpus"].size(), 1u);
-  EXPECT_EQ(node["unhealthy_gpus"][0]["gpu"], sick);
-  EXPECT_EQ(node["unhealthy_gpus"][0]["reason"], "XID 48 (GPU_ECC_DBE)");
-  EXPECT_EQ(node["state"], "ready");
+  const AgentNode& node = AgentOf(*state_, "gpu-1");
+  ASSERT_EQ(node.unhealthy.size(), 1u);
+  EXPECT_EQ(node.unhealthy.begin()->first, sick);
+  EXPECT_EQ(node.unhealthy.begin()->second.reason, "XID 48 (GPU_ECC_DBE)");
+  EXPECT_EQ(node.StateName(), "ready");
   EXPECT_EQ(state_->counters().gpus_unhealthy, 1);
   // The healthy GPU is busy and the sick one takes nothing: new work waits.
   EXPECT_EQ(Create().state, InstanceState::kPending);
@@ -214,11 +214,11 @@ TEST_F(GpuHealthTest, AFatalXidMovesTheWorkBillsItToTheFaultAndNothingLandsThere
   Register();
   Sync({});
   EXPECT_EQ(Get(first.id.str()).state, InstanceState::kPending);
-  EXPECT_EQ(state_->AgentJson("gpu-1")["unhealthy_gpus"].size(), 1u);
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").unhealthy.size(), 1u);
 
   // The operator clears it: the waiting work lands there.
   ASSERT_TRUE(Health(sick, true).ok());
-  EXPECT_TRUE(state_->AgentJson("gpu-1")["unhealthy_gpus"].empty());
+  EXPECT_TRUE(AgentOf(*state_, "gpu-1").unhealthy.empty());
   const Instance back = Get(first.id.str());
   EXPECT_EQ(back.state, InstanceState::kScheduled);
   EXPECT_EQ(back.gpus[0].index, sick);
@@ -299,15 +299,15 @@ TEST_F(GpuHealthTest, ALostGpuAndAnOperatorsWordTakeGpusOutAndAllOutIsNotReady) 
   EXPECT_TRUE(moved);
   // An XID the node needs a restart for drains it; the operator takes the last GPU out by hand.
   Sync({}, Readings({{1 - inst.gpus[0].index, 79}}));
-  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").StateName(), "not_ready");
   ASSERT_TRUE(Health(1 - inst.gpus[0].index, true).ok());
-  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready");
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").StateName(), "ready");
   ASSERT_TRUE(Health(1 - inst.gpus[0].index, false, "fan noise").ok());
-  const json node = state_->AgentJson("gpu-1");
-  EXPECT_EQ(node["state"], "not_ready");
+  const AgentNode& node = AgentOf(*state_, "gpu-1");
+  EXPECT_EQ(node.StateName(), "not_ready");
   bool found = false;
-  for (const json& u : node["unhealthy_gpus"]) found = found || u["reason"] == "fan noise";
-  EXPECT_TRUE(found) << node.dump();
+  for (const auto& [gpu, u] : node.unhealthy) found = found || u.reason == "fan noise";
+  EXPECT_TRUE(found);
   const auto n = state_->fleet().Find("gpu-1");
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(state_->fleet().node(*n).state, fleet::NodeState::kDown);
@@ -317,14 +317,14 @@ TEST_F(GpuHealthTest, DoubleBitErrorsClearedByTheOperatorDoNotCountAgain) {
   auto t = Readings({});
   t->gpus[1].ecc_dbe_total = 2;
   Sync({}, t);
-  ASSERT_EQ(state_->AgentJson("gpu-1")["unhealthy_gpus"].size(), 1u);
+  ASSERT_EQ(AgentOf(*state_, "gpu-1").unhealthy.size(), 1u);
   ASSERT_TRUE(Health(1, true).ok());
   Sync({}, t);  // The driver still counts 2 until the GPU is reset: accepted.
-  EXPECT_TRUE(state_->AgentJson("gpu-1")["unhealthy_gpus"].empty());
+  EXPECT_TRUE(AgentOf(*state_, "gpu-1").unhealthy.empty());
   auto more = Readings({});
   more->gpus[1].ecc_dbe_total = 3;
   Sync({}, more);
-  EXPECT_EQ(state_->AgentJson("gpu-1")["unhealthy_gpus"].size(), 1u);
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").unhealthy.size(), 1u);
 }
 
 }  // namespace

@@ -65,8 +65,8 @@ class GpuModesTest : public ::testing::Test, protected AgentNodeFixture {
   const fleet::Gpu& Gpu(int g) { return state_->fleet().nodes()[0].gpus[static_cast<size_t>(g)]; }
   std::vector<GpuModeChange> Requests() { return state_->DesiredState("gpu-1").mode_requests; }
   json Shown(int gpu) {
-    for (const json& c : state_->AgentJson("gpu-1").value("gpu_mode_changes", json::array())) {
-      if (c["gpu"] == gpu) return c;
+    for (const auto& [g, c] : AgentOf(*state_, "gpu-1").mode_changes) {
+      if (g == gpu) return c.ToJson();
     }
     return nullptr;
   }

@@ -113,14 +113,14 @@ TEST_F(IsolationTest, ANodeWithoutIsolationHostsOneTenantAtATime) {
 
 TEST_F(IsolationTest, ANodeWhoseAgentHasNotSaidCountsAsNone) {
   Join("quiet", 8, std::nullopt);
-  const json agent = state_->AgentJson("quiet");
-  EXPECT_EQ(agent["isolation"], "none");
-  EXPECT_NE(agent["isolation_note"].get<std::string>().find("has not reported"), std::string::npos);
+  const AgentNode& agent = AgentOf(*state_, "quiet");
+  EXPECT_FALSE(agent.isolation.has_value());
+  EXPECT_NE(agent.IsolationNote().find("has not reported"), std::string::npos);
   ASSERT_EQ(Create(acme_, TestH100(1)).state, InstanceState::kScheduled);
   EXPECT_EQ(Create(globex_, TestH100(1)).state, InstanceState::kPending);
   // An older agent's reports carry no isolation: it stays none.
   ASSERT_TRUE(Sync("quiet").ok());
-  EXPECT_EQ(state_->AgentJson("quiet")["isolation"], "none");
+  EXPECT_EQ(IsolationName(AgentOf(*state_, "quiet").isolation.value_or(Isolation::kNone)), "none");
 }
 
 TEST_F(IsolationTest, AnotherTenantGoesToANodeThatIsolatesAndWaitsWhenThereIsNone) {
@@ -137,13 +137,14 @@ TEST_F(IsolationTest, AnotherTenantGoesToANodeThatIsolatesAndWaitsWhenThereIsNon
   ASSERT_TRUE(Sync("shared", {}, Isolation::kUid).ok());
   EXPECT_EQ(Get(g2).state, InstanceState::kScheduled);
   EXPECT_EQ(Get(g2).node, "shared");
-  EXPECT_EQ(state_->AgentJson("shared")["isolation"], "uid");
-  EXPECT_EQ(state_->AgentJson("shared")["isolation_note"], "one uid per tenant");
+  EXPECT_EQ(IsolationName(AgentOf(*state_, "shared").isolation.value_or(Isolation::kNone)), "uid");
+  EXPECT_EQ(AgentOf(*state_, "shared").IsolationNote(), "one uid per tenant");
 }
 
 TEST_F(IsolationTest, ANodeThatIsolatesByUidTakesEveryTenant) {
   Join("isolated", 8, Isolation::kUid);
-  EXPECT_EQ(state_->AgentJson("isolated")["isolation"], "uid");
+  EXPECT_EQ(IsolationName(AgentOf(*state_, "isolated").isolation.value_or(Isolation::kNone)),
+            "uid");
   const Instance a1 = Create(acme_, TestH100(1));
   const Instance g1 = Create(globex_, TestH100(1));
   EXPECT_EQ(a1.node, "isolated");
@@ -154,7 +155,8 @@ TEST_F(IsolationTest, ANodeThatIsolatesByUidTakesEveryTenant) {
   ASSERT_TRUE(
       state_->RegisterAgent("isolated", {"a2", TestInventory(8, "H100-80GB", "isolated-")}, batch_)
           .ok());
-  EXPECT_EQ(state_->AgentJson("isolated")["isolation"], "none");
+  EXPECT_EQ(IsolationName(AgentOf(*state_, "isolated").isolation.value_or(Isolation::kNone)),
+            "none");
   const Tenant initech = *state_->tenants().Create("initech", 64000, "h-initech", batch_);
   EXPECT_EQ(Create(initech, TestH100(1)).state, InstanceState::kPending);
   EXPECT_EQ(Get(a1).state, InstanceState::kScheduled);

@@ -268,8 +268,6 @@ class State {
   };
   Result<LogSlice> InstanceLog(const Tenant& caller, std::string_view id, size_t tail,
                                std::optional<int64_t> after) const;
-  // Joined nodes' agent fields for GET /v1/nodes; null for nodes without one.
-  nlohmann::json AgentJson(const std::string& node) const;
   AgentSupervisor& agents() { return agents_; }
   const AgentSupervisor& agents() const { return agents_; }
   // After a round commits: long-polling agents whose node changed, or whose wait ended, get

@@ -212,9 +212,9 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   EXPECT_EQ(desired.lease, 310s);
   EXPECT_EQ(desired.heartbeat, 2s);
   OnlyGpu2Reports(10s);
-  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready") << "within the node timeout";
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").StateName(), "ready") << "within the node timeout";
   OnlyGpu2Reports(2s);
-  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").StateName(), "not_ready");
   EXPECT_EQ(state_->counters().nodes_lost, 1);
   const Instance& silent = Get(od.id.str());
   EXPECT_EQ(silent.state, InstanceState::kRunning) << "it may still run: nothing moves yet";
@@ -265,9 +265,9 @@ TEST_F(NodeAgentsTest, ASilentNodeThatReportsBeforeItsFenceKeepsItsWorkAndBillin
     clock_.Advance(5s);
     Tick();
   }
-  ASSERT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
+  ASSERT_EQ(AgentOf(*state_, "gpu-1").StateName(), "not_ready");
   ASSERT_TRUE(Report("gpu-1", 4).ok());
-  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready");
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").StateName(), "ready");
   const Instance& back = Get(od.id.str());
   EXPECT_EQ(back.state, InstanceState::kRunning);
   EXPECT_EQ(back.restarts, 0) << "nothing restarted";
@@ -293,12 +293,12 @@ TEST_F(NodeAgentsTest, TimeTheServerWasNotRunningNeverCountsAsANodesSilence) {
   ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
   clock_.Advance(60s);  // Stopped (SIGSTOP, a suspended VM): no round ran.
   Tick();
-  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "ready") << "it gets a whole node timeout";
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").StateName(), "ready") << "it gets a whole node timeout";
   clock_.Advance(5s);
   Tick();
   clock_.Advance(6s);
   Tick();
-  EXPECT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready") << "silent while the server ran";
+  EXPECT_EQ(AgentOf(*state_, "gpu-1").StateName(), "not_ready") << "silent while the server ran";
   // Not ready is stored: after a restart the node stays so until its agent reports.
   const auto [key, value] = AgentSupervisor::Record(*state_->agents().Find("gpu-1"));
   auto restored = AgentSupervisor::FromRecord(key, value);
@@ -614,7 +614,7 @@ TEST_F(NodeAgentsTest, ARemovedLostNodesWorkMovesOnlyOnceItsLeaseRanOut) {
   Join("gpu-2", 1);
   ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
   OnlyGpu2Reports(12s);
-  ASSERT_EQ(state_->AgentJson("gpu-1")["state"], "not_ready");
+  ASSERT_EQ(AgentOf(*state_, "gpu-1").StateName(), "not_ready");
   state_->BeginRound();
   auto removing = state_->RemoveNode("gpu-1", true, batch_);
   state_->EndRound(batch_);

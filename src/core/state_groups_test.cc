@@ -261,7 +261,7 @@ TEST_F(GroupsTest, MasterAddrIsRankZerosAdvertisedAddress) {
   ASSERT_TRUE(
       state_->RegisterAgent("n1", {agent_, Inventory("n1", 8, OneIsland(8)), "10.0.0.7"}, batch_)
           .ok());
-  EXPECT_EQ(state_->AgentJson("n1")["address"], "10.0.0.7");
+  EXPECT_EQ(AgentOf(*state_, "n1").address, "10.0.0.7");
   const GroupStatus g = Create(Gang(2, 1, Topology::kNode));
   const Instance r0 = Member(g, 0), r1 = Member(g, 1);
   AgentReport started = Report(r0, InstanceState::kRunning);
