@@ -47,6 +47,24 @@ inline std::string TestKeyLine(const std::string& id, char fill) {
   return id + " " + Base64Encode(std::string(kDataKeyBytes, fill));
 }
 
+// The keys of `batch`'s settings that start with `prefix`, in order.
+inline std::vector<std::string> KeysWithPrefix(const store::Batch& batch, std::string_view prefix) {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : batch.settings) {
+    if (key.compare(0, prefix.size(), prefix) == 0) out.push_back(key);
+  }
+  return out;
+}
+
+// The value `batch` sets for `key` last, or none.
+inline std::optional<std::string> SettingOf(const store::Batch& batch, const std::string& key) {
+  std::optional<std::string> out;
+  for (const auto& [k, v] : batch.settings) {
+    if (k == key) out = v;
+  }
+  return out;
+}
+
 // Joined node `name`'s record as the state holds it; aborts for an unknown one.
 inline const AgentNode& AgentOf(const State& state, const std::string& name) {
   auto it = state.agents().nodes().find(name);

@@ -57,22 +57,6 @@ telemetry::Target Gpu(int gpu, double temp, const std::string& tenant = "") {
   return t;
 }
 
-std::vector<std::string> KeysWithPrefix(const store::Batch& batch, std::string_view prefix) {
-  std::vector<std::string> out;
-  for (const auto& [key, value] : batch.settings) {
-    if (key.compare(0, prefix.size(), prefix) == 0) out.push_back(key);
-  }
-  return out;
-}
-
-std::optional<std::string> SettingOf(const store::Batch& batch, const std::string& key) {
-  std::optional<std::string> out;
-  for (const auto& [k, v] : batch.settings) {
-    if (k == key) out = v;
-  }
-  return out;
-}
-
 class MonitoringTest : public ::testing::Test {
  protected:
   std::unique_ptr<Monitoring> NewMonitoring(Sealer* sealer = nullptr) {

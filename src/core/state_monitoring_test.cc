@@ -94,24 +94,6 @@ alerts::Rule HotRule(const std::string& name, const std::string& webhook, bool t
   return r.ok() ? *r : alerts::Rule{};
 }
 
-// The keys of `batch`'s settings that start with `prefix`, in order.
-std::vector<std::string> KeysWithPrefix(const store::Batch& batch, std::string_view prefix) {
-  std::vector<std::string> out;
-  for (const auto& [key, value] : batch.settings) {
-    if (key.compare(0, prefix.size(), prefix) == 0) out.push_back(key);
-  }
-  return out;
-}
-
-// The value the batch sets for `key` last, or nullopt.
-std::optional<std::string> SettingOf(const store::Batch& batch, const std::string& key) {
-  std::optional<std::string> out;
-  for (const auto& [k, v] : batch.settings) {
-    if (k == key) out = v;
-  }
-  return out;
-}
-
 std::vector<alerts::Delivery> To(const std::vector<alerts::Delivery>& deliveries,
                                  const std::string& target) {
   std::vector<alerts::Delivery> out;
