@@ -8,7 +8,8 @@ namespace tessera::api {
 
 class Api;
 
-// /v1/tenants..., /v1/whoami, /v1/instance-types (tenant_routes.cc -> core/state.cc, core/tenants.cc)
+// /v1/tenants..., /v1/whoami, /v1/instance-types (tenant_routes.cc -> core/state.cc,
+// core/tenants.cc)
 void AddTenantRoutes(Api& api);
 // /v1/instances..., logs (instance_routes.cc -> core/state.cc; logs: core/state_reports.cc)
 void AddInstanceRoutes(Api& api);
