@@ -324,8 +324,8 @@ json AgentJson(const core::AgentNode& n) {
 }
 
 json AgentJson(const core::State& s, const std::string& node) {
-  auto it = s.agents().nodes().find(node);
-  return it == s.agents().nodes().end() ? json() : AgentJson(it->second);
+  const core::AgentNode* n = s.agents().Find(node);
+  return n ? AgentJson(*n) : json();
 }
 
 }  // namespace tessera::api

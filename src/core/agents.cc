@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "common/json.h"
 
@@ -84,6 +85,10 @@ std::vector<AgentReport> AgentSupervisor::Collect() {
 }
 
 AgentNode* AgentSupervisor::Find(const std::string& name) {
+  return const_cast<AgentNode*>(std::as_const(*this).Find(name));
+}
+
+const AgentNode* AgentSupervisor::Find(const std::string& name) const {
   auto it = joined_.find(name);
   return it == joined_.end() ? nullptr : &it->second;
 }

@@ -351,6 +351,7 @@ class AgentSupervisor {
   std::map<std::string, AgentNode>& nodes() { return joined_; }
   const std::map<std::string, AgentNode>& nodes() const { return joined_; }
   AgentNode* Find(const std::string& name);
+  const AgentNode* Find(const std::string& name) const;
   // Bumps the node's generation: its waiting agent is answered after this round commits.
   void Changed(AgentNode& node);
   // The stored form of a node, for the batch.

@@ -67,9 +67,9 @@ inline std::optional<std::string> SettingOf(const store::Batch& batch, const std
 
 // Joined node `name`'s record as the state holds it; aborts for an unknown one.
 inline const AgentNode& AgentOf(const State& state, const std::string& name) {
-  auto it = state.agents().nodes().find(name);
-  if (it == state.agents().nodes().end()) std::abort();
-  return it->second;
+  const AgentNode* node = state.agents().Find(name);
+  if (!node) std::abort();
+  return *node;
 }
 
 // What `desired` tells its agent of instance `id`; none when it is not told.

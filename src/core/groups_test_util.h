@@ -128,10 +128,7 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
 
   // What the instance's agent is told of it: none when it is not listed.
   std::optional<DesiredWorkload> Workload(const Instance& inst) {
-    for (DesiredWorkload& w : state_->DesiredState(inst.node).workloads) {
-      if (w.id == inst.id.str()) return std::move(w);
-    }
-    return std::nullopt;
+    return Told(state_->DesiredState(inst.node), inst.id.str());
   }
 
   // Free whole GPUs on `node`.

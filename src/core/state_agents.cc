@@ -445,7 +445,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
 }
 
 DesiredState State::DesiredState(const std::string& name) const {
-  const AgentNode* node = agents_.nodes().count(name) ? &agents_.nodes().at(name) : nullptr;
+  const AgentNode* node = agents_.Find(name);
   core::DesiredState out;
   out.node = name;
   const AgentTiming t = timing();
@@ -527,9 +527,9 @@ Result<const AgentNode*> State::AuthenticateNode(std::string_view token_hash) co
   if (p.node.empty()) {
     return Status::PermissionDenied("the agent routes take a node token (POST /v1/nodes)");
   }
-  auto it = agents_.nodes().find(p.node);
-  if (it == agents_.nodes().end()) return Status::Unauthenticated("invalid token");
-  return &it->second;
+  const AgentNode* node = agents_.Find(p.node);
+  if (!node) return Status::Unauthenticated("invalid token");
+  return node;
 }
 
 Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::string>>& records) {

@@ -272,15 +272,14 @@ std::optional<double> State::GroupMetric(const Group& g) const {
   for (const std::string& id : g.members) {
     const Instance* inst = instances_.Find(id);
     if (!inst) continue;
-    auto node = agents_.nodes().find(inst->node);
-    if (inst->state != InstanceState::kRunning || node == agents_.nodes().end() ||
-        !node->second.telemetry) {
+    const AgentNode* node = agents_.Find(inst->node);
+    if (inst->state != InstanceState::kRunning || !node || !node->telemetry) {
       missing += std::max(1, inst->shape.gpus);
       continue;
     }
     for (const GpuRef& ref : inst->gpus) {
       const auto r =
-          telemetry::ReadHolder(*node->second.telemetry, ref.index, ref.mig_profile, ref.mig_start);
+          telemetry::ReadHolder(*node->telemetry, ref.index, ref.mig_profile, ref.mig_start);
       if (!r || r->lost) {
         ++missing;
         continue;
@@ -410,8 +409,8 @@ void State::EvictEndedGroups(Time cutoff) {
 }
 
 std::string State::NodeAddress(const std::string& node) const {
-  auto it = agents_.nodes().find(node);
-  return it != agents_.nodes().end() && !it->second.address.empty() ? it->second.address : node;
+  const AgentNode* agent = agents_.Find(node);
+  return agent && !agent->address.empty() ? agent->address : node;
 }
 
 void State::ReleaseMembers(const std::vector<std::string>& ids) {

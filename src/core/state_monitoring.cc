@@ -80,9 +80,8 @@ Result<std::vector<GpuReadings>> State::NodeMetrics(const std::string& node,
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex index, fleet_->Find(node));
   const fleet::Node& n = fleet_->node(index);
   const Time since = clock_->Now() - window;
-  auto agent = agents_.nodes().find(node);
-  const telemetry::Telemetry* latest =
-      agent != agents_.nodes().end() ? agent->second.telemetry.get() : nullptr;
+  const AgentNode* agent = agents_.Find(node);
+  const telemetry::Telemetry* latest = agent ? agent->telemetry.get() : nullptr;
   std::vector<GpuReadings> out;
   for (size_t i = 0; i < n.gpus.size(); ++i) {
     GpuReadings r;
@@ -111,11 +110,10 @@ std::vector<InstanceReadings> State::TopInstances(const Tenant& caller) const {
         inst.state != InstanceState::kScheduled && inst.state != InstanceState::kStopping) {
       return;
     }
-    auto node = agents_.nodes().find(inst.node);
-    const telemetry::Telemetry* t =
-        node != agents_.nodes().end() ? node->second.telemetry.get() : nullptr;
+    const AgentNode* node = agents_.Find(inst.node);
+    const telemetry::Telemetry* t = node ? node->telemetry.get() : nullptr;
     InstanceReadings r = ReadingsOf(inst);
-    if (t) r.sampled_at = node->second.telemetry_at;
+    if (t) r.sampled_at = node->telemetry_at;
     for (const GpuRef& g : inst.gpus) {
       GpuReadings gr = ReadingsOf(g);
       gr.sampled = t != nullptr;

@@ -92,8 +92,7 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
 
 void State::SetEndpoints(Instance& inst, const AgentReport& report) {
   inst.endpoints.clear();
-  const AgentNode* node =
-      agents_.nodes().count(inst.node) ? &agents_.nodes().at(inst.node) : nullptr;
+  const AgentNode* node = agents_.Find(inst.node);
   for (const auto& [port, host_port] : report.endpoints) {
     // Only the ports it asked for: an agent names no others.
     if (std::find(inst.ports.begin(), inst.ports.end(), port) == inst.ports.end()) continue;
@@ -170,9 +169,9 @@ Result<State::LogSlice> State::InstanceLog(const Tenant& caller, std::string_vie
 }
 
 void State::UseReportedMigUuids(Instance& inst) const {
-  auto it = agents_.nodes().find(inst.node);
-  if (it == agents_.nodes().end() || !it->second.registered()) return;
-  const nlohmann::json& gpus = it->second.inventory.value("gpus", nlohmann::json::array());
+  const AgentNode* node = agents_.Find(inst.node);
+  if (!node || !node->registered()) return;
+  const nlohmann::json& gpus = node->inventory.value("gpus", nlohmann::json::array());
   for (GpuRef& ref : inst.gpus) {
     if (ref.mig_profile.empty() || ref.index < 0 || static_cast<size_t>(ref.index) >= gpus.size()) {
       continue;
