@@ -64,6 +64,8 @@ int64_t ReadGpus(JsonFields& f, std::string_view key);
 // image/pull_policy/registry_auth (core/image.h), and the shape as instance_type or {gpu_model,
 // gpus | mig_profile | milli_gpu, gpu_memory_mib?, vcpus, memory_mib, nvlink?}.
 Result<core::CreateInstanceRequest> ParseCreateInstance(const nlohmann::json& body);
+// POST /v1/groups: {name?, template, size, ...} (core::ReadGroupRequest); errors name the field.
+Result<core::GroupRequest> ParseCreateGroup(const nlohmann::json& body);
 
 // A JsonFields reader's first error, on one line, without the reader's own prefix ("body: ").
 Status BodyStatus(const JsonFields& f);

@@ -8,7 +8,6 @@
 #include "core/core.h"
 
 namespace tessera::api {
-namespace {
 
 using nlohmann::json;
 
@@ -18,6 +17,8 @@ Result<core::GroupRequest> ParseCreateGroup(const json& body) {
   TESSERA_RETURN_IF_ERROR(BodyStatus(f));
   return r;
 }
+
+namespace {
 
 // PATCH /v1/groups/{id}: {size?, autoscale?}, at least one; `"autoscale": null` removes it.
 Result<core::GroupPatch> ParsePatch(const json& body) {

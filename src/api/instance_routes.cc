@@ -37,6 +37,26 @@ Result<core::Instance> Archived(core::Core& core, const core::State& s, const co
   return stored.instance;
 }
 
+// PATCH /v1/instances/{id}: {labels?, annotations?}, at least one.
+struct RelabelRequest {
+  std::optional<std::map<std::string, std::string>> labels, annotations;
+};
+
+Result<RelabelRequest> ParseRelabel(const json& body) {
+  JsonFields f(body, "body");
+  f.RejectUnknown({"labels", "annotations"});
+  RelabelRequest r;
+  if (body.contains("labels")) r.labels = f.StringMap("labels");
+  if (body.contains("annotations")) r.annotations = f.StringMap("annotations");
+  if (f.ok() && !r.labels && !r.annotations) {
+    f.Fail("labels", "is missing (give labels, annotations, or both)");
+  }
+  TESSERA_RETURN_IF_ERROR(BodyStatus(f));
+  if (r.labels) TESSERA_RETURN_IF_ERROR(core::ValidateLabels(*r.labels));
+  if (r.annotations) TESSERA_RETURN_IF_ERROR(core::ValidateAnnotations(*r.annotations));
+  return r;
+}
+
 }  // namespace
 
 void AddInstanceRoutes(Api& table) {
@@ -138,6 +158,25 @@ void AddInstanceRoutes(Api& table) {
                       return r;
                     });
                   });
+            });
+  // Labels and annotations change in place: each given replaces the whole map, as a stack's
+  // apply sets them.
+  table.Add("PATCH", "/v1/instances/{id}", Access::kTenant, BodyKind::kJson, true,
+            [](Api& api, std::shared_ptr<Call> call) {
+              auto id = InstanceIdParam(*call);
+              Result<RelabelRequest> req = !id.ok() ? Result<RelabelRequest>(id.status())
+                                           : call->body_status.ok()
+                                               ? ParseRelabel(call->body)
+                                               : Result<RelabelRequest>(call->body_status);
+              api.Run<core::Instance>(
+                  call, req.status(),
+                  {[id, req](core::State& s, store::Batch& b,
+                             const core::Tenant& caller) -> Result<core::Instance> {
+                     TESSERA_ASSIGN_OR_RETURN(core::Instance now, s.GetInstance(caller, *id));
+                     return s.Relabel(caller, *id, req->labels.value_or(now.labels),
+                                      req->annotations.value_or(now.annotations), b);
+                   },
+                   200, Render, AuditTarget});
             });
   table.Add("DELETE", "/v1/instances/{id}", Access::kAnyToken, BodyKind::kNone, true,
             [](Api& api, std::shared_ptr<Call> call) {

@@ -41,5 +41,8 @@ void AddVolumeRoutes(Api& api);
 void AddProxyRoutes(Api& api);
 // /v1/instances/{id}/exec, /v1/agent/exec/{session} (exec.cc -> core/state_exec.cc)
 void AddExecRoutes(Api& api);
+// /v1/stacks... (stack_routes.cc -> api/stacks.cc, which plans and applies through core/state*.cc;
+// records: core/stacks.cc)
+void AddStackRoutes(Api& api);
 
 }  // namespace tessera::api

@@ -33,6 +33,7 @@ struct ApiServer::Impl {
     AddVolumeRoutes(api);
     AddProxyRoutes(api);
     AddExecRoutes(api);
+    AddStackRoutes(api);
     AddUserRoutes(api);
     AddKeyRoutes(api);
     AddConsoleRoutes(api);

@@ -21,7 +21,8 @@ using nlohmann::json;
 
 // Sends one request; a transport failure or an error status is printed and returns nullopt.
 std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
-                             const std::string& path, const json* body, const std::string& accept) {
+                             const std::string& path, const json* body, const std::string& accept,
+                             Response* refused) {
   const std::string url =
       flags.url.empty() ? EnvOr("TESSERA_URL", "http://127.0.0.1:8080") : flags.url;
   const std::string token = flags.token.empty() ? EnvOr("TESSERA_TOKEN", "") : flags.token;
@@ -107,6 +108,10 @@ std::optional<Response> Call(const ClientFlags& flags, const std::string& method
     return std::nullopt;
   }
   Response out{r->status, json::parse(r->body, nullptr, false), r->body, r->headers};
+  if (r->status >= 400 && refused) {
+    *refused = std::move(out);
+    return std::nullopt;
+  }
   if (r->status >= 400) {
     std::string message = r->body;
     if (out.body.is_object() && out.body.contains("error") && out.body["error"].is_object()) {

@@ -35,9 +35,10 @@ struct Response {
 
 // Sends one request (`body` as JSON; none: {}), following a replica's redirect to a listed
 // leader; a transport failure or an error status is printed and returns nullopt.
+// With `refused`, an error status is not printed but left there (its status, body and text).
 std::optional<Response> Call(const ClientFlags& flags, const std::string& method,
                              const std::string& path, const nlohmann::json* body = nullptr,
-                             const std::string& accept = "");
+                             const std::string& accept = "", Response* refused = nullptr);
 // Every page of a list route: the items under `key` put together as one answer, with the first
 // page's other fields.
 std::optional<Response> CallAll(const ClientFlags& flags, const std::string& path,

@@ -585,6 +585,7 @@ void RegisterClientCommands(CLI::App& app, Context& ctx) {
   RegisterAlerts(app, ctx);
   RegisterBilling(app, ctx);
   RegisterGroups(app, ctx);
+  RegisterStacks(app, ctx);
   RegisterRecommend(app, ctx);
   RegisterIdentityCommands(app, ctx);
   RegisterVolumeCommands(app, ctx);

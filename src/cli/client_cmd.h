@@ -46,5 +46,7 @@ void RegisterAlerts(CLI::App& app, Context& ctx);
 void RegisterBilling(CLI::App& app, Context& ctx);
 void RegisterRecommend(CLI::App& app, Context& ctx);
 void RegisterGroups(CLI::App& app, Context& ctx);
+// plan, apply, destroy and stacks (stack_cmd.cc).
+void RegisterStacks(CLI::App& app, Context& ctx);
 
 }  // namespace tessera::cli

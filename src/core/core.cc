@@ -140,6 +140,8 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(Monitoring::kAlertPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(Monitoring::kMetaPrefix)));
   TESSERA_RETURN_IF_ERROR(state.monitoring().Restore(rules, alerts, meta, batch));
+  TESSERA_ASSIGN_OR_RETURN(auto stacks, store.ListSettings(std::string(Stacks::kPrefix)));
+  TESSERA_RETURN_IF_ERROR(state.stacks().Restore(stacks));
   TESSERA_ASSIGN_OR_RETURN(auto admin_hash, store.GetSetting("admin_token_hash"));
   if (admin_hash) state.tenants().RestoreAdminTokenHash(*admin_hash);
   return report;

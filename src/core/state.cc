@@ -196,6 +196,30 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
   return Shown(inst);
 }
 
+Result<Instance> State::Relabel(const Tenant& caller, std::string_view id,
+                                std::map<std::string, std::string> labels,
+                                std::map<std::string, std::string> annotations,
+                                store::Batch& batch) {
+  Instance* found = instances_.Find(id);
+  if (!found || !Visible(caller, *found)) {
+    return Status::NotFound(fmt::format("instance '{}' not found", id));
+  }
+  Instance& inst = *found;
+  if (!IsActive(inst.state)) {
+    return Status::FailedPrecondition(fmt::format(
+        "instance '{}' ended ({}): its labels stay as they were", id, StateName(inst.state)));
+  }
+  if (!inst.group.empty()) {
+    return Status::FailedPrecondition(
+        fmt::format("instance '{}' is rank {} of group '{}': its labels are its group's", id,
+                    inst.rank, inst.group));
+  }
+  inst.labels = std::move(labels);
+  inst.annotations = std::move(annotations);
+  Save(inst, batch);
+  return Shown(inst);
+}
+
 void State::Stop(Instance& inst, const std::string& why, store::Batch& batch,
                  billing::Ending ending) {
   if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return;

@@ -49,6 +49,7 @@
 #include "core/recovery.h"
 #include "core/secrets.h"
 #include "core/service_stats.h"
+#include "core/stacks.h"
 #include "core/state_options.h"
 #include "core/tenants.h"
 #include "core/usage.h"
@@ -203,6 +204,14 @@ class State {
   InstancePage ListInstances(const Tenant& caller, const ListQuery& query) const;
   // Stops the instance and frees its capacity (through its agent when agents serve the nodes).
   Result<Instance> DeleteInstance(const Tenant& caller, std::string_view id, store::Batch& batch);
+  // Replaces an active instance's labels and annotations (REQUIRES: validated); a group's member
+  // and an ended instance are refused (FailedPrecondition).
+  Result<Instance> Relabel(const Tenant& caller, std::string_view id,
+                           std::map<std::string, std::string> labels,
+                           std::map<std::string, std::string> annotations, store::Batch& batch);
+  // What `req` would be admitted as (its shape and price), without creating anything: the
+  // checks CreateInstance makes first (400/409), but not the quota or the pending cap.
+  Result<Admitted> PriceRequest(const CreateInstanceRequest& req) { return admission_.Admit(req); }
 
   Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch);
   // DELETE /v1/nodes/{id}: takes a joined node out of the fleet, its token revoked, its record
@@ -294,6 +303,9 @@ class State {
   // Alert rules and alerts, their evaluations' outbox, history and interruptions (monitoring.h).
   Monitoring& monitoring() { return monitoring_; }
   const Monitoring& monitoring() const { return monitoring_; }
+  // What the tenants' declarative stacks own (stacks.h; planned and applied by api/stacks.cc).
+  Stacks& stacks() { return stacks_; }
+  const Stacks& stacks() const { return stacks_; }
 
   // Billing (billing.cc, docs/billing.md). Running instances are metered into the store's
   // ledger in the batch that changes their state.
@@ -711,6 +723,7 @@ class State {
   int64_t next_instance_ = 1;
   Counters counters_;
   Monitoring monitoring_;
+  Stacks stacks_;
   // When the server started, or last came back from a stall (ExpireLeases): no node counts as
   // silent for time before it.
   Time up_since_;

@@ -1,0 +1,122 @@
+#include "core/stacks.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/json.h"
+
+namespace tessera::core {
+
+namespace {
+
+using nlohmann::json;
+
+std::string Key(const std::string& tenant, const std::string& name) {
+  return fmt::format("{}{}/{}", Stacks::kPrefix, tenant, name);
+}
+
+json ToJson(const StackRecord& r) {
+  json objects = json::array();
+  for (const StackObjectRecord& o : r.objects) {
+    json j = {{"kind", o.kind},
+              {"name", o.name},
+              {"id", o.id},
+              {"applied", o.applied},
+              {"digest", o.digest}};
+    if (o.prevent_destroy) j["prevent_destroy"] = true;
+    objects.push_back(std::move(j));
+  }
+  return {{"tenant", r.tenant},         {"name", r.name}, {"serial", r.serial},
+          {"updated_at", r.updated_at}, {"salt", r.salt}, {"objects", std::move(objects)}};
+}
+
+Result<StackRecord> FromJson(const json& j, const std::string& where) {
+  JsonFields f(j, where);
+  StackRecord r;
+  r.tenant = f.String("tenant");
+  r.name = f.String("name");
+  r.serial = f.Int("serial", 0, INT64_MAX);
+  r.updated_at = f.String("updated_at");
+  r.salt = f.String("salt");
+  if (const json* objects = f.Get("objects"); objects && objects->is_array()) {
+    for (size_t i = 0; i < objects->size(); ++i) {
+      JsonFields o((*objects)[i], fmt::format("{}: objects[{}]", where, i));
+      StackObjectRecord rec;
+      rec.kind = o.String("kind");
+      rec.name = o.String("name");
+      rec.id = o.String("id");
+      rec.applied = o.String("applied");
+      rec.digest = o.String("digest");
+      rec.prevent_destroy = o.Bool("prevent_destroy", false);
+      if (!o.ok()) return Status::DataLoss(o.first_error().message());
+      r.objects.push_back(std::move(rec));
+    }
+  } else if (objects) {
+    f.Fail("objects", "expected an array");
+  }
+  if (!f.ok()) return Status::DataLoss(f.first_error().message());
+  return r;
+}
+
+}  // namespace
+
+const StackRecord* Stacks::Find(const std::string& tenant, const std::string& name) const {
+  auto it = records_.find({tenant, name});
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+std::vector<const StackRecord*> Stacks::List(const std::string& tenant) const {
+  std::vector<const StackRecord*> out;
+  for (auto it = records_.lower_bound({tenant, ""});
+       it != records_.end() && it->first.first == tenant; ++it) {
+    out.push_back(&it->second);
+  }
+  return out;
+}
+
+const StackRecord* Stacks::OwnerOf(const std::string& tenant, std::string_view kind,
+                                   std::string_view id) const {
+  for (const StackRecord* r : List(tenant)) {
+    for (const StackObjectRecord& o : r->objects) {
+      if (o.kind == kind && o.id == id) return r;
+    }
+  }
+  return nullptr;
+}
+
+Status Stacks::Put(StackRecord r, store::Batch& batch) {
+  if (!Find(r.tenant, r.name) && List(r.tenant).size() >= kMaxStacksPerTenant) {
+    return Status::ResourceExhausted(
+        fmt::format("tenant '{}' has {} stacks, the most it may have; destroy one first", r.tenant,
+                    kMaxStacksPerTenant));
+  }
+  batch.settings.emplace_back(Key(r.tenant, r.name), DumpJson(ToJson(r)));
+  const std::pair<std::string, std::string> key{r.tenant, r.name};
+  records_[key] = std::move(r);
+  return Status::Ok();
+}
+
+void Stacks::Erase(const std::string& tenant, const std::string& name, store::Batch& batch) {
+  records_.erase({tenant, name});
+  batch.deleted_settings.push_back(Key(tenant, name));
+}
+
+Status Stacks::Restore(const std::vector<std::pair<std::string, std::string>>& records) {
+  records_.clear();
+  for (const auto& [key, value] : records) {
+    const std::string where = "setting " + key;
+    auto j = ParseJson(value, where);
+    if (!j.ok()) return Status::DataLoss(j.status().message());
+    TESSERA_ASSIGN_OR_RETURN(StackRecord r, FromJson(*j, where));
+    if (key != Key(r.tenant, r.name)) {
+      return Status::DataLoss(
+          fmt::format("{}: holds stack '{}' of tenant '{}'", where, r.name, r.tenant));
+    }
+    const std::pair<std::string, std::string> id{r.tenant, r.name};
+    records_[id] = std::move(r);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::core
