@@ -480,5 +480,24 @@ lifecycle: {prevent_destroy: true}
   EXPECT_EQ(AwaitState(token_, id, "running"), "running");
 }
 
+// docs/stacks.md's example is a stack the server accepts: every object passes the API's checks
+// at plan time, and it applies.
+TEST_F(StacksTest, TheDocumentedExamplePlansAndApplies) {
+  const std::string file = testing::SourceDir() + "/docs/examples/train-stack.yaml";
+  auto plan = Cli({"plan", "-f", file});
+  ASSERT_EQ(plan.exit_code, 2) << plan.out << plan.err;
+  EXPECT_NE(plan.out.find("Stack 'train-stack'"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("Plan: 4 to create, 0 to update, 0 to replace, 0 to delete"),
+            std::string::npos)
+      << plan.out;
+  auto apply = Cli({"apply", "--yes", "-f", file});
+  ASSERT_EQ(apply.exit_code, 0) << apply.out << apply.err;
+  const auto owned = Owned("train-stack");
+  const json loaders = Get("/v1/groups/" + owned.at("group/loaders"), token_).body;
+  EXPECT_EQ(loaders["template"]["command"],
+            "python loader.py --trainer " + owned.at("group/trainer"));
+  EXPECT_EQ(loaders["template"]["billing"], "spot");
+}
+
 }  // namespace
 }  // namespace tessera
