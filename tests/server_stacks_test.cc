@@ -480,6 +480,155 @@ lifecycle: {prevent_destroy: true}
   EXPECT_EQ(AwaitState(token_, id, "running"), "running");
 }
 
+// A member may deploy instances, but a reservation or a budget commits the tenant's money: making,
+// removing or destroying one through a stack needs an owner, as their own routes do.
+TEST_F(StacksTest, MoneyNeedsAnOwnerThroughAStackToo) {
+  ASSERT_EQ(
+      Post("/v1/tenants/tenant-000001/users", token_, {{"name", "mia"}, {"role", "member"}}).status,
+      201);
+  auto minted = Post("/v1/tenants/tenant-000001/users/mia/tokens", token_, {{"name", "t"}});
+  ASSERT_EQ(minted.status, 201) << minted.raw;
+  const std::string member = minted.body.value("token", "");
+  const std::string file = File("money.yaml", R"(kind: budget
+name: monthly
+monthly_usd: "100"
+---
+kind: instance
+name: job
+billing: on_demand
+gpu_model: L40S-48GB
+milli_gpu: 250
+vcpus: 2
+memory_mib: 4096
+command: sleep 600
+)");
+  auto as_member = [&](std::vector<std::string> args) {
+    args.insert(args.end(), {"--url", server_->url(), "--token", member});
+    return RunTessera(args);
+  };
+  auto refused = as_member({"apply", "--yes", "-f", file});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("money.yaml:1:1: objects[0] (budget 'monthly'): a budget commits the "
+                             "tenant's money and needs the owner role; this token's is member"),
+            std::string::npos)
+      << refused.err;
+  ASSERT_EQ(Cli({"apply", "--yes", "-f", file}).exit_code, 0);
+  // The member cannot take the budget away by leaving it out, nor by destroying the stack.
+  const std::string without =
+      File("money2.yaml", ReadFile(file).substr(ReadFile(file).find("---")));
+  auto removal = as_member({"apply", "--yes", "-f", without, "--stack", "money"});
+  EXPECT_EQ(removal.exit_code, 1);
+  EXPECT_NE(removal.err.find("needs the owner role"), std::string::npos) << removal.err;
+  auto destroy = as_member({"destroy", "--yes", "--stack", "money"});
+  EXPECT_EQ(destroy.exit_code, 1);
+  EXPECT_NE(destroy.err.find("needs the owner role"), std::string::npos) << destroy.err;
+  EXPECT_EQ(Get("/v1/budgets", token_).body["budgets"].size(), 1u);
+}
+
+// Secrets in a stack never come back: the record keeps digests of env literals, and the first
+// plan of a new stack with one applies exactly (its digest does not depend on a fresh key).
+TEST_F(StacksTest, SecretsAreKeptOnlyAsDigestsAndStillPlanExactly) {
+  const std::string file = File("sec.yaml", R"(kind: instance
+name: svc
+billing: on_demand
+gpu_model: L40S-48GB
+milli_gpu: 250
+vcpus: 2
+memory_mib: 4096
+command: sleep 600
+env: {API_TOKEN: hunter2-very-secret}
+)");
+  const std::string saved = dir_.File("sec.plan");
+  ASSERT_EQ(Cli({"plan", "-f", file, "--plan-out", saved}).exit_code, 2);
+  auto apply = Cli({"apply", "--plan", saved});
+  ASSERT_EQ(apply.exit_code, 0) << apply.out << apply.err;
+  auto state = Get("/v1/stacks/sec", token_);
+  ASSERT_EQ(state.status, 200);
+  EXPECT_EQ(state.raw.find("hunter2"), std::string::npos) << state.raw;
+  EXPECT_NE(state.raw.find("hmac:"), std::string::npos) << state.raw;
+  EXPECT_EQ(Cli({"plan", "-f", file}).exit_code, 0);
+  // A changed value is seen through its digest, and replaces the instance.
+  const std::string v2 =
+      File("sec2.yaml", std::regex_replace(ReadFile(file), std::regex("hunter2"), "hunter3"));
+  auto plan = Cli({"plan", "-f", v2, "--stack", "sec"});
+  EXPECT_EQ(plan.exit_code, 2);
+  EXPECT_NE(plan.out.find("replace ('env.API_TOKEN' forces it)"), std::string::npos) << plan.out;
+  EXPECT_EQ(plan.out.find("hunter"), std::string::npos) << plan.out;
+}
+
+// A group is replaced by a new one made first: the old one serves until every new member runs.
+TEST_F(StacksTest, AGroupIsReplacedBeforeItIsDestroyed) {
+  const std::string file = File("web.yaml", R"(kind: group
+name: web
+size: 2
+template: {billing: on_demand, gpu_model: L40S-48GB, milli_gpu: 250, vcpus: 2, memory_mib: 4096,
+           command: "sleep 600"}
+)");
+  ASSERT_EQ(Cli({"apply", "--yes", "-f", file}).exit_code, 0);
+  const std::string old = Owned("web").at("group/web");
+  ASSERT_TRUE(WaitFor([&] { return Get("/v1/groups/" + old, token_).body["placed"] == 2; },
+                      std::chrono::seconds(10)));
+  const std::string v2 =
+      File("web2.yaml", std::regex_replace(ReadFile(file), std::regex("sleep 600"), "sleep 900"));
+  auto apply = Cli({"apply", "--yes", "-f", v2, "--stack", "web"});
+  ASSERT_EQ(apply.exit_code, 0) << apply.out << apply.err;
+  EXPECT_NE(apply.out.find("replace ('template.command' forces it)"), std::string::npos)
+      << apply.out;
+  const std::string replacement = Owned("web").at("group/web");
+  ASSERT_NE(replacement, old);
+  // The old group is still there right after the apply, and goes once the new one runs.
+  EXPECT_NE(Get("/v1/groups/" + old, token_).body.value("state", ""), "deleted");
+  ASSERT_TRUE(
+      WaitFor([&] { return Get("/v1/groups/" + old, token_).body.value("state", "") == "deleted"; },
+              std::chrono::seconds(20)));
+  const json now = Get("/v1/groups/" + replacement, token_).body;
+  EXPECT_EQ(now["state"], "running");
+  for (const json& m : now["members"]) EXPECT_EQ(m["state"], "running") << now.dump();
+  EXPECT_EQ(Cli({"plan", "-f", v2, "--stack", "web"}).exit_code, 0);
+}
+
+// Hostile references and adoption of an object unlike the file are refused or planned honestly,
+// and the server serves on.
+TEST_F(StacksTest, HostileReferencesAndMismatchedAdoptionsAreHandled) {
+  const std::string file = File("evil.yaml", R"(kind: group
+name: w
+size: 1
+template: {billing: on_demand, gpu_model: L40S-48GB, milli_gpu: 250, vcpus: 2, memory_mib: 4096,
+           command: "sleep 600"}
+---
+kind: instance
+name: x
+billing: on_demand
+gpu_model: L40S-48GB
+milli_gpu: 250
+vcpus: 2
+memory_mib: 4096
+command: "echo ${ref:group/w.members.99999999999999999999999.instance}"
+)");
+  ASSERT_EQ(Cli({"apply", "--yes", "-f", file}).exit_code, 1);
+  auto again = Cli({"apply", "--yes", "-f", file});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("has no value"), std::string::npos) << again.err;
+  EXPECT_EQ(Get("/healthz", "").status, 200);
+
+  json handmade = H100(1, "on_demand");
+  handmade["name"] = "big";
+  handmade["command"] = "sleep 600";
+  ASSERT_EQ(Post("/v1/instances", token_, handmade).status, 201);
+  const std::string adopt = File("big.yaml", R"(kind: instance
+name: big
+billing: spot
+gpu_model: H100-80GB
+gpus: 1
+vcpus: 4
+memory_mib: 16384
+command: sleep 600
+)");
+  auto plan = Cli({"plan", "--adopt", "-f", adopt});
+  EXPECT_EQ(plan.exit_code, 2);
+  EXPECT_NE(plan.out.find("replace ('billing' forces it)"), std::string::npos) << plan.out;
+}
+
 // docs/stacks.md's example is a stack the server accepts: every object passes the API's checks
 // at plan time, and it applies.
 TEST_F(StacksTest, TheDocumentedExamplePlansAndApplies) {

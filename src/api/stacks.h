@@ -49,7 +49,7 @@ struct StackCaller {
   const core::Tenant* tenant = nullptr;
   std::string user;  // The user who asks ("" when not known).
   // Reservations and budgets commit the tenant's money: they need an owner, as their routes do.
-  core::Role role = core::Role::kOwner;
+  core::Role role = core::Role::kViewer;
   bool allow_private_receivers = false;
 };
 

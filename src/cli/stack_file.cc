@@ -146,7 +146,7 @@ class Reader {
                                    "default under `variables:` (write $${{ for a literal ${{)",
                                    name, name));
       }
-      if (i == 0 && end + 1 == s.size()) {
+      if (i == 0 && end + 1 == s.size() && !quoted) {
         whole = true;
         whole_value = v->second;
       }

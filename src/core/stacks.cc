@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/json.h"
@@ -25,6 +26,7 @@ json ToJson(const StackRecord& r) {
               {"applied", o.applied},
               {"digest", o.digest}};
     if (o.prevent_destroy) j["prevent_destroy"] = true;
+    if (!o.retiring.empty()) j["retiring"] = o.retiring;
     objects.push_back(std::move(j));
   }
   return {{"tenant", r.tenant},         {"name", r.name}, {"serial", r.serial},
@@ -44,11 +46,13 @@ Result<StackRecord> FromJson(const json& j, const std::string& where) {
       JsonFields o((*objects)[i], fmt::format("{}: objects[{}]", where, i));
       StackObjectRecord rec;
       rec.kind = o.String("kind");
+      if (!IsStackKind(rec.kind)) o.Fail("kind", "is not a kind a stack holds");
       rec.name = o.String("name");
       rec.id = o.String("id");
       rec.applied = o.String("applied");
       rec.digest = o.String("digest");
       rec.prevent_destroy = o.Bool("prevent_destroy", false);
+      if ((*objects)[i].contains("retiring")) rec.retiring = o.Strings("retiring");
       if (!o.ok()) return Status::DataLoss(o.first_error().message());
       r.objects.push_back(std::move(rec));
     }
@@ -92,6 +96,7 @@ Status Stacks::Put(StackRecord r, store::Batch& batch) {
                     kMaxStacksPerTenant));
   }
   batch.settings.emplace_back(Key(r.tenant, r.name), DumpJson(ToJson(r)));
+  Index(r);
   const std::pair<std::string, std::string> key{r.tenant, r.name};
   records_[key] = std::move(r);
   return Status::Ok();
@@ -99,11 +104,31 @@ Status Stacks::Put(StackRecord r, store::Batch& batch) {
 
 void Stacks::Erase(const std::string& tenant, const std::string& name, store::Batch& batch) {
   records_.erase({tenant, name});
+  retiring_.erase({tenant, name});
   batch.deleted_settings.push_back(Key(tenant, name));
+}
+
+void Stacks::Index(const StackRecord& r) {
+  const bool any = std::any_of(r.objects.begin(), r.objects.end(),
+                               [](const StackObjectRecord& o) { return !o.retiring.empty(); });
+  if (any) {
+    retiring_.insert({r.tenant, r.name});
+  } else {
+    retiring_.erase({r.tenant, r.name});
+  }
+}
+
+std::vector<const StackRecord*> Stacks::Retiring() const {
+  std::vector<const StackRecord*> out;
+  for (const auto& key : retiring_) {
+    if (auto it = records_.find(key); it != records_.end()) out.push_back(&it->second);
+  }
+  return out;
 }
 
 Status Stacks::Restore(const std::vector<std::pair<std::string, std::string>>& records) {
   records_.clear();
+  retiring_.clear();
   for (const auto& [key, value] : records) {
     const std::string where = "setting " + key;
     auto j = ParseJson(value, where);
@@ -114,6 +139,7 @@ Status Stacks::Restore(const std::vector<std::pair<std::string, std::string>>& r
           fmt::format("{}: holds stack '{}' of tenant '{}'", where, r.name, r.tenant));
     }
     const std::pair<std::string, std::string> id{r.tenant, r.name};
+    Index(r);
     records_[id] = std::move(r);
   }
   return Status::Ok();

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,9 @@ struct StackObjectRecord {
   std::string applied;  // The fields last applied, as compact JSON, references resolved.
   std::string digest;   // Hex SHA-256 of `applied`.
   bool prevent_destroy = false;
+  // Groups this one replaced, which keep running until each of its members runs (a replacement
+  // made before what it replaces is destroyed); then State::RetireReplacedGroups deletes them.
+  std::vector<std::string> retiring;
 };
 
 struct StackRecord {
@@ -37,6 +41,12 @@ struct StackRecord {
   std::string salt;
   std::vector<StackObjectRecord> objects;  // In the order they were applied.
 };
+
+// The kinds of object a stack holds, as records name them.
+inline bool IsStackKind(std::string_view k) {
+  return k == "instance" || k == "group" || k == "reservation" || k == "alert_rule" ||
+         k == "budget";
+}
 
 inline constexpr size_t kMaxStacksPerTenant = 100;
 inline constexpr size_t kMaxStackObjects = 500;
@@ -57,9 +67,13 @@ class Stacks {
   void Erase(const std::string& tenant, const std::string& name, store::Batch& batch);
   // Rebuilds the records from their settings; DataLoss naming a malformed one.
   Status Restore(const std::vector<std::pair<std::string, std::string>>& records);
+  // The records with an object whose replaced groups still run (cheap when there are none).
+  std::vector<const StackRecord*> Retiring() const;
 
  private:
+  void Index(const StackRecord& r);
   std::map<std::pair<std::string, std::string>, StackRecord> records_;  // By (tenant, name).
+  std::set<std::pair<std::string, std::string>> retiring_;  // Records with replaced groups.
 };
 
 }  // namespace tessera::core

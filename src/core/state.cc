@@ -216,6 +216,7 @@ Result<Instance> State::Relabel(const Tenant& caller, std::string_view id,
   }
   inst.labels = std::move(labels);
   inst.annotations = std::move(annotations);
+  inst.updated_at = clock_->Now();
   Save(inst, batch);
   return Shown(inst);
 }
@@ -283,6 +284,7 @@ void State::EndRound(store::Batch& batch) {
     if (queue_.HasUntried()) PlaceQueued(batch);
     if (groups) PlaceGroups(batch, /*spot=*/true);
   }
+  RetireReplacedGroups(batch);
   // Ended work leaves memory after the retention: instances with their log tails, and groups.
   const Time cutoff = clock_->Now() - options_.retention;
   counters_.evicted +=

@@ -547,6 +547,8 @@ class State {
   Status Resize(Group& g, int size, const std::string& why, store::Batch& batch);
   // Every autoscale_interval: each autoscaled group's metric, floor and decision (audited).
   void AutoscaleGroups(store::Batch& batch);
+  // Deletes the groups a stack replaced once each replacement's members all run (stacks.h).
+  void RetireReplacedGroups(store::Batch& batch);
   std::optional<double> GroupMetric(const Group& g) const;
   // Saves `g`; one that ended drops its template's values first.
   void SaveGroup(Group& g, store::Batch& batch);
