@@ -436,7 +436,7 @@ command: echo ${ref:instance/second.id}
   EXPECT_NE(apply.out.find("+ instance/first: create inst-"), std::string::npos) << apply.out;
   EXPECT_NE(apply.err.find("failed: instance/second (create)"), std::string::npos) << apply.err;
   EXPECT_NE(apply.err.find("quota"), std::string::npos) << apply.err;
-  EXPECT_NE(apply.err.find("not applied: instance/third: it uses ${ref:instance/second.id}"),
+  EXPECT_NE(apply.err.find("not applied: instance/third: it needs instance/second"),
             std::string::npos)
       << apply.err;
   EXPECT_NE(apply.err.find("apply again to continue"), std::string::npos) << apply.err;
@@ -627,6 +627,45 @@ command: sleep 600
   auto plan = Cli({"plan", "--adopt", "-f", adopt});
   EXPECT_EQ(plan.exit_code, 2);
   EXPECT_NE(plan.out.find("replace ('billing' forces it)"), std::string::npos) << plan.out;
+}
+
+// A volume is made before the instances that mount it, wherever the file puts it; it is never
+// replaced (that would lose its data); destroy deletes it after them.
+TEST_F(StacksTest, VolumesComeBeforeWhatMountsThemAndAreNeverReplaced) {
+  const std::string file = File("data.yaml", R"(kind: instance
+name: job
+billing: on_demand
+gpu_model: L40S-48GB
+milli_gpu: 250
+vcpus: 2
+memory_mib: 4096
+command: sleep 600
+volumes: [{name: ckpt, path: /ckpt}]
+---
+kind: volume
+name: ckpt
+size_gib: 1
+)");
+  auto apply = Cli({"apply", "--yes", "-f", file});
+  ASSERT_EQ(apply.exit_code, 0) << apply.out << apply.err;
+  EXPECT_LT(apply.out.find("+ volume/ckpt: create"), apply.out.find("+ instance/job: create"))
+      << apply.out;
+  const auto owned = Owned("data");
+  EXPECT_EQ(Get("/v1/volumes/ckpt", token_).body["id"], owned.at("volume/ckpt"));
+  EXPECT_EQ(Cli({"plan", "-f", file}).exit_code == 1, false);
+
+  const std::string bigger = File(
+      "data2.yaml", std::regex_replace(ReadFile(file), std::regex("size_gib: 1"), "size_gib: 2"));
+  auto plan = Cli({"plan", "-f", bigger, "--stack", "data"});
+  EXPECT_EQ(plan.exit_code, 1);
+  EXPECT_NE(plan.err.find("data2.yaml:13:1: objects[1] (volume 'ckpt'): field 'size_gib' changed, "
+                          "which would replace the volume and lose its data"),
+            std::string::npos)
+      << plan.err;
+
+  auto destroy = Cli({"destroy", "--yes", "--stack", "data"});
+  ASSERT_EQ(destroy.exit_code, 0) << destroy.out << destroy.err;
+  EXPECT_EQ(Get("/v1/volumes/ckpt", token_).status, 404);
 }
 
 // docs/stacks.md's example is a stack the server accepts: every object passes the API's checks

@@ -59,6 +59,7 @@ struct Checked {
   billing::ReservationRequest reservation;
   alerts::Rule rule;
   billing::Budget budget;
+  core::Volumes::Request volume;
   Money monthly;
 };
 // The API's checks of a (resolved) object. A reservation is checked against the fleet's capacity

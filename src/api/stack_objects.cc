@@ -14,13 +14,14 @@
 #include "billing/reservation.h"
 #include "catalog/catalog.h"
 #include "common/json.h"
+#include "core/volumes.h"
 
 namespace tessera::api::stack_internal {
 
 using nlohmann::json;
 
-constexpr StackKind kKinds[] = {StackKind::kInstance, StackKind::kGroup, StackKind::kReservation,
-                                StackKind::kAlertRule, StackKind::kBudget};
+constexpr StackKind kKinds[] = {StackKind::kInstance,  StackKind::kGroup,  StackKind::kReservation,
+                                StackKind::kAlertRule, StackKind::kBudget, StackKind::kVolume};
 
 std::string_view KindName(StackKind k) {
   switch (k) {
@@ -34,6 +35,8 @@ std::string_view KindName(StackKind k) {
       return "alert_rule";
     case StackKind::kBudget:
       return "budget";
+    case StackKind::kVolume:
+      return "volume";
   }
   return "?";
 }
@@ -47,7 +50,8 @@ std::optional<StackKind> ParseKind(std::string_view s) {
 
 // Whether the API's own body carries the object's name (instances, groups, rules do).
 bool NameInBody(StackKind k) {
-  return k == StackKind::kInstance || k == StackKind::kGroup || k == StackKind::kAlertRule;
+  return k == StackKind::kInstance || k == StackKind::kGroup || k == StackKind::kAlertRule ||
+         k == StackKind::kVolume;
 }
 
 // The fields an apply changes in place; any other change replaces the object.
@@ -61,6 +65,7 @@ bool InPlace(StackKind k, std::string_view field) {
       return field == "monthly_usd" || field == "hard_stop";
     case StackKind::kReservation:
     case StackKind::kAlertRule:
+    case StackKind::kVolume:  // Its size, node and sharing are set when it is made.
       return false;
   }
   return false;
@@ -117,6 +122,11 @@ Result<Checked> Check(core::State& s, const StackCaller& caller, StackKind kind,
     }
     case StackKind::kBudget: {
       TESSERA_ASSIGN_OR_RETURN(c.budget, billing::ParseBudget(spec));
+      break;
+    }
+    case StackKind::kVolume: {
+      TESSERA_ASSIGN_OR_RETURN(c.volume, core::Volumes::Parse(spec));
+      c.monthly = s.options().volume_price_per_gib_month * c.volume.size_gib;
       break;
     }
   }
@@ -188,6 +198,15 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
       }
       break;
     }
+    case StackKind::kVolume: {
+      for (const core::Volume* v : s.volumes().List(caller.id.str())) {
+        if (v->id != id || v->deleting) continue;
+        l.exists = true;
+        l.shown = core::ToJson(*v, s.VolumeUsers(v->tenant, v->name));
+        l.monthly = s.options().volume_price_per_gib_month * v->size_gib;
+      }
+      break;
+    }
   }
   if (l.exists) l.gone.clear();
   return l;
@@ -215,6 +234,9 @@ Names::Names(const core::State& s, const core::Tenant& caller) {
   }
   for (const core::State::BudgetStatus& b : s.Budgets(caller)) {
     if (b.tenant == caller.id.str()) ids_.emplace(Key(StackKind::kBudget, ""), b.tenant);
+  }
+  for (const core::Volume* v : s.volumes().List(caller.id.str())) {
+    ids_.emplace(Key(StackKind::kVolume, v->name), v->id);
   }
   for (const core::StackRecord* r : s.stacks().List(caller.id.str())) {
     for (const core::StackObjectRecord& o : r->objects) owners_[o.kind + "/" + o.id] = r;
@@ -261,6 +283,7 @@ std::vector<json> Drift(StackKind kind, const Checked& applied, const Live& live
     }
     case StackKind::kReservation:
     case StackKind::kAlertRule:
+    case StackKind::kVolume:
       break;
   }
   return out;
@@ -309,6 +332,13 @@ std::string AdoptDifference(core::State& s, StackKind kind, const Checked& want,
         if (k == "id" || k == "owner" || k == "created_at" || k == "builtin") continue;
         if (item.value() != j.value(k, json())) return k;
       }
+      return "";
+    }
+    case StackKind::kVolume: {
+      const core::Volumes::Request& v = want.volume;
+      if (j.value("size_gib", int64_t{0}) != v.size_gib) return "size_gib";
+      if (j.value("shared", false) != v.shared) return "shared";
+      if (!v.node.empty() && j.value("node", json()) != json(v.node)) return "node";
       return "";
     }
     case StackKind::kReservation:
@@ -396,6 +426,10 @@ Result<std::string> Create(core::State& s, const StackCaller& caller, StackKind 
       TESSERA_RETURN_IF_ERROR(s.SetBudget(t, t.id.str(), c.budget, batch).status());
       return t.id.str();
     }
+    case StackKind::kVolume: {
+      TESSERA_ASSIGN_OR_RETURN(core::Volume v, s.CreateVolume(t, c.volume, caller.user, batch));
+      return v.id;
+    }
   }
   return Status::Internal("unknown kind");
 }
@@ -414,6 +448,11 @@ Status Delete(core::State& s, const StackCaller& caller, StackKind kind, const s
       return s.monitoring().DeleteRule(t, id, batch);
     case StackKind::kBudget:
       return s.DeleteBudget(t, id, batch);
+    case StackKind::kVolume:
+      for (const core::Volume* v : s.volumes().List(t.id.str())) {
+        if (v->id == id) return s.DeleteVolume(t, v->name, batch).status();
+      }
+      return Status::NotFound(fmt::format("volume '{}' not found", id));
   }
   return Status::Internal("unknown kind");
 }
@@ -436,6 +475,7 @@ Status Update(core::State& s, const StackCaller& caller, StackKind kind, const s
       return s.SetBudget(t, t.id.str(), c.budget, batch).status();
     case StackKind::kReservation:
     case StackKind::kAlertRule:
+    case StackKind::kVolume:
       break;
   }
   return Status::Internal("nothing of this kind changes in place");

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "api/stack_internal.h"
 #include "common/ids.h"
@@ -170,6 +171,24 @@ Status Order(std::vector<StackObject>& objects) {
       }
     }
   }
+  // What each object needs applied first: what it references, and the stack's volumes it mounts.
+  for (StackObject& o : objects) {
+    std::set<std::string> needs;
+    for (const StackRef& r : o.refs) needs.insert(Key(r.kind, r.name));
+    const json* mounts = o.kind == StackKind::kInstance ? &o.spec
+                         : o.kind == StackKind::kGroup && o.spec.contains("template")
+                             ? &o.spec["template"]
+                             : nullptr;
+    if (mounts && mounts->is_object() && mounts->contains("volumes") &&
+        (*mounts)["volumes"].is_array()) {
+      for (const json& v : (*mounts)["volumes"]) {
+        if (!v.is_object() || !v.contains("name") || !v["name"].is_string()) continue;
+        const std::string key = Key(StackKind::kVolume, v["name"].get<std::string>());
+        if (by_key.contains(key)) needs.insert(key);
+      }
+    }
+    o.needs.assign(needs.begin(), needs.end());
+  }
   std::vector<int> mark(objects.size(), 0);  // 0 new, 1 on the path, 2 done.
   std::vector<size_t> path, order;
   std::function<Status(size_t)> visit = [&](size_t i) -> Status {
@@ -186,8 +205,8 @@ Status Order(std::vector<StackObject>& objects) {
     }
     mark[i] = 1;
     path.push_back(i);
-    for (const StackRef& r : objects[i].refs) {
-      TESSERA_RETURN_IF_ERROR(visit(by_key.at(Key(r.kind, r.name))));
+    for (const std::string& need : objects[i].needs) {
+      TESSERA_RETURN_IF_ERROR(visit(by_key.at(need)));
     }
     path.pop_back();
     mark[i] = 2;

@@ -194,6 +194,12 @@ Result<Entry> PlanObject(PlanContext& ctx, const StackObject& o) {
         "reservation cannot be cancelled then; give it a new name to buy another",
         Where(o), e.forces));
   }
+  if (e.action == Action::kReplace && o.kind == StackKind::kVolume) {
+    return Status::FailedPrecondition(fmt::format(
+        "{}: field '{}' changed, which would replace the volume and lose its data; a volume "
+        "keeps the size, node and sharing it was made with: give it a new name for another",
+        Where(o), e.forces));
+  }
   if (e.action == Action::kReplace && Protected(e)) {
     return Status::FailedPrecondition(
         fmt::format("{}: lifecycle.prevent_destroy is set, and field '{}' changed, which replaces "
@@ -412,10 +418,10 @@ Result<std::string> Act(Applying& a, const Entry& e, const Checked& c, bool& old
 // Applies one of the file's objects.
 void ApplyEntry(Applying& a, const Entry& e) {
   const std::string key = Key(e.kind, e.name);
-  for (const StackRef& r : e.desired->refs) {
-    if (!a.broken.contains(Key(r.kind, r.name))) continue;
+  for (const std::string& need : e.desired->needs) {
+    if (!a.broken.contains(need)) continue;
     json item = a.Item(e, ActionName(e.action));
-    item["why"] = fmt::format("it uses {}, which was not applied", RefText(r));
+    item["why"] = fmt::format("it needs {}, which was not applied", need);
     a.skipped.push_back(std::move(item));
     a.broken.insert(key);
     a.KeepOld(e);

@@ -18,7 +18,7 @@
 
 namespace tessera::api {
 
-enum class StackKind { kInstance, kGroup, kReservation, kAlertRule, kBudget };
+enum class StackKind { kInstance, kGroup, kReservation, kAlertRule, kBudget, kVolume };
 
 // `${ref:KIND/NAME.FIELD}` in one of an object's strings: another object's output.
 struct StackRef {
@@ -36,6 +36,9 @@ struct StackObject {
   nlohmann::json spec;
   bool prevent_destroy = false;  // lifecycle.prevent_destroy.
   std::vector<StackRef> refs;
+  // What must be applied first, as "kind/name": what it references, and the stack's volumes it
+  // mounts.
+  std::vector<std::string> needs;
 };
 
 struct StackRequest {

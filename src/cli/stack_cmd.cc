@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/cli.h"
 #include "cli/client.h"
@@ -261,6 +262,15 @@ int RunApply(const StackFlags& f) {
   return PrintApplied(*result);
 }
 
+// Whether all that a destroy left is volumes still attached to instances it is stopping.
+bool OnlyAttachedVolumesLeft(const json& result) {
+  const json& failed = result["failed"];
+  return !failed.empty() && std::all_of(failed.begin(), failed.end(), [](const json& d) {
+    return Str(d, "kind") == "volume" &&
+           Str(d, "error").find("is attached to") != std::string::npos;
+  });
+}
+
 int RunDestroy(const StackFlags& f) {
   if (f.file.empty() && f.stack.empty()) {
     std::cerr << "tessera: destroy: give the stack's file (-f) or its name (--stack)\n";
@@ -281,6 +291,16 @@ int RunDestroy(const StackFlags& f) {
     return kExitFailure;
   }
   auto result = Send(f, nullptr, "DELETE", "/v1/stacks/" + Encode(stack), nullptr);
+  // A volume is deleted once the instances that mount it stopped, which their agents take a
+  // moment to report: what waits only on that is deleted again, for up to a minute.
+  for (int tries = 0; result && OnlyAttachedVolumesLeft(*result) && tries < 60; ++tries) {
+    if (tries == 0) std::cout << "Waiting for the instances that mount its volumes to stop...\n";
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    auto again = Send(f, nullptr, "DELETE", "/v1/stacks/" + Encode(stack), nullptr);
+    if (!again) break;
+    for (const json& d : (*result)["done"]) (*again)["done"].push_back(d);
+    result = std::move(again);
+  }
   if (!result) return kExitFailure;
   for (const json& d : (*result)["done"]) {
     std::cout << fmt::format("- {}/{}: {} {}\n", EscapeForTerminal(Str(d, "kind")),

@@ -45,7 +45,7 @@ struct StackRecord {
 // The kinds of object a stack holds, as records name them.
 inline bool IsStackKind(std::string_view k) {
   return k == "instance" || k == "group" || k == "reservation" || k == "alert_rule" ||
-         k == "budget";
+         k == "budget" || k == "volume";
 }
 
 inline constexpr size_t kMaxStacksPerTenant = 100;
