@@ -5,14 +5,17 @@
 //     the body (it goes into a JSON answer, the audit log and an operator's terminal), and is
 //     bounded in size whatever was sent;
 //   - what a codec accepts is within the documented bounds.
-// The agent protocol's bodies (registration, reports, telemetry), alert rules, reservations and
-// budgets are fuzzed the same way.
+// The agent protocol's bodies (registration, reports, telemetry), alert rules, reservations,
+// budgets and stacks are fuzzed the same way.
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "alerts/rule.h"
 #include "api/codec.h"
+#include "api/stack_internal.h"
+#include "api/stacks.h"
 #include "billing/budget.h"
 #include "billing/reservation.h"
 #include "common/json.h"
@@ -122,6 +125,25 @@ void FuzzBody(const std::string& text) {
     } else {
       CheckMessage(!f.ok() ? f.body_error() : r.status());
     }
+  }
+  // Stacks: the objects come out ordered, each after what it needs, and references resolve
+  // without throwing whatever their paths say.
+  if (auto r = api::ParseStackRequest(*body); r.ok()) {
+    Check(r->objects.size() <= core::kMaxStackObjects, "too many stack objects were accepted");
+    std::set<std::string> seen;
+    for (const api::StackObject& o : r->objects) {
+      for (const std::string& need : o.needs) {
+        Check(seen.contains(need), "a stack object comes before what it needs");
+      }
+      const std::string key = std::string(api::stack_internal::KindName(o.kind)) + "/" + o.name;
+      Check(seen.insert(key).second, "a stack object was accepted twice");
+      api::stack_internal::Outputs outputs;
+      for (const std::string& need : o.needs) outputs[need] = *body;
+      std::vector<std::string> unknown, missing;
+      (void)DumpJson(api::stack_internal::Resolve(o.spec, outputs, unknown, missing));
+    }
+  } else {
+    CheckMessage(r.status());
   }
   // Billing: reservations and budgets.
   if (auto r = billing::ParseReservationRequest(*body); r.ok()) {
