@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "cli/cli.h"
@@ -177,22 +178,38 @@ std::string PlanPath(const std::string& stack, const char* verb) {
   return fmt::format("/v1/stacks/{}/{}", Encode(stack), verb);
 }
 
-int RunPlan(const StackFlags& f) {
+// A stack file read and planned by the server.
+struct Planned {
+  StackSource source;
+  std::string stack;
+  json body;  // The request: the file's objects, after variables.
+  json plan;
+};
+
+// Reads the file and asks the server for its plan; nullopt after saying why not.
+std::optional<Planned> PlanFile(const StackFlags& f) {
   auto source = LoadStack(f.file, f.vars);
   if (!source.ok()) {
     std::cerr << "tessera: " << EscapeForTerminal(source.status().message()) << "\n";
-    return kExitFailure;
+    return std::nullopt;
   }
-  const std::string stack = NameOf(f);
-  json body = {{"objects", source->objects}, {"adopt", f.adopt}};
-  auto plan = Send(f, &*source, "POST", PlanPath(stack, "plan"), &body);
-  if (!plan) return kExitFailure;
-  if (!PrintDocument(f.client, *plan)) PrintPlan(*plan);
+  Planned p{std::move(*source), NameOf(f), json::object(), json::object()};
+  p.body = {{"objects", p.source.objects}, {"adopt", f.adopt}};
+  auto plan = Send(f, &p.source, "POST", PlanPath(p.stack, "plan"), &p.body);
+  if (!plan) return std::nullopt;
+  p.plan = std::move(*plan);
+  return p;
+}
+
+int RunPlan(const StackFlags& f) {
+  auto p = PlanFile(f);
+  if (!p) return kExitFailure;
+  if (!PrintDocument(f.client, p->plan)) PrintPlan(p->plan);
   if (!f.plan_out.empty()) {
     // The exact request the plan answered, with its digest: `apply --plan` sends it as it is.
     // It may hold the file's secrets (env values), so only its owner reads it.
-    body["plan_digest"] = (*plan)["digest"];
-    const json saved = {{"stack", stack}, {"request", body}};
+    p->body["plan_digest"] = p->plan["digest"];
+    const json saved = {{"stack", p->stack}, {"request", p->body}};
     Status st = WritePrivateFile(f.plan_out, DumpJson(saved, 2) + "\n");
     if (!st.ok()) {
       std::cerr << "tessera: --plan-out: " << EscapeForTerminal(st.message()) << "\n";
@@ -202,7 +219,7 @@ int RunPlan(const StackFlags& f) {
         "Saved the plan to {}: `tessera apply --plan {}` applies exactly it.\n",
         EscapeForTerminal(f.plan_out), EscapeForTerminal(f.plan_out));
   }
-  return plan->value("changes", false) ? kExitChanges : kExitOk;
+  return p->plan.value("changes", false) ? kExitChanges : kExitOk;
 }
 
 int RunSavedPlan(const StackFlags& f) {
@@ -231,19 +248,12 @@ int RunSavedPlan(const StackFlags& f) {
 
 int RunApply(const StackFlags& f) {
   if (!f.plan_in.empty()) return RunSavedPlan(f);
-  auto source = LoadStack(f.file, f.vars);
-  if (!source.ok()) {
-    std::cerr << "tessera: " << EscapeForTerminal(source.status().message()) << "\n";
-    return kExitFailure;
-  }
-  const std::string stack = NameOf(f);
-  json body = {{"objects", source->objects}, {"adopt", f.adopt}};
-  auto plan = Send(f, &*source, "POST", PlanPath(stack, "plan"), &body);
-  if (!plan) return kExitFailure;
+  auto p = PlanFile(f);
+  if (!p) return kExitFailure;
   const bool documents = f.client.output == "json" || f.client.output == "yaml";
-  if (!documents) PrintPlan(*plan);
-  if (!plan->value("changes", false)) {
-    if (documents) PrintDocument(f.client, *plan);
+  if (!documents) PrintPlan(p->plan);
+  if (!p->plan.value("changes", false)) {
+    if (documents) PrintDocument(f.client, p->plan);
     return kExitOk;
   }
   if (!f.yes && !Confirm("\nApply these changes?")) {
@@ -251,8 +261,8 @@ int RunApply(const StackFlags& f) {
     return kExitFailure;
   }
   // The server applies only the plan shown: if what it holds changed since, it refuses.
-  body["plan_digest"] = (*plan)["digest"];
-  auto result = Send(f, &*source, "POST", PlanPath(stack, "apply"), &body);
+  p->body["plan_digest"] = p->plan["digest"];
+  auto result = Send(f, &p->source, "POST", PlanPath(p->stack, "apply"), &p->body);
   if (!result) return kExitFailure;
   if (documents) {
     PrintDocument(f.client, *result);
