@@ -128,6 +128,12 @@ TEST_F(StacksTest, AStackConvergesAndASecondApplyPlansNothing) {
   const json trainer = Instance(owned.at("instance/trainer"));
   EXPECT_EQ(trainer["name"], "trainer");
   EXPECT_EQ(trainer["labels"]["team"], "ml");
+  // Each object names the stack that owns it, in its own answers and in lists.
+  EXPECT_EQ(trainer["stack"], "train");
+  EXPECT_EQ(Get("/v1/groups", token_).body["groups"][0]["stack"], "train");
+  for (const json& i : Get("/v1/instances", token_).body["instances"]) {
+    EXPECT_EQ(i["stack"], "train") << i.dump();
+  }
   // The reference took the trainer's outputs, made in the same apply.
   const json sidecar = Instance(owned.at("instance/sidecar"));
   EXPECT_EQ(sidecar["command"],
@@ -182,6 +188,11 @@ TEST_F(StacksTest, ChangesUpdateInPlaceReplaceOrDeleteAsTheyMust) {
       << plan.out;
   EXPECT_TRUE(
       std::regex_search(plan.out, std::regex(R"(~ +group/workers .*update in place: size)")))
+      << plan.out;
+  // Field by field, from what was applied to what the file says.
+  EXPECT_NE(plan.out.find("~ group/workers.size: 2 -> 3"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find(R"(-/+ instance/trainer.labels: {"team":"ml"} -> {"team":"research"})"),
+            std::string::npos)
       << plan.out;
   EXPECT_TRUE(std::regex_search(plan.out, std::regex(R"(- +alert_rule/gpu_hot +rule-\d+ +delete)")))
       << plan.out;
@@ -355,6 +366,7 @@ command: sleep 600
   EXPECT_EQ(Get("/v1/alert-rules", token_).body["rules"].size(), 0u);
   // What the stack did not make, and another stack's, keep running.
   EXPECT_EQ(AwaitState(token_, out.body["id"], "running"), "running");
+  EXPECT_FALSE(Instance(out.body["id"]).contains("stack"));
   EXPECT_EQ(AwaitState(token_, Owned("other").at("instance/kept"), "running"), "running");
 }
 

@@ -4,6 +4,7 @@
 #include "api/api.h"
 #include "api/codec.h"
 #include "api/routes.h"
+#include "api/stacks.h"
 #include "common/text.h"
 #include "core/core.h"
 
@@ -117,7 +118,9 @@ void AddGroupRoutes(Api& table) {
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
                      json list = json::array();
                      for (const core::GroupStatus& g : s.ListGroups(caller)) {
-                       list.push_back(GroupJson(g));
+                       json j = GroupJson(g);
+                       AddStackOwner(s, "group", j);
+                       list.push_back(std::move(j));
                      }
                      return json{{"groups", std::move(list)}};
                    },
@@ -130,7 +133,11 @@ void AddGroupRoutes(Api& table) {
                             {[call, core](core::State& s, store::Batch&,
                                           const core::Tenant& caller) -> Result<json> {
                                auto g = s.GetGroup(caller, call->params[0]);
-                               if (g.ok()) return GroupJson(*g);
+                               if (g.ok()) {
+                                 json j = GroupJson(*g);
+                                 AddStackOwner(s, "group", j);
+                                 return j;
+                               }
                                if (g.status().code() != StatusCode::kNotFound) return g.status();
                                // Ended long enough ago to have left memory: the store still has it.
                                return ArchivedGroup(*core, caller, call->params[0]);

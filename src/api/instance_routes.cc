@@ -4,6 +4,7 @@
 #include "api/api.h"
 #include "api/codec.h"
 #include "api/routes.h"
+#include "api/stacks.h"
 #include "common/json.h"
 #include "common/text.h"
 
@@ -102,7 +103,11 @@ void AddInstanceRoutes(Api& table) {
                                      const core::Tenant& caller) -> Result<json> {
                                const core::InstancePage page = s.ListInstances(caller, query);
                                json out = json::array();
-                               for (const auto& i : page.items) out.push_back(core::ToJson(i));
+                               for (const auto& i : page.items) {
+                                 json j = core::ToJson(i);
+                                 AddStackOwner(s, "instance", j);
+                                 out.push_back(std::move(j));
+                               }
                                json j = {{"instances", std::move(out)}};
                                if (page.next_after)
                                  j["next_page_token"] = PageToken(*page.next_after);
@@ -115,15 +120,20 @@ void AddInstanceRoutes(Api& table) {
               auto id = InstanceIdParam(*call);
               if (!id.ok()) return api.ReplyError(*call, id.status());
               core::Core* core = &api.core();
-              api.Run<core::Instance>(
-                  call, Status::Ok(),
-                  {[id = *id, core](core::State& s, store::Batch&, const core::Tenant& caller) {
-                     auto inst = s.GetInstance(caller, id);
-                     if (inst.ok() || inst.status().code() != StatusCode::kNotFound) return inst;
-                     // Ended long enough ago to have left memory: the store still has it.
-                     return Archived(*core, s, caller, id);
-                   },
-                   200, Render, nullptr});
+              api.Run<json>(call, Status::Ok(),
+                            {[id = *id, core](core::State& s, store::Batch&,
+                                              const core::Tenant& caller) -> Result<json> {
+                               auto inst = s.GetInstance(caller, id);
+                               // Ended long enough ago to have left memory: the store still has it.
+                               if (!inst.ok() && inst.status().code() == StatusCode::kNotFound) {
+                                 inst = Archived(*core, s, caller, id);
+                               }
+                               if (!inst.ok()) return inst.status();
+                               json j = core::ToJson(*inst);
+                               AddStackOwner(s, "instance", j);
+                               return j;
+                             },
+                             200, Passthrough, nullptr});
             });
   table.Add("GET", "/v1/instances/{id}/logs?tail&after", Access::kAnyToken, BodyKind::kNone, false,
             [](Api& api, std::shared_ptr<Call> call) {

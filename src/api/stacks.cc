@@ -51,6 +51,7 @@ struct Entry {
   const core::StackObjectRecord* record = nullptr;  // Null: the stack has not made it.
   Action action = Action::kNone;
   std::vector<std::string> changed;  // Fields that differ from what was applied.
+  std::vector<json> diff;            // Each as {field, from, to} (hidden values as digests).
   std::string forces;                // A replacement's first field that cannot change in place.
   std::vector<json> drift;
   std::vector<std::string> unknown;  // References known only once applied.
@@ -137,6 +138,7 @@ void Compare(PlanContext& ctx, const StackObject& o, Entry& e) {
     const json b = e.applied.contains(k) ? e.applied[k] : json();
     if (a == b || (autoscaled && k == "size")) continue;  // The autoscaler sets the size.
     e.changed.push_back(k);
+    e.diff.push_back({{"field", k}, {"from", a}, {"to", b}});
     if (!InPlace(o.kind, k) && e.forces.empty()) e.forces = FirstDifference(a, b, k);
   }
   std::vector<std::string> ignored;
@@ -280,6 +282,7 @@ json EntryJson(const Entry& e) {
   json j = {{"kind", KindName(e.kind)}, {"name", e.name}, {"action", ActionName(e.action)}};
   if (const std::string id = e.OldId(); !id.empty()) j["id"] = id;
   if (!e.changed.empty()) j["changed"] = e.changed;
+  if (!e.diff.empty()) j["diff"] = e.diff;
   if (!e.forces.empty()) j["forces"] = e.forces;
   if (!e.drift.empty()) j["drift"] = e.drift;
   if (!e.unknown.empty()) j["known_after_apply"] = e.unknown;
@@ -605,6 +608,17 @@ json StackListJson(const core::State& s, const core::Tenant& caller) {
                     {"objects", r->objects.size()}});
   }
   return {{"stacks", std::move(list)}};
+}
+
+void AddStackOwner(const core::State& s, std::string_view kind, json& j) {
+  if (!j.contains("tenant") || !j["tenant"].is_string() || !j.contains("id") ||
+      !j["id"].is_string()) {
+    return;
+  }
+  if (const core::StackRecord* r =
+          s.stacks().OwnerOf(j["tenant"].get<std::string>(), kind, j["id"].get<std::string>())) {
+    j["stack"] = r->name;
+  }
 }
 
 }  // namespace tessera::api

@@ -80,5 +80,8 @@ Result<nlohmann::json> StackStateJson(const core::State& s, const core::Tenant& 
                                       const std::string& stack);
 // GET /v1/stacks: the caller's stacks.
 nlohmann::json StackListJson(const core::State& s, const core::Tenant& caller);
+// Adds "stack" to `j`, an instance's or a group's API form: the name of the stack that owns it,
+// when one does.
+void AddStackOwner(const core::State& s, std::string_view kind, nlohmann::json& j);
 
 }  // namespace tessera::api

@@ -94,6 +94,16 @@ void PrintPlan(const json& plan) {
               Describe(o), Str(o, "monthly_usd_before"), Str(o, "monthly_usd_after")});
   }
   t.Print(std::cout);
+  // What changes, field by field, as Terraform shows it (hidden values stay digests).
+  for (const json& o : plan["objects"]) {
+    for (const json& d : o.value("diff", json::array())) {
+      std::cout << fmt::format("  {} {}/{}.{}: {} -> {}\n", Sign(Str(o, "action")),
+                               EscapeForTerminal(Str(o, "kind")), EscapeForTerminal(Str(o, "name")),
+                               EscapeForTerminal(Str(d, "field")),
+                               EscapeForTerminal(CutUtf8(d["from"].dump(), 200)),
+                               EscapeForTerminal(CutUtf8(d["to"].dump(), 200)));
+    }
+  }
   if (!plan["drift"].empty()) {
     std::cout << "\nChanged outside the stack (the apply sets them back):\n";
     for (const json& d : plan["drift"]) {

@@ -81,12 +81,8 @@ std::vector<const StackRecord*> Stacks::List(const std::string& tenant) const {
 
 const StackRecord* Stacks::OwnerOf(const std::string& tenant, std::string_view kind,
                                    std::string_view id) const {
-  for (const StackRecord* r : List(tenant)) {
-    for (const StackObjectRecord& o : r->objects) {
-      if (o.kind == kind && o.id == id) return r;
-    }
-  }
-  return nullptr;
+  auto it = owners_.find({tenant, fmt::format("{}/{}", kind, id)});
+  return it == owners_.end() ? nullptr : Find(tenant, it->second);
 }
 
 Status Stacks::Put(StackRecord r, store::Batch& batch) {
@@ -96,6 +92,7 @@ Status Stacks::Put(StackRecord r, store::Batch& batch) {
                     kMaxStacksPerTenant));
   }
   batch.settings.emplace_back(Key(r.tenant, r.name), DumpJson(ToJson(r)));
+  if (const StackRecord* old = Find(r.tenant, r.name)) Unindex(*old);
   Index(r);
   const std::pair<std::string, std::string> key{r.tenant, r.name};
   records_[key] = std::move(r);
@@ -103,12 +100,21 @@ Status Stacks::Put(StackRecord r, store::Batch& batch) {
 }
 
 void Stacks::Erase(const std::string& tenant, const std::string& name, store::Batch& batch) {
+  if (const StackRecord* old = Find(tenant, name)) Unindex(*old);
   records_.erase({tenant, name});
   retiring_.erase({tenant, name});
   batch.deleted_settings.push_back(Key(tenant, name));
 }
 
+void Stacks::Unindex(const StackRecord& r) {
+  for (const StackObjectRecord& o : r.objects) {
+    auto it = owners_.find({r.tenant, o.kind + "/" + o.id});
+    if (it != owners_.end() && it->second == r.name) owners_.erase(it);
+  }
+}
+
 void Stacks::Index(const StackRecord& r) {
+  for (const StackObjectRecord& o : r.objects) owners_[{r.tenant, o.kind + "/" + o.id}] = r.name;
   const bool any = std::any_of(r.objects.begin(), r.objects.end(),
                                [](const StackObjectRecord& o) { return !o.retiring.empty(); });
   if (any) {
@@ -129,6 +135,7 @@ std::vector<const StackRecord*> Stacks::Retiring() const {
 Status Stacks::Restore(const std::vector<std::pair<std::string, std::string>>& records) {
   records_.clear();
   retiring_.clear();
+  owners_.clear();
   for (const auto& [key, value] : records) {
     const std::string where = "setting " + key;
     auto j = ParseJson(value, where);

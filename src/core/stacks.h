@@ -59,7 +59,7 @@ class Stacks {
   const StackRecord* Find(const std::string& tenant, const std::string& name) const;
   // The tenant's stacks, by name.
   std::vector<const StackRecord*> List(const std::string& tenant) const;
-  // The tenant's stack that owns (kind, id), or null.
+  // The tenant's stack that owns (kind, id), or null. A lookup in an index.
   const StackRecord* OwnerOf(const std::string& tenant, std::string_view kind,
                              std::string_view id) const;
   // Stores `r` (a new one only within kMaxStacksPerTenant: ResourceExhausted otherwise).
@@ -72,7 +72,10 @@ class Stacks {
 
  private:
   void Index(const StackRecord& r);
+  void Unindex(const StackRecord& r);
   std::map<std::pair<std::string, std::string>, StackRecord> records_;  // By (tenant, name).
+  // Which stack owns each object: (tenant, "kind/id") -> the stack's name.
+  std::map<std::pair<std::string, std::string>, std::string> owners_;
   std::set<std::pair<std::string, std::string>> retiring_;  // Records with replaced groups.
 };
 
