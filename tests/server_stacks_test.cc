@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <regex>
+#include <thread>
 
 #include "server_test_util.h"
 
@@ -597,6 +598,54 @@ template: {billing: on_demand, gpu_model: L40S-48GB, milli_gpu: 250, vcpus: 2, m
   EXPECT_EQ(now["state"], "running");
   for (const json& m : now["members"]) EXPECT_EQ(m["state"], "running") << now.dump();
   EXPECT_EQ(Cli({"plan", "-f", v2, "--stack", "web"}).exit_code, 0);
+}
+
+// A replacement that cannot run yet leaves the group it replaces serving, recorded as retiring
+// on it; destroying the stack then deletes both.
+TEST_F(StacksTest, AReplacementThatCannotRunLeavesTheOldGroupServingUntilDestroyed) {
+  const std::string file = File("svc.yaml", R"(kind: group
+name: svc
+size: 2
+template: {billing: on_demand, gpu_model: L40S-48GB, milli_gpu: 250, vcpus: 2, memory_mib: 4096,
+           command: "sleep 600"}
+)");
+  ASSERT_EQ(Cli({"apply", "--yes", "-f", file}).exit_code, 0);
+  const std::string old = Owned("svc").at("group/svc");
+  ASSERT_TRUE(WaitFor([&] { return Get("/v1/groups/" + old, token_).body["placed"] == 2; },
+                      std::chrono::seconds(10)));
+  // Two 600-milli shares do not fit the one L40S beside the old members' 500.
+  const std::string bigger =
+      File("svc2.yaml",
+           std::regex_replace(ReadFile(file), std::regex("milli_gpu: 250"), "milli_gpu: 600"));
+  ASSERT_EQ(Cli({"apply", "--yes", "-f", bigger, "--stack", "svc"}).exit_code, 0);
+  const std::string replacement = Owned("svc").at("group/svc");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(Get("/v1/groups/" + old, token_).body["state"], "running");
+  const json state = Get("/v1/stacks/svc", token_).body;
+  EXPECT_EQ(state["objects"][0]["retiring"], json::array({old})) << state.dump();
+  // The group it replaces is still the stack's: it says so, and no other stack may adopt it.
+  EXPECT_EQ(Get("/v1/groups/" + old, token_).body["stack"], "svc");
+
+  auto destroy = Cli({"destroy", "--yes", "--stack", "svc"});
+  ASSERT_EQ(destroy.exit_code, 0) << destroy.out << destroy.err;
+  EXPECT_EQ(Get("/v1/groups/" + old, token_).body["state"], "deleted");
+  EXPECT_EQ(Get("/v1/groups/" + replacement, token_).body["state"], "deleted");
+}
+
+// A tenant has one budget, and one stack holds it.
+TEST_F(StacksTest, OneStackHoldsTheTenantsBudget) {
+  const std::string a = File("a.yaml", "kind: budget\nname: monthly\nmonthly_usd: \"100\"\n");
+  ASSERT_EQ(Cli({"apply", "--yes", "-f", a}).exit_code, 0);
+  // Gone outside the stack, it is still stack a's to make again, not stack b's to take.
+  ASSERT_EQ(Call("DELETE", "/v1/tenants/tenant-000001/budget", token_).status, 200);
+  const std::string b = File("b.yaml", "kind: budget\nname: cap\nmonthly_usd: \"50\"\n");
+  auto taken = Cli({"apply", "--yes", "-f", b});
+  EXPECT_EQ(taken.exit_code, 1);
+  EXPECT_NE(taken.err.find("the tenant's budget belongs to stack 'a'"), std::string::npos)
+      << taken.err;
+  auto again = Cli({"apply", "--yes", "-f", a});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(Get("/v1/budgets", token_).body["budgets"][0]["monthly_usd"], "100.00");
 }
 
 // Hostile references and adoption of an object unlike the file are refused or planned honestly,

@@ -236,10 +236,13 @@ Names::Names(const core::State& s, const core::Tenant& caller) {
     if (b.tenant == caller.id.str()) ids_.emplace(Key(StackKind::kBudget, ""), b.tenant);
   }
   for (const core::Volume* v : s.volumes().List(caller.id.str())) {
-    ids_.emplace(Key(StackKind::kVolume, v->name), v->id);
+    if (!v->deleting) ids_.emplace(Key(StackKind::kVolume, v->name), v->id);
   }
   for (const core::StackRecord* r : s.stacks().List(caller.id.str())) {
-    for (const core::StackObjectRecord& o : r->objects) owners_[o.kind + "/" + o.id] = r;
+    for (const core::StackObjectRecord& o : r->objects) {
+      owners_[o.kind + "/" + o.id] = r;
+      for (const std::string& id : o.retiring) owners_["group/" + id] = r;
+    }
   }
 }
 
@@ -298,6 +301,11 @@ std::string AdoptDifference(core::State& s, StackKind kind, const Checked& want,
       if (j.value("command", "") != r.command) return "command";
       if (j.value("restart", true) != r.restart) return "restart";
       if (j.value("image", "") != r.image.ref) return "image";
+      if (j.value("stop_grace_seconds", 10) != r.stop_grace_seconds) return "stop_grace_seconds";
+      const json want_json = core::ToJson(r, core::Secrets::kHidden);
+      for (const char* field : {"ports", "volumes"}) {
+        if (want_json.value(field, json()) != j.value(field, json())) return field;
+      }
       auto a = s.PriceRequest(r);
       if (!a.ok()) return "";
       const json shape = j.value("shape", json::object());
@@ -315,6 +323,7 @@ std::string AdoptDifference(core::State& s, StackKind kind, const Checked& want,
     }
     case StackKind::kGroup: {
       core::Group g;
+      g.id = live.id;  // A service's path names its group.
       g.spec = want.group;
       const json w = core::ToJson(g, core::Secrets::kHidden);
       for (const char* field : {"template", "placement", "topology", "min_available", "restart",

@@ -40,7 +40,8 @@ Status FindRefs(const std::string& s, const std::string& field, std::vector<Stac
     if (slash == std::string::npos || dot == std::string::npos) return bad("lacks KIND/NAME.FIELD");
     StackRef ref;
     const auto kind = ParseKind(body.substr(0, slash));
-    if (!kind) return bad("names no kind (instance, group, reservation, alert_rule, budget)");
+    if (!kind)
+      return bad("names no kind (instance, group, volume, reservation, alert_rule, budget)");
     ref.kind = *kind;
     ref.name = body.substr(slash + 1, dot - slash - 1);
     ref.field = body.substr(dot + 1);
@@ -232,16 +233,16 @@ Result<StackObject> ReadObject(const json& j, size_t index) {
   if (!j.contains("kind") || !j["kind"].is_string()) {
     return Status::InvalidArgument(
         fmt::format("{}: field 'kind': is missing or not a string (one "
-                    "of instance, group, reservation, alert_rule, "
+                    "of instance, group, volume, reservation, alert_rule, "
                     "budget)",
                     at));
   }
   const auto kind = ParseKind(j["kind"].get<std::string>());
   if (!kind) {
-    return Status::InvalidArgument(
-        fmt::format("{}: field 'kind': '{}' is not instance, group, reservation, alert_rule or "
-                    "budget",
-                    at, Quote(j["kind"].get<std::string>(), 64)));
+    return Status::InvalidArgument(fmt::format(
+        "{}: field 'kind': '{}' is not instance, group, volume, reservation, alert_rule or "
+        "budget",
+        at, Quote(j["kind"].get<std::string>(), 64)));
   }
   o.kind = *kind;
   if (!j.contains("name") || !j["name"].is_string()) {

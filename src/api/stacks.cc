@@ -95,6 +95,7 @@ struct PlanContext {
   core::State& s;
   const StackCaller& caller;
   const StackRequest& req;
+  const std::string& stack;
   std::map<std::string, const core::StackObjectRecord*> recorded;  // By Key(kind, name).
   std::optional<Names> names;
   Outputs outputs;         // Of objects that exist and stay as they are.
@@ -105,6 +106,21 @@ struct PlanContext {
 // An object the stack has not made: new, or (with --adopt) an existing one of its name taken.
 Status PlanUnowned(PlanContext& ctx, const StackObject& o, Entry& e) {
   if (!ctx.names) ctx.names.emplace(ctx.s, *ctx.caller.tenant);
+  if (o.kind == StackKind::kBudget) {
+    // The tenant has one budget: a stack that holds it holds it under one name, even while it
+    // is gone (its next apply makes it again).
+    const core::StackRecord* owner = ctx.names->Owner(o.kind, ctx.caller.tenant->id.str());
+    if (owner && owner->name == ctx.stack) {
+      return Status::FailedPrecondition(fmt::format(
+          "{}: the stack holds the tenant's budget under another name already; keep that name",
+          Where(o)));
+    }
+    if (owner) {
+      return Status::FailedPrecondition(
+          fmt::format("{}: the tenant's budget belongs to stack '{}'; a tenant has one budget",
+                      Where(o), owner->name));
+    }
+  }
   const std::string id = ctx.names->Id(o.kind, o.name);
   if (id.empty()) return Status::Ok();
   if (const core::StackRecord* owner = ctx.names->Owner(o.kind, id)) {
@@ -253,7 +269,7 @@ Result<Plan> MakePlan(core::State& s, const StackCaller& caller, const std::stri
     TESSERA_ASSIGN_OR_RETURN(std::string token, GenerateToken());
     plan.salt = HashToken(token);
   }
-  PlanContext ctx{s, caller, req, {}, std::nullopt, {}, plan.salt, plan.record == nullptr};
+  PlanContext ctx{s, caller, req, stack, {}, std::nullopt, {}, plan.salt, plan.record == nullptr};
   if (plan.record) {
     for (const core::StackObjectRecord& r : plan.record->objects) {
       ctx.recorded[r.kind + "/" + r.name] = &r;
@@ -373,7 +389,8 @@ struct Applying {
   }
   // The entry's object as the record had it still names something live: it stays recorded.
   void KeepOld(const Entry& e) {
-    if (e.record && e.live.exists) kept.push_back(*e.record);
+    // (A record whose object is gone still names the groups it replaced, which run on.)
+    if (e.record && (e.live.exists || !e.record->retiring.empty())) kept.push_back(*e.record);
   }
   void Fail(const Entry& e, const Status& why) {
     json item = Item(e, ActionName(e.action));
@@ -382,6 +399,15 @@ struct Applying {
     broken.insert(Key(e.kind, e.name));
   }
 };
+
+// Whether `e`'s replacement is made before what it replaces goes: a group's, unless its
+// template mounts volumes.
+bool CreateFirst(const Entry& e) {
+  if (e.kind != StackKind::kGroup) return false;
+  const json& spec = e.desired->spec;
+  return !(spec.contains("template") && spec["template"].is_object() &&
+           spec["template"].contains("volumes"));
+}
 
 // Makes, changes or replaces what `e` plans; the id of the object that stands for it now, or why
 // not. `old_gone` says whether the object it replaced was deleted on the way.
@@ -399,9 +425,10 @@ Result<std::string> Act(Applying& a, const Entry& e, const Checked& c, bool& old
     case Action::kCreate:
       return Create(a.s, a.caller, e.kind, c, a.batch);
     case Action::kReplace:
-      // A group that serves is replaced by a new one made first, and retires once that one
-      // runs (State::RetireReplacedGroups); the others make room first.
-      if (e.kind != StackKind::kGroup) {
+      // A group is replaced by a new one made first, and retires once that one runs
+      // (State::RetireReplacedGroups); the others make room first, and so does a group that
+      // mounts volumes (its old members hold them until they stop).
+      if (!CreateFirst(e)) {
         TESSERA_RETURN_IF_ERROR(Delete(a.s, a.caller, e.kind, e.OldId(), a.batch));
         old_gone = true;
         a.changed = true;
@@ -456,7 +483,7 @@ void ApplyEntry(Applying& a, const Entry& e) {
   json item = a.Item(e, ActionName(e.action));
   item["id"] = *id;
   core::StackObjectRecord rec = RecordOf(e, *id, Hidden(e.kind, resolved, a.plan.salt));
-  if (e.action == Action::kReplace && e.kind == StackKind::kGroup) {
+  if (e.action == Action::kReplace && CreateFirst(e)) {
     rec.retiring.push_back(e.OldId());
     item["retiring"] = e.OldId();
   }
@@ -591,6 +618,7 @@ Result<json> StackStateJson(const core::State& s, const core::Tenant& caller,
               {"digest", o.digest}, {"applied", json::parse(o.applied, nullptr, false)}};
     if (!live.exists) j["note"] = live.gone;
     if (o.prevent_destroy) j["lifecycle"] = {{"prevent_destroy", true}};
+    if (!o.retiring.empty()) j["retiring"] = o.retiring;
     objects.push_back(std::move(j));
   }
   return json{{"stack", record->name},

@@ -63,6 +63,13 @@ Result<StackRecord> FromJson(const json& j, const std::string& where) {
   return r;
 }
 
+// What an object record owns, as "kind/id": its object, and the groups it replaced that still run.
+std::vector<std::string> OwnedKeys(const StackObjectRecord& o) {
+  std::vector<std::string> keys = {o.kind + "/" + o.id};
+  for (const std::string& id : o.retiring) keys.push_back("group/" + id);
+  return keys;
+}
+
 }  // namespace
 
 const StackRecord* Stacks::Find(const std::string& tenant, const std::string& name) const {
@@ -108,13 +115,17 @@ void Stacks::Erase(const std::string& tenant, const std::string& name, store::Ba
 
 void Stacks::Unindex(const StackRecord& r) {
   for (const StackObjectRecord& o : r.objects) {
-    auto it = owners_.find({r.tenant, o.kind + "/" + o.id});
-    if (it != owners_.end() && it->second == r.name) owners_.erase(it);
+    for (const std::string& key : OwnedKeys(o)) {
+      auto it = owners_.find({r.tenant, key});
+      if (it != owners_.end() && it->second == r.name) owners_.erase(it);
+    }
   }
 }
 
 void Stacks::Index(const StackRecord& r) {
-  for (const StackObjectRecord& o : r.objects) owners_[{r.tenant, o.kind + "/" + o.id}] = r.name;
+  for (const StackObjectRecord& o : r.objects) {
+    for (const std::string& key : OwnedKeys(o)) owners_[{r.tenant, key}] = r.name;
+  }
   const bool any = std::any_of(r.objects.begin(), r.objects.end(),
                                [](const StackObjectRecord& o) { return !o.retiring.empty(); });
   if (any) {
