@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stack.h"
 #include "testing/testing.h"
 
 namespace tessera {
@@ -34,18 +35,16 @@ constexpr const char* kAdmin =
   std::exit(1);
 }
 
-// One request; its answer and how long it took, in milliseconds.
+// One request; its answer and how long it took, in milliseconds. An error answer ends the run.
 json Timed(httplib::Client& c, const std::string& token, const std::string& method,
-           const std::string& path, const json* body, int want, double& ms) {
-  const httplib::Headers h = {{"Authorization", "Bearer " + token}};
+           const std::string& path, const json& body, double& ms) {
   const auto start = Clock::now();
-  auto r = method == "DELETE" ? c.Delete(path, h)
-                              : c.Post(path, h, body ? body->dump() : "{}", "application/json");
+  json answer = bench::Call(c, method, path, token, body);
   ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  if (!r || r->status != want) {
-    Die(fmt::format("{} {}: {}", method, path, r ? r->body.substr(0, 300) : "no answer"));
+  if (!answer.is_object() || answer.contains("error")) {
+    Die(fmt::format("{} {}: {}", method, path, answer.dump().substr(0, 300)));
   }
-  return json::parse(r->body);
+  return answer;
 }
 
 json Objects(int n) {
@@ -91,22 +90,22 @@ int Run(int argc, char** argv) {
   c.set_read_timeout(120);
   double ms = 0;
   const json tenant_body = {{"name", "bench"}, {"quota", {{"gpus", 1e6}}}};
-  const std::string token = Timed(c, kAdmin, "POST", "/v1/tenants", &tenant_body, 201, ms)["token"];
+  const std::string token = Timed(c, kAdmin, "POST", "/v1/tenants", tenant_body, ms)["token"];
   const json body = Objects(objects);
   std::vector<double> plan_new, apply, plan_done, destroy;
   for (int r = 0; r < rounds; ++r) {
-    const json plan = Timed(c, token, "POST", "/v1/stacks/bench/plan", &body, 200, ms);
+    const json plan = Timed(c, token, "POST", "/v1/stacks/bench/plan", body, ms);
     plan_new.push_back(ms);
     if (plan["counts"].value("create", 0) != objects) Die("the plan does not create them all");
     json request = body;
     request["plan_digest"] = plan["digest"];
-    const json applied = Timed(c, token, "POST", "/v1/stacks/bench/apply", &request, 200, ms);
+    const json applied = Timed(c, token, "POST", "/v1/stacks/bench/apply", request, ms);
     apply.push_back(ms);
     if (!applied.value("complete", false)) Die("the apply was not complete");
-    const json again = Timed(c, token, "POST", "/v1/stacks/bench/plan", &body, 200, ms);
+    const json again = Timed(c, token, "POST", "/v1/stacks/bench/plan", body, ms);
     plan_done.push_back(ms);
     if (again.value("changes", true)) Die("the converged stack plans changes");
-    Timed(c, token, "DELETE", "/v1/stacks/bench", nullptr, 200, ms);
+    Timed(c, token, "DELETE", "/v1/stacks/bench", nullptr, ms);
     destroy.push_back(ms);
   }
   auto row = [](const char* what, std::vector<double> v) {
