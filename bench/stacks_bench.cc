@@ -5,7 +5,10 @@
 //   3. the plan of the converged stack (N objects compared with the server, nothing to do),
 //   4. its destroy.
 // Each figure is the server's answer time as the client sees it (the request's round trip), the
-// median over the rounds. Usage: stacks_bench [--objects N] [--rounds K].
+// median over the rounds. After an apply it waits until every instance runs, after a destroy
+// until none is stopping, and then --settle seconds more (default 1), so each figure is the
+// stack's own work rather than a wait behind the agents' reports. Usage: stacks_bench [--objects N]
+// [--rounds K] [--settle S].
 #include <fmt/format.h>
 #include <httplib.h>
 
@@ -15,6 +18,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_stack.h"
@@ -47,6 +51,19 @@ json Timed(httplib::Client& c, const std::string& token, const std::string& meth
   return answer;
 }
 
+// Waits until `count` of the tenant's instances read `state` (at most a minute), then `settle`
+// seconds more: the agents' start or stop reports are read by then.
+void AwaitInstances(httplib::Client& c, const std::string& token, const char* state, size_t count,
+                    int settle) {
+  for (int i = 0; i < 600; ++i) {
+    const json list =
+        bench::Call(c, "GET", fmt::format("/v1/instances?state={}&limit=1000", state), token);
+    if (list.value("instances", json::array()).size() == count) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(settle));
+}
+
 json Objects(int n) {
   json objects = json::array();
   for (int i = 0; i < n; ++i) {
@@ -64,18 +81,22 @@ json Objects(int n) {
 }
 
 int Run(int argc, char** argv) {
-  int objects = 500, rounds = 5;
+  int objects = 500, rounds = 5, settle = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--objects") {
       objects = std::atoi(argv[i + 1]);
     } else if (flag == "--rounds") {
       rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--settle") {
+      settle = std::atoi(argv[i + 1]);
     } else {
-      Die("unknown flag " + flag + " (--objects N, --rounds K)");
+      Die("unknown flag " + flag + " (--objects N, --rounds K, --settle S)");
     }
   }
-  if (objects < 1 || objects > 500 || rounds < 1) Die("--objects 1..500, --rounds >= 1");
+  if (objects < 1 || objects > 500 || rounds < 1 || settle < 0) {
+    Die("--objects 1..500, --rounds >= 1, --settle >= 0");
+  }
   testing::TempDir dir;
   const std::string fleet = dir.Write("fleet.json", R"({"name": "bench", "shapes": [
     {"name": "l40s", "count": 100, "gpu_model": "L40S-48GB", "gpus": 8, "vcpus": 256,
@@ -102,11 +123,17 @@ int Run(int argc, char** argv) {
     const json applied = Timed(c, token, "POST", "/v1/stacks/bench/apply", request, ms);
     apply.push_back(ms);
     if (!applied.value("complete", false)) Die("the apply was not complete");
+    // The agents start the workloads meanwhile, and the core reads their reports: a request
+    // sent at once waits behind that work, which is not the stack's.
+    AwaitInstances(c, token, "running", static_cast<size_t>(objects), settle);
     const json again = Timed(c, token, "POST", "/v1/stacks/bench/plan", body, ms);
     plan_done.push_back(ms);
     if (again.value("changes", true)) Die("the converged stack plans changes");
     Timed(c, token, "DELETE", "/v1/stacks/bench", nullptr, ms);
     destroy.push_back(ms);
+    AwaitInstances(c, token, "stopping", 0, settle);
+    std::fprintf(stderr, "round %d: %.1f %.1f %.1f %.1f ms\n", r + 1, plan_new.back(), apply.back(),
+                 plan_done.back(), destroy.back());
   }
   auto row = [](const char* what, std::vector<double> v) {
     const double lo = *std::min_element(v.begin(), v.end());

@@ -145,6 +145,10 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
         l.gone = fmt::format("ended ({})", core::StateName(inst->state));
         break;
       }
+      if (inst->state == core::InstanceState::kStopping) {
+        l.gone = "being deleted";  // Its agent is stopping it: it is going, not to be kept.
+        break;
+      }
       l.exists = true;
       l.shown = core::ToJson(*inst);
       l.monthly = inst->price_per_hour * kHoursPerMonth;
@@ -218,7 +222,8 @@ Names::Names(const core::State& s, const core::Tenant& caller) {
   for (bool more = true; more;) {
     const core::InstancePage page = s.ListInstances(caller, q);
     for (const core::Instance& i : page.items) {
-      if (core::IsActive(i.state) && i.group.empty()) {
+      // One being deleted holds its name only until its agent stopped it.
+      if (core::IsActive(i.state) && i.state != core::InstanceState::kStopping && i.group.empty()) {
         ids_.emplace(Key(StackKind::kInstance, i.name), i.id.str());
       }
     }
