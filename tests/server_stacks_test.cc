@@ -369,6 +369,12 @@ command: sleep 600
   EXPECT_EQ(AwaitState(token_, out.body["id"], "running"), "running");
   EXPECT_FALSE(Instance(out.body["id"]).contains("stack"));
   EXPECT_EQ(AwaitState(token_, Owned("other").at("instance/kept"), "running"), "running");
+  // Applied again at once, while what it destroyed may still be stopping: made anew, no conflict.
+  const std::string kept = Owned("other").at("instance/kept");
+  ASSERT_EQ(Cli({"destroy", "--yes", "-f", other}).exit_code, 0);
+  auto again = Cli({"apply", "--yes", "-f", other});
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(Owned("other").at("instance/kept"), kept);
 }
 
 TEST_F(StacksTest, BadStacksAreRefusedAtTheirLineBeforeAnythingChanges) {
