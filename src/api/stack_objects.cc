@@ -133,6 +133,14 @@ Result<Checked> Check(core::State& s, const StackCaller& caller, StackKind kind,
   return c;
 }
 
+// The caller's volume of id `id` (the API names volumes by name; a stack's record, by id), or
+// null.
+const core::Volume* TenantVolume(const core::State& s, const core::Tenant& caller,
+                                 const std::string& id) {
+  const core::Volume* v = s.volumes().FindById(id);
+  return v && v->tenant == caller.id.str() ? v : nullptr;
+}
+
 Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, const std::string& id) {
   Live l;
   l.id = id;
@@ -203,12 +211,11 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
       break;
     }
     case StackKind::kVolume: {
-      for (const core::Volume* v : s.volumes().List(caller.id.str())) {
-        if (v->id != id || v->deleting) continue;
-        l.exists = true;
-        l.shown = core::ToJson(*v, s.VolumeUsers(v->tenant, v->name));
-        l.monthly = s.options().volume_price_per_gib_month * v->size_gib;
-      }
+      const core::Volume* v = TenantVolume(s, caller, id);
+      if (!v || v->deleting) break;
+      l.exists = true;
+      l.shown = core::ToJson(*v, s.VolumeUsers(v->tenant, v->name));
+      l.monthly = s.options().volume_price_per_gib_month * v->size_gib;
       break;
     }
   }
@@ -463,8 +470,8 @@ Status Delete(core::State& s, const StackCaller& caller, StackKind kind, const s
     case StackKind::kBudget:
       return s.DeleteBudget(t, id, batch);
     case StackKind::kVolume:
-      for (const core::Volume* v : s.volumes().List(t.id.str())) {
-        if (v->id == id) return s.DeleteVolume(t, v->name, batch).status();
+      if (const core::Volume* v = TenantVolume(s, t, id)) {
+        return s.DeleteVolume(t, v->name, batch).status();
       }
       return Status::NotFound(fmt::format("volume '{}' not found", id));
   }
