@@ -159,6 +159,32 @@ TEST_F(SimCliTest, AllPoliciesTimesSeedsRunAsAGrid) {
   }
 }
 
+// A batch window is a labelled variant: its own column beside the plain policy's, never mixed in.
+TEST_F(SimCliTest, ABatchWindowRunsAsItsOwnLabelledPolicy) {
+  const std::string out = dir_.File("batch");
+  const auto r =
+      Sim({"--policy", "guarded-fgd,guarded-fgd-batch8", "--seeds", "1-2", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(Slurp(out + "/summary.json"));
+  ASSERT_EQ(j["policies"].size(), 2u);
+  EXPECT_EQ(j["policies"][0]["policy"], "guarded-fgd");
+  EXPECT_EQ(j["policies"][1]["policy"], "guarded-fgd-batch8");
+  EXPECT_EQ(Lines(out + "/curve-guarded-fgd-batch8.csv").size(), 132u);
+  EXPECT_NE(r.out.find("guarded-fgd-batch8"), std::string::npos) << r.out;
+
+  for (const char* bad : {"guarded-fgd-batch0", "guarded-fgd-batch65", "nope-batch4"}) {
+    const auto refused = Sim({"--policy", bad, "--out", dir_.File("no")});
+    EXPECT_EQ(refused.exit_code, 2) << bad;
+    EXPECT_NE(refused.err.find(std::string("--policy")), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find(bad), std::string::npos) << refused.err;
+  }
+  const auto dynamic = Sim({"--mode", "dynamic", "--policy", "guarded-fgd-batch8"});
+  EXPECT_EQ(dynamic.exit_code, 2);
+  EXPECT_NE(dynamic.err.find("'guarded-fgd-batch8' is a variant of the static mode's protocol"),
+            std::string::npos)
+      << dynamic.err;
+}
+
 TEST_F(SimCliTest, BadArgumentsExitTwoNamingTheOption) {
   struct Case {
     std::vector<std::string> args;

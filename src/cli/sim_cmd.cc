@@ -19,6 +19,7 @@
 #include "common/text.h"
 #include "fleet/fleet_file.h"
 #include "sched/scheduler.h"
+#include "sim/batch.h"
 #include "sim/bound.h"
 #include "sim/fgd_expected.h"
 #include "sim/progress.h"
@@ -67,11 +68,14 @@ Result<std::vector<std::string>> ParsePolicies(const std::string& text) {
   while (true) {
     const size_t comma = rest.find(',');
     const std::string name(rest.substr(0, comma));
+    auto batched = sim::SplitBatchedPolicy(name);
+    if (!batched.ok()) return batched.status().WithPrefix("--policy");
     if (name != sim::kOfflineBoundPolicy &&
-        std::find(known.begin(), known.end(), name) == known.end()) {
-      return Status::InvalidArgument(
-          fmt::format("--policy: unknown policy '{}' (known: {}, {}, all)", name,
-                      fmt::join(known, ", "), sim::kOfflineBoundPolicy));
+        std::find(known.begin(), known.end(), batched->base) == known.end()) {
+      return Status::InvalidArgument(fmt::format(
+          "--policy: unknown policy '{}' (known: {}, {}, all; POLICY-batchK places K arrivals "
+          "together)",
+          name, fmt::join(known, ", "), sim::kOfflineBoundPolicy));
     }
     if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
     if (comma == std::string_view::npos) break;
@@ -168,6 +172,14 @@ int RunDynamicSim(const SimArgs& a) {
       return Usage(fmt::format(
           "--policy: '{}' is the static mode's offline bound, not a scheduler to replay in time",
           sim::kOfflineBoundPolicy));
+    }
+    for (const std::string& p : *parsed) {
+      if (sim::SplitBatchedPolicy(p)->window > 1) {
+        return Usage(fmt::format(
+            "--policy: '{}' is a variant of the static mode's protocol; the dynamic mode replays "
+            "the server's own queue",
+            p));
+      }
     }
     policies = std::move(*parsed);
     options.policy = policies.front();

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "sim/batch.h"
 #include "sim/bound.h"
 #include "sim/protocol.h"
 
@@ -82,6 +83,17 @@ Result<RunStats> RunOne(const Scenario& scenario, const RunSpec& spec, const Clo
   stats.removed = order.removed;
   stats.demand_milli = order.demand_milli;
 
+  TESSERA_ASSIGN_OR_RETURN(const BatchedPolicy batched, SplitBatchedPolicy(spec.policy));
+  if (batched.window > 1) {
+    if (batched.base == kOfflineBoundPolicy) {
+      return Status::InvalidArgument(
+          fmt::format("policy '{}': the offline bound places nothing to batch", spec.policy));
+    }
+    const auto window = static_cast<size_t>(batched.window);
+    for (size_t begin = 0; begin < order.pods.size(); begin += window) {
+      OrderWindow(pods, order.pods, begin, std::min(order.pods.size(), begin + window));
+    }
+  }
   if (spec.policy == kOfflineBoundPolicy) {
     // Not a scheduler run: the bound on what any policy could allocate from each prefix.
     const Time loop_start = clock.Now();
@@ -93,7 +105,7 @@ Result<RunStats> RunOne(const Scenario& scenario, const RunSpec& spec, const Clo
   }
   fleet::Fleet fleet = *scenario.fleet;
   sched::Options options;
-  options.policy = spec.policy;
+  options.policy = batched.base;
   options.seed = spec.seed;
   options.target = *scenario.target;
   TESSERA_ASSIGN_OR_RETURN(auto scheduler, sched::Scheduler::Create(&fleet, std::move(options)));

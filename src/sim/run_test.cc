@@ -119,6 +119,59 @@ TEST_F(RunTest, AFailingRunFailsTheGridNamingIt) {
   EXPECT_EQ(r.status().message().rfind("mixed policy bad seed 7: ", 0), 0u) << r.status().message();
 }
 
+TEST_F(RunTest, AWindowOfOneIsThePlainPolicyAndAWiderOneDecidesEveryPodOnce) {
+  auto plain = RunOne(scenario_, {"guarded-fgd", 42, 1.3}, SystemClock::Get());
+  auto one = RunOne(scenario_, {"guarded-fgd-batch1", 42, 1.3}, SystemClock::Get());
+  auto eight = RunOne(scenario_, {"guarded-fgd-batch8", 42, 1.3}, SystemClock::Get());
+  ASSERT_TRUE(plain.ok() && one.ok() && eight.ok());
+  EXPECT_EQ(one->placed, plain->placed);
+  for (int pct = 0; pct <= kMaxArrivedPct; ++pct) {
+    EXPECT_EQ(UnallocatedAt(one->curve, pct), UnallocatedAt(plain->curve, pct)) << pct;
+  }
+  EXPECT_EQ(eight->spec.policy, "guarded-fgd-batch8");
+  EXPECT_EQ(eight->pods, plain->pods);  // The same tuned arrivals, decided in another order.
+  EXPECT_EQ(eight->placed + eight->failed, eight->pods);
+}
+
+// One GPU, a 300-milli share and a whole GPU: whichever arrives first, a window of two places the
+// whole GPU and refuses the share, where the plain policy places the share when it comes first.
+TEST_F(RunTest, AWindowPlacesTheLargerPodFirstWhicheverArrivedFirst) {
+  auto f = fleet::ParseOpenbNodeCsv(
+      catalog_, "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,65536,1,T4\n", "nodes");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<Pod> pods(2);
+  for (Pod& p : pods) {
+    p.cpu_milli = 1000;
+    p.memory_mib = 1024;
+    p.num_gpu = 1;
+  }
+  pods[0].name = "a-share";
+  pods[0].gpu_milli = 300;
+  pods[1].name = "b-whole";
+  pods[1].gpu_milli = 1000;
+  const sched::TypicalWorkload typical = TypicalWorkloadOf(pods);
+  const Scenario one_gpu{"one-gpu", &*f, &pods, &typical.workload};
+  int plain_share_first = 0;
+  for (uint64_t seed = 1; seed <= 16; ++seed) {
+    auto plain = RunOne(one_gpu, {"guarded-fgd", seed, 1.3}, SystemClock::Get());
+    auto batched = RunOne(one_gpu, {"guarded-fgd-batch2", seed, 1.3}, SystemClock::Get());
+    ASSERT_TRUE(plain.ok() && batched.ok()) << plain.status().ToString();
+    ASSERT_EQ(batched->pods, 2);
+    EXPECT_EQ(batched->curve[130].allocated_pct, 100) << seed;
+    if (plain->curve[130].allocated_pct == 30) ++plain_share_first;
+  }
+  EXPECT_GT(plain_share_first, 0);  // Some seeds shuffle the share first.
+}
+
+TEST_F(RunTest, TheBoundHasNoWindowAndABadWindowIsRefusedNamingThePolicy) {
+  auto bound = RunOne(scenario_, {"offline-bound-batch4", 42, 1.3}, SystemClock::Get());
+  ASSERT_FALSE(bound.ok());
+  EXPECT_NE(bound.status().message().find("places nothing to batch"), std::string::npos);
+  auto zero = RunOne(scenario_, {"fgd-batch0", 42, 1.3}, SystemClock::Get());
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("'fgd-batch0'"), std::string::npos);
+}
+
 TEST(ProgressTest, LineShowsRunsPodsAndRate) {
   EXPECT_EQ(ProgressText(3, 60, 1'234'567, 2.0),
             "tessera sim: runs 3/60, 1.23M pods, 617.3k pods/s, 2 s");
