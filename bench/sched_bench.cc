@@ -4,12 +4,15 @@
 //                              empty until 64 requests in a row find no node; one fill an
 //                              iteration (the real node list and default pod list when the traces
 //                              are present, else synthetic ones).
-//   BM_Place/<policy>/10k      the same on 10,000 8-GPU nodes (80,000 GPUs), synthetic requests.
+//   BM_Place/<policy>/10k      the same on 10,000 8-GPU nodes (80,000 GPUs), synthetic requests;
+//                              guarded-fgd-batchK decides each K requests of the stream together
+//                              (sim/batch.h); the stream is reordered before the clock runs.
 //   BM_OpenbRun/<policy>/<trace>  one whole run of a trace: shuffled, inflated to 1.3x
 //                              the fleet's GPUs, every pod tried once, fragmentation read after
 //                              each (loading excluded; the simulator times that separately).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -134,8 +137,18 @@ std::vector<Request> Stream(bool ten_k) {
   return out;
 }
 
-void BM_Place(benchmark::State& state, const std::string& policy, bool ten_k) {
-  const std::vector<Request> stream = Stream(ten_k);
+// `window` > 1: the batch window of `tessera sim --policy POLICY-batchK` (sim/batch.h): each
+// `window` requests of the stream are decided together, the largest GPU demand first.
+void BM_Place(benchmark::State& state, const std::string& policy, bool ten_k, int window = 1) {
+  std::vector<Request> stream = Stream(ten_k);
+  const auto demand = [](const Request& r) { return int64_t{r.gpu_count} * r.gpu_milli; };
+  for (size_t begin = 0; window > 1 && begin < stream.size(); begin += window) {
+    const auto end = std::min(stream.size(), begin + static_cast<size_t>(window));
+    std::stable_sort(
+        stream.begin() + static_cast<std::ptrdiff_t>(begin),
+        stream.begin() + static_cast<std::ptrdiff_t>(end),
+        [&demand](const Request& a, const Request& b) { return demand(a) > demand(b); });
+  }
   const Workload target = Target();
   uint64_t seed = 42;
   int64_t decisions = 0, placed = 0;
@@ -214,6 +227,13 @@ void RegisterAll() {
   for (const std::string p : {"bestfit", "fgd", "guarded-fgd"}) {
     benchmark::RegisterBenchmark(("BM_Place/" + p + "/10k").c_str(),
                                  [p](benchmark::State& st) { BM_Place(st, p, true); })
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(2);
+  }
+  for (const int k : {8, 16}) {
+    const std::string name = "BM_Place/guarded-fgd-batch" + std::to_string(k) + "/10k";
+    benchmark::RegisterBenchmark(
+        name.c_str(), [k](benchmark::State& st) { BM_Place(st, "guarded-fgd", true, k); })
         ->Unit(benchmark::kMillisecond)
         ->Iterations(2);
   }
