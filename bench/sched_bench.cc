@@ -6,7 +6,7 @@
 //                              are present, else synthetic ones).
 //   BM_Place/<policy>/10k      the same on 10,000 8-GPU nodes (80,000 GPUs), synthetic requests;
 //                              guarded-fgd-batchK decides each K requests of the stream together
-//                              (sim/batch.h); the stream is reordered before the clock runs.
+//                              (sim/variant.h); the stream is reordered before the clock runs.
 //   BM_OpenbRun/<policy>/<trace>  one whole run of a trace: shuffled, inflated to 1.3x
 //                              the fleet's GPUs, every pod tried once, fragmentation read after
 //                              each (loading excluded; the simulator times that separately).
@@ -137,7 +137,7 @@ std::vector<Request> Stream(bool ten_k) {
   return out;
 }
 
-// `window` > 1: the batch window of `tessera sim --policy POLICY-batchK` (sim/batch.h): each
+// `window` > 1: the batch window of `tessera sim --policy POLICY-batchK` (sim/variant.h): each
 // `window` requests of the stream are decided together, the largest GPU demand first.
 void BM_Place(benchmark::State& state, const std::string& policy, bool ten_k, int window = 1) {
   std::vector<Request> stream = Stream(ten_k);

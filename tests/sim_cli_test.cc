@@ -172,13 +172,21 @@ TEST_F(SimCliTest, ABatchWindowRunsAsItsOwnLabelledPolicy) {
   EXPECT_EQ(Lines(out + "/curve-guarded-fgd-batch8.csv").size(), 132u);
   EXPECT_NE(r.out.find("guarded-fgd-batch8"), std::string::npos) << r.out;
 
-  for (const char* bad : {"guarded-fgd-batch0", "guarded-fgd-batch65", "nope-batch4"}) {
+  const std::string moved = dir_.File("repack");
+  ASSERT_EQ(Sim({"--policy", "guarded-fgd-repack", "--out", moved}).exit_code, 0);
+  const auto k = nlohmann::json::parse(Slurp(moved + "/summary.json"));
+  EXPECT_EQ(k["policy"], "guarded-fgd-repack");
+  EXPECT_GE(k["moves"].get<int64_t>(), 0);
+  EXPECT_GE(k["moved_milli"].get<int64_t>(), k["moves"].get<int64_t>());
+
+  for (const char* bad :
+       {"guarded-fgd-batch0", "guarded-fgd-batch65", "nope-batch4", "fgd-repack-batch8"}) {
     const auto refused = Sim({"--policy", bad, "--out", dir_.File("no")});
     EXPECT_EQ(refused.exit_code, 2) << bad;
     EXPECT_NE(refused.err.find(std::string("--policy")), std::string::npos) << refused.err;
     EXPECT_NE(refused.err.find(bad), std::string::npos) << refused.err;
   }
-  const auto dynamic = Sim({"--mode", "dynamic", "--policy", "guarded-fgd-batch8"});
+  const auto dynamic = Sim({"--mode", "dynamic", "--policy", "fgd,guarded-fgd-batch8"});
   EXPECT_EQ(dynamic.exit_code, 2);
   EXPECT_NE(dynamic.err.find("'guarded-fgd-batch8' is a variant of the static mode's protocol"),
             std::string::npos)

@@ -19,7 +19,6 @@
 #include "common/text.h"
 #include "fleet/fleet_file.h"
 #include "sched/scheduler.h"
-#include "sim/batch.h"
 #include "sim/bound.h"
 #include "sim/fgd_expected.h"
 #include "sim/progress.h"
@@ -27,6 +26,7 @@
 #include "sim/repro.h"
 #include "sim/run.h"
 #include "sim/trace.h"
+#include "sim/variant.h"
 #include "whatif/dynamic.h"
 #include "whatif/jobs.h"
 #include "whatif/openb.h"
@@ -68,13 +68,13 @@ Result<std::vector<std::string>> ParsePolicies(const std::string& text) {
   while (true) {
     const size_t comma = rest.find(',');
     const std::string name(rest.substr(0, comma));
-    auto batched = sim::SplitBatchedPolicy(name);
+    auto batched = sim::ParsePolicyVariant(name);
     if (!batched.ok()) return batched.status().WithPrefix("--policy");
     if (name != sim::kOfflineBoundPolicy &&
         std::find(known.begin(), known.end(), batched->base) == known.end()) {
       return Status::InvalidArgument(fmt::format(
           "--policy: unknown policy '{}' (known: {}, {}, all; POLICY-batchK places K arrivals "
-          "together)",
+          "together, POLICY-repack moves shares)",
           name, fmt::join(known, ", "), sim::kOfflineBoundPolicy));
     }
     if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
@@ -174,7 +174,7 @@ int RunDynamicSim(const SimArgs& a) {
           sim::kOfflineBoundPolicy));
     }
     for (const std::string& p : *parsed) {
-      if (sim::SplitBatchedPolicy(p)->window > 1) {
+      if (!sim::ParsePolicyVariant(p)->plain()) {
         return Usage(fmt::format(
             "--policy: '{}' is a variant of the static mode's protocol; the dynamic mode replays "
             "the server's own queue",

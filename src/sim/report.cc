@@ -90,7 +90,9 @@ nlohmann::json RunJson(const RunStats& r) {
           {"unallocated_pct_at_130", OptionalJson(UnallocatedAt(r.curve, 130))},
           {"wall_seconds", r.wall_seconds},
           {"schedule_seconds", r.schedule_seconds},
-          {"placements_per_second", r.placements_per_second()}};
+          {"placements_per_second", r.placements_per_second()},
+          {"moves", r.moves},
+          {"moved_milli", r.moved_milli}};
 }
 
 // A CSV field, quoted when it holds a comma or a quote.
@@ -203,13 +205,13 @@ nlohmann::json SummaryJson(const ReportInfo& info, const std::vector<RunStats>& 
 std::string RunsCsv(const std::vector<RunStats>& runs) {
   std::string out =
       "trace,policy,seed,pods,placed,failed,unallocated_pct_at_100,unallocated_pct_at_130,"
-      "wall_seconds,placements_per_second\n";
+      "wall_seconds,placements_per_second,moves\n";
   auto cell = [](std::optional<double> v) { return v ? fmt::format("{:.2f}", *v) : ""; };
   for (const RunStats& r : runs) {
-    out +=
-        fmt::format("{},{},{},{},{},{},{},{},{:.4f},{:.0f}\n", CsvField(r.trace), r.spec.policy,
-                    r.spec.seed, r.pods, r.placed, r.failed, cell(UnallocatedAt(r.curve, 100)),
-                    cell(UnallocatedAt(r.curve, 130)), r.wall_seconds, r.placements_per_second());
+    out += fmt::format("{},{},{},{},{},{},{},{},{:.4f},{:.0f},{}\n", CsvField(r.trace),
+                       r.spec.policy, r.spec.seed, r.pods, r.placed, r.failed,
+                       cell(UnallocatedAt(r.curve, 100)), cell(UnallocatedAt(r.curve, 130)),
+                       r.wall_seconds, r.placements_per_second(), r.moves);
   }
   return out;
 }

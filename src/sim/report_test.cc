@@ -90,9 +90,9 @@ TEST(RunsCsvTest, OneRowPerRunAndEmptyCellsForEmptyBuckets) {
   const std::string csv = RunsCsv({FakeRun("fgd", 42, 4.5), FakeRun("bestfit", 7, 6, 99)});
   EXPECT_EQ(csv,
             "trace,policy,seed,pods,placed,failed,unallocated_pct_at_100,unallocated_pct_at_130,"
-            "wall_seconds,placements_per_second\n"
-            "t.csv,fgd,42,100,90,10,4.50,4.50,0.5000,400\n"
-            "t.csv,bestfit,7,100,90,10,,,0.5000,400\n");
+            "wall_seconds,placements_per_second,moves\n"
+            "t.csv,fgd,42,100,90,10,4.50,4.50,0.5000,400,0\n"
+            "t.csv,bestfit,7,100,90,10,,,0.5000,400,0\n");
 }
 
 TEST(ReportHtmlTest, IsSelfContainedWithChartsAxesAndLegend) {

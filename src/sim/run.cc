@@ -9,9 +9,10 @@
 #include <optional>
 #include <thread>
 
-#include "sim/batch.h"
 #include "sim/bound.h"
 #include "sim/protocol.h"
+#include "sim/repack.h"
+#include "sim/variant.h"
 
 namespace tessera::sim {
 
@@ -23,11 +24,13 @@ double SecondsBetween(Time a, Time b) { return std::chrono::duration<double>(b -
 constexpr int64_t kProgressStride = 256;
 
 // Places the pods of `order` one at a time, counting placed and failed in `stats`, and logs a
-// Sample after every attempt.
+// Sample after every attempt. With `repack`, a pod that finds no room may move shares first.
 Result<std::vector<Sample>> PlaceAll(const std::vector<Pod>& pods,
                                      const std::vector<uint32_t>& order, const fleet::Fleet& fleet,
-                                     sched::Scheduler& scheduler, RunStats& stats,
+                                     sched::Scheduler& scheduler, bool repack, RunStats& stats,
                                      GridProgress* progress) {
+  std::optional<Repacker> repacker;
+  if (repack) repacker.emplace(fleet, scheduler);
   const int64_t capacity = fleet.total_gpus() * fleet::kMilliPerGpu;
   std::vector<Sample> samples;
   samples.reserve(order.size());
@@ -35,7 +38,10 @@ Result<std::vector<Sample>> PlaceAll(const std::vector<Pod>& pods,
   for (size_t i = 0; i < order.size(); ++i) {
     const Pod& pod = pods[order[i]];
     arrived += pod.demand_milli();  // Counted before the attempt, failures included.
-    if (scheduler.Schedule(ToRequest(pod))) {
+    const sched::Request request = ToRequest(pod);
+    std::optional<fleet::Assignment> a = scheduler.Schedule(request);
+    if (a && repacker) repacker->Placed(request, *a);
+    if (a || (repacker && repacker->MakeRoom(request))) {
       ++stats.placed;
     } else {
       ++stats.failed;
@@ -45,6 +51,10 @@ Result<std::vector<Sample>> PlaceAll(const std::vector<Pod>& pods,
     if (progress != nullptr && (i + 1) % kProgressStride == 0) {
       progress->pods_done.fetch_add(kProgressStride, std::memory_order_relaxed);
     }
+  }
+  if (repacker) {
+    stats.moves = repacker->moves();
+    stats.moved_milli = repacker->moved_milli();
   }
   if (progress != nullptr) {
     const auto rest = static_cast<int64_t>(order.size()) % kProgressStride;
@@ -83,13 +93,13 @@ Result<RunStats> RunOne(const Scenario& scenario, const RunSpec& spec, const Clo
   stats.removed = order.removed;
   stats.demand_milli = order.demand_milli;
 
-  TESSERA_ASSIGN_OR_RETURN(const BatchedPolicy batched, SplitBatchedPolicy(spec.policy));
-  if (batched.window > 1) {
-    if (batched.base == kOfflineBoundPolicy) {
-      return Status::InvalidArgument(
-          fmt::format("policy '{}': the offline bound places nothing to batch", spec.policy));
-    }
-    const auto window = static_cast<size_t>(batched.window);
+  TESSERA_ASSIGN_OR_RETURN(const PolicyVariant variant, ParsePolicyVariant(spec.policy));
+  if (!variant.plain() && variant.base == kOfflineBoundPolicy) {
+    return Status::InvalidArgument(
+        fmt::format("policy '{}': the offline bound places nothing to batch or move", spec.policy));
+  }
+  if (variant.window > 1) {
+    const auto window = static_cast<size_t>(variant.window);
     for (size_t begin = 0; begin < order.pods.size(); begin += window) {
       OrderWindow(pods, order.pods, begin, std::min(order.pods.size(), begin + window));
     }
@@ -105,13 +115,14 @@ Result<RunStats> RunOne(const Scenario& scenario, const RunSpec& spec, const Clo
   }
   fleet::Fleet fleet = *scenario.fleet;
   sched::Options options;
-  options.policy = batched.base;
+  options.policy = variant.base;
   options.seed = spec.seed;
   options.target = *scenario.target;
   TESSERA_ASSIGN_OR_RETURN(auto scheduler, sched::Scheduler::Create(&fleet, std::move(options)));
   const Time loop_start = clock.Now();
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Sample> samples,
-                           PlaceAll(pods, order.pods, fleet, *scheduler, stats, progress));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::vector<Sample> samples,
+      PlaceAll(pods, order.pods, fleet, *scheduler, variant.repack, stats, progress));
   stats.schedule_seconds = SecondsBetween(loop_start, clock.Now());
   stats.pods = static_cast<int64_t>(order.pods.size());
   stats.curve = BucketSamples(samples, stats.total_gpus);

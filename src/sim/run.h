@@ -41,8 +41,10 @@ struct RunStats {
   int64_t pods = 0;  // Attempted, after tuning.
   int64_t placed = 0;
   int64_t failed = 0;
-  int64_t copies = 0;   // Added by tuning up.
-  int64_t removed = 0;  // Removed by tuning down.
+  int64_t copies = 0;       // Added by tuning up.
+  int64_t removed = 0;      // Removed by tuning down.
+  int64_t moves = 0;        // Shares moved to make room (POLICY-repack, sim/repack.h).
+  int64_t moved_milli = 0;  // Their GPU milli.
   int64_t demand_milli = 0;
   int64_t total_gpus = 0;
   Curve curve;

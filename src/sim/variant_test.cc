@@ -1,26 +1,41 @@
-#include "sim/batch.h"
+#include "sim/variant.h"
 
 #include <gtest/gtest.h>
 
 namespace tessera::sim {
 namespace {
 
-TEST(SplitBatchedPolicyTest, ReadsTheWindowFromTheName) {
-  auto eight = SplitBatchedPolicy("guarded-fgd-batch8");
+TEST(PolicyVariantTest, ReadsTheWindowFromTheName) {
+  auto eight = ParsePolicyVariant("guarded-fgd-batch8");
   ASSERT_TRUE(eight.ok()) << eight.status().ToString();
   EXPECT_EQ(eight->base, "guarded-fgd");
   EXPECT_EQ(eight->window, 8);
-  EXPECT_EQ(SplitBatchedPolicy("fgd-batch64")->window, 64);
-  EXPECT_EQ(SplitBatchedPolicy("guarded-fgd-batch")->window, kDefaultBatchWindow);
-  auto plain = SplitBatchedPolicy("guarded-fgd");
+  EXPECT_EQ(ParsePolicyVariant("fgd-batch64")->window, 64);
+  EXPECT_EQ(ParsePolicyVariant("guarded-fgd-batch")->window, kDefaultBatchWindow);
+  auto plain = ParsePolicyVariant("guarded-fgd");
   EXPECT_EQ(plain->base, "guarded-fgd");
   EXPECT_EQ(plain->window, 1);
 }
 
-TEST(SplitBatchedPolicyTest, RefusesAWindowThatIsNotAWholeNumberInRangeNamingIt) {
+TEST(PolicyVariantTest, ReadsRepackAfterTheWindow) {
+  auto repack = ParsePolicyVariant("guarded-fgd-repack");
+  EXPECT_EQ(repack->base, "guarded-fgd");
+  EXPECT_EQ(repack->window, 1);
+  EXPECT_TRUE(repack->repack);
+  EXPECT_FALSE(repack->plain());
+  auto both = ParsePolicyVariant("guarded-fgd-batch16-repack");
+  EXPECT_EQ(both->base, "guarded-fgd");
+  EXPECT_EQ(both->window, 16);
+  EXPECT_TRUE(both->repack);
+  // The other order is not a variant: its base is then no registry policy.
+  EXPECT_EQ(ParsePolicyVariant("fgd-repack-batch8")->base, "fgd-repack");
+  EXPECT_TRUE(ParsePolicyVariant("fgd")->plain());
+}
+
+TEST(PolicyVariantTest, RefusesAWindowThatIsNotAWholeNumberInRangeNamingIt) {
   for (const char* name : {"fgd-batch0", "fgd-batch65", "fgd-batchx", "fgd-batch8x", "fgd-batch-1",
                            "fgd-batch99999999999999999999"}) {
-    auto r = SplitBatchedPolicy(name);
+    auto r = ParsePolicyVariant(name);
     ASSERT_FALSE(r.ok()) << name;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find(std::string("policy '") + name + "'"), std::string::npos)

@@ -1,4 +1,4 @@
-#include "sim/batch.h"
+#include "sim/variant.h"
 
 #include <fmt/format.h>
 
@@ -8,14 +8,25 @@
 namespace tessera::sim {
 
 namespace {
-constexpr std::string_view kSuffix = "-batch";
+constexpr std::string_view kBatch = "-batch";
+constexpr std::string_view kRepack = "-repack";
 }  // namespace
 
-Result<BatchedPolicy> SplitBatchedPolicy(std::string_view policy) {
-  const size_t at = policy.rfind(kSuffix);
-  if (at == std::string_view::npos || at == 0) return BatchedPolicy{std::string(policy), 1};
-  const std::string_view digits = policy.substr(at + kSuffix.size());
-  BatchedPolicy out{std::string(policy.substr(0, at)), kDefaultBatchWindow};
+Result<PolicyVariant> ParsePolicyVariant(std::string_view policy) {
+  PolicyVariant out;
+  std::string_view rest = policy;
+  if (rest.size() > kRepack.size() && rest.ends_with(kRepack)) {
+    out.repack = true;
+    rest.remove_suffix(kRepack.size());
+  }
+  const size_t at = rest.rfind(kBatch);
+  if (at == std::string_view::npos || at == 0) {
+    out.base = std::string(rest);
+    return out;
+  }
+  out.base = std::string(rest.substr(0, at));
+  out.window = kDefaultBatchWindow;
+  const std::string_view digits = rest.substr(at + kBatch.size());
   if (digits.empty()) return out;
   const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out.window);
   if (ec != std::errc() || ptr != digits.data() + digits.size() || out.window < 1 ||

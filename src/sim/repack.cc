@@ -1,0 +1,123 @@
+#include "sim/repack.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace tessera::sim {
+
+namespace {
+constexpr int kMaxMoves = 2;
+constexpr size_t kMaxTries = 4;
+}  // namespace
+
+Repacker::Repacker(const fleet::Fleet& fleet, sched::Scheduler& scheduler)
+    : fleet_(fleet), scheduler_(scheduler) {}
+
+std::vector<size_t>& Repacker::On(uint32_t node, int gpu) {
+  if (on_gpu_.size() <= node) on_gpu_.resize(fleet_.size());
+  auto& gpus = on_gpu_[node];
+  if (gpus.empty()) gpus.resize(fleet_.node(fleet::NodeIndex{node}).gpus.size());
+  return gpus[static_cast<size_t>(gpu)];
+}
+
+void Repacker::Placed(const sched::Request& r, const fleet::Assignment& a) {
+  if (r.gpu_count != 1 || r.gpu_milli >= fleet::kMilliPerGpu || !r.mig_profile.empty()) return;
+  shares_.push_back({r, a});
+  On(a.node.value, a.gpus[0].gpu).push_back(shares_.size() - 1);
+}
+
+void Repacker::Forget(size_t share) {
+  const fleet::Assignment& a = shares_[share].assignment;
+  auto& list = On(a.node.value, a.gpus[0].gpu);
+  list.erase(std::find(list.begin(), list.end(), share));
+}
+
+// The GPUs where moving at most kMaxMoves shares frees `milli`, the least milli moved first.
+std::vector<Repacker::Candidate> Repacker::Candidates(int milli) const {
+  std::vector<Candidate> out;
+  for (uint32_t n = 0; n < on_gpu_.size(); ++n) {
+    const fleet::Node& node = fleet_.node(fleet::NodeIndex{n});
+    for (size_t g = 0; g < on_gpu_[n].size(); ++g) {
+      const std::vector<size_t>& here = on_gpu_[n][g];
+      const int deficit = milli - node.gpus[g].free_milli;
+      if (here.empty() || deficit <= 0 || !node.gpus[g].grantable()) continue;
+      Candidate best{n, static_cast<int>(g), fleet::kMilliPerGpu + 1, {}};
+      for (size_t i = 0; i < here.size(); ++i) {
+        const int mi = shares_[here[i]].request.gpu_milli;
+        if (mi >= deficit && mi < best.moved_milli) best = {n, static_cast<int>(g), mi, {here[i]}};
+        for (size_t j = i + 1; kMaxMoves >= 2 && j < here.size(); ++j) {
+          const int mj = mi + shares_[here[j]].request.gpu_milli;
+          if (mj >= deficit && mj < best.moved_milli) {
+            best = {n, static_cast<int>(g), mj, {here[i], here[j]}};
+          }
+        }
+      }
+      if (!best.shares.empty()) out.push_back(std::move(best));
+    }
+  }
+  const size_t keep = std::min(out.size(), kMaxTries);
+  std::partial_sort(
+      out.begin(), out.begin() + static_cast<std::ptrdiff_t>(keep), out.end(),
+      [](const Candidate& a, const Candidate& b) { return a.moved_milli < b.moved_milli; });
+  out.resize(keep);
+  return out;
+}
+
+// Moves c's shares off their GPU, places `r` on c's node, then the shares anywhere; on any
+// failure puts everything back as it was.
+bool Repacker::Try(const sched::Request& r, const Candidate& c) {
+  for (size_t i = 0; i < c.shares.size(); ++i) {
+    if (!scheduler_.Release(shares_[c.shares[i]].assignment).ok()) {
+      // Not held, which is a bookkeeping bug: put back what was released and give up.
+      while (i-- > 0) (void)scheduler_.Reserve(shares_[c.shares[i]].assignment);
+      return false;
+    }
+  }
+  std::vector<fleet::Assignment> booked;
+  bool ok = false;
+  if (auto placed = scheduler_.ScheduleOn(r, fleet::NodeIndex{c.node})) {
+    booked.push_back(*placed);
+    ok = true;
+    for (size_t s : c.shares) {
+      sched::Request again = shares_[s].request;
+      again.observe = false;
+      auto moved = scheduler_.Schedule(again);
+      if (!moved) {
+        ok = false;
+        break;
+      }
+      booked.push_back(*moved);
+    }
+  }
+  if (!ok) {
+    for (auto it = booked.rbegin(); it != booked.rend(); ++it) (void)scheduler_.Release(*it);
+    for (size_t s : c.shares) (void)scheduler_.Reserve(shares_[s].assignment);
+    return false;
+  }
+  for (size_t i = 0; i < c.shares.size(); ++i) {
+    const size_t s = c.shares[i];
+    const fleet::Assignment& to = booked[i + 1];
+    const fleet::Assignment& from = shares_[s].assignment;
+    if (to.node.value != from.node.value || to.gpus[0].gpu != from.gpus[0].gpu) {
+      ++moves_;
+      moved_milli_ += shares_[s].request.gpu_milli;
+    }
+    Forget(s);
+    shares_[s].assignment = to;
+    On(to.node.value, to.gpus[0].gpu).push_back(s);
+  }
+  Placed(r, booked[0]);
+  return true;
+}
+
+bool Repacker::MakeRoom(const sched::Request& r) {
+  if (r.gpu_count != 1 || !r.mig_profile.empty()) return false;
+  sched::Request quiet = r;
+  quiet.observe = false;
+  for (const Candidate& c : Candidates(r.gpu_milli)) {
+    if (Try(quiet, c)) return true;
+  }
+  return false;
+}
+
+}  // namespace tessera::sim
