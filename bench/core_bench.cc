@@ -8,6 +8,9 @@
 //                            be freed on every node, so every node is worth a search, but never
 //                            four on one island, so every trial fails. The pass spends its whole
 //                            attempt budget and the round its whole search budget;
+//   BM_Round/eight_creates/window:K  a round of eight creates (1, 2, 4 and 8 GPUs, twice) on the
+//                            empty fleet, each placed as it comes (K = 1) or all held and placed
+//                            together, the largest first, as the eighth fills the window (K = 8);
 //   BM_Round/restore         recovery of 80,000 running instances (start-up);
 //   BM_Gangs                 1,000 gangs of 2-64 NVLinked GPUs placed whole, one round each;
 //   BM_Rotate/*/N            one token rotation of a tenant that rotated N times before, each
@@ -52,10 +55,11 @@ std::unique_ptr<fleet::Fleet> NewFleet() {
       std::move(fleet::ParseFleetJson(TheCatalog(), FleetJson(), "big")).value());
 }
 
-std::unique_ptr<State> NewState(FakeClock* clock) {
+std::unique_ptr<State> NewState(FakeClock* clock, int batch_window = 1) {
   auto fleet = NewFleet();
   auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}}).value();
   StateOptions options;
+  options.batch_window = batch_window;
   options.sim_agents = false;  // Deletes free capacity at once, in the same round.
   // The worst round is one tenant's 2,000 distinct requests waiting, past the server's default.
   options.max_pending_per_tenant = 1'000'000;
@@ -157,6 +161,37 @@ void BM_RoundCreate(benchmark::State& bs) {
     (void)w.state->DeleteInstance(t, i->id.str(), undo);
     bs.ResumeTiming();
   }
+}
+
+// Eight creates of 1, 2, 4 and 8 GPUs in one round on the empty fleet: placed as they come
+// (window 1), or held and placed together, the largest first, when the eighth fills the window.
+void BM_RoundEight(benchmark::State& bs) {
+  FakeClock clock;
+  auto state = NewState(&clock, static_cast<int>(bs.range(0)));
+  store::Batch setup;
+  const Tenant made = *state->tenants().Create("eight", int64_t{1} << 40, "h8", setup);
+  const Tenant& t = *state->tenants().Find(made.id.str());
+  std::vector<std::string> ids;
+  for (auto _ : bs) {
+    store::Batch batch;
+    state->BeginRound();
+    for (int i = 0; i < 8; ++i) {
+      ids.push_back(
+          state->CreateInstance(t, H100(1 << (i % 4), Billing::kOnDemand, 1, 64), batch)->id.str());
+    }
+    state->EndRound(batch);
+    bs.PauseTiming();
+    for (const std::string& id : ids) {
+      if (state->GetInstance(t, id)->node.empty()) std::abort();  // Every one must be placed.
+    }
+    store::Batch undo;
+    state->BeginRound();
+    for (const std::string& id : ids) (void)state->DeleteInstance(t, id, undo);
+    state->EndRound(undo);
+    ids.clear();
+    bs.ResumeTiming();
+  }
+  bs.SetItemsProcessed(bs.iterations() * 8);
 }
 
 void BM_RoundFreedWorst(benchmark::State& bs) {
@@ -341,6 +376,12 @@ void BM_EnvelopeOpen(benchmark::State& bs) {
 }
 
 BENCHMARK(BM_RoundCreate)->Name("BM_Round/create")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RoundEight)
+    ->Name("BM_Round/eight_creates")
+    ->Arg(1)
+    ->Arg(8)
+    ->ArgName("window")
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RoundFreedWorst)->Name("BM_Round/freed_worst")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Restore)->Name("BM_Round/restore")->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_Gangs)

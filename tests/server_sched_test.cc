@@ -184,3 +184,37 @@ TEST_F(ServerSchedTest, SpotNeverPreemptsAnything) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// `--batch-window 2`: a one-GPU create waits for a second; the two-GPU create that follows fills
+// the window and is placed first, on the node of two GPUs.
+TEST_F(ServerSchedTest, ABatchWindowPlacesTheLargerOfTwoCreatesFirst) {
+  StartServer({"--sim-agents", "--batch-window", "2", "--batch-wait", "10s"});
+  const std::string t = NewTenant("acme", 16);
+  auto one = Post("/v1/instances", t, H100(1, "on_demand"));
+  ASSERT_EQ(one.status, 201) << one.raw;
+  EXPECT_EQ(one.body["state"], "pending");
+  EXPECT_EQ(one.body["reason"], "in the batch window: placed with up to 1 others within 10000 ms");
+  const std::string two = Create(t, H100(2, "on_demand"));
+  EXPECT_EQ(AwaitState(t, two, "running"), "running");
+  const auto waiting = Get("/v1/instances/" + one.body["id"].get<std::string>(), t);
+  EXPECT_EQ(State(waiting), "pending");
+  EXPECT_EQ(waiting.body["reason"].get<std::string>().find("batch window"), std::string::npos)
+      << waiting.raw;
+
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--batch-window", "65"},
+                                              {"--batch-window", "0"},
+                                              {"--batch-wait", "20s"},
+                                              {"--batch-wait", "soon"}}) {
+    std::vector<std::string> args = {"server", "--sim-agents"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const auto r = testing::RunTessera(args);
+    EXPECT_EQ(r.exit_code, 2) << bad[0] << " " << bad[1];
+    EXPECT_NE(r.err.find(bad[0]), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tessera

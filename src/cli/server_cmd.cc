@@ -75,6 +75,8 @@ struct ServerFlags {
   std::string advertise_url;
   std::string lease = "3s";
   int64_t max_pending_per_tenant = core::kDefaultMaxPending;
+  int batch_window = 1;
+  std::string batch_wait = "200ms";
   KeyringFlags keys;
 };
 
@@ -218,6 +220,11 @@ int RunServer(const ServerFlags& flags) {
   if (autoscale_interval.ok() && *autoscale_interval < std::chrono::milliseconds(100)) {
     autoscale_interval = Status::InvalidArgument("--autoscale-interval: at least 100ms");
   }
+  auto batch_wait = ParseDuration(flags.batch_wait, "--batch-wait");
+  if (batch_wait.ok() &&
+      (*batch_wait < std::chrono::milliseconds(1) || *batch_wait > std::chrono::seconds(10))) {
+    batch_wait = Status::InvalidArgument("--batch-wait: from 1ms to 10s");
+  }
   auto report_period = ParseDuration(flags.report_period, "--report-period");
   auto outage_bound = ParseDuration(flags.outage_bound, "--outage-bound");
   if (node_timeout.ok() && report_period.ok() && outage_bound.ok()) {
@@ -229,7 +236,7 @@ int RunServer(const ServerFlags& flags) {
   for (const Status& s :
        {instance_retention.status(), audit_retention.status(), report_period.status(),
         outage_bound.status(), node_timeout.status(), spot_notice.status(), alert_interval.status(),
-        autoscale_interval.status(), notify_flags}) {
+        autoscale_interval.status(), batch_wait.status(), notify_flags}) {
     if (!s.ok()) {
       std::cerr << "tessera server: " << s.message() << "\n";
       return kExitUsage;
@@ -279,6 +286,8 @@ int RunServer(const ServerFlags& flags) {
   options.alert_interval = *alert_interval;
   options.autoscale_interval = *autoscale_interval;
   options.max_pending_per_tenant = flags.max_pending_per_tenant;
+  options.batch_window = flags.batch_window;
+  options.batch_wait = *batch_wait;
   std::unique_ptr<alerts::Notifier> notifier;  // Outlives the core, which hands it alerts.
   std::unique_ptr<Sealer> sealer;              // Outlives the core, which seals with it.
   std::unique_ptr<core::Core> core;
@@ -556,6 +565,14 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
                   "The most instances a tenant may have pending, members of waiting groups "
                   "included, unless its quota.max_pending says otherwise (429 beyond)")
       ->check(CLI::Range(int64_t{0}, core::kMaxMaxPending))
+      ->capture_default_str();
+  cmd->add_option("--batch-window", flags->batch_window,
+                  "Place creates together, up to this many at once, the largest first; 1 places "
+                  "each as it comes (docs/core.md, \"A batch window\")")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--batch-wait", flags->batch_wait,
+                  "With --batch-window: the longest a create waits for others (1ms to 10s)")
       ->capture_default_str();
   cmd->add_option("--external-url", flags->external_url,
                   "The server's URL as people reach it, for links in alerts (default: the "

@@ -43,6 +43,8 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.alert_interval = options.alert_interval;
   state_options.autoscale_interval = options.autoscale_interval;
   state_options.max_pending_per_tenant = options.max_pending_per_tenant;
+  state_options.batch_window = options.batch_window;
+  state_options.batch_wait = options.batch_wait;
   state_options.alerts = options.alerts;
   state_options.sealer = options.sealer;
   // openb's GPUs are all in shared mode and its whole-GPU pods run on them: a server on an openb
@@ -230,7 +232,11 @@ void Core::Loop() {
       const auto ready = [&] { return stopping_ || !queue_.empty() || !control_.empty(); };
       if (deferred || ticks) {
         // Leases to watch and long polls to answer: a round of its own now and then.
-        cv_.wait_for(lock, deferred ? kDeferredRoundDelay : kTickDelay, ready);
+        // Creates held in the batch window get their round when the window closes.
+        const auto delay = deferred ? std::min<std::chrono::microseconds>(kDeferredRoundDelay,
+                                                                          state_->batch_due_in())
+                                    : kTickDelay;
+        cv_.wait_for(lock, delay, ready);
       } else {
         cv_.wait(lock, ready);
       }

@@ -70,6 +70,9 @@ struct CoreOptions {
   Duration autoscale_interval = std::chrono::seconds(15);
   // A tenant's cap on pending instances unless its quota sets one (StateOptions).
   int64_t max_pending_per_tenant = kDefaultMaxPending;
+  // The batch window (StateOptions::batch_window; 1 = off) and how long a create may wait in it.
+  int batch_window = 1;
+  Duration batch_wait = std::chrono::milliseconds(200);
   alerts::EvaluatorOptions alerts;
   alerts::Notifier* notifier = nullptr;
   // Seals values at rest (common/envelope.h); null: none can be stored. Must outlive the core.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <thread>
 
 #include "common/log.h"
 #include "core/core_test_util.h"
@@ -62,6 +63,75 @@ TEST_F(CoreTest, ACommandThatThrowsFailsItsRoundAndMemoryComesBackFromTheStore) 
   EXPECT_FALSE(index->count("hash-half"));
   // And the core serves on.
   EXPECT_TRUE(CreateTenant("after").ok());
+}
+
+// The core wakes on its own when a batch window closes: a create held there is placed and
+// committed though no other command comes.
+TEST(CoreBatchWindowTest, AHeldCreateIsPlacedWhenTheWindowClosesWithoutAnotherCommand) {
+  testing::TempDir dir;
+  FakeClock clock;
+  CoreOptions options;
+  options.catalog = &TestCatalog();
+  options.data_dir = dir.File("data");
+  options.clock = &clock;
+  options.batch_window = 8;
+  options.batch_wait = std::chrono::milliseconds(200);
+  auto core = Core::Start(options);
+  ASSERT_TRUE(core.ok()) << core.status().message();
+  auto tenant = (*core)->Run<Tenant>(
+      [](State& s, store::Batch& b) { return s.tenants().Create("acme", 1000, "hash-acme", b); });
+  ASSERT_TRUE(tenant.ok());
+  CreateInstanceRequest req;
+  req.instance_type = "gpu.1xh100";
+  auto made = (*core)->Run<Instance>([&](State& s, store::Batch& b) {
+    return s.CreateInstance(*s.tenants().Find(tenant->id.str()), req, b);
+  });
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(made->state, InstanceState::kPending);
+  clock.Advance(std::chrono::milliseconds(200));
+  // The core runs a round of its own every 50 ms while creates are held; give it ample time.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  core->reset();
+  auto store = store::OpenStore(options.data_dir);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  auto record = (*store)->GetInstance(made->id.str());
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, "scheduled");
+}
+
+TEST(CoreBatchWindowTest, ACreateHeldWhenTheCoreStopsIsPlacedAfterARestart) {
+  testing::TempDir dir;
+  FakeClock clock;  // Never advanced: the window never closes by itself.
+  CoreOptions options;
+  options.catalog = &TestCatalog();
+  options.data_dir = dir.File("data");
+  options.clock = &clock;
+  options.batch_window = 8;
+  std::string id;
+  std::string tenant_id;
+  {
+    auto core = Core::Start(options);
+    ASSERT_TRUE(core.ok()) << core.status().message();
+    auto tenant = (*core)->Run<Tenant>(
+        [](State& s, store::Batch& b) { return s.tenants().Create("acme", 1000, "hash-acme", b); });
+    ASSERT_TRUE(tenant.ok());
+    tenant_id = tenant->id.str();
+    CreateInstanceRequest req;
+    req.instance_type = "gpu.1xh100";
+    auto made = (*core)->Run<Instance>([&](State& s, store::Batch& b) {
+      return s.CreateInstance(*s.tenants().Find(tenant_id), req, b);
+    });
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    EXPECT_NE(made->reason.find("in the batch window"), std::string::npos) << made->reason;
+    id = made->id.str();
+  }
+  auto core = Core::Start(options);
+  ASSERT_TRUE(core.ok()) << core.status().message();
+  auto after = (*core)->Run<Instance>(
+      [&](State& s, store::Batch&) { return s.GetInstance(*s.tenants().Find(tenant_id), id); });
+  ASSERT_TRUE(after.ok()) << after.status().message();
+  EXPECT_EQ(after->state, InstanceState::kScheduled) << after->reason;
+  EXPECT_EQ(after->reason.find("batch window"), std::string::npos) << after->reason;
 }
 
 TEST_F(CoreTest, ThePrincipalIndexIsPublishedOnlyOnceACommitIsDurable) {

@@ -146,6 +146,8 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   // Identical requests already waiting go first: this one queues behind them.
   if (queue_.HasGroup(stored)) {
     queue_.Push(stored);
+  } else if (options_.batch_window > 1) {
+    Hold(stored);
   } else if (const Attempt a = Place(stored, batch, /*first_attempt=*/true);
              a != Attempt::kPlaced) {
     queue_.Push(stored, /*tried=*/a == Attempt::kNoRoom);
@@ -275,6 +277,7 @@ void State::EndRound(store::Batch& batch) {
     }
   }
   AutoscaleGroups(batch);
+  PlaceHeld(batch);
   for (int i = 0; i < kMaxPassesPerRound; ++i) {
     const bool reported = ApplyAgentReports(batch);
     const bool settled = SettleGroups(batch);
@@ -403,7 +406,10 @@ void State::WorkloadExited(const std::string& id, int exit_code) {
 
 Instance State::Shown(const Instance& inst) const {
   Instance shown = inst;
-  if (inst.state == InstanceState::kPending) {
+  if (inst.state == InstanceState::kPending && IsHeld(inst)) {
+    // It waits for the batch window, not for room.
+    shown.reason = HeldReason();
+  } else if (inst.state == InstanceState::kPending) {
     const size_t preemptible =
         inst.billing == Billing::kSpot
             ? 0

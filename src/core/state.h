@@ -422,9 +422,12 @@ class State {
   // leave memory.
   void EndRound(store::Batch& batch);
 
-  // True when queued work should be tried again in a round of its own: capacity freed or the
-  // last round's preemption budget ran out with work waiting.
-  bool has_deferred_work() const { return queue_.HasUntried(); }
+  // True when queued work should be tried again in a round of its own: capacity freed, the last
+  // round's preemption budget ran out with work waiting, or creates wait in the batch window.
+  bool has_deferred_work() const { return queue_.HasUntried() || !held_.empty(); }
+  // How soon the creates held in the batch window are due (zero when they are); Duration::max()
+  // when none is held.
+  Duration batch_due_in() const;
 
   const fleet::Fleet& fleet() const { return *fleet_; }
   const catalog::Catalog& catalog() const { return *catalog_; }
@@ -593,6 +596,15 @@ class State {
 
   // Tries to place `inst` now, preempting if its priority allows.
   Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);
+  // The batch window (state_batch.cc): holds a new instance, pending, until its batch is due.
+  // Only Shown() says so (HeldReason); nothing of it is stored, so a restart queues it as any
+  // pending instance.
+  void Hold(const Instance& inst);
+  bool IsHeld(const Instance& inst) const;
+  std::string HeldReason() const;
+  // Places the held creates once the batch is due (StateOptions::batch_window): what does not
+  // fit queues as any create that does not fit.
+  void PlaceHeld(store::Batch& batch);
   void Evict(Instance& victim, store::Batch& batch);
   // A spot instance lost its capacity: preempted, and queued again when it restarts.
   void EndPreempted(Instance& inst, const std::string& why, store::Batch& batch);
@@ -710,6 +722,10 @@ class State {
   PendingWork pending_;
   InstanceTable instances_;
   PendingQueue queue_;
+  // The batch window (state_batch.cc): the creates held, by id, in arrival order, and when the
+  // first of them arrived.
+  std::vector<std::string> held_;
+  Time held_since_{};
   Preemptor preemptor_;
   AgentSupervisor agents_;
   // Instances' logs as their agents shipped them: the newest bytes, bounded per instance.

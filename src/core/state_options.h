@@ -81,6 +81,12 @@ struct StateOptions {
   // Seals what is stored encrypted (secrets, env literals, registry passwords, webhook URLs;
   // common/envelope.h); null: nothing of the kind can be stored. Must outlive the state.
   Sealer* sealer = nullptr;
+  // The batch window (docs/core.md, "A batch window"): each create is held until
+  // `batch_window` creates are held or the first of them has waited `batch_wait`; then they are
+  // placed together, higher priority first and, within a priority, the largest GPU demand first.
+  // 1 = off: a create is placed in the round it arrives in.
+  int batch_window = 1;
+  Duration batch_wait = std::chrono::milliseconds(200);
   // What a GiB of volume costs a month (docs/volumes.md): AWS EBS gp3's list price.
   Money volume_price_per_gib_month = Money::FromMicros(80'000);
 };

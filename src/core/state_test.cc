@@ -425,3 +425,82 @@ TEST_F(StateTest, PagesAreStableInCreationOrder) {
 
 }  // namespace
 }  // namespace tessera::core
+
+namespace tessera::core {
+namespace {
+
+class BatchWindowTest : public StateTest {
+ protected:
+  void Window(int k) {
+    Build(Options([k](StateOptions& o) {
+      o.batch_window = k;
+      o.batch_wait = 200ms;
+    }));
+  }
+  void Round() {
+    state_->BeginRound();
+    state_->EndRound(batch_);
+  }
+};
+
+// One GPU is asked for and then two, on a node of two: the plain server gives the first request
+// a GPU and the second waits; a window of two places the larger first.
+TEST_F(BatchWindowTest, AFullWindowPlacesTheLargestFirst) {
+  auto one = Create(acme_, H100(1, Billing::kOnDemand));
+  auto two = Create(acme_, H100(2, Billing::kOnDemand));
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_FALSE(Get(one->id.str()).node.empty());
+  EXPECT_EQ(Get(two->id.str()).state, InstanceState::kPending);
+
+  Window(2);
+  one = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(Get(one->id.str()).state, InstanceState::kPending);
+  EXPECT_NE(Get(one->id.str())
+                .reason.find("in the batch window: placed with up to 1 others "
+                             "within 200 ms"),
+            std::string::npos)
+      << Get(one->id.str()).reason;
+  EXPECT_TRUE(state_->has_deferred_work());
+  two = Create(acme_, H100(2, Billing::kOnDemand));
+  ASSERT_TRUE(two.ok());
+  EXPECT_FALSE(Get(two->id.str()).node.empty());
+  EXPECT_EQ(Get(one->id.str()).state, InstanceState::kPending);
+  EXPECT_EQ(Get(one->id.str()).reason.find("batch window"), std::string::npos);
+  EXPECT_NE(Get(one->id.str()).reason.find("waiting"), std::string::npos)
+      << Get(one->id.str()).reason;
+  EXPECT_EQ(state_->batch_due_in(), Duration::max());  // Nothing is held any more.
+}
+
+TEST_F(BatchWindowTest, ALoneCreateWaitsNoLongerThanTheWindow) {
+  Window(8);
+  auto one = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(state_->batch_due_in(), 200ms);
+  clock_.Advance(199ms);
+  Round();
+  EXPECT_EQ(Get(one->id.str()).state, InstanceState::kPending);
+  EXPECT_EQ(state_->batch_due_in(), 1ms);
+  clock_.Advance(1ms);
+  EXPECT_EQ(state_->batch_due_in(), Duration::zero());
+  Round();
+  EXPECT_FALSE(Get(one->id.str()).node.empty());
+  EXPECT_FALSE(state_->has_deferred_work());
+}
+
+TEST_F(BatchWindowTest, PriorityComesBeforeSizeAndADeletedCreateIsNotPlaced) {
+  Window(3);
+  auto spot = Create(acme_, H100(2, Billing::kSpot));
+  auto gone = Create(beta_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(spot.ok() && gone.ok());
+  ASSERT_TRUE(Delete(beta_, gone->id.str()).ok());
+  auto od = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(od.ok());
+  EXPECT_EQ(Get(gone->id.str()).state, InstanceState::kTerminated);
+  EXPECT_TRUE(Get(gone->id.str()).node.empty());
+  EXPECT_FALSE(Get(od->id.str()).node.empty());  // On-demand before spot, however large.
+  EXPECT_EQ(Get(spot->id.str()).state, InstanceState::kPending);
+}
+
+}  // namespace
+}  // namespace tessera::core
