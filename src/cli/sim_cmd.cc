@@ -174,7 +174,7 @@ int RunDynamicSim(const SimArgs& a) {
           sim::kOfflineBoundPolicy));
     }
     for (const std::string& p : *parsed) {
-      if (!sim::ParsePolicyVariant(p)->plain()) {
+      if (sim::ParsePolicyVariant(p)->base != p) {
         return Usage(fmt::format(
             "--policy: '{}' is a variant of the static mode's protocol; the dynamic mode replays "
             "the server's own queue",

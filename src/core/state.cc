@@ -228,6 +228,7 @@ void State::Stop(Instance& inst, const std::string& why, store::Batch& batch,
   if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return;
   if (inst.state == InstanceState::kPending) {
     queue_.Remove(inst);
+    std::erase(held_, inst.id.str());  // Deleted in the batch window: it no longer counts there.
     awaiting_notice_.erase(inst.id.str());
     Transition(inst, InstanceState::kTerminated, why + " while pending", batch);
   } else if (agents_.Serves(inst.node)) {

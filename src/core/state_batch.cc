@@ -14,7 +14,9 @@ Duration State::batch_due_in() const {
   if (held_.empty()) return Duration::max();
   if (std::cmp_greater_equal(held_.size(), options_.batch_window)) return Duration::zero();
   const auto waited = std::chrono::duration_cast<Duration>(clock_->Now() - held_since_);
-  return waited >= options_.batch_wait ? Duration::zero() : options_.batch_wait - waited;
+  // A wall clock stepped back (NTP) closes the window rather than holding it shut.
+  if (waited < Duration::zero() || waited >= options_.batch_wait) return Duration::zero();
+  return options_.batch_wait - waited;
 }
 
 void State::Hold(const Instance& inst) {
@@ -45,7 +47,7 @@ void State::PlaceHeld(store::Batch& batch) {
     // Deleted while it waited (or its tenant disabled): nothing to place.
     if (!inst || inst->state != InstanceState::kPending) continue;
     const sched::Request r = admission_.RequestFor(inst->shape, inst->billing);
-    due.push_back({std::move(id), r.priority, int64_t{r.gpu_count} * r.gpu_milli});
+    due.push_back({std::move(id), r.priority, GpuMilliOf(*inst)});
   }
   std::stable_sort(due.begin(), due.end(), [](const Due& a, const Due& b) {
     return a.priority != b.priority ? a.priority > b.priority : a.demand_milli > b.demand_milli;

@@ -488,6 +488,22 @@ TEST_F(BatchWindowTest, ALoneCreateWaitsNoLongerThanTheWindow) {
   EXPECT_FALSE(state_->has_deferred_work());
 }
 
+TEST_F(BatchWindowTest, ADeletedCreateLeavesTheWindowAndAClockSteppedBackClosesIt) {
+  Window(2);
+  auto gone = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(gone.ok());
+  ASSERT_TRUE(Delete(acme_, gone->id.str()).ok());
+  auto kept = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(kept.ok());
+  // The deleted create does not fill the window of two: the new one is still held.
+  EXPECT_EQ(Get(kept->id.str()).state, InstanceState::kPending);
+  EXPECT_EQ(state_->batch_due_in(), 200ms);
+  clock_.Advance(-1s);  // NTP steps the wall clock back.
+  EXPECT_EQ(state_->batch_due_in(), Duration::zero());
+  Round();
+  EXPECT_FALSE(Get(kept->id.str()).node.empty());
+}
+
 TEST_F(BatchWindowTest, PriorityComesBeforeSizeAndADeletedCreateIsNotPlaced) {
   Window(3);
   auto spot = Create(acme_, H100(2, Billing::kSpot));
@@ -496,6 +512,9 @@ TEST_F(BatchWindowTest, PriorityComesBeforeSizeAndADeletedCreateIsNotPlaced) {
   ASSERT_TRUE(Delete(beta_, gone->id.str()).ok());
   auto od = Create(acme_, H100(1, Billing::kOnDemand));
   ASSERT_TRUE(od.ok());
+  EXPECT_EQ(Get(od->id.str()).state, InstanceState::kPending);  // Two of three held.
+  clock_.Advance(200ms);
+  Round();
   EXPECT_EQ(Get(gone->id.str()).state, InstanceState::kTerminated);
   EXPECT_TRUE(Get(gone->id.str()).node.empty());
   EXPECT_FALSE(Get(od->id.str()).node.empty());  // On-demand before spot, however large.

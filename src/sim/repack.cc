@@ -32,11 +32,24 @@ void Repacker::Forget(size_t share) {
   list.erase(std::find(list.begin(), list.end(), share));
 }
 
-// The GPUs where moving at most kMaxMoves shares frees `milli`, the least milli moved first.
-std::vector<Repacker::Candidate> Repacker::Candidates(int milli) const {
+void Repacker::PutBack(const fleet::Assignment& a) {
+  if (Status s = scheduler_.Reserve(a); !s.ok() && error_.ok()) {
+    error_ = s.WithPrefix("repacking: putting a share back");
+  }
+}
+
+// The GPUs where moving at most kMaxMoves shares frees room for `r`, on nodes of a model it
+// allows, with its CPU and memory free once the moved shares are gone; the least milli moved
+// first.
+std::vector<Repacker::Candidate> Repacker::Candidates(const sched::Request& r) const {
+  const int milli = r.gpu_milli;
   std::vector<Candidate> out;
   for (uint32_t n = 0; n < on_gpu_.size(); ++n) {
     const fleet::Node& node = fleet_.node(fleet::NodeIndex{n});
+    if (!node.model.valid() ||
+        (r.allowed_models != 0 && ((r.allowed_models >> node.model.value) & 1) == 0)) {
+      continue;
+    }
     for (size_t g = 0; g < on_gpu_[n].size(); ++g) {
       const std::vector<size_t>& here = on_gpu_[n][g];
       const int deficit = milli - node.gpus[g].free_milli;
@@ -52,7 +65,14 @@ std::vector<Repacker::Candidate> Repacker::Candidates(int milli) const {
           }
         }
       }
-      if (!best.shares.empty()) out.push_back(std::move(best));
+      int64_t cpu = node.cpu_milli_free, memory = node.memory_mib_free;
+      for (size_t s : best.shares) {
+        cpu += shares_[s].request.cpu_milli;
+        memory += shares_[s].request.memory_mib;
+      }
+      if (!best.shares.empty() && cpu >= r.cpu_milli && memory >= r.memory_mib) {
+        out.push_back(std::move(best));
+      }
     }
   }
   const size_t keep = std::min(out.size(), kMaxTries);
@@ -69,7 +89,7 @@ bool Repacker::Try(const sched::Request& r, const Candidate& c) {
   for (size_t i = 0; i < c.shares.size(); ++i) {
     if (!scheduler_.Release(shares_[c.shares[i]].assignment).ok()) {
       // Not held, which is a bookkeeping bug: put back what was released and give up.
-      while (i-- > 0) (void)scheduler_.Reserve(shares_[c.shares[i]].assignment);
+      while (i-- > 0) PutBack(shares_[c.shares[i]].assignment);
       return false;
     }
   }
@@ -90,8 +110,10 @@ bool Repacker::Try(const sched::Request& r, const Candidate& c) {
     }
   }
   if (!ok) {
-    for (auto it = booked.rbegin(); it != booked.rend(); ++it) (void)scheduler_.Release(*it);
-    for (size_t s : c.shares) (void)scheduler_.Reserve(shares_[s].assignment);
+    for (auto it = booked.rbegin(); it != booked.rend(); ++it) {
+      if (Status st = scheduler_.Release(*it); !st.ok() && error_.ok()) error_ = st;
+    }
+    for (size_t s : c.shares) PutBack(shares_[s].assignment);
     return false;
   }
   for (size_t i = 0; i < c.shares.size(); ++i) {
@@ -114,7 +136,7 @@ bool Repacker::MakeRoom(const sched::Request& r) {
   if (r.gpu_count != 1 || !r.mig_profile.empty()) return false;
   sched::Request quiet = r;
   quiet.observe = false;
-  for (const Candidate& c : Candidates(r.gpu_milli)) {
+  for (const Candidate& c : Candidates(r)) {
     if (Try(quiet, c)) return true;
   }
   return false;

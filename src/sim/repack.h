@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/result.h"
 #include "fleet/fleet.h"
 #include "sched/scheduler.h"
 
@@ -29,6 +30,8 @@ class Repacker {
   // After `r` found no room: moves shares to make room and places `r`. True when it did.
   bool MakeRoom(const sched::Request& r);
 
+  // Not OK when putting a share back failed: the scheduler and these books disagree (a bug).
+  const Status& error() const { return error_; }
   int64_t moves() const { return moves_; }              // Shares moved to another GPU.
   int64_t moved_milli() const { return moved_milli_; }  // Their GPU milli.
 
@@ -45,7 +48,8 @@ class Repacker {
   };
   std::vector<size_t>& On(uint32_t node, int gpu);
   void Forget(size_t share);
-  std::vector<Candidate> Candidates(int milli) const;
+  std::vector<Candidate> Candidates(const sched::Request& r) const;
+  void PutBack(const fleet::Assignment& a);
   bool Try(const sched::Request& r, const Candidate& c);
 
   const fleet::Fleet& fleet_;
@@ -54,6 +58,7 @@ class Repacker {
   std::vector<std::vector<std::vector<size_t>>> on_gpu_;  // node -> GPU -> shares on it.
   int64_t moves_ = 0;
   int64_t moved_milli_ = 0;
+  Status error_;
 };
 
 }  // namespace tessera::sim

@@ -53,6 +53,10 @@ Result<std::vector<Sample>> PlaceAll(const std::vector<Pod>& pods,
     }
   }
   if (repacker) {
+    if (!repacker->error().ok()) {
+      return Status::Internal(
+          fmt::format("the repacker lost track of a share: {}", repacker->error().message()));
+    }
     stats.moves = repacker->moves();
     stats.moved_milli = repacker->moved_milli();
   }

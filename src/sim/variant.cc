@@ -29,8 +29,8 @@ Result<PolicyVariant> ParsePolicyVariant(std::string_view policy) {
   const std::string_view digits = rest.substr(at + kBatch.size());
   if (digits.empty()) return out;
   const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out.window);
-  if (ec != std::errc() || ptr != digits.data() + digits.size() || out.window < 1 ||
-      out.window > kMaxBatchWindow) {
+  if (digits.front() == '0' || ec != std::errc() || ptr != digits.data() + digits.size() ||
+      out.window < 1 || out.window > kMaxBatchWindow) {
     return Status::InvalidArgument(
         fmt::format("policy '{}': the batch window '{}' is not a whole number from 1 to {}", policy,
                     digits, kMaxBatchWindow));

@@ -41,7 +41,7 @@ struct PolicyVariant {
 // Splits "guarded-fgd-batch8-repack" into {"guarded-fgd", 8, true}; a bare "-batch" has the
 // default window, and a name without suffixes is plain. InvalidArgument naming the policy when K
 // is not a whole number in [1, kMaxBatchWindow]. Whether `base` is a known policy is the
-// registry's to say.
+// registry's to say. A window is written without leading zeros, so each variant has one name.
 Result<PolicyVariant> ParsePolicyVariant(std::string_view policy);
 
 // Reorders order[begin, end) (one window) into the order of decision, in place.

@@ -34,7 +34,7 @@ TEST(PolicyVariantTest, ReadsRepackAfterTheWindow) {
 
 TEST(PolicyVariantTest, RefusesAWindowThatIsNotAWholeNumberInRangeNamingIt) {
   for (const char* name : {"fgd-batch0", "fgd-batch65", "fgd-batchx", "fgd-batch8x", "fgd-batch-1",
-                           "fgd-batch99999999999999999999"}) {
+                           "fgd-batch08", "fgd-batch99999999999999999999"}) {
     auto r = ParsePolicyVariant(name);
     ASSERT_FALSE(r.ok()) << name;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
