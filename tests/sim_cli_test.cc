@@ -186,9 +186,9 @@ TEST_F(SimCliTest, ABatchWindowRunsAsItsOwnLabelledPolicy) {
     EXPECT_NE(refused.err.find(std::string("--policy")), std::string::npos) << refused.err;
     EXPECT_NE(refused.err.find(bad), std::string::npos) << refused.err;
   }
-  const auto dynamic = Sim({"--mode", "dynamic", "--policy", "fgd,guarded-fgd-batch8"});
+  const auto dynamic = Sim({"--mode", "dynamic", "--policy", "fgd,guarded-fgd-repack"});
   EXPECT_EQ(dynamic.exit_code, 2);
-  EXPECT_NE(dynamic.err.find("'guarded-fgd-batch8' is a variant of the static mode's protocol"),
+  EXPECT_NE(dynamic.err.find("'guarded-fgd-repack' repacks, which only the static mode's"),
             std::string::npos)
       << dynamic.err;
 }

@@ -174,10 +174,10 @@ int RunDynamicSim(const SimArgs& a) {
           sim::kOfflineBoundPolicy));
     }
     for (const std::string& p : *parsed) {
-      if (sim::ParsePolicyVariant(p)->base != p) {
+      if (sim::ParsePolicyVariant(p)->repack) {
         return Usage(fmt::format(
-            "--policy: '{}' is a variant of the static mode's protocol; the dynamic mode replays "
-            "the server's own queue",
+            "--policy: '{}' repacks, which only the static mode's protocol does; the dynamic mode "
+            "replays the server, which moves no shares",
             p));
       }
     }

@@ -17,6 +17,7 @@
 #include "core/state.h"
 #include "sched/scheduler.h"
 #include "sim/svg_chart.h"
+#include "sim/variant.h"
 #include "store/store.h"
 
 namespace tessera::whatif {
@@ -230,9 +231,17 @@ int64_t Outcome::total_micros() const {
 Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& fleet_in,
                            const std::vector<Job>& jobs, const DynamicOptions& options) {
   TESSERA_ASSIGN_OR_RETURN(Cut cut, CutFor(catalog, fleet_in));
+  // "POLICY-batchK" runs POLICY with the server's batch window of K (docs/core.md).
+  TESSERA_ASSIGN_OR_RETURN(const sim::PolicyVariant variant,
+                           sim::ParsePolicyVariant(options.policy));
+  if (variant.repack) {
+    return Status::InvalidArgument(fmt::format(
+        "policy '{}': repacking is the static protocol's only; the server moves no shares",
+        options.policy));
+  }
   FakeClock clock{Time(std::chrono::seconds(kEpochS))};
   auto fleet = std::make_unique<fleet::Fleet>(fleet_in);
-  sched::Options sched_options{options.policy, options.seed, core::CatalogWorkload(catalog)};
+  sched::Options sched_options{variant.base, options.seed, core::CatalogWorkload(catalog)};
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<sched::Scheduler> scheduler,
                            sched::Scheduler::Create(fleet.get(), sched_options));
   core::StateOptions state_options;
@@ -244,6 +253,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   state_options.simulated_notice = options.spot_notice_s > 0;
   // A trace's jobs wait as long as they wait: the cap on pending work guards a shared server.
   state_options.max_pending_per_tenant = INT64_MAX;
+  state_options.batch_window = variant.window;
   core::State state(&catalog, &clock, std::move(fleet), std::move(scheduler), state_options);
   store::Batch batch;
   TESSERA_ASSIGN_OR_RETURN(core::Tenant tenant,
@@ -424,10 +434,13 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     batch.tenants.clear();
   };
 
-  while (next < jobs.size() || !completions.empty()) {
+  // Creates held in the batch window: the trace's clock moves in whole seconds, so the window
+  // (200 ms) closes at the next second.
+  const auto held = [&] { return state.batch_due_in() != Duration::max(); };
+  while (next < jobs.size() || !completions.empty() || held()) {
     const int64_t arrival = next < jobs.size() ? jobs[next].submit_s : INT64_MAX;
     const int64_t done = completions.empty() ? INT64_MAX : completions.top().at;
-    const int64_t t = std::min(arrival, done);
+    const int64_t t = std::min({arrival, done, held() ? now + 1 : INT64_MAX});
     allocated = static_cast<double>(state.fleet().used_gpu_milli()) / 1000;
     out.allocated_gpu_s += allocated * static_cast<double>(t - last);
     while (next_sample <= t) {

@@ -263,6 +263,38 @@ TEST(DynamicTest, ATinyTraceRunsAsWorkedOutByHand) {
   EXPECT_GT(o.bill_micros.at("on_demand"), 0);
 }
 
+// One node of 2 GPUs; A (1 GPU, 100 s) and B (2 GPUs, 50 s) are submitted in the same second.
+// Placed as they come, A runs and B waits for it; with the server's batch window of 2
+// ("guarded-fgd-batch2"), which the two fill, the larger B runs first and A waits for it. A
+// window of 8 that they do not fill closes at the trace's next second: the same, 1 s later.
+TEST(DynamicTest, TheServersBatchWindowPlacesTheLargerOfTwoJobsSubmittedTogetherFirst) {
+  const auto jobs = Jobs(
+      "2017-10-09 00:00:00,100,1,100,x\n"
+      "2017-10-09 00:00:00,50,2,100,x\n");
+  const Outcome plain = Simulate(Nodes(1, 2), jobs);
+  EXPECT_EQ(plain.span_s, 150);
+  EXPECT_DOUBLE_EQ(plain.wait_p99_s, 100);  // B waits for A.
+  DynamicOptions o;
+  o.policy = "guarded-fgd-batch2";
+  auto batched = RunDynamic(Catalog(), Nodes(1, 2), jobs, o);
+  ASSERT_TRUE(batched.ok()) << batched.status().message();
+  EXPECT_EQ(batched->policy, "guarded-fgd-batch2");
+  EXPECT_EQ(batched->finished, 2);
+  EXPECT_EQ(batched->span_s, 150);            // B from 0 to 50 s, then A.
+  EXPECT_DOUBLE_EQ(batched->wait_p50_s, 0);   // B.
+  EXPECT_DOUBLE_EQ(batched->wait_p99_s, 50);  // A waits for B.
+  o.policy = "guarded-fgd-batch8";
+  auto late = RunDynamic(Catalog(), Nodes(1, 2), jobs, o);
+  ASSERT_TRUE(late.ok()) << late.status().message();
+  EXPECT_EQ(late->span_s, 151);
+  EXPECT_DOUBLE_EQ(late->wait_p50_s, 1);
+  EXPECT_DOUBLE_EQ(late->wait_p99_s, 51);
+  o.policy = "guarded-fgd-repack";
+  auto refused = RunDynamic(Catalog(), Nodes(1, 2), jobs, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("static protocol's only"), std::string::npos);
+}
+
 TEST(DynamicTest, EveryJobIsAccountedForAndTheFleetsGpuSecondsAreTheJobsRunTime) {
   std::string csv;
   for (int i = 0; i < 300; ++i) {
