@@ -143,17 +143,22 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitFor(caller, req, 1));
   TESSERA_ASSIGN_OR_RETURN(Instance * created, AddInstance(caller, req, std::move(admitted)));
   Instance& stored = *created;
-  // Identical requests already waiting go first: this one queues behind them.
-  if (queue_.HasGroup(stored)) {
-    queue_.Push(stored);
-  } else if (options_.batch_window > 1) {
+  if (options_.batch_window > 1 && !queue_.HasGroup(stored)) {
     Hold(stored);
-  } else if (const Attempt a = Place(stored, batch, /*first_attempt=*/true);
-             a != Attempt::kPlaced) {
-    queue_.Push(stored, /*tried=*/a == Attempt::kNoRoom);
+  } else {
+    PlaceOrQueue(stored, batch);
   }
   Save(stored, batch);
   return Shown(stored);
+}
+
+void State::PlaceOrQueue(Instance& inst, store::Batch& batch) {
+  // Identical requests already waiting go first: this one queues behind them.
+  if (queue_.HasGroup(inst)) {
+    queue_.Push(inst);
+  } else if (const Attempt a = Place(inst, batch, /*first_attempt=*/true); a != Attempt::kPlaced) {
+    queue_.Push(inst, /*tried=*/a == Attempt::kNoRoom);
+  }
 }
 
 Result<Instance> State::GetInstance(const Tenant& caller, std::string_view id) const {

@@ -596,6 +596,9 @@ class State {
 
   // Tries to place `inst` now, preempting if its priority allows.
   Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);
+  // A new instance's first attempt: queued behind identical waiting requests, else placed now,
+  // else queued.
+  void PlaceOrQueue(Instance& inst, store::Batch& batch);
   // The batch window (state_batch.cc): holds a new instance, pending, until its batch is due.
   // Only Shown() says so (HeldReason); nothing of it is stored, so a restart queues it as any
   // pending instance.

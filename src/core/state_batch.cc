@@ -55,13 +55,7 @@ void State::PlaceHeld(store::Batch& batch) {
   for (const Due& d : due) {
     Instance* inst = instances_.Find(d.id);
     if (!inst) continue;
-    // As a create does: behind identical waiting requests, else placed now or queued.
-    if (queue_.HasGroup(*inst)) {
-      queue_.Push(*inst);
-    } else if (const Attempt a = Place(*inst, batch, /*first_attempt=*/true);
-               a != Attempt::kPlaced) {
-      queue_.Push(*inst, /*tried=*/a == Attempt::kNoRoom);
-    }
+    PlaceOrQueue(*inst, batch);  // As a create without the window is.
     Save(*inst, batch);
   }
 }
