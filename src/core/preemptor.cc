@@ -40,10 +40,7 @@ std::vector<uint32_t> Preemptor::Candidates(const sched::Request& req) const {
   for (const auto& [node_value, victims] : by_node_) {
     const fleet::Node& n = fleet_->node(fleet::NodeIndex(node_value));
     if (n.state != fleet::NodeState::kReady) continue;
-    if (req.allowed_models != 0 &&
-        (!n.model.valid() || !(req.allowed_models & (uint64_t{1} << n.model.value)))) {
-      continue;
-    }
+    if (!sched::AllowsModel(req.allowed_models, sched::ModelBit(n.model))) continue;
     if (!MightFit(req, n, victims)) continue;
     out.push_back({victims.size(), node_value});
   }
@@ -188,10 +185,7 @@ size_t Preemptor::CountFor(const sched::Request& req) const {
   size_t count = 0;
   for (const auto& [node_value, victims] : by_node_) {
     const fleet::Node& n = fleet_->node(fleet::NodeIndex(node_value));
-    if (req.allowed_models != 0 &&
-        (!n.model.valid() || !(req.allowed_models & (uint64_t{1} << n.model.value)))) {
-      continue;
-    }
+    if (!sched::AllowsModel(req.allowed_models, sched::ModelBit(n.model))) continue;
     count += victims.size();
   }
   return count;

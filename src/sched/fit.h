@@ -43,7 +43,7 @@ Need Prepare(const Request& r);
 // The summary test; exact unless need.detail.
 inline bool FitsSummary(const Need& need, const NodeFit& f) {
   if (!(f.flags & NodeFit::kReady) || f.cpu_free < need.cpu || f.mem_free < need.mem) return false;
-  if (need.mask != 0 && !(need.mask & f.model_bit)) return false;
+  if (!AllowsModel(need.mask, f.model_bit)) return false;
   switch (need.kind) {
     case Kind::kCpuOnly:
       return true;

@@ -19,8 +19,6 @@ double SumCategories(const std::array<double, kCount>& d) {
   return out;
 }
 
-bool Accessible(ModelMask mask, ModelMask model_bit) { return mask == 0 || (mask & model_bit); }
-
 }  // namespace
 
 double NodeFragmentationMilli(const Workload& target, ModelMask model_bit, int64_t cpu_free,
@@ -35,7 +33,7 @@ double NodeFragmentationMilli(const Workload& target, ModelMask model_bit, int64
       d[cpu_ok ? kXlSatisfied : kXrLackCpu] += c.weight * idle;
       continue;
     }
-    if (!Accessible(c.allowed_models, model_bit)) {
+    if (!AllowsModel(c.allowed_models, model_bit)) {
       d[kNoAccess] += c.weight * idle;
       continue;
     }
@@ -116,7 +114,7 @@ double FragModel::NodeFrag(ModelMask model_bit, int64_t cpu_free,
     const bool cpu_ok = cpu_free >= c.cpu;
     if (c.milli_index < 0) {
       d[cpu_ok ? kXlSatisfied : kXrLackCpu] += c.weight * idle;
-    } else if (!Accessible(c.mask, model_bit)) {
+    } else if (!AllowsModel(c.mask, model_bit)) {
       d[kNoAccess] += c.weight * idle;
     } else {
       const auto k = static_cast<size_t>(c.milli_index);

@@ -104,7 +104,7 @@ void NodeTable::Read(uint32_t n) {
   NodeGpus g;
   f.cpu_free = node.cpu_milli_free;
   f.mem_free = node.memory_mib_free;
-  if (node.model.valid() && node.model.value < 64) f.model_bit = ModelMask{1} << node.model.value;
+  f.model_bit = ModelBit(node.model);
   if (node.state == fleet::NodeState::kReady) f.flags |= NodeFit::kReady;
   g.count = static_cast<int>(std::min(node.gpus.size(), g.free.size()));
   int whole = 0;

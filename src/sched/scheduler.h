@@ -25,6 +25,17 @@ struct Need;  // fit.h: a request digested for the filter and the policies.
 // Bit i set = catalog GPU model with GpuModelIndex i is allowed. 0 means any model.
 using ModelMask = uint64_t;
 
+// The bit of a GPU model in a ModelMask; 0 for a node without GPUs (or a model index past the
+// mask's 64 bits), which no non-zero mask admits.
+inline ModelMask ModelBit(catalog::GpuModelIndex model) {
+  return model.valid() && model.value < 64 ? ModelMask{1} << model.value : 0;
+}
+
+// Whether `mask` (a request's allowed models; 0 = any) admits a node whose model is `model_bit`.
+inline bool AllowsModel(ModelMask mask, ModelMask model_bit) {
+  return mask == 0 || (mask & model_bit) != 0;
+}
+
 // What one pod or instance asks for. Units as in the openb traces: milli-CPU, MiB, milli-GPU.
 struct Request {
   int64_t cpu_milli = 0;

@@ -9,11 +9,6 @@ namespace {
 
 constexpr size_t kSource = 0, kSink = 1, kFirstKind = 2;
 
-sched::ModelMask BitOf(const fleet::Node& node) {
-  if (!node.model.valid() || node.model.value >= 64) return 0;
-  return sched::ModelMask{1} << node.model.value;
-}
-
 constexpr int kWhole = fleet::kMilliPerGpu;
 
 }  // namespace
@@ -108,7 +103,7 @@ OfflineBound::OfflineBound(const fleet::Fleet& fleet) : packing_(fleet.total_gpu
     const fleet::Node& node = fleet.node(fleet::NodeIndex(static_cast<uint32_t>(i)));
     const int gpus = static_cast<int>(node.gpus.size());
     if (gpus == 0) continue;
-    const sched::ModelMask bit = BitOf(node);
+    const sched::ModelMask bit = sched::ModelBit(node.model);
     auto it = std::find_if(kinds_.begin(), kinds_.end(),
                            [&](const Kind& k) { return k.model_bit == bit && k.gpus == gpus; });
     if (it == kinds_.end()) {
@@ -145,8 +140,7 @@ size_t OfflineBound::GroupOf(const Pod& pod) {
   group_vertex_.push_back(v);
   for (size_t k = 0; k < kinds_.size(); ++k) {
     const Kind& kind = kinds_[k];
-    const bool model_ok = pod.allowed_models == 0 || (pod.allowed_models & kind.model_bit) != 0;
-    if (!model_ok || kind.gpus < count) continue;
+    if (!sched::AllowsModel(pod.allowed_models, kind.model_bit) || kind.gpus < count) continue;
     // k-GPU pods use at most floor(g / k) * k of a g-GPU node's GPUs.
     const int64_t usable = kind.gpus / count * count;
     cap_[v * n_ + kFirstKind + k] = kind.nodes * usable * int64_t{fleet::kMilliPerGpu};

@@ -46,10 +46,7 @@ std::vector<Repacker::Candidate> Repacker::Candidates(const sched::Request& r) c
   std::vector<Candidate> out;
   for (uint32_t n = 0; n < on_gpu_.size(); ++n) {
     const fleet::Node& node = fleet_.node(fleet::NodeIndex{n});
-    if (!node.model.valid() ||
-        (r.allowed_models != 0 && ((r.allowed_models >> node.model.value) & 1) == 0)) {
-      continue;
-    }
+    if (!sched::AllowsModel(r.allowed_models, sched::ModelBit(node.model))) continue;
     for (size_t g = 0; g < on_gpu_[n].size(); ++g) {
       const std::vector<size_t>& here = on_gpu_[n][g];
       const int deficit = milli - node.gpus[g].free_milli;
