@@ -68,10 +68,10 @@ Result<std::vector<std::string>> ParsePolicies(const std::string& text) {
   while (true) {
     const size_t comma = rest.find(',');
     const std::string name(rest.substr(0, comma));
-    auto batched = sim::ParsePolicyVariant(name);
-    if (!batched.ok()) return batched.status().WithPrefix("--policy");
+    auto variant = sim::ParsePolicyVariant(name);
+    if (!variant.ok()) return variant.status().WithPrefix("--policy");
     if (name != sim::kOfflineBoundPolicy &&
-        std::find(known.begin(), known.end(), batched->base) == known.end()) {
+        std::find(known.begin(), known.end(), variant->base) == known.end()) {
       return Status::InvalidArgument(fmt::format(
           "--policy: unknown policy '{}' (known: {}, {}, all; POLICY-batchK places K arrivals "
           "together, POLICY-repack moves shares)",

@@ -6,7 +6,6 @@
 namespace tessera::sim {
 
 namespace {
-constexpr int kMaxMoves = 2;
 constexpr size_t kMaxTries = 4;
 }  // namespace
 
@@ -38,7 +37,7 @@ void Repacker::PutBack(const fleet::Assignment& a) {
   }
 }
 
-// The GPUs where moving at most kMaxMoves shares frees room for `r`, on nodes of a model it
+// The GPUs where moving one share or two frees room for `r`, on nodes of a model it
 // allows, with its CPU and memory free once the moved shares are gone; the least milli moved
 // first.
 std::vector<Repacker::Candidate> Repacker::Candidates(const sched::Request& r) const {
@@ -55,7 +54,7 @@ std::vector<Repacker::Candidate> Repacker::Candidates(const sched::Request& r) c
       for (size_t i = 0; i < here.size(); ++i) {
         const int mi = shares_[here[i]].request.gpu_milli;
         if (mi >= deficit && mi < best.moved_milli) best = {n, static_cast<int>(g), mi, {here[i]}};
-        for (size_t j = i + 1; kMaxMoves >= 2 && j < here.size(); ++j) {
+        for (size_t j = i + 1; j < here.size(); ++j) {
           const int mj = mi + shares_[here[j]].request.gpu_milli;
           if (mj >= deficit && mj < best.moved_milli) {
             best = {n, static_cast<int>(g), mj, {here[i], here[j]}};
