@@ -177,7 +177,7 @@ void PageItems(json& body, int64_t after, size_t limit) {
 }
 
 // A budget as GET /v1/budgets shows it: its limit, and this month's spend against it.
-json BudgetJson(const core::State::BudgetStatus& st) {
+json BudgetJson(const core::BudgetStatus& st) {
   json j = billing::ToJson(st.budget);
   j["tenant"] = st.tenant;
   j["month"] = st.month;
@@ -194,7 +194,7 @@ json BudgetJson(const core::State::BudgetStatus& st) {
 
 json ReservationView(const core::State& s, const billing::Reservation& r) {
   json j = billing::ToApiJson(r);
-  j["used"] = s.ReservationUnitsUsed(r.id);
+  j["used"] = s.accounts().ReservationUnitsUsed(r.id);
   return j;
 }
 
@@ -214,7 +214,7 @@ void AddBillingRoutes(Api& table) {
             call, req.status(),
             {[req](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
                TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
-                                        s.CreateReservation(caller, *req, b));
+                                        s.accounts().CreateReservation(caller, *req, b));
                if (!req->dry_run) return ReservationView(s, r);
                json j = billing::ToApiJson(r);
                j.erase("id");
@@ -230,24 +230,25 @@ void AddBillingRoutes(Api& table) {
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
                      json list = json::array();
-                     for (const auto& r : s.ListReservations(caller)) {
+                     for (const auto& r : s.accounts().ListReservations(caller)) {
                        list.push_back(ReservationView(s, r));
                      }
                      return json{{"reservations", std::move(list)}};
                    },
                    200, Passthrough, nullptr});
             });
-  table.Add("GET", "/v1/reservations/{id}", Access::kAnyToken, BodyKind::kNone, false,
-            [](Api& api, std::shared_ptr<Call> call) {
-              api.Run<json>(call, Status::Ok(),
-                            {[call](core::State& s, store::Batch&,
-                                    const core::Tenant& caller) -> Result<json> {
-                               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
-                                                        s.GetReservation(caller, call->params[0]));
-                               return ReservationView(s, r);
-                             },
-                             200, Passthrough, nullptr});
-            });
+  table.Add(
+      "GET", "/v1/reservations/{id}", Access::kAnyToken, BodyKind::kNone, false,
+      [](Api& api, std::shared_ptr<Call> call) {
+        api.Run<json>(
+            call, Status::Ok(),
+            {[call](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
+               TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
+                                        s.accounts().GetReservation(caller, call->params[0]));
+               return ReservationView(s, r);
+             },
+             200, Passthrough, nullptr});
+      });
   table.Add(
       "DELETE", "/v1/reservations/{id}", Access::kAnyToken, BodyKind::kNone, true,
       [](Api& api, std::shared_ptr<Call> call) {
@@ -255,8 +256,8 @@ void AddBillingRoutes(Api& table) {
             call, Status::Ok(),
             {[call](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
                TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
-                                        s.GetReservation(caller, call->params[0]));
-               TESSERA_RETURN_IF_ERROR(s.DeleteReservation(caller, r.id, b));
+                                        s.accounts().GetReservation(caller, call->params[0]));
+               TESSERA_RETURN_IF_ERROR(s.accounts().DeleteReservation(caller, r.id, b));
                return ReservationView(s, r);
              },
              200, Passthrough, [](const json& j) { return j.value("id", ""); }});
@@ -270,17 +271,17 @@ void AddBillingRoutes(Api& table) {
         Result<billing::Budget> budget = call->body_status.ok()
                                              ? billing::ParseBudget(call->body)
                                              : Result<billing::Budget>(call->body_status);
-        api.Run<json>(
-            call, budget.status(),
-            {[call, budget](core::State& s, store::Batch& b,
-                            const core::Tenant& caller) -> Result<json> {
-               TESSERA_RETURN_IF_ERROR(s.SetBudget(caller, call->params[0], *budget, b).status());
-               for (const core::State::BudgetStatus& st : s.Budgets(caller)) {
-                 if (st.tenant == call->params[0]) return BudgetJson(st);
-               }
-               return Status::Internal("the budget just set is not listed");
-             },
-             200, Passthrough, [call](const json&) { return call->params[0]; }});
+        api.Run<json>(call, budget.status(),
+                      {[call, budget](core::State& s, store::Batch& b,
+                                      const core::Tenant& caller) -> Result<json> {
+                         TESSERA_RETURN_IF_ERROR(
+                             s.accounts().SetBudget(caller, call->params[0], *budget, b).status());
+                         for (const core::BudgetStatus& st : s.accounts().Budgets(caller)) {
+                           if (st.tenant == call->params[0]) return BudgetJson(st);
+                         }
+                         return Status::Internal("the budget just set is not listed");
+                       },
+                       200, Passthrough, [call](const json&) { return call->params[0]; }});
       },
       core::Role::kOwner);
   table.Add(
@@ -289,7 +290,7 @@ void AddBillingRoutes(Api& table) {
         api.Run<json>(
             call, Status::Ok(),
             {[call](core::State& s, store::Batch& b, const core::Tenant& caller) -> Result<json> {
-               TESSERA_RETURN_IF_ERROR(s.DeleteBudget(caller, call->params[0], b));
+               TESSERA_RETURN_IF_ERROR(s.accounts().DeleteBudget(caller, call->params[0], b));
                return json{{"tenant", call->params[0]}, {"deleted", true}};
              },
              200, Passthrough, [call](const json&) { return call->params[0]; }});
@@ -301,7 +302,7 @@ void AddBillingRoutes(Api& table) {
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
                      json list = json::array();
-                     for (const core::State::BudgetStatus& st : s.Budgets(caller)) {
+                     for (const core::BudgetStatus& st : s.accounts().Budgets(caller)) {
                        list.push_back(BudgetJson(st));
                      }
                      return json{{"budgets", std::move(list)}};
@@ -339,7 +340,7 @@ void AddBillingRoutes(Api& table) {
             [from, to, asked](core::State& s, store::Store& store,
                               const core::Tenant& caller) -> Result<BillingRead> {
               TESSERA_ASSIGN_OR_RETURN(std::string tenant, BilledTenant(s, caller, asked, true));
-              return BillingRead{s.SnapshotBilling(store, tenant, from, to), 0, {}};
+              return BillingRead{s.accounts().Snapshot(store, tenant, from, to), 0, {}};
             },
             [by, csv, after, limit](store::LedgerReader& reader,
                                     const BillingRead& read) -> Result<HttpResponse> {
@@ -367,15 +368,15 @@ void AddBillingRoutes(Api& table) {
                              const core::Tenant& caller) -> Result<BillingRead> {
                     // Nothing is counted before the fleet's first start: not a line, not an
                     // idle GPU-hour, not a reservation's term.
-                    const int64_t start = std::max(from, std::min(s.fleet_since(), to));
-                    BillingRead read{
-                        s.SnapshotBilling(store, caller.admin ? "" : caller.id.str(), start, to),
-                        billing::UnixSeconds(s.clock().Now()),
-                        {}};
+                    const int64_t start = std::max(from, std::min(s.accounts().fleet_since(), to));
+                    BillingRead read{s.accounts().Snapshot(
+                                         store, caller.admin ? "" : caller.id.str(), start, to),
+                                     billing::UnixSeconds(s.clock().Now()),
+                                     {}};
                     if (caller.admin) {
                       // Capacity nobody paid for, over the period up to now.
                       for (const catalog::GpuModel& g : s.catalog().gpus()) {
-                        if (int64_t milli = s.FleetMilliOf(g.id); milli > 0)
+                        if (int64_t milli = s.accounts().FleetMilliOf(g.id); milli > 0)
                           read.fleet[g.id] = milli;
                       }
                     }
@@ -440,7 +441,9 @@ void AddBillingRoutes(Api& table) {
                                 billing::MonthName(from)));
               }
               return BillingRead{
-                  s.SnapshotBilling(store, tenant, from, billing::NextMonthStart(from)), now, {}};
+                  s.accounts().Snapshot(store, tenant, from, billing::NextMonthStart(from)),
+                  now,
+                  {}};
             },
             [csv](store::LedgerReader& reader, const BillingRead& read) -> Result<HttpResponse> {
               TESSERA_ASSIGN_OR_RETURN(billing::Summary sum,

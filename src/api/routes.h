@@ -23,7 +23,8 @@ void AddMonitoringRoutes(Api& api);
 // /v1/agent/... with node tokens (agent_routes.cc, agent_codec.cc -> core/state_agents.cc)
 void AddAgentRoutes(Api& api);
 // /v1/reservations..., /v1/tenants/{id}/budget, /v1/budgets, /v1/usage, /v1/invoices/{month},
-// /v1/reports/... (billing_routes.cc -> core/state_billing.cc; ledger reads: core/ledger_reads.cc)
+// /v1/reports/... (billing_routes.cc -> core/accounts.cc; the recommender's dry runs:
+// core/state_billing.cc; ledger reads: core/ledger_reads.cc)
 void AddBillingRoutes(Api& api);
 // /v1/groups... (group_routes.cc -> core/state_groups.cc)
 void AddGroupRoutes(Api& api);

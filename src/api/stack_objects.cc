@@ -106,7 +106,8 @@ Result<Checked> Check(core::State& s, const StackCaller& caller, StackKind kind,
         billing::ReservationRequest probe = c.reservation;
         probe.dry_run = true;
         store::Batch scratch;  // A dry run writes nothing.
-        TESSERA_RETURN_IF_ERROR(s.CreateReservation(*caller.tenant, probe, scratch).status());
+        TESSERA_RETURN_IF_ERROR(
+            s.accounts().CreateReservation(*caller.tenant, probe, scratch).status());
       }
       if (const catalog::Price* p = s.catalog().FindPrice(c.reservation.instance_type)) {
         const Money rate =
@@ -181,7 +182,7 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
       break;
     }
     case StackKind::kReservation: {
-      auto r = s.GetReservation(caller, id);
+      auto r = s.accounts().GetReservation(caller, id);
       if (!r.ok()) break;
       const int64_t now = billing::UnixSeconds(s.clock().Now());
       if (r->end <= now) {
@@ -202,7 +203,7 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
       break;
     }
     case StackKind::kBudget: {
-      for (const core::State::BudgetStatus& b : s.Budgets(caller)) {
+      for (const core::BudgetStatus& b : s.accounts().Budgets(caller)) {
         if (b.tenant != id) continue;
         l.exists = true;
         l.shown = billing::ToJson(b.budget);
@@ -244,7 +245,7 @@ Names::Names(const core::State& s, const core::Tenant& caller) {
   for (const alerts::Rule& r : s.monitoring().ListRules(caller)) {
     if (!r.operator_owned()) ids_.emplace(Key(StackKind::kAlertRule, r.name), r.id);
   }
-  for (const core::State::BudgetStatus& b : s.Budgets(caller)) {
+  for (const core::BudgetStatus& b : s.accounts().Budgets(caller)) {
     if (b.tenant == caller.id.str()) ids_.emplace(Key(StackKind::kBudget, ""), b.tenant);
   }
   for (const core::Volume* v : s.volumes().List(caller.id.str())) {
@@ -436,7 +437,7 @@ Result<std::string> Create(core::State& s, const StackCaller& caller, StackKind 
     }
     case StackKind::kReservation: {
       TESSERA_ASSIGN_OR_RETURN(billing::Reservation r,
-                               s.CreateReservation(t, c.reservation, batch));
+                               s.accounts().CreateReservation(t, c.reservation, batch));
       return r.id;
     }
     case StackKind::kAlertRule: {
@@ -444,7 +445,7 @@ Result<std::string> Create(core::State& s, const StackCaller& caller, StackKind 
       return r.id;
     }
     case StackKind::kBudget: {
-      TESSERA_RETURN_IF_ERROR(s.SetBudget(t, t.id.str(), c.budget, batch).status());
+      TESSERA_RETURN_IF_ERROR(s.accounts().SetBudget(t, t.id.str(), c.budget, batch).status());
       return t.id.str();
     }
     case StackKind::kVolume: {
@@ -464,11 +465,11 @@ Status Delete(core::State& s, const StackCaller& caller, StackKind kind, const s
     case StackKind::kGroup:
       return s.DeleteGroup(t, id, batch).status();
     case StackKind::kReservation:
-      return s.DeleteReservation(t, id, batch);
+      return s.accounts().DeleteReservation(t, id, batch);
     case StackKind::kAlertRule:
       return s.monitoring().DeleteRule(t, id, batch);
     case StackKind::kBudget:
-      return s.DeleteBudget(t, id, batch);
+      return s.accounts().DeleteBudget(t, id, batch);
     case StackKind::kVolume:
       if (const core::Volume* v = TenantVolume(s, t, id)) {
         return s.DeleteVolume(t, v->name, batch).status();
@@ -493,7 +494,7 @@ Status Update(core::State& s, const StackCaller& caller, StackKind kind, const s
       return s.PatchGroup(t, id, patch, batch).status();
     }
     case StackKind::kBudget:
-      return s.SetBudget(t, t.id.str(), c.budget, batch).status();
+      return s.accounts().SetBudget(t, t.id.str(), c.budget, batch).status();
     case StackKind::kReservation:
     case StackKind::kAlertRule:
     case StackKind::kVolume:

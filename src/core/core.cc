@@ -98,28 +98,28 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_RETURN_IF_ERROR(state.RestoreAgentNodes(agent_nodes));
   // Reservations before instances: reserved instances hold their units.
   TESSERA_ASSIGN_OR_RETURN(auto reservations,
-                           store.ListSettings(std::string(State::kReservationPrefix)));
+                           store.ListSettings(std::string(Accounts::kReservationPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto next_reservation,
-                           store.GetSetting(std::string(State::kNextReservation)));
-  if (next_reservation) reservations.emplace_back(State::kNextReservation, *next_reservation);
-  TESSERA_RETURN_IF_ERROR(state.RestoreReservations(reservations));
+                           store.GetSetting(std::string(Accounts::kNextReservation)));
+  if (next_reservation) reservations.emplace_back(Accounts::kNextReservation, *next_reservation);
+  TESSERA_RETURN_IF_ERROR(state.accounts().RestoreReservations(reservations));
   // Volumes before instances: the instances mount them.
   TESSERA_ASSIGN_OR_RETURN(auto volumes, store.ListSettings(std::string(Volumes::kPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto next_volume, store.GetSetting(std::string(Volumes::kNextKey)));
   if (next_volume) volumes.emplace_back(Volumes::kNextKey, *next_volume);
   TESSERA_RETURN_IF_ERROR(state.RestoreVolumes(volumes));
   // Budgets, with what the ledger holds of this month's spend.
-  TESSERA_ASSIGN_OR_RETURN(auto budgets, store.ListSettings(std::string(State::kBudgetPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto budgets, store.ListSettings(std::string(Accounts::kBudgetPrefix)));
   const int64_t month = billing::MonthStart(billing::UnixSeconds(state.clock().Now()));
   std::map<std::string, Money> spent;
   for (const auto& [key, value] : budgets) {
     TESSERA_RETURN_IF_ERROR(
-        store.ScanLedger(key.substr(State::kBudgetPrefix.size()), month,
+        store.ScanLedger(key.substr(Accounts::kBudgetPrefix.size()), month,
                          billing::NextMonthStart(month), [&](const store::LedgerRecord& l) {
                            spent[l.tenant] += Money::FromMicros(l.amount_micros);
                          }));
   }
-  TESSERA_RETURN_IF_ERROR(state.RestoreBudgets(budgets, month, spent));
+  TESSERA_RETURN_IF_ERROR(state.accounts().RestoreBudgets(budgets, month, spent));
   TESSERA_ASSIGN_OR_RETURN(auto tenants, store.LoadTenants());
   const std::string since = FormatRfc3339(state.clock().Now() - state.options().retention);
   TESSERA_ASSIGN_OR_RETURN(auto instances, store.LoadInstances(since));
@@ -131,7 +131,7 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   users.insert(users.end(), users_meta.begin(), users_meta.end());
   TESSERA_RETURN_IF_ERROR(state.RestoreUsers(users, batch));
   // After tenants and joined nodes: a store that predates the record is dated by them.
-  TESSERA_ASSIGN_OR_RETURN(auto fleet_since, store.GetSetting(std::string(State::kFleetSince)));
+  TESSERA_ASSIGN_OR_RETURN(auto fleet_since, store.GetSetting(std::string(Accounts::kFleetSince)));
   TESSERA_RETURN_IF_ERROR(state.RestoreFleetSince(fleet_since, batch));
   // Groups after instances: they name their members.
   TESSERA_ASSIGN_OR_RETURN(auto groups, store.ListSettings(std::string(State::kGroupPrefix)));

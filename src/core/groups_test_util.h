@@ -123,7 +123,7 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
     r.instance_type = "gpu.1xh100";
     r.count = count;
     r.term = "1y";
-    ASSERT_TRUE(state_->CreateReservation(Acme(), r, batch_).ok());
+    ASSERT_TRUE(state_->accounts().CreateReservation(Acme(), r, batch_).ok());
   }
 
   // What the instance's agent is told of it: none when it is not listed.

@@ -38,11 +38,14 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       usage_(catalog),
       user_usage_(catalog),
       pending_(options.max_pending_per_tenant),
+      window_(*clock, static_cast<size_t>(std::max(options.batch_window, 1)), options.batch_wait),
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
       agents_(options.sim_agents, options.simulated_notice),
       last_lease_check_(clock->Now()),
       monitoring_(clock, Monitoring::Options{options.alert_interval, options.node_timeout,
                                              options.alerts, options.sealer}),
+      accounts_(*catalog, *clock, *fleet_, admission_, tenants_, instances_, volumes_,
+                options.node_timeout),
       up_since_(clock->Now()) {
   auto sole_tenant = std::make_unique<sched::SoleTenantFilter>();
   sole_tenant_ = sole_tenant.get();
@@ -95,7 +98,7 @@ Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceReque
     }
   }
   if (!readmit) TESSERA_RETURN_IF_ERROR(pending_.Admit(caller, count));
-  TESSERA_RETURN_IF_ERROR(CheckBudget(caller, req.billing));
+  TESSERA_RETURN_IF_ERROR(accounts_.CheckBudget(caller, req.billing));
   return admitted;
 }
 
@@ -111,8 +114,8 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   if (inst.image.auth) inst.image.auth->sealed.clear();
   TESSERA_RETURN_IF_ERROR(SealValues(InstanceRecord(id.str()), inst.env, inst.image));
   if (req.billing == Billing::kReserved) {
-    TESSERA_ASSIGN_OR_RETURN(inst.reservation, ClaimReservation(caller, admitted.shape));
-    ++reservation_used_[inst.reservation];
+    TESSERA_ASSIGN_OR_RETURN(inst.reservation, accounts_.ClaimReservation(caller, admitted.shape));
+    accounts_.CountReservationUnit(inst, true);
   }
   inst.id = id;
   inst.seq = next_instance_++;
@@ -143,8 +146,8 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitFor(caller, req, 1));
   TESSERA_ASSIGN_OR_RETURN(Instance * created, AddInstance(caller, req, std::move(admitted)));
   Instance& stored = *created;
-  if (options_.batch_window > 1 && !queue_.HasGroup(stored)) {
-    Hold(stored);
+  if (window_.enabled() && !queue_.HasGroup(stored)) {
+    window_.Hold(stored.id.str());
   } else {
     PlaceOrQueue(stored, batch);
   }
@@ -233,7 +236,7 @@ void State::Stop(Instance& inst, const std::string& why, store::Batch& batch,
   if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return;
   if (inst.state == InstanceState::kPending) {
     queue_.Remove(inst);
-    std::erase(held_, inst.id.str());  // Deleted in the batch window: it no longer counts there.
+    window_.Forget(inst.id.str());  // Deleted in the batch window: it no longer counts there.
     awaiting_notice_.erase(inst.id.str());
     Transition(inst, InstanceState::kTerminated, why + " while pending", batch);
   } else if (agents_.Serves(inst.node)) {
@@ -305,12 +308,12 @@ void State::EndRound(store::Batch& batch) {
                                             inst.id.str()) != g->second.members.end()) {
           return false;
         }
-        logs_.erase(inst.id.str());
+        logs_.Erase(inst.id.str());
         return true;
       }));
   EvictEndedGroups(cutoff);
   monitoring_.Sweep();
-  RollMeters(batch);
+  for (Instance* inst : accounts_.Roll(batch)) Save(*inst, batch);
   EvaluateAlerts(batch);
 }
 
@@ -339,13 +342,13 @@ void State::PlaceQueued(store::Batch& batch) {
 void State::Transition(Instance& inst, InstanceState to, std::string reason, store::Batch& batch,
                        billing::Ending ending) {
   if (inst.state == InstanceState::kRunning && to != InstanceState::kRunning) {
-    StopMeter(inst, ending, batch);
+    accounts_.Close(inst, ending, batch);
   }
-  if (to == InstanceState::kRunning && inst.state != InstanceState::kRunning) StartMeter(inst);
+  if (to == InstanceState::kRunning && inst.state != InstanceState::kRunning) accounts_.Open(inst);
   const bool was_active = IsActive(inst.state);
   if (was_active && !IsActive(to)) {
     CountUsage(inst, false);
-    if (!inst.reservation.empty()) --reservation_used_[inst.reservation];
+    accounts_.CountReservationUnit(inst, false);
   }
   if (!was_active && IsActive(to)) CountUsage(inst, true);
   if (inst.state == InstanceState::kPending && to != InstanceState::kPending) {
@@ -412,9 +415,9 @@ void State::WorkloadExited(const std::string& id, int exit_code) {
 
 Instance State::Shown(const Instance& inst) const {
   Instance shown = inst;
-  if (inst.state == InstanceState::kPending && IsHeld(inst)) {
+  if (inst.state == InstanceState::kPending && window_.Holds(inst.id.str())) {
     // It waits for the batch window, not for room.
-    shown.reason = HeldReason();
+    shown.reason = window_.Reason();
   } else if (inst.state == InstanceState::kPending) {
     const size_t preemptible =
         inst.billing == Billing::kSpot
@@ -439,16 +442,14 @@ void State::Book(Instance& inst, const fleet::Assignment& a) {
   UseReportedMigUuids(inst);
   sole_tenant_->Hold(a.node, SourceOf(inst));
   if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
-  if (inst.billing == Billing::kOnDemand)
-    on_demand_milli_[inst.shape.gpu_model] += GpuMilliOf(inst);
+  accounts_.CountOnDemand(inst, true);
   awaiting_notice_.erase(inst.id.str());
 }
 
 void State::Unbook(Instance& inst) {
   if (!inst.assignment) return;
   preemptor_.Untrack(&inst);
-  if (inst.billing == Billing::kOnDemand)
-    on_demand_milli_[inst.shape.gpu_model] -= GpuMilliOf(inst);
+  accounts_.CountOnDemand(inst, false);
   // The scheduler refuses only what is not held, which would be a bookkeeping bug: surface it
   // loudly rather than leak or double-free capacity.
   CheckInvariant(scheduler_->Release(*inst.assignment),
@@ -469,7 +470,7 @@ void State::Unbook(Instance& inst) {
 
 Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   if (inst.billing == Billing::kOnDemand) {
-    if (std::string why = HeldForReservations(inst); !why.empty()) {
+    if (std::string why = accounts_.HeldForReservations(inst); !why.empty()) {
       inst.reason = std::move(why);
       return Attempt::kNoRoom;
     }
@@ -635,7 +636,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     IndexEndpoints(inst);
     CountUsage(inst, true);
     if (inst.state == InstanceState::kPending) pending_.Add(inst.tenant.str());
-    if (!inst.reservation.empty()) ++reservation_used_[inst.reservation];
+    accounts_.CountReservationUnit(inst, true);
     stored.instance = inst;  // WhyNotRestorable reads the shape and the binding.
     std::string why = WhyNotRestorable(stored, *catalog_);
     if (why.empty() && !inst.assignment && inst.state != InstanceState::kPending) {
@@ -666,11 +667,8 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     if (inst.assignment) {
       ++report.rebooked;
       sole_tenant_->Hold(inst.assignment->node, SourceOf(inst));
-      if (inst.billing == Billing::kOnDemand) {
-        on_demand_milli_[inst.shape.gpu_model] += GpuMilliOf(inst);
-      }
-      if (inst.meter && inst.state == InstanceState::kRunning)
-        metered_.emplace(inst.tenant.str(), inst.id.str());
+      accounts_.CountOnDemand(inst, true);
+      accounts_.Restored(inst);
       if (inst.billing == Billing::kSpot && inst.state != InstanceState::kStopping &&
           inst.state != InstanceState::kPreempting) {
         preemptor_.Track(&inst);

@@ -9,6 +9,9 @@
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
 //   AgentSupervisor  what the nodes' agents are told and report;
 //   Monitoring       alert rules and alerts, GPU history, faults' interruptions (monitoring.h);
+//   Accounts         meters, reservations, budgets and billing reads (accounts.h);
+//   BatchWindow      new creates held for a moment, then placed together (batch_window.h);
+//   LogTails         instances' output as their agents shipped it (log_tails.h);
 //   Recovery         what comes back at start-up, reconciled with the fleet and catalog.
 // Only the core thread touches it. Every operation that changes something appends the changed
 // records to the round's store batch.
@@ -30,18 +33,18 @@
 #include <vector>
 
 #include "alerts/evaluator.h"
-#include "billing/budget.h"
-#include "billing/meter.h"
-#include "billing/reservation.h"
 #include "catalog/catalog.h"
 #include "common/clock.h"
+#include "core/accounts.h"
 #include "core/admission.h"
 #include "core/agents.h"
+#include "core/batch_window.h"
 #include "core/endpoint_index.h"
 #include "core/group.h"
 #include "core/instance.h"
 #include "core/instance_table.h"
 #include "core/labels.h"
+#include "core/log_tails.h"
 #include "core/monitoring.h"
 #include "core/pending_work.h"
 #include "core/preemptor.h"
@@ -80,21 +83,6 @@ struct ListQuery {
   LabelSelector selector;
   int64_t after_seq = 0;
   size_t limit = 100;
-};
-
-// A billing read's view of one instant, taken on the core thread: the ledger's last seq then,
-// and the billing lines of `tenant` ("" = every tenant) starting in [from, to) that the ledger
-// does not hold (reservations' monthly lines, what running instances accrued up to then). Read
-// with a ledger reader up to that seq, on any thread, it is exactly what the core saw.
-struct BillingSnapshot {
-  std::string tenant;
-  int64_t from = 0, to = 0;
-  int64_t max_seq = 0;
-  std::vector<store::LedgerRecord> beyond;  // Note "open": a stretch still running.
-
-  // Calls `fn` with every line: the ledger's, then `beyond` (open = the stretch still runs).
-  Status Scan(store::LedgerReader& reader,
-              const std::function<void(const store::LedgerRecord&, bool open)>& fn) const;
 };
 
 class State {
@@ -307,74 +295,24 @@ class State {
   Stacks& stacks() { return stacks_; }
   const Stacks& stacks() const { return stacks_; }
 
-  // Billing (billing.cc, docs/billing.md). Running instances are metered into the store's
-  // ledger in the batch that changes their state.
-  // A billing read's view of this instant, for a ledger reader off the core thread to finish.
-  BillingSnapshot SnapshotBilling(const store::Store& store, const std::string& tenant,
-                                  int64_t from, int64_t to) const;
-  // Reservations: a tenant's own (the admin's: all). Creating one checks that the fleet could
-  // host every active reservation of the GPU model at once; ResourceExhausted otherwise.
-  Result<billing::Reservation> CreateReservation(const Tenant& caller,
-                                                 const billing::ReservationRequest& req,
-                                                 store::Batch& batch);
-  std::vector<billing::Reservation> ListReservations(const Tenant& caller) const;
-  // NotFound for an unknown id and for another tenant's reservation alike.
-  Result<billing::Reservation> GetReservation(const Tenant& caller, std::string_view id) const;
-  // Only before its start: FailedPrecondition once its term began.
-  Status DeleteReservation(const Tenant& caller, std::string_view id, store::Batch& batch);
+  // Billing (accounts.h, docs/billing.md): meters, reservations, budgets and billing reads.
+  // Running instances are metered into the store's ledger in the batch that changes their state.
+  Accounts& accounts() { return accounts_; }
+  const Accounts& accounts() const { return accounts_; }
   // Whether the fleet could place `units` instances of type `t` now, without preempting: a dry
   // run of the scheduler, undone; beyond kDryRunUnits, a count of free capacity node by node.
   bool PlaceableNow(const catalog::InstanceType& t, int units);
   // Whether the fleet has GPUs of type `t`'s model at all (the recommender ranks those first).
   bool OfferedHere(const catalog::InstanceType& t) const;
   static constexpr int kDryRunUnits = 16;
-  // The fleet's GPUs of `model`, in milli-GPU.
-  int64_t FleetMilliOf(const std::string& model) const;
-  // The fleet's first start: when the control plane first served this store, in Unix seconds.
-  // Cost reports count nothing before it, idle capacity included (docs/billing.md).
-  int64_t fleet_since() const { return fleet_since_; }
-  // Restores it from its record (kFleetSince). A store without one (a new store, or one from
-  // before it was kept) is dated by its earliest tenant or joined node, else now, and the date
-  // is recorded in `batch`. DataLoss for a record that is not a time.
+  // Restores the fleet's first start (Accounts::RestoreFleetSince); a store without its record
+  // is dated by its earliest tenant or joined node, else now.
   Status RestoreFleetSince(const std::optional<std::string>& record, store::Batch& batch);
-  static constexpr std::string_view kFleetSince = "billing/fleet_since";
-  // Units of the reservation that active instances hold.
-  int ReservationUnitsUsed(const std::string& id) const;
   // Whether `units` free units of the caller's active reservations cover `shape` now: what a
   // create with `billing: reserved` would claim (the what-if simulator asks before it bills so).
-  bool HasFreeReservation(const Tenant& caller, const Shape& shape, int units = 1) {
-    return ClaimReservation(caller, shape, units).ok();
+  bool HasFreeReservation(const Tenant& caller, const Shape& shape, int units = 1) const {
+    return accounts_.ClaimReservation(caller, shape, units).ok();
   }
-  // Rebuilds reservations from their stored records (kReservationPrefix).
-  Status RestoreReservations(const std::vector<std::pair<std::string, std::string>>& records);
-  static constexpr std::string_view kReservationPrefix = "reservation/";
-  // Budgets: a tenant sets its own, the admin any tenant's. NotFound for an unknown tenant and
-  // for another tenant's alike.
-  Result<billing::Budget> SetBudget(const Tenant& caller, std::string_view tenant,
-                                    const billing::Budget& budget, store::Batch& batch);
-  Status DeleteBudget(const Tenant& caller, std::string_view tenant, store::Batch& batch);
-  // A budget's state this month: what `tenant` spent so far (its ledger lines, its
-  // reservations' monthly lines and what its running instances accrued) and the share of the
-  // budget that is, in basis points: integers, so no binary fraction decides a threshold.
-  struct BudgetUse {
-    Money spent;
-    int64_t basis_points = 0;
-    bool stopping = false;  // A hard stop that now refuses new on-demand and spot instances.
-  };
-  struct BudgetStatus {
-    std::string tenant;
-    billing::Budget budget;
-    std::string month;  // "2026-12": the month it counts.
-    BudgetUse use;
-  };
-  // Each budget the caller may see (a tenant's own; the admin's: all), with this month's spend
-  // (GET /v1/budgets).
-  std::vector<BudgetStatus> Budgets(const Tenant& caller) const;
-  BudgetUse UseOf(const std::string& tenant, const billing::Budget& budget) const;
-  // Rebuilds budgets from their records (kBudgetPrefix) and this month's ledger spend by tenant.
-  Status RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,
-                        int64_t month, const std::map<std::string, Money>& spent);
-  static constexpr std::string_view kBudgetPrefix = "budget/";
 
   // Groups (state_groups.cc, docs/groups.md). Each call answers the group as it is then: its
   // record with each member's instance, rank, state and node. NotFound for an unknown id and
@@ -405,7 +343,6 @@ class State {
                        store::Batch& batch);
   static constexpr std::string_view kGroupPrefix = "group/";
   static constexpr std::string_view kNextGroup = "groups/next";
-  static constexpr std::string_view kNextReservation = "billing/next_reservation";
 
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
@@ -424,10 +361,10 @@ class State {
 
   // True when queued work should be tried again in a round of its own: capacity freed, the last
   // round's preemption budget ran out with work waiting, or creates wait in the batch window.
-  bool has_deferred_work() const { return queue_.HasUntried() || !held_.empty(); }
+  bool has_deferred_work() const { return queue_.HasUntried() || !window_.empty(); }
   // How soon the creates held in the batch window are due (zero when they are); Duration::max()
   // when none is held.
-  Duration batch_due_in() const;
+  Duration batch_due_in() const { return window_.DueIn(); }
 
   const fleet::Fleet& fleet() const { return *fleet_; }
   const catalog::Catalog& catalog() const { return *catalog_; }
@@ -451,24 +388,6 @@ class State {
   const PendingWork& pending_work() const { return pending_; }
 
  private:
-  // Billing (billing.cc): the interval opens when `inst` starts running and closes, as a ledger
-  // line in `batch`, when it stops; RollMeters cuts open intervals at each UTC midnight.
-  // Opens the interval at when the workload started (StartMeter), or at `since`: billing resumes
-  // when a silent node reports again.
-  void StartMeter(Instance& inst);
-  void StartMeter(Instance& inst, Time since);
-  // Closes the interval now, or at Unix second `end`.
-  void StopMeter(Instance& inst, billing::Ending ending, store::Batch& batch,
-                 std::optional<int64_t> end = std::nullopt);
-  // Closes `inst`'s interval at `end` into the batch's ledger and counts the lines' spend.
-  void CloseMeter(Instance& inst, int64_t end, billing::Ending ending, store::Batch& batch);
-  // 403 budget_exceeded when the caller's hard-stop budget is spent and `billing` would spend.
-  Status CheckBudget(const Tenant& caller, Billing billing) const;
-  void RollMeters(store::Batch& batch);
-  // Counts the node's latest readings into its running instances' meters (the cost report's
-  // utilization).
-  void MeterUtilization(const AgentNode& node);
-  billing::Payer PayerOf(const Instance& inst) const;
   // OK, or InvalidArgument naming the field of `req` that refers to a secret the caller's tenant
   // does not have (`field` prefixes it: "template." for a group's).
   Status CheckSecretRefs(const Tenant& caller, const CreateInstanceRequest& req,
@@ -507,8 +426,6 @@ class State {
   std::string VolumeNodeOf(const Instance& inst) const;
   // After `inst` was placed: its volumes without a node take the node it went to.
   void SettleVolumes(const Instance& inst, store::Batch& batch);
-  // Closes a volume's bill at Unix second `end` (its lines into the batch, counted as spend).
-  void CloseVolumeMeter(Volume& v, int64_t end, billing::Ending ending, store::Batch& batch);
   // Applies what a node's agent says of the volumes it holds: their use, and the end of those
   // being deleted that it no longer holds.
   void ApplyVolumeReport(const std::string& node, const AgentSync& sync, store::Batch& batch);
@@ -572,26 +489,6 @@ class State {
   // Stops the group's current attempt (saying `why` to each member) and makes a fresh one at
   // spec.size once they all stopped; `reason` is the group's meanwhile.
   void RestartWhole(Group& g, const std::string& why, std::string reason, store::Batch& batch);
-  // The lines `tenant` ("" = every tenant) owes beyond the ledger: its reservations' monthly
-  // lines over [from, to) and its running instances' open intervals up to now, where only the
-  // stretch that holds now is marked "open". Lines are not filtered by start.
-  void AccruedLines(const std::string& tenant, int64_t from, int64_t to,
-                    std::vector<store::LedgerRecord>& lines) const;
-  Money MonthSpend(const std::string& tenant) const;
-  // For `billing: reserved`: a free unit of the caller's matching active reservation, or 409
-  // no_reservation naming what exists. Holding it is counted until the instance ends. With
-  // `units` > 1, only when that many are free (a gang's members claim one each).
-  Result<std::string> ClaimReservation(const Tenant& caller, const Shape& shape, int units = 1);
-  void SaveReservation(const billing::Reservation& r, store::Batch& batch);
-  // Fills the reservation's GPU model and unit size from the catalog.
-  Status SizeReservation(billing::Reservation& r);
-  // The admission gate for a reservation (tenants; the operator's pass): its GPUs and those of
-  // the tenant's reservations overlapping its term fit the quota, and what it bills this month
-  // fits a hard-stop budget.
-  Status AdmitReservation(const Tenant& caller, const billing::Reservation& r) const;
-  // Why on-demand `inst` (or `count` like it, a gang's) may not take capacity now: what is free
-  // of its GPU model is held for active reservations' unclaimed units; "" when it may.
-  std::string HeldForReservations(const Instance& inst, int64_t count = 1) const;
   int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
 
   // Tries to place `inst` now, preempting if its priority allows.
@@ -599,14 +496,8 @@ class State {
   // A new instance's first attempt: queued behind identical waiting requests, else placed now,
   // else queued.
   void PlaceOrQueue(Instance& inst, store::Batch& batch);
-  // The batch window (state_batch.cc): holds a new instance, pending, until its batch is due.
-  // Only Shown() says so (HeldReason); nothing of it is stored, so a restart queues it as any
-  // pending instance.
-  void Hold(const Instance& inst);
-  bool IsHeld(const Instance& inst) const;
-  std::string HeldReason() const;
-  // Places the held creates once the batch is due (StateOptions::batch_window): what does not
-  // fit queues as any create that does not fit.
+  // Places the creates the batch window held once they are due (batch_window.h): priority
+  // first, then the largest GPU demand; what does not fit queues as any create that does not.
   void PlaceHeld(store::Batch& batch);
   void Evict(Instance& victim, store::Batch& batch);
   // A spot instance lost its capacity: preempted, and queued again when it restarts.
@@ -675,7 +566,6 @@ class State {
   void EvaluateAlerts(store::Batch& batch);
   // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
   void ApplyNodeState(const AgentNode& node);
-  void AppendLog(const Instance& inst, const WorkloadLog& log);
   // On a joined node, a MIG slice whose profile and placement match a MIG device the node's
   // agent reported gets that device's UUID (what CUDA knows it by).
   void UseReportedMigUuids(Instance& inst) const;
@@ -725,46 +615,24 @@ class State {
   PendingWork pending_;
   InstanceTable instances_;
   PendingQueue queue_;
-  // The batch window (state_batch.cc): the creates held, by id, in arrival order, and when the
-  // first of them arrived.
-  std::vector<std::string> held_;
-  Time held_since_{};
+  // New creates held for a moment and placed together (StateOptions::batch_window; only Shown()
+  // says so).
+  BatchWindow window_;
   Preemptor preemptor_;
   AgentSupervisor agents_;
-  // Instances' logs as their agents shipped them: the newest bytes, bounded per instance.
-  struct LogTail {
-    int attempt = 0;
-    int64_t end = 0;  // Offset after the last byte received.
-    std::string data;
-  };
-  std::unordered_map<std::string, LogTail> logs_;
+  LogTails logs_;  // Instances' logs as their agents shipped them.
   Time last_lease_check_;
   // Instances waiting for spot victims to stop after their notice, and until when.
   std::unordered_map<std::string, Time> awaiting_notice_;
   int64_t next_instance_ = 1;
   Counters counters_;
   Monitoring monitoring_;
+  Accounts accounts_;  // After the fleet, admission, tenants, instances and volumes it reads.
   Stacks stacks_;
   // When the server started, or last came back from a stall (ExpireLeases): no node counts as
   // silent for time before it.
   Time up_since_;
-  // Billing: running instances with an open interval, the last midnight rolled, reservations
-  // and the units active instances hold of each.
-  std::set<std::pair<std::string, std::string>> metered_;  // (tenant, instance id).
-  int64_t rolled_day_ = 0;
-  std::map<std::string, billing::Reservation> reservations_;
-  std::map<std::string, int> reservation_used_;
-  std::map<std::string, int64_t> on_demand_milli_;  // Held by on-demand work, by GPU model.
-  // The fleet's GPUs by model index, in milli-GPU, as of `fleet_milli_nodes_` nodes (hardware
-  // never changes while a node is in the fleet, and nodes only join).
-  mutable std::vector<int64_t> fleet_milli_;
-  mutable size_t fleet_milli_nodes_ = 0;
-  std::set<std::string> removing_nodes_;            // Joined nodes being removed (RemoveNode).
-  int64_t fleet_since_ = 0;                         // Unix seconds; RestoreFleetSince sets it.
-  std::map<std::string, billing::Budget> budgets_;  // By tenant id.
-  // Ledger spend by (month start, tenant), for the months since start-up.
-  std::map<std::pair<int64_t, std::string>, Money> spent_;
-  int64_t next_reservation_ = 1;
+  std::set<std::string> removing_nodes_;  // Joined nodes being removed (RemoveNode).
   // Groups by id; whether capacity freed (or a group changed) since groups were last tried;
   // members that ended since the last SettleGroups.
   std::map<std::string, Group> groups_;

@@ -407,14 +407,14 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->telemetry = sync.telemetry;
     node->telemetry_at = clock_->Now();
     monitoring_.history().Record(name, node->telemetry_at, *sync.telemetry);
-    MeterUtilization(*node);
+    accounts_.Observe(*node);
     CheckGpuHealth(*node, batch);
   }
   // Logs first: an exit report comes with the workload's last bytes.
   for (const WorkloadLog& log : sync.logs) {
     const Instance* inst = instances_.Find(log.instance);
     if (inst && inst->restarts == log.attempt && node->assigned.count(log.instance)) {
-      AppendLog(*inst, log);
+      logs_.Append(inst->id.str(), log);
     }
   }
   // Before the reports: an instance that starts in this one shows the UUID its device has.
@@ -506,9 +506,7 @@ DesiredState State::DesiredState(const std::string& name) const {
       if (g.milli_gpu > 0) d.memory_mib = inst->shape.gpu_memory_mib;  // Its MPS limit.
       w.gpus.push_back(std::move(d));
     }
-    auto log = logs_.find(id);
-    w.log_offset =
-        log != logs_.end() && log->second.attempt == inst->restarts ? log->second.end : 0;
+    w.log_offset = logs_.ResumeAt(id, inst->restarts);
     out.workloads.push_back(std::move(w));
   }
   // Outstanding GPU mode changes (docs/agent.md, "Changing a GPU's mode").

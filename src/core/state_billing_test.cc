@@ -1,7 +1,7 @@
-// State's billing (billing.cc) on a fake clock, exact to the micro-dollar: what a run costs from
-// the agent's report to the stop, the minimum, preemption and node loss, shares, reservations
-// and their capacity, midnight and month boundaries, a restart in the middle of an interval, and
-// budgets. The store is the in-memory one: the real contract, without a disk.
+// State's billing (Accounts, through the state) on a fake clock, exact to the micro-dollar: what a
+// run costs from the agent's report to the stop, the minimum, preemption and node loss, shares,
+// reservations and their capacity, midnight and month boundaries, a restart in the middle of an
+// interval, and budgets. The store is the in-memory one: the real contract, without a disk.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -157,7 +157,7 @@ class BillingTest : public ::testing::Test, protected AgentNodeFixture {
                      const std::function<void(const store::LedgerRecord&, bool open)>& fn) {
     auto reader = store_->OpenLedgerReader();
     if (!reader.ok()) return reader.status();
-    return state_->SnapshotBilling(*store_, tenant, 0, INT64_MAX).Scan(**reader, fn);
+    return state_->accounts().Snapshot(*store_, tenant, 0, INT64_MAX).Scan(**reader, fn);
   }
 
   // The lines the store gained since the last call, after committing the round.
@@ -211,7 +211,8 @@ class BillingTest : public ::testing::Test, protected AgentNodeFixture {
     req.count = count;
     req.term = "1y";
     req.start = start;
-    return state_->CreateReservation(*state_->tenants().Find(acme_.id.str()), req, batch_);
+    return state_->accounts().CreateReservation(*state_->tenants().Find(acme_.id.str()), req,
+                                                batch_);
   }
 
   std::map<std::string, int64_t> seq_;
@@ -381,27 +382,27 @@ TEST_F(BillingTest, TheFleetsFirstStartIsRecordedOnceAndAnOlderStoreIsDatedByIts
   // The fixture's store predates the record: its tenant and node came an hour after midnight.
   clock_.Advance(24h * 10);
   Restart();
-  EXPECT_EQ(state_->fleet_since(), kNov30 + 3600);
+  EXPECT_EQ(state_->accounts().fleet_since(), kNov30 + 3600);
   clock_.Advance(24h);
   Restart();  // Commits what the first restart recorded.
-  EXPECT_EQ(state_->fleet_since(), kNov30 + 3600);
-  EXPECT_EQ(store_->GetSetting(std::string(State::kFleetSince))->value_or(""),
+  EXPECT_EQ(state_->accounts().fleet_since(), kNov30 + 3600);
+  EXPECT_EQ(store_->GetSetting(std::string(Accounts::kFleetSince))->value_or(""),
             "2026-11-30T01:00:00Z");
   // A new store is dated by its first start, and a restart keeps that date.
   auto fresh = store::NewMemoryStore();
   auto first = NewState();
   store::Batch recorded;
   ASSERT_TRUE(RestoreFromStore(*first, *fresh, recorded).ok());
-  EXPECT_EQ(first->fleet_since(), billing::UnixSeconds(clock_.Now()));
+  EXPECT_EQ(first->accounts().fleet_since(), billing::UnixSeconds(clock_.Now()));
   ASSERT_TRUE(fresh->Commit(recorded).ok());
   clock_.Advance(1h);
   auto second = NewState();
   store::Batch none;
   ASSERT_TRUE(RestoreFromStore(*second, *fresh, none).ok());
-  EXPECT_EQ(second->fleet_since(), first->fleet_since());
+  EXPECT_EQ(second->accounts().fleet_since(), first->accounts().fleet_since());
   // A record that is not a time is data loss, named.
   store::Batch bad;
-  bad.settings.emplace_back(std::string(State::kFleetSince), "yesterday");
+  bad.settings.emplace_back(std::string(Accounts::kFleetSince), "yesterday");
   ASSERT_TRUE(fresh->Commit(bad).ok());
   auto third = NewState();
   const Status broken = RestoreFromStore(*third, *fresh, none).status();
@@ -439,11 +440,11 @@ TEST_F(BillingTest, ReservedInstancesDrawOnAReservationThatBillsItsTerm) {
   Ended(inst);
   EXPECT_TRUE(Create(Type("gpu.1xh100", Billing::kReserved)).ok());
   // Started: it cannot be cancelled. One that has not started can.
-  EXPECT_EQ(state_->DeleteReservation(Admin(), r->id, batch_).code(),
+  EXPECT_EQ(state_->accounts().DeleteReservation(Admin(), r->id, batch_).code(),
             StatusCode::kFailedPrecondition);
   auto later = Reserve("gpu.1xh100", 1, kNov30 + 30 * 86400);
   ASSERT_TRUE(later.ok()) << later.status().message();
-  EXPECT_TRUE(state_->DeleteReservation(Admin(), later->id, batch_).ok());
+  EXPECT_TRUE(state_->accounts().DeleteReservation(Admin(), later->id, batch_).ok());
 }
 
 // A reservation passes the same gate as an instance (quota, budget), can be priced without being
@@ -460,26 +461,29 @@ TEST_F(BillingTest, AReservationPassesTheGateCanBePreviewedAndIsCancellableForFi
   preview.count = 1;
   preview.term = "3y";
   preview.dry_run = true;
-  auto priced = state_->CreateReservation(Acme(), preview, batch_);
+  auto priced = state_->accounts().CreateReservation(Acme(), preview, batch_);
   ASSERT_TRUE(priced.ok()) << priced.status().message();
   EXPECT_TRUE(priced->id.empty());
   const Money rate = TestCatalog().FindPrice("gpu.1xh100")->reserved_3y_per_hour;
   EXPECT_EQ(priced->commitment(), rate.MulDiv(3 * 365 * 24, 1)) << "every hour of three years";
-  EXPECT_TRUE(state_->ListReservations(Admin()).empty()) << "a dry run makes nothing";
+  EXPECT_TRUE(state_->accounts().ListReservations(Admin()).empty()) << "a dry run makes nothing";
 
   // A hard-stop budget: what a reservation bills this month must fit what is left of it.
-  ASSERT_TRUE(state_->SetBudget(Admin(), acme_.id.str(), {*Money::Parse("10"), true}, batch_).ok());
+  ASSERT_TRUE(state_->accounts()
+                  .SetBudget(Admin(), acme_.id.str(), {*Money::Parse("10"), true}, batch_)
+                  .ok());
   auto spendy = Reserve("gpu.1xh100", 1);
   EXPECT_EQ(spendy.status().reason(), "budget_exceeded") << spendy.status().message();
   EXPECT_NE(spendy.status().message().find("this month"), std::string::npos);
-  ASSERT_TRUE(state_->DeleteBudget(Admin(), acme_.id.str(), batch_).ok());
+  ASSERT_TRUE(state_->accounts().DeleteBudget(Admin(), acme_.id.str(), batch_).ok());
 
   auto r = Reserve("gpu.1xh100", 1);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(Reserve("gpu.1xh100", 1).status().code(), StatusCode::kResourceExhausted)
       << "its reservations together hold at most the quota";
   clock_.Advance(299s);
-  ASSERT_TRUE(state_->DeleteReservation(Acme(), r->id, batch_).ok()) << "within five minutes";
+  ASSERT_TRUE(state_->accounts().DeleteReservation(Acme(), r->id, batch_).ok())
+      << "within five minutes";
   Commit();
   int billed = 0;
   ASSERT_TRUE(
@@ -488,30 +492,38 @@ TEST_F(BillingTest, AReservationPassesTheGateCanBePreviewedAndIsCancellableForFi
   auto kept = Reserve("gpu.1xh100", 1);
   ASSERT_TRUE(kept.ok());
   clock_.Advance(301s);
-  const Status late = state_->DeleteReservation(Acme(), kept->id, batch_);
+  const Status late = state_->accounts().DeleteReservation(Acme(), kept->id, batch_);
   EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(late.message().find("cancellation window closed"), std::string::npos) << late.message();
 }
 
 TEST_F(BillingTest, ATenantMayLowerButNeverRaiseOrDeleteTheOperatorsBudget) {
-  ASSERT_TRUE(
-      state_->SetBudget(Admin(), acme_.id.str(), {*Money::Parse("100"), true}, batch_).ok());
-  auto raised = state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("500"), true}, batch_);
+  ASSERT_TRUE(state_->accounts()
+                  .SetBudget(Admin(), acme_.id.str(), {*Money::Parse("100"), true}, batch_)
+                  .ok());
+  auto raised =
+      state_->accounts().SetBudget(Acme(), acme_.id.str(), {*Money::Parse("500"), true}, batch_);
   EXPECT_EQ(raised.status().code(), StatusCode::kPermissionDenied);
-  auto softened = state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("50"), false}, batch_);
+  auto softened =
+      state_->accounts().SetBudget(Acme(), acme_.id.str(), {*Money::Parse("50"), false}, batch_);
   EXPECT_EQ(softened.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(state_->DeleteBudget(Acme(), acme_.id.str(), batch_).code(),
+  EXPECT_EQ(state_->accounts().DeleteBudget(Acme(), acme_.id.str(), batch_).code(),
             StatusCode::kPermissionDenied);
-  auto lowered = state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("50"), true}, batch_);
+  auto lowered =
+      state_->accounts().SetBudget(Acme(), acme_.id.str(), {*Money::Parse("50"), true}, batch_);
   ASSERT_TRUE(lowered.ok()) << lowered.status().message();
   EXPECT_TRUE(lowered->by_operator) << "lowered, it is still the operator's";
-  ASSERT_EQ(state_->Budgets(Acme()).size(), 1u);
-  EXPECT_TRUE(state_->Budgets(Acme())[0].budget.by_operator);
+  ASSERT_EQ(state_->accounts().Budgets(Acme()).size(), 1u);
+  EXPECT_TRUE(state_->accounts().Budgets(Acme())[0].budget.by_operator);
   // Its own budget is the tenant's to change.
-  ASSERT_TRUE(state_->DeleteBudget(Admin(), acme_.id.str(), batch_).ok());
-  ASSERT_TRUE(state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("20"), true}, batch_).ok());
-  EXPECT_TRUE(state_->SetBudget(Acme(), acme_.id.str(), {*Money::Parse("90"), false}, batch_).ok());
-  EXPECT_TRUE(state_->DeleteBudget(Acme(), acme_.id.str(), batch_).ok());
+  ASSERT_TRUE(state_->accounts().DeleteBudget(Admin(), acme_.id.str(), batch_).ok());
+  ASSERT_TRUE(state_->accounts()
+                  .SetBudget(Acme(), acme_.id.str(), {*Money::Parse("20"), true}, batch_)
+                  .ok());
+  EXPECT_TRUE(state_->accounts()
+                  .SetBudget(Acme(), acme_.id.str(), {*Money::Parse("90"), false}, batch_)
+                  .ok());
+  EXPECT_TRUE(state_->accounts().DeleteBudget(Acme(), acme_.id.str(), batch_).ok());
 }
 
 TEST_F(BillingTest, UnclaimedReservedCapacityRunsSpotButNotOnDemand) {
@@ -531,19 +543,20 @@ TEST_F(BillingTest, UnclaimedReservedCapacityRunsSpotButNotOnDemand) {
 }
 
 TEST_F(BillingTest, AHardStopBudgetRefusesNewSpendOnceSpent) {
-  ASSERT_TRUE(
-      state_->SetBudget(Admin(), acme_.id.str(), {Usd("1.00"), /*hard_stop=*/true}, batch_).ok());
+  ASSERT_TRUE(state_->accounts()
+                  .SetBudget(Admin(), acme_.id.str(), {Usd("1.00"), /*hard_stop=*/true}, batch_)
+                  .ok());
   const Instance inst = Running(Type("gpu.1xh100", Billing::kOnDemand));
   const Money rate = TestCatalog().FindPrice("gpu.1xh100")->on_demand_per_hour;
   // Half the budget: still allowed.
   Wait(std::chrono::seconds(1800 * 1'000'000 / rate.micros()));
-  auto budgets = state_->Budgets(Admin());
+  auto budgets = state_->accounts().Budgets(Admin());
   ASSERT_EQ(budgets.size(), 1u);
   EXPECT_NEAR(static_cast<double>(budgets[0].use.basis_points), 5000, 50);
   EXPECT_FALSE(budgets[0].use.stopping);
   Wait(std::chrono::seconds(1800 * 1'000'000 / rate.micros()));
   Wait(5s);
-  budgets = state_->Budgets(Admin());
+  budgets = state_->accounts().Budgets(Admin());
   EXPECT_GE(budgets[0].use.basis_points, 10000);
   EXPECT_TRUE(budgets[0].use.stopping);
   auto refused = Create(H100(Billing::kSpot));
@@ -565,8 +578,9 @@ TEST_F(BillingTest, AHardStopBudgetRefusesNewSpendOnceSpent) {
 }
 
 TEST_F(BillingTest, ABudgetCountsOnlyItsOwnTenantsSpend) {
-  ASSERT_TRUE(
-      state_->SetBudget(Admin(), acme_.id.str(), {Usd("100.00"), /*hard_stop=*/true}, batch_).ok());
+  ASSERT_TRUE(state_->accounts()
+                  .SetBudget(Admin(), acme_.id.str(), {Usd("100.00"), /*hard_stop=*/true}, batch_)
+                  .ok());
   const Tenant beta = *state_->tenants().Create("beta", 64000, "h-beta", batch_);
   state_->BeginRound();
   auto theirs = state_->CreateInstance(beta, Type("gpu.1xh100", Billing::kOnDemand), batch_);
@@ -574,7 +588,7 @@ TEST_F(BillingTest, ABudgetCountsOnlyItsOwnTenantsSpend) {
   ASSERT_TRUE(theirs.ok()) << theirs.status().message();
   Started(*theirs);
   Wait(std::chrono::hours(10));
-  auto budgets = state_->Budgets(Admin());
+  auto budgets = state_->accounts().Budgets(Admin());
   ASSERT_EQ(budgets.size(), 1u);
   EXPECT_EQ(budgets[0].use.spent, Money()) << "beta's ten hours are not acme's";
   EXPECT_TRUE(Create(H100(Billing::kOnDemand)).ok());

@@ -48,7 +48,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   const int64_t needed = used.empty() ? std::max(1, g.spec.min_available) : 1;
   if (pending.front()->billing == Billing::kOnDemand) {
     // On-demand work leaves the capacity that reservations guarantee alone, gangs too.
-    if (std::string why = HeldForReservations(*pending.front(), needed); !why.empty()) {
+    if (std::string why = accounts_.HeldForReservations(*pending.front(), needed); !why.empty()) {
       g.reason = "waiting: " + why;
       return false;
     }

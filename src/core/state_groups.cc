@@ -53,7 +53,7 @@ Status State::AddMembers(Group& g, int from, int to, store::Batch& batch, bool r
   const Tenant* owner = tenants_.Find(g.tenant.str());
   if (g.spec.member.billing == Billing::kReserved) {
     // Every new member claims a unit: all of them, or none is made.
-    TESSERA_RETURN_IF_ERROR(ClaimReservation(*owner, admitted.shape, to - from).status());
+    TESSERA_RETURN_IF_ERROR(accounts_.ClaimReservation(*owner, admitted.shape, to - from).status());
   }
   g.members.resize(static_cast<size_t>(to));
   for (int rank = from; rank < to; ++rank) {
@@ -215,7 +215,8 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
       TESSERA_ASSIGN_OR_RETURN(Admitted admitted, AdmitMembers(g, size - base));
       if (g.spec.member.billing == Billing::kReserved) {
         TESSERA_RETURN_IF_ERROR(
-            ClaimReservation(*tenants_.Find(g.tenant.str()), admitted.shape, size - base).status());
+            accounts_.ClaimReservation(*tenants_.Find(g.tenant.str()), admitted.shape, size - base)
+                .status());
       }
     }
   } else if (size > current) {

@@ -615,7 +615,7 @@ TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   ASSERT_EQ(GroupStateName(g.group.state), "running") << Dump(g);
   const std::string id = g.group.id;
   for (int rank = 0; rank < 3; ++rank) EXPECT_FALSE(Member(g, rank).reservation.empty());
-  EXPECT_EQ(state_->ReservationUnitsUsed(Member(g, 0).reservation), 3);
+  EXPECT_EQ(state_->accounts().ReservationUnitsUsed(Member(g, 0).reservation), 3);
   // No unit for a fourth: the scale-out is refused, and the group keeps its three.
   state_->BeginRound();
   auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
@@ -643,7 +643,7 @@ TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   EXPECT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
   EXPECT_EQ(after.placed, 3);
   EXPECT_TRUE(after.group.draining.empty());
-  EXPECT_EQ(state_->ReservationUnitsUsed(r0.reservation), 3);
+  EXPECT_EQ(state_->accounts().ReservationUnitsUsed(r0.reservation), 3);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(Member(after, rank).reservation, r0.reservation);
     EXPECT_NE(Member(after, rank).id, Member(g, rank).id) << "the new attempt is new instances";

@@ -47,12 +47,12 @@ std::vector<telemetry::Target> State::Targets() const {
   // One series per instance a fault moved lately: its owner's to see and alert on.
   monitoring_.InterruptionTargets(out);
   // One series per budget: the tenant's spend this month in percent of it.
-  for (const auto& [tenant, budget] : budgets_) {
+  for (const auto& [tenant, budget] : accounts_.budgets()) {
     telemetry::Target t;
     t.labels = {{"tenant", tenant}};
     t.tenant = tenant;
     t.set(telemetry::Field::kBudgetUsedPercent,
-          static_cast<double>(UseOf(tenant, budget).basis_points) / 100);
+          static_cast<double>(accounts_.UseOf(tenant, budget).basis_points) / 100);
     out.push_back(std::move(t));
   }
   return out;

@@ -98,7 +98,7 @@ bool State::FinishRemoval(AgentNode& node, store::Batch& batch) {
   if (auto n = fleet_->Find(name); n.ok()) {
     CheckInvariant(fleet_->RemoveNode(*n), fmt::format("removing node {}", name));
     admission_.FleetChanged();
-    fleet_milli_nodes_ = 0;  // The fleet's GPUs by model are counted again.
+    accounts_.FleetChanged();  // The fleet's GPUs by model are counted again.
   }
   tenants_.SetNodeToken(name, "");
   batch.deleted_settings.push_back(AgentSupervisor::Record(node).first);
@@ -194,7 +194,7 @@ void State::NodeSilent(AgentNode& node, Time heard, store::Batch& batch) {
     Instance* inst = instances_.Find(id);
     if (!inst || inst->node != node.name) continue;
     if (inst->meter) {
-      StopMeter(*inst, billing::Ending::kPlatform, batch, std::max(inst->meter->since, last));
+      accounts_.Close(*inst, billing::Ending::kPlatform, batch, std::max(inst->meter->since, last));
     }
     Note(*inst, why, batch);
   }
@@ -212,7 +212,7 @@ void State::NodeHeardAgain(AgentNode& node, store::Batch& batch) {
     if (!inst || inst->node != node.name || inst->state != InstanceState::kRunning || inst->meter) {
       continue;
     }
-    StartMeter(*inst, now);
+    accounts_.Open(*inst, now);
     inst->meter->billed = billing::kMinimumSeconds;  // A resumption is not a start.
     Note(*inst, fmt::format("node {} reports again; billing resumes", node.name), batch);
   }

@@ -1,5 +1,5 @@
 // State's operations on what agents report about instances (docs/agent.md): their states and
-// exits, their endpoints, the MIG devices they were given, and the logs agents ship.
+// exits, their endpoints, the MIG devices they were given, and reads of the logs agents ship.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -9,13 +9,6 @@
 #include "core/state.h"
 
 namespace tessera::core {
-
-namespace {
-
-// The newest bytes of an instance's log the server keeps.
-constexpr size_t kLogTailBytes = 256 << 10;
-
-}  // namespace
 
 bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
   if (report.attempt != inst.restarts) return false;  // An earlier attempt's copy.
@@ -137,35 +130,8 @@ Result<State::LogSlice> State::InstanceLog(const Tenant& caller, std::string_vie
   if (!inst || !Visible(caller, *inst)) {
     return Status::NotFound(fmt::format("instance '{}' not found", id));
   }
-  LogSlice slice;
-  slice.state = inst->state;
-  auto it = logs_.find(std::string(id));
-  if (it == logs_.end()) return slice;
-  const std::string& data = it->second.data;
-  slice.end = it->second.end;
-  if (after) {
-    const int64_t first = slice.end - static_cast<int64_t>(data.size());  // Oldest byte kept.
-    if (*after < slice.end) {
-      slice.text = data.substr(static_cast<size_t>(std::max<int64_t>(0, *after - first)));
-    }
-    return slice;
-  }
-  // From the end, back over `tail` newlines; a last line without one counts as a line.
-  size_t pos = data.size();
-  if (pos > 0 && data[pos - 1] == '\n') --pos;
-  size_t lines = 0;
-  bool whole = false;
-  while (lines < tail) {
-    const size_t nl = pos == 0 ? std::string::npos : data.rfind('\n', pos - 1);
-    if (nl == std::string::npos) {
-      whole = true;
-      break;
-    }
-    pos = nl;
-    ++lines;
-  }
-  slice.text = data.substr(whole ? 0 : pos + 1);
-  return slice;
+  LogTails::Slice read = logs_.Read(id, tail, after);
+  return LogSlice{std::move(read.text), read.end, inst->state};
 }
 
 void State::UseReportedMigUuids(Instance& inst) const {
@@ -186,27 +152,6 @@ void State::UseReportedMigUuids(Instance& inst) const {
       }
     }
   }
-}
-
-void State::AppendLog(const Instance& inst, const WorkloadLog& log) {
-  LogTail& tail = logs_[inst.id.str()];
-  if (tail.attempt != log.attempt) {
-    if (!tail.data.empty()) {
-      tail.data += fmt::format("--- attempt {} (restart {}) ---\n", log.attempt + 1, log.attempt);
-    }
-    tail.attempt = log.attempt;
-    tail.end = 0;
-  }
-  if (log.offset > tail.end) {
-    tail.data += fmt::format("[... {} bytes dropped by the agent ...]\n", log.offset - tail.end);
-    tail.end = log.offset;
-  }
-  const int64_t skip = tail.end - log.offset;  // Bytes already held.
-  if (skip < static_cast<int64_t>(log.data.size())) {
-    tail.data.append(log.data, static_cast<size_t>(skip));
-    tail.end = log.offset + static_cast<int64_t>(log.data.size());
-  }
-  if (tail.data.size() > kLogTailBytes) tail.data.erase(0, tail.data.size() - kLogTailBytes);
 }
 
 }  // namespace tessera::core

@@ -60,7 +60,7 @@ Result<Volume> State::DeleteVolume(const Tenant& caller, std::string_view name,
         "holds its volumes too)",
         name, fmt::join(users, ", ")));
   }
-  CloseVolumeMeter(*v, billing::UnixSeconds(clock_->Now()), billing::Ending::kPlatform, batch);
+  accounts_.CloseVolume(*v, billing::UnixSeconds(clock_->Now()), billing::Ending::kPlatform, batch);
   AgentNode* agent = agents_.Find(v->node);
   if (!agent || agent->simulated) {
     // No agent of ours made its data: nothing to wait for.
@@ -71,15 +71,6 @@ Result<Volume> State::DeleteVolume(const Tenant& caller, std::string_view name,
   volumes_.MarkDeleting(*v, batch);
   agents_.Changed(*agent);
   return *v;
-}
-
-void State::CloseVolumeMeter(Volume& v, int64_t end, billing::Ending ending, store::Batch& batch) {
-  const size_t first = batch.ledger.size();
-  billing::Close(v.meter, core::PayerOf(v), end, ending, batch.ledger);
-  for (size_t i = first; i < batch.ledger.size(); ++i) {
-    const store::LedgerRecord& l = batch.ledger[i];
-    spent_[{billing::MonthStart(l.start), l.tenant}] += Money::FromMicros(l.amount_micros);
-  }
 }
 
 Status State::RestoreVolumes(const std::vector<std::pair<std::string, std::string>>& records) {

@@ -78,7 +78,7 @@ TEST_F(StateVolumesTest, AVolumeIsBilledPerGibMonthOneLinePerDayUntilItIsDeleted
   EXPECT_EQ(lines[0].billing, "storage");
   EXPECT_EQ(lines[0].tenant, acme_.id.str());
   // What it accrued since is in a bill read now, as open.
-  const BillingSnapshot snap = state_->SnapshotBilling(*store_, "", 0, INT64_MAX);
+  const BillingSnapshot snap = state_->accounts().Snapshot(*store_, "", 0, INT64_MAX);
   bool open = false;
   for (const auto& l : snap.beyond) open |= l.instance == v.id && l.note == "open";
   EXPECT_TRUE(open);

@@ -283,7 +283,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       r.instance_type = type->id;
       r.count = static_cast<int>(units);
       r.term = "1y";
-      TESSERA_RETURN_IF_ERROR(state.CreateReservation(tenant, r, batch).status());
+      TESSERA_RETURN_IF_ERROR(state.accounts().CreateReservation(tenant, r, batch).status());
       out.reserved_units += units;
       out.reserved_gpus += units * type->gpus;
       out.reservations[type->id] = units;
