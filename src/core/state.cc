@@ -46,7 +46,8 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
                                              options.alerts, options.sealer}),
       accounts_(*catalog, *clock, *fleet_, admission_, tenants_, instances_, volumes_,
                 options.node_timeout),
-      up_since_(clock->Now()) {
+      up_since_(clock->Now()),
+      autoscaler_(options.autoscale_interval) {
   auto sole_tenant = std::make_unique<sched::SoleTenantFilter>();
   sole_tenant_ = sole_tenant.get();
   scheduler_->AddFilter(std::move(sole_tenant));

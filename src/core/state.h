@@ -12,6 +12,7 @@
 //   Accounts         meters, reservations, budgets and billing reads (accounts.h);
 //   BatchWindow      new creates held for a moment, then placed together (batch_window.h);
 //   LogTails         instances' output as their agents shipped it (log_tails.h);
+//   Autoscaler       each autoscaled group's size, as HPA decides it (autoscaler.h);
 //   Recovery         what comes back at start-up, reconciled with the fleet and catalog.
 // Only the core thread touches it. Every operation that changes something appends the changed
 // records to the round's store batch.
@@ -38,6 +39,7 @@
 #include "core/accounts.h"
 #include "core/admission.h"
 #include "core/agents.h"
+#include "core/autoscaler.h"
 #include "core/batch_window.h"
 #include "core/endpoint_index.h"
 #include "core/group.h"
@@ -640,7 +642,7 @@ class State {
   int64_t next_group_ = 1;
   bool groups_retry_ = false;
   std::set<std::string> waiting_groups_;  // Groups that may have members to place.
-  Time last_autoscale_{};
+  Autoscaler autoscaler_;
   std::vector<std::string> ended_members_;
 };
 

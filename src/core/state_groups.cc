@@ -305,91 +305,31 @@ std::optional<double> State::GroupMetric(const Group& g) const {
 
 void State::AutoscaleGroups(store::Batch& batch) {
   const Time now = clock_->Now();
-  if (now - last_autoscale_ < options_.autoscale_interval) return;
-  last_autoscale_ = now;
+  if (!autoscaler_.Due(now)) return;
   for (auto& entry : groups_) {
-    Group& g = entry.second;  // A reference, not a binding: the audit lambda below captures it.
+    Group& g = entry.second;
     if (!g.spec.autoscale || Ended(g.state)) continue;
+    std::optional<Autoscaler::Room> room;
+    if (const Tenant* owner = tenants_.Find(g.tenant.str())) {
+      room = Autoscaler::Room{pending_.Room(*owner), pending_.Count(owner->id.str()),
+                              pending_.CapOf(*owner)};
+    }
+    const Autoscaler::Decision d = autoscaler_.Decide(g, GroupMetric(g), room, now);
+    if (d.resize) {
+      if (Status s = Resize(g, d.to, "scaled in by its autoscaler", batch); !s.ok()) {
+        g.decision += "; refused: " + s.message();
+      }
+    }
+    if (!d.audit) continue;
     const Autoscale& a = *g.spec.autoscale;
-    const int current = g.spec.size;
-    // The schedule's floor: the entry that fired last (within a week) sets it.
-    int floor = a.min;
-    std::string floor_why;
-    std::optional<Time> latest;
-    for (const ScheduleEntry& e : a.schedule) {
-      auto fired = e.cron.Previous(now, std::chrono::hours(24 * 7));
-      if (fired && (!latest || *fired > *latest)) {
-        latest = fired;
-        floor = std::max(a.min, e.min);
-        floor_why = fmt::format("; schedule '{}' sets the floor to {}", e.cron.text(), e.min);
-      }
-    }
-    g.metric_value = GroupMetric(g);
-    int desired = current;
-    std::string why = fmt::format("{}: no readings", AutoscaleMetricName(a.metric));
-    if (g.metric_value) {
-      const double ratio = *g.metric_value / a.target;
-      if (std::abs(ratio - 1) > kAutoscaleTolerance) {
-        // In double, and bounded before the cast: a backlog of 2^40 against a target of 0.001
-        // asks for ~10^15 members, which no int holds.
-        const double wanted = std::ceil(current * ratio - 1e-9);
-        desired = wanted >= a.max ? a.max : wanted <= floor ? floor : static_cast<int>(wanted);
-      }
-      why = fmt::format("{} {:.1f} against a target of {:g} over {} member(s)",
-                        AutoscaleMetricName(a.metric), *g.metric_value, a.target, current);
-    }
-    desired = std::clamp(desired, floor, a.max);
-    // Down only to the highest recommendation of the window; up at once.
-    const Time window = now - std::chrono::seconds(a.scale_down_stabilization_seconds);
-    std::erase_if(g.recommendations, [&](const auto& r) { return r.first < window; });
-    g.recommendations.push_back({now, desired});
-    int next = desired;
-    if (desired < current) {
-      for (const auto& [at, size] : g.recommendations) next = std::max(next, size);
-      next = std::min(next, current);
-      if (now < g.scale_down_after) next = current;
-    }
-    g.desired = next;
-    g.floor = floor;
-    // At its owner's cap on pending work it scales out only as far as the cap leaves room, and
-    // says so, rather than be refused at every evaluation.
-    std::string held;
-    if (const Tenant* owner = tenants_.Find(g.tenant.str()); owner && next > current) {
-      const int64_t room = pending_.Room(*owner);
-      if (next - current > room) {
-        held =
-            fmt::format("; held at {} by its owner's cap on pending instances ({} pending, cap {})",
-                        current + room, pending_.Count(owner->id.str()), pending_.CapOf(*owner));
-        next = current + static_cast<int>(room);
-      }
-    }
-    auto audit = [&] {
-      nlohmann::json detail = {
-          {"from", current},     {"to", next},     {"metric", AutoscaleMetricName(a.metric)},
-          {"target", a.target},  {"floor", floor}, {"max", a.max},
-          {"reason", g.decision}};
-      if (g.metric_value) detail["value"] = *g.metric_value;
-      batch.audit.push_back(
-          {0, FormatRfc3339(now), "autoscaler", "scale group", g.id, 200, DumpJson(detail)});
-      spdlog::info("group {} autoscaled {}", g.id, g.decision);
-    };
-    if (next == current) {
-      if (held.empty()) continue;
-      // Said once, not at every evaluation while it stays held.
-      std::string decision =
-          fmt::format("{} -> {}: {}{}{}", current, g.desired, why, floor_why, held);
-      if (decision != g.decision) {
-        g.decision = std::move(decision);
-        audit();
-      }
-      continue;
-    }
-    g.decision = fmt::format("{} -> {}: {}{}{}", current, next, why, floor_why, held);
-    (next > current ? g.scale_ups : g.scale_downs)++;
-    if (Status s = Resize(g, next, "scaled in by its autoscaler", batch); !s.ok()) {
-      g.decision += "; refused: " + s.message();
-    }
-    audit();
+    nlohmann::json detail = {
+        {"from", d.from},      {"to", d.to},       {"metric", AutoscaleMetricName(a.metric)},
+        {"target", a.target},  {"floor", g.floor}, {"max", a.max},
+        {"reason", g.decision}};
+    if (g.metric_value) detail["value"] = *g.metric_value;
+    batch.audit.push_back(
+        {0, FormatRfc3339(now), "autoscaler", "scale group", g.id, 200, DumpJson(detail)});
+    spdlog::info("group {} autoscaled {}", g.id, g.decision);
   }
 }
 
