@@ -85,7 +85,7 @@ json GroupJson(const core::GroupStatus& st) {
 Result<json> ArchivedGroup(core::Core& core, const core::Tenant& caller, const std::string& id) {
   const Status unknown = Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
   TESSERA_ASSIGN_OR_RETURN(auto record,
-                           core.store().GetSetting(std::string(core::State::kGroupPrefix) + id));
+                           core.store().GetSetting(std::string(core::GroupTable::kPrefix) + id));
   if (!record) return unknown;
   TESSERA_ASSIGN_OR_RETURN(json doc, ParseJson(*record, "stored group " + id));
   TESSERA_ASSIGN_OR_RETURN(core::Group g, core::GroupFromJson(doc, "stored group " + id));

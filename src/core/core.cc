@@ -134,9 +134,9 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto fleet_since, store.GetSetting(std::string(Accounts::kFleetSince)));
   TESSERA_RETURN_IF_ERROR(state.RestoreFleetSince(fleet_since, batch));
   // Groups after instances: they name their members.
-  TESSERA_ASSIGN_OR_RETURN(auto groups, store.ListSettings(std::string(State::kGroupPrefix)));
-  TESSERA_ASSIGN_OR_RETURN(auto next_group, store.GetSetting(std::string(State::kNextGroup)));
-  if (next_group) groups.emplace_back(State::kNextGroup, *next_group);
+  TESSERA_ASSIGN_OR_RETURN(auto groups, store.ListSettings(std::string(GroupTable::kPrefix)));
+  TESSERA_ASSIGN_OR_RETURN(auto next_group, store.GetSetting(std::string(GroupTable::kNextKey)));
+  if (next_group) groups.emplace_back(GroupTable::kNextKey, *next_group);
   TESSERA_RETURN_IF_ERROR(state.RestoreGroups(groups, batch));
   TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(Monitoring::kRulePrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(Monitoring::kAlertPrefix)));

@@ -88,8 +88,9 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
         break;
       }
       case 2: {
-        auto it = cursor.text.empty() ? groups_.begin() : groups_.upper_bound(cursor.text);
-        for (; it != groups_.end() && step.examined < limit; ++it) {
+        auto& groups = groups_.all();
+        auto it = cursor.text.empty() ? groups.begin() : groups.upper_bound(cursor.text);
+        for (; it != groups.end() && step.examined < limit; ++it) {
           Group& g = it->second;
           ++step.examined;
           cursor.text = it->first;
@@ -99,7 +100,7 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
           SaveGroup(g, batch);
           ++step.resealed;
         }
-        if (it == groups_.end()) {
+        if (it == groups.end()) {
           ++cursor.kind;
           cursor.text.clear();
         }
@@ -128,7 +129,7 @@ std::map<std::string, int64_t> State::SealedKeys() const {
     ImageKeys(inst.image, keys);
     for (const std::string& k : keys) ++out[k];
   });
-  for (const auto& [id, g] : groups_) {
+  for (const auto& [id, g] : groups_.all()) {
     std::set<std::string> keys;
     EnvKeys(g.spec.member.env, keys);
     ImageKeys(g.spec.member.image, keys);

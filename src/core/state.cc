@@ -292,7 +292,7 @@ void State::EndRound(store::Batch& batch) {
     const bool reported = ApplyAgentReports(batch);
     const bool settled = SettleGroups(batch);
     if (i > 0 && !reported && !settled) break;
-    const bool groups = std::exchange(groups_retry_, false);
+    const bool groups = groups_.TakeRetry();
     if (groups) PlaceGroups(batch, /*spot=*/false);
     if (queue_.HasUntried()) PlaceQueued(batch);
     if (groups) PlaceGroups(batch, /*spot=*/true);
@@ -304,11 +304,7 @@ void State::EndRound(store::Batch& batch) {
       static_cast<int64_t>(instances_.EvictEndedBefore(cutoff, [this](const Instance& inst) {
         // A member of a group's attempt stays while its group may still need its outcome; the
         // group lists it again when it leaves (EvictEndedGroups).
-        auto g = inst.group.empty() ? groups_.end() : groups_.find(inst.group);
-        if (g != groups_.end() && std::find(g->second.members.begin(), g->second.members.end(),
-                                            inst.id.str()) != g->second.members.end()) {
-          return false;
-        }
+        if (groups_.Lists(inst)) return false;
         logs_.Erase(inst.id.str());
         return true;
       }));
@@ -358,7 +354,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
     pending_.Add(inst.tenant.str());
   }
   inst.state = to;
-  if (!inst.endpoints.empty()) IndexEndpoints(inst);  // Serving only while it runs.
+  if (!inst.endpoints.empty()) endpoints_.Index(inst);  // Serving only while it runs.
   inst.pull.reset();  // A pull belongs to a scheduled attempt: it started, ended or moved.
   // Work that ended for good keeps no values in memory or at rest (a preempted instance may be
   // queued again: EndPreempted drops them when it is not).
@@ -376,7 +372,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
       volume_holders_.erase(inst.id.str());
     }
   }
-  if (was_active && !IsActive(to) && !inst.group.empty()) ended_members_.push_back(inst.id.str());
+  if (was_active && !IsActive(to) && !inst.group.empty()) groups_.MemberEnded(inst.id.str());
 }
 
 void State::CountUsage(const Instance& inst, bool add) {
@@ -460,7 +456,7 @@ void State::Unbook(Instance& inst) {
   sole_tenant_->Release(inst.assignment->node, SourceOf(inst));
   inst.assignment.reset();
   inst.endpoints.clear();
-  IndexEndpoints(inst);
+  endpoints_.Index(inst);
   inst.ran_on = inst.node;
   inst.ran_gpus = std::move(inst.gpus);
   const std::string node = std::move(inst.node);
@@ -634,7 +630,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     ++report.instances;
     if (!IsActive(inst.state)) continue;
     if (!inst.volumes.empty()) volume_holders_.insert(inst.id.str());
-    IndexEndpoints(inst);
+    endpoints_.Index(inst);
     CountUsage(inst, true);
     if (inst.state == InstanceState::kPending) pending_.Add(inst.tenant.str());
     accounts_.CountReservationUnit(inst, true);

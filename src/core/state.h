@@ -12,7 +12,9 @@
 //   Accounts         meters, reservations, budgets and billing reads (accounts.h);
 //   BatchWindow      new creates held for a moment, then placed together (batch_window.h);
 //   LogTails         instances' output as their agents shipped it (log_tails.h);
+//   GroupTable       the groups, their ids, which wait, and their retention (group_table.h);
 //   Autoscaler       each autoscaled group's size, as HPA decides it (autoscaler.h);
+//   EndpointTable    where running instances' ports are reached, and its snapshots;
 //   Recovery         what comes back at start-up, reconciled with the fleet and catalog.
 // Only the core thread touches it. Every operation that changes something appends the changed
 // records to the round's store batch.
@@ -41,8 +43,9 @@
 #include "core/agents.h"
 #include "core/autoscaler.h"
 #include "core/batch_window.h"
-#include "core/endpoint_index.h"
+#include "core/endpoint_table.h"
 #include "core/group.h"
+#include "core/group_table.h"
 #include "core/instance.h"
 #include "core/instance_table.h"
 #include "core/labels.h"
@@ -336,15 +339,13 @@ class State {
                                  store::Batch& batch);
   // The owner's backlog for a group autoscaled on `pending` (PUT /v1/groups/{id}/backlog).
   Result<GroupStatus> SetGroupBacklog(const Tenant& caller, std::string_view id, int64_t pending);
-  const std::map<std::string, Group>& groups() const { return groups_; }
+  const std::map<std::string, Group>& groups() const { return groups_.all(); }
   size_t log_tails() const { return logs_.size(); }  // Instances whose output is in memory.
-  // Rebuilds groups from their records (kGroupPrefix and kNextGroup), after the instances.
+  // Rebuilds groups from their records (GroupTable::kPrefix and kNextKey), after the instances.
   // Values sealed at rest are opened (a key the keyring lacks fails it, naming the key); a
   // registry password stored in the clear before envelope encryption is sealed into `batch`.
   Status RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records,
                        store::Batch& batch);
-  static constexpr std::string_view kGroupPrefix = "group/";
-  static constexpr std::string_view kNextGroup = "groups/next";
 
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
@@ -433,8 +434,6 @@ class State {
   void ApplyVolumeReport(const std::string& node, const AgentSync& sync, store::Batch& batch);
   // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
   void SetEndpoints(Instance& inst, const AgentReport& report);
-  // Makes the endpoint index say what `inst` holds now (a new snapshot when that changed).
-  void IndexEndpoints(const Instance& inst);
   // The desired state's volume parts for `node`: each workload's mounts, and what to delete.
   std::vector<DesiredVolume> WorkloadVolumes(const Instance& inst) const;
   std::vector<std::string> VolumesToDelete(const std::string& node) const;
@@ -446,7 +445,7 @@ class State {
             billing::Ending ending = billing::Ending::kCustomer);
   void CapacityFreed() {
     queue_.CapacityFreed();
-    groups_retry_ = true;
+    groups_.Retry();
   }
   // Groups (groups.cc): members that ended decide their group's fate (a failure restarts it
   // whole); waiting members are placed as gangs. SettleGroups is true when it changed anything.
@@ -476,8 +475,6 @@ class State {
   void SaveGroup(Group& g, store::Batch& batch);
   // A removing node whose work is stopped or moved leaves: true when it did (`node` is gone).
   bool FinishRemoval(AgentNode& node, store::Batch& batch);
-  Result<const Group*> GroupOf(const Tenant& caller, std::string_view id) const;
-  Result<Group*> GroupOf(const Tenant& caller, std::string_view id);
   // Ended groups that ended before `cutoff` leave memory (the store keeps them).
   void EvictEndedGroups(Time cutoff);
   // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for
@@ -604,11 +601,8 @@ class State {
   Tenants tenants_;
   TenantSecrets secrets_;
   Volumes volumes_;
-  // By instance id: IndexEndpoints keeps it; EndpointSnapshot copies it with the services.
-  std::map<std::string, EndpointsOf, std::less<>> endpoints_;
+  EndpointTable endpoints_;  // Where running instances' ports are reached.
   ServiceStats service_stats_;
-  std::shared_ptr<const EndpointIndex> endpoint_snapshot_ = std::make_shared<const EndpointIndex>();
-  bool endpoints_changed_ = false;
   // The active instances that mount volumes (VolumeUsers), kept as they change state.
   std::set<std::string> volume_holders_;
   Admission admission_;
@@ -635,15 +629,8 @@ class State {
   // silent for time before it.
   Time up_since_;
   std::set<std::string> removing_nodes_;  // Joined nodes being removed (RemoveNode).
-  // Groups by id; whether capacity freed (or a group changed) since groups were last tried;
-  // members that ended since the last SettleGroups.
-  std::map<std::string, Group> groups_;
-  Time last_group_sweep_;  // EvictEndedGroups's last cutoff.
-  int64_t next_group_ = 1;
-  bool groups_retry_ = false;
-  std::set<std::string> waiting_groups_;  // Groups that may have members to place.
+  GroupTable groups_;
   Autoscaler autoscaler_;
-  std::vector<std::string> ended_members_;
 };
 
 }  // namespace tessera::core

@@ -42,7 +42,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     }
   }
   if (pending.empty()) {
-    waiting_groups_.erase(g.id);
+    groups_.DoneWaiting(g.id);
     return true;
   }
   const int64_t needed = used.empty() ? std::max(1, g.spec.min_available) : 1;
@@ -288,7 +288,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   g.state = GroupState::kRunning;
   g.reason.clear();
   g.updated_at = clock_->Now();
-  if (placed.size() == pending.size()) waiting_groups_.erase(g.id);
+  if (placed.size() == pending.size()) groups_.DoneWaiting(g.id);
   return true;
 }
 
@@ -298,12 +298,11 @@ bool AwaitsRendezvous(const Instance& inst) {
 
 void State::RendezvousReserved(Instance& rank0, std::optional<int> reserved, store::Batch& batch) {
   if (rank0.rank != 0 || !AwaitsRendezvous(rank0)) return;
-  auto g = groups_.find(rank0.group);
-  if (g == groups_.end()) return;
-  const int port =
-      reserved.value_or(kMasterPortBase + static_cast<int>(g->second.seq % kMasterPorts));
+  const Group* g = groups_.Find(rank0.group);
+  if (!g) return;
+  const int port = reserved.value_or(kMasterPortBase + static_cast<int>(g->seq % kMasterPorts));
   const std::string text = std::to_string(port);
-  for (const std::string& id : g->second.members) {
+  for (const std::string& id : g->members) {
     Instance* m = instances_.Find(id);
     if (!m || !m->assignment || !AwaitsRendezvous(*m)) continue;
     m->group_env["MASTER_PORT"] = text;
@@ -315,26 +314,13 @@ void State::RendezvousReserved(Instance& rank0, std::optional<int> reserved, sto
       Save(*m, batch);
     }
   }
-  spdlog::info("group {}: rank 0 ({}) reserved MASTER_PORT {} on {}", g->first, rank0.id.str(),
-               port, rank0.node);
+  spdlog::info("group {}: rank 0 ({}) reserved MASTER_PORT {} on {}", g->id, rank0.id.str(), port,
+               rank0.node);
 }
 
 void State::PlaceGroups(store::Batch& batch, bool spot) {
-  std::vector<Group*> waiting;
-  for (auto it = waiting_groups_.begin(); it != waiting_groups_.end();) {
-    auto g = groups_.find(*it);
-    if (g == groups_.end() || Ended(g->second.state)) {
-      it = waiting_groups_.erase(it);
-      continue;
-    }
-    if ((g->second.spec.member.billing == Billing::kSpot) == spot) waiting.push_back(&g->second);
-    ++it;
-  }
   // Higher priority first, then first come, first served.
-  std::sort(waiting.begin(), waiting.end(), [](const Group* a, const Group* b) {
-    const int pa = Priority(a->spec.member.billing), pb = Priority(b->spec.member.billing);
-    return pa != pb ? pa > pb : a->seq < b->seq;
-  });
+  const std::vector<Group*> waiting = groups_.Waiting(spot);
   // As the queue does: a gang that found no room is not tried again until capacity frees, so
   // waiting gangs cost a round nothing while the fleet is unchanged, however many wait; and the
   // pass that runs out of failures leaves the untried ones for the next, which starts with them.
@@ -348,21 +334,21 @@ void State::PlaceGroups(store::Batch& batch, bool spot) {
     if (placed) continue;
     g->failed_in = generation;
     if (++failures >= kGroupFailuresPerPass) {
-      groups_retry_ = true;  // The rest are tried in a later pass.
+      groups_.Retry();  // The rest are tried in a later pass.
       break;
     }
   }
 }
 
 bool State::SettleGroups(store::Batch& batch) {
-  if (ended_members_.empty()) return false;
-  std::vector<std::string> ended = std::exchange(ended_members_, {});
+  const std::vector<std::string> ended = groups_.TakeEndedMembers();
+  if (ended.empty()) return false;
   for (const std::string& id : ended) {
     Instance* inst = instances_.Find(id);
     if (!inst) continue;
-    auto it = groups_.find(inst->group);
-    if (it == groups_.end()) continue;
-    Group& g = it->second;
+    Group* found = groups_.Find(inst->group);
+    if (!found) continue;
+    Group& g = *found;
     if (Ended(g.state)) continue;
     if (std::erase(g.draining, id) > 0) {
       if (g.draining.empty()) StartAttempt(g, batch);

@@ -17,20 +17,19 @@ namespace tessera::core {
 Result<GroupStatus> State::CreateGroup(const Tenant& caller, const GroupRequest& req,
                                        store::Batch& batch) {
   Group g;
-  g.id = fmt::format("grp-{:06}", next_group_++);
+  groups_.Number(g);
   g.tenant = caller.id;
   g.spec = req;
-  g.seq = next_group_ - 1;
   // The template's values are sealed under the group's own record (its members' under theirs).
   TESSERA_RETURN_IF_ERROR(CheckSecretRefs(caller, g.spec.member, "template."));
   TESSERA_RETURN_IF_ERROR(SealValues(TemplateRecord(g.id), g.spec.member.env, g.spec.member.image));
   g.created_at = g.updated_at = clock_->Now();
-  Group& stored = groups_.emplace(g.id, std::move(g)).first->second;
+  Group& stored = groups_.Add(std::move(g));
   if (Status s = AddMembers(stored, 0, stored.spec.size, batch); !s.ok()) {
-    groups_.erase(stored.id);  // AddMembers made nothing.
+    groups_.Erase(stored.id);  // AddMembers made nothing.
     return s;
   }
-  batch.settings.emplace_back(std::string(kNextGroup), std::to_string(next_group_));
+  batch.settings.emplace_back(std::string(GroupTable::kNextKey), std::to_string(groups_.next()));
   if (!PlaceGang(stored, batch)) stored.failed_in = queue_.generation();
   SaveGroup(stored, batch);
   return StatusOf(stored);
@@ -65,9 +64,9 @@ Status State::AddMembers(Group& g, int from, int to, store::Batch& batch, bool r
     g.members[static_cast<size_t>(rank)] = inst->id.str();
     Save(*inst, batch);
   }
-  groups_retry_ = true;
+  groups_.Retry();
   g.failed_in = -1;  // New members: worth a try whatever the capacity.
-  waiting_groups_.insert(g.id);
+  groups_.MarkWaiting(g.id);
   return Status::Ok();
 }
 
@@ -92,32 +91,18 @@ GroupStatus State::StatusOf(const Group& g) const {
 void State::SaveGroup(Group& g, store::Batch& batch) {
   // A group that ended makes no members again: its template keeps no values.
   if (Ended(g.state)) DropValues(g.spec.member.env, g.spec.member.image);
-  batch.settings.emplace_back(std::string(kGroupPrefix) + g.id,
+  batch.settings.emplace_back(std::string(GroupTable::kPrefix) + g.id,
                               DumpJson(ToJson(g, Secrets::kStored)));
 }
 
-// The caller's group (any, for the admin); NotFound alike for an unknown id and another's group.
-Result<const Group*> State::GroupOf(const Tenant& caller, std::string_view id) const {
-  auto it = groups_.find(std::string(id));
-  if (it == groups_.end() || !(caller.admin || caller.id == it->second.tenant)) {
-    return Status::NotFound(fmt::format("group '{}' not found", Quote(id)));
-  }
-  return &it->second;
-}
-
-Result<Group*> State::GroupOf(const Tenant& caller, std::string_view id) {
-  TESSERA_ASSIGN_OR_RETURN(const Group* g, std::as_const(*this).GroupOf(caller, id));
-  return const_cast<Group*>(g);
-}
-
 Result<GroupStatus> State::GetGroup(const Tenant& caller, std::string_view id) const {
-  TESSERA_ASSIGN_OR_RETURN(const Group* g, GroupOf(caller, id));
+  TESSERA_ASSIGN_OR_RETURN(const Group* g, groups_.Of(caller, id));
   return StatusOf(*g);
 }
 
 std::vector<GroupStatus> State::ListGroups(const Tenant& caller) const {
   std::vector<GroupStatus> out;
-  for (const auto& [id, g] : groups_) {
+  for (const auto& [id, g] : groups_.all()) {
     if (caller.admin || caller.id == g.tenant) out.push_back(StatusOf(g));
   }
   return out;
@@ -125,7 +110,7 @@ std::vector<GroupStatus> State::ListGroups(const Tenant& caller) const {
 
 Result<GroupStatus> State::DeleteGroup(const Tenant& caller, std::string_view id,
                                        store::Batch& batch) {
-  TESSERA_ASSIGN_OR_RETURN(Group * found, GroupOf(caller, id));
+  TESSERA_ASSIGN_OR_RETURN(Group * found, groups_.Of(caller, id));
   Group& g = *found;
   if (g.state != GroupState::kDeleted) {
     g.state = GroupState::kDeleted;
@@ -148,7 +133,7 @@ Result<GroupStatus> State::ScaleGroup(const Tenant& caller, std::string_view id,
 
 Result<GroupStatus> State::PatchGroup(const Tenant& caller, std::string_view id,
                                       const GroupPatch& patch, store::Batch& batch) {
-  TESSERA_ASSIGN_OR_RETURN(Group * found, GroupOf(caller, id));
+  TESSERA_ASSIGN_OR_RETURN(Group * found, groups_.Of(caller, id));
   Group& g = *found;
   if (Ended(g.state)) {
     return Status::FailedPrecondition(
@@ -249,7 +234,7 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
 
 Result<GroupStatus> State::SetGroupBacklog(const Tenant& caller, std::string_view id,
                                            int64_t pending) {
-  TESSERA_ASSIGN_OR_RETURN(Group * g, GroupOf(caller, id));
+  TESSERA_ASSIGN_OR_RETURN(Group * g, groups_.Of(caller, id));
   g->backlog = pending;
   return StatusOf(*g);
 }
@@ -306,7 +291,7 @@ std::optional<double> State::GroupMetric(const Group& g) const {
 void State::AutoscaleGroups(store::Batch& batch) {
   const Time now = clock_->Now();
   if (!autoscaler_.Due(now)) return;
-  for (auto& entry : groups_) {
+  for (auto& entry : groups_.all()) {
     Group& g = entry.second;
     if (!g.spec.autoscale || Ended(g.state)) continue;
     std::optional<Autoscaler::Room> room;
@@ -334,18 +319,9 @@ void State::AutoscaleGroups(store::Batch& batch) {
 }
 
 void State::EvictEndedGroups(Time cutoff) {
-  // A sweep a minute at most (or a retention, when shorter): ended groups wait an hour by default.
-  if (cutoff - last_group_sweep_ <
-      std::min<Duration>(std::chrono::minutes(1), options_.retention)) {
-    return;
-  }
-  last_group_sweep_ = cutoff;
-  std::erase_if(groups_, [&](const auto& entry) {
-    const Group& g = entry.second;
-    if (!Ended(g.state) || g.updated_at >= cutoff) return false;
+  groups_.EvictEnded(cutoff, options_.retention, [this](const Group& g) {
     ReleaseMembers(g.members);
     service_stats_.Forget(g.id);
-    return true;
   });
 }
 
@@ -366,14 +342,14 @@ void State::ReleaseMembers(const std::vector<std::string>& ids) {
 Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records,
                             store::Batch& batch) {
   for (const auto& [key, value] : records) {
-    if (key == kNextGroup) {
-      next_group_ = std::max<int64_t>(next_group_, std::atoll(value.c_str()));
+    if (key == GroupTable::kNextKey) {
+      groups_.Restored(std::atoll(value.c_str()) - 1);
       continue;
     }
     auto j = ParseJson(value, "setting " + key);
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(Group g, GroupFromJson(*j, "setting " + key));
-    next_group_ = std::max(next_group_, g.seq + 1);
+    groups_.Restored(g.seq);
     TESSERA_ASSIGN_OR_RETURN(
         const bool changed,
         OpenValues(TemplateRecord(g.id), Ended(g.state), g.spec.member.env, g.spec.member.image));
@@ -385,15 +361,15 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
       g.scale_down_after =
           clock_->Now() + std::chrono::seconds(g.spec.autoscale->scale_down_stabilization_seconds);
     }
-    if (!Ended(g.state)) waiting_groups_.insert(g.id);  // PlaceGang drops those with none.
+    if (!Ended(g.state)) groups_.MarkWaiting(g.id);  // PlaceGang drops those with none.
     for (const std::string& id : g.draining) {
       // Instances are restored first: one that ended lets the next attempt start.
       const Instance* inst = instances_.Find(id);
-      if (!inst || !IsActive(inst->state)) ended_members_.push_back(id);
+      if (!inst || !IsActive(inst->state)) groups_.MemberEnded(id);
     }
-    groups_[g.id] = std::move(g);
+    groups_.Add(std::move(g));
   }
-  groups_retry_ = true;
+  groups_.Retry();
   return Status::Ok();
 }
 
@@ -406,7 +382,7 @@ void State::RetireReplacedGroups(store::Batch& batch) {
     bool retired = false;
     for (StackObjectRecord& o : next.objects) {
       if (o.retiring.empty()) continue;
-      auto g = GroupOf(*owner, o.id);
+      auto g = groups_.Of(*owner, o.id);
       if (!g.ok() || (*g)->state != GroupState::kRunning) continue;  // Not ready: the old stay.
       const Group& group = **g;
       const bool all_run =
@@ -416,7 +392,7 @@ void State::RetireReplacedGroups(store::Batch& batch) {
           });
       if (!all_run || group.members.empty()) continue;
       for (const std::string& old : o.retiring) {
-        auto was = GroupOf(*owner, old);
+        auto was = groups_.Of(*owner, old);
         if (was.ok() && !Ended((*was)->state)) (void)DeleteGroup(*owner, old, batch);
       }
       o.retiring.clear();

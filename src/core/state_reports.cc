@@ -92,36 +92,11 @@ void State::SetEndpoints(Instance& inst, const AgentReport& report) {
     inst.endpoints.push_back(
         {port, node && !node->address.empty() ? node->address : inst.node, host_port});
   }
-  IndexEndpoints(inst);
-}
-
-void State::IndexEndpoints(const Instance& inst) {
-  const auto it = endpoints_.find(inst.id.str());
-  const bool had = it != endpoints_.end();
-  const bool serving = inst.state == InstanceState::kRunning;
-  if (!had && inst.endpoints.empty()) return;
-  if (had && it->second.endpoints == inst.endpoints && it->second.serving == serving) return;
-  if (inst.endpoints.empty()) {
-    endpoints_.erase(it);
-  } else {
-    endpoints_[inst.id.str()] = {inst.tenant.str(), inst.endpoints, serving};
-  }
-  endpoints_changed_ = true;
+  endpoints_.Index(inst);
 }
 
 std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
-  if (endpoints_changed_) {
-    auto next = std::make_shared<EndpointIndex>();
-    next->instances = endpoints_;
-    for (const auto& [id, g] : groups_) {
-      if (g.spec.service && !Ended(g.state)) {
-        next->services[id] = {g.tenant.str(), *g.spec.service, g.members};
-      }
-    }
-    endpoint_snapshot_ = std::move(next);
-    endpoints_changed_ = false;
-  }
-  return endpoint_snapshot_;
+  return endpoints_.Snapshot(groups_.all());
 }
 
 Result<State::LogSlice> State::InstanceLog(const Tenant& caller, std::string_view id, size_t tail,

@@ -48,7 +48,7 @@ std::vector<std::string> State::SecretUsers(const std::string& tenant,
       out.push_back(inst.id.str());
     }
   });
-  for (const auto& [id, g] : groups_) {
+  for (const auto& [id, g] : groups_.all()) {
     if (g.tenant.str() == tenant && !Ended(g.state) &&
         Refers(g.spec.member.env, g.spec.member.image, name)) {
       out.push_back(id);

@@ -234,7 +234,7 @@ TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppe
   int groups = 0;
   for (const auto& [key, value] : *settings) {
     json j = json::parse(value, nullptr, false);
-    if (key.starts_with(State::kGroupPrefix) && j.is_object() && j.contains("template")) {
+    if (key.starts_with(GroupTable::kPrefix) && j.is_object() && j.contains("template")) {
       const bool ended = ++groups == 2;
       j["template"]["registry_auth"]["password"] = ended ? "pw-ended" : "pw-group";
       if (ended) j["state"] = "deleted";
