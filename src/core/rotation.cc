@@ -77,7 +77,8 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
           ++step.examined;
           cursor.seq = inst.seq;
           if (!IsActive(inst.state) || !Unseal(key_id, inst.env, inst.image)) return true;
-          failed = SealValues(InstanceRecord(inst.id.str()), inst.env, inst.image);
+          failed = secrets_.SealValues(TenantSecrets::InstanceRecord(inst.id.str()), inst.env,
+                                       inst.image);
           if (!failed.ok()) return false;
           Save(inst, batch);
           ++step.resealed;
@@ -95,8 +96,8 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
           ++step.examined;
           cursor.text = it->first;
           if (Ended(g.state) || !Unseal(key_id, g.spec.member.env, g.spec.member.image)) continue;
-          TESSERA_RETURN_IF_ERROR(
-              SealValues(TemplateRecord(g.id), g.spec.member.env, g.spec.member.image));
+          TESSERA_RETURN_IF_ERROR(secrets_.SealValues(TenantSecrets::TemplateRecord(g.id),
+                                                      g.spec.member.env, g.spec.member.image));
           SaveGroup(g, batch);
           ++step.resealed;
         }

@@ -182,4 +182,87 @@ json ToJson(const Secret& s) {
           {"version", s.version}};
 }
 
+std::vector<std::string> TenantSecrets::RefsOf(const Env& env, const ImageSpec& image) {
+  std::vector<std::string> refs = SecretRefs(env);
+  if (image.auth && !image.auth->password_secret.empty()) {
+    refs.push_back(image.auth->password_secret);
+  }
+  return refs;
+}
+
+Status TenantSecrets::CheckRefs(std::string_view tenant, const Env& env, const ImageSpec& image,
+                                std::string_view field) const {
+  for (const auto& [var, v] : env) {
+    if (v.is_secret() && !Find(tenant, v.secret)) {
+      return Status::InvalidArgument(
+          fmt::format("field '{}env.{}': secret '{}' does not exist (POST /v1/secrets makes it)",
+                      field, var, v.secret));
+    }
+  }
+  if (image.auth && !image.auth->password_secret.empty() &&
+      !Find(tenant, image.auth->password_secret)) {
+    return Status::InvalidArgument(fmt::format(
+        "field '{}registry_auth.password': secret '{}' does not exist (POST /v1/secrets makes it)",
+        field, image.auth->password_secret));
+  }
+  return Status::Ok();
+}
+
+std::string TenantSecrets::Missing(std::string_view tenant, const Env& env,
+                                   const ImageSpec& image) const {
+  for (const std::string& name : RefsOf(env, image)) {
+    if (!Find(tenant, name)) return name;
+  }
+  return "";
+}
+
+void TenantSecrets::Resolve(std::string_view tenant, const Env& env,
+                            std::map<std::string, std::string>& out) const {
+  for (const auto& [name, v] : env) {
+    if (out.contains(name) || v.dropped) continue;  // Tessera's own variables win.
+    if (!v.is_secret()) {
+      out[name] = v.value;
+    } else if (const Secret* s = Find(tenant, v.secret)) {
+      out[name] = s->value;
+    }
+    // A secret deleted by force after the instance started: the instance runs already, and
+    // a new attempt fails before it asks for the value (State::Requeue).
+  }
+}
+
+std::string TenantSecrets::InstanceRecord(std::string_view id) {
+  return fmt::format("instance/{}", id);
+}
+
+std::string TenantSecrets::TemplateRecord(std::string_view group) {
+  return fmt::format("group/{}/template", group);
+}
+
+Status TenantSecrets::SealValues(std::string_view record, Env& env, ImageSpec& image) const {
+  TESSERA_RETURN_IF_ERROR(SealEnv(sealer_, record, env));
+  return SealImageAuth(sealer_, record, image);
+}
+
+Result<bool> TenantSecrets::OpenValues(std::string_view record, bool ended, Env& env,
+                                       ImageSpec& image) const {
+  TESSERA_RETURN_IF_ERROR(OpenEnv(sealer_, record, env));
+  TESSERA_RETURN_IF_ERROR(OpenImageAuth(sealer_, record, image));
+  if (!HoldsPlainPassword(image)) return false;
+  if (ended) {
+    DropValues(env, image);
+    return true;
+  }
+  if (sealer_ == nullptr) return false;  // Sealed at the first start with a keyring.
+  TESSERA_RETURN_IF_ERROR(SealImageAuth(sealer_, record, image));
+  return true;
+}
+
+void TenantSecrets::DropValues(Env& env, ImageSpec& image) {
+  DropEnvValues(env);
+  if (image.auth) {
+    image.auth->password.clear();
+    image.auth->sealed.clear();
+  }
+}
+
 }  // namespace tessera::core

@@ -22,6 +22,8 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "core/env.h"
+#include "core/image.h"
 #include "store/store.h"
 
 namespace tessera {
@@ -84,6 +86,33 @@ class TenantSecrets {
                             store::Batch& batch);
   // How many values each key id seals.
   void CountKeys(std::map<std::string, int64_t>& by_key) const;
+
+  // The values a workload carries (an instance's, or a group's template): its env, whose entries
+  // are literals or references to `tenant`'s secrets, and its registry credentials.
+  // The names of the secrets they refer to: the env's, and the registry password's.
+  static std::vector<std::string> RefsOf(const Env& env, const ImageSpec& image);
+  // OK, or InvalidArgument naming the field (`field` prefixes it: "template." for a group's) that
+  // refers to a secret `tenant` does not have.
+  Status CheckRefs(std::string_view tenant, const Env& env, const ImageSpec& image,
+                   std::string_view field = "") const;
+  // The first secret they refer to that `tenant` no longer has; "" when none.
+  std::string Missing(std::string_view tenant, const Env& env, const ImageSpec& image) const;
+  // What a workload's agent is told: each of `env`'s variables that `out` lacks (Tessera's own
+  // win), a reference resolved to its secret's value (one deleted since is left out).
+  void Resolve(std::string_view tenant, const Env& env,
+               std::map<std::string, std::string>& out) const;
+  // The records values are sealed under: an instance's own, and a group's template.
+  static std::string InstanceRecord(std::string_view id);
+  static std::string TemplateRecord(std::string_view group);
+  // Seals the env literals and the registry password of record `record` not sealed yet.
+  Status SealValues(std::string_view record, Env& env, ImageSpec& image) const;
+  // Opens them (a restore). A registry password stored in the clear before envelope encryption
+  // is dropped when the work `ended`, else sealed (kept as it was without a keyring). True when
+  // that changed the record, which must then be saved again.
+  Result<bool> OpenValues(std::string_view record, bool ended, Env& env, ImageSpec& image) const;
+  // Drops the env literals and the registry password (the work ended for good); references to
+  // secrets stay.
+  static void DropValues(Env& env, ImageSpec& image);
 
  private:
   static std::string Key(std::string_view tenant, std::string_view name);

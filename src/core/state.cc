@@ -76,7 +76,7 @@ Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> q
 Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
                                  bool readmit, std::string_view group) {
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(req));
-  TESSERA_RETURN_IF_ERROR(CheckSecretRefs(caller, req));
+  TESSERA_RETURN_IF_ERROR(secrets_.CheckRefs(caller.id.str(), req.env, req.image));
   TESSERA_RETURN_IF_ERROR(CheckVolumes(caller, req, count, group));
   const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape) * count;
   const int64_t used = usage_.Milli(caller.id.str());
@@ -113,7 +113,8 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.image = req.image;
   for (auto& [name, v] : inst.env) v.sealed.clear();  // A template's, under the group's record.
   if (inst.image.auth) inst.image.auth->sealed.clear();
-  TESSERA_RETURN_IF_ERROR(SealValues(InstanceRecord(id.str()), inst.env, inst.image));
+  TESSERA_RETURN_IF_ERROR(
+      secrets_.SealValues(TenantSecrets::InstanceRecord(id.str()), inst.env, inst.image));
   if (req.billing == Billing::kReserved) {
     TESSERA_ASSIGN_OR_RETURN(inst.reservation, accounts_.ClaimReservation(caller, admitted.shape));
     accounts_.CountReservationUnit(inst, true);
@@ -360,7 +361,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   // queued again: EndPreempted drops them when it is not).
   if (to == InstanceState::kTerminated || to == InstanceState::kSucceeded ||
       to == InstanceState::kFailed) {
-    DropValues(inst.env, inst.image);
+    TenantSecrets::DropValues(inst.env, inst.image);
   }
   Record(inst, std::move(reason));
   if (!IsActive(to)) instances_.Ended(inst);
@@ -585,7 +586,7 @@ void State::EndPreempted(Instance& v, const std::string& why, store::Batch& batc
   if (v.restart && v.group.empty()) {
     Requeue(v, why, batch);
   } else {
-    DropValues(v.env, v.image);
+    TenantSecrets::DropValues(v.env, v.image);
   }
 }
 
@@ -595,7 +596,8 @@ void State::Requeue(Instance& inst, const std::string& why, store::Batch& batch)
     Transition(inst, InstanceState::kFailed, why, batch, billing::Ending::kPlatform);
     return;
   }
-  if (const std::string gone = MissingSecret(inst); !gone.empty()) {
+  if (const std::string gone = secrets_.Missing(inst.tenant.str(), inst.env, inst.image);
+      !gone.empty()) {
     Transition(inst, InstanceState::kFailed,
                fmt::format("{}; it cannot restart: its secret '{}' was deleted", why, gone), batch,
                billing::Ending::kPlatform);
@@ -621,9 +623,10 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(StoredInstance stored, FromStoredJson(*j, *fleet_));
     // Values sealed at rest are opened now: a key the keyring lacks stops the start, naming it.
-    TESSERA_ASSIGN_OR_RETURN(const bool changed,
-                             OpenValues(InstanceRecord(rec.id), !IsActive(stored.instance.state),
-                                        stored.instance.env, stored.instance.image));
+    TESSERA_ASSIGN_OR_RETURN(
+        const bool changed,
+        secrets_.OpenValues(TenantSecrets::InstanceRecord(rec.id), !IsActive(stored.instance.state),
+                            stored.instance.env, stored.instance.image));
     Instance& inst = instances_.Add(std::move(stored.instance));
     if (changed) Save(inst, batch);
     next_instance_ = std::max(next_instance_, inst.seq + 1);

@@ -15,6 +15,8 @@
 //   GroupTable       the groups, their ids, which wait, and their retention (group_table.h);
 //   Autoscaler       each autoscaled group's size, as HPA decides it (autoscaler.h);
 //   EndpointTable    where running instances' ports are reached, and its snapshots;
+//   TenantSecrets    secrets, and the values workloads carry, sealed and resolved (secrets.h);
+//   Volumes          tenants' volumes and where they are (volumes.h);
 //   Recovery         what comes back at start-up, reconciled with the fleet and catalog.
 // Only the core thread touches it. Every operation that changes something appends the changed
 // records to the round's store batch.
@@ -391,27 +393,6 @@ class State {
   const PendingWork& pending_work() const { return pending_; }
 
  private:
-  // OK, or InvalidArgument naming the field of `req` that refers to a secret the caller's tenant
-  // does not have (`field` prefixes it: "template." for a group's).
-  Status CheckSecretRefs(const Tenant& caller, const CreateInstanceRequest& req,
-                         std::string_view field = "") const;
-  // The first secret `inst` refers to that its tenant no longer has; "" when none.
-  std::string MissingSecret(const Instance& inst) const;
-  // The values a workload's agent is told: `inst`'s env with each reference resolved.
-  void AddUserEnv(const Instance& inst, std::map<std::string, std::string>& env) const;
-  // The records a workload's values are sealed under: an instance's own ("instance/<id>") and a
-  // group's template ("group/<id>/template").
-  static std::string InstanceRecord(std::string_view id);
-  static std::string TemplateRecord(std::string_view group);
-  // Seals the env literals and the registry password of record `record` not sealed yet.
-  Status SealValues(std::string_view record, Env& env, ImageSpec& image) const;
-  // Opens them (a restore). A registry password stored in the clear before envelope encryption
-  // is dropped when the work `ended`, else sealed (kept as it was without a keyring). True when
-  // that changed the record, which must then be saved again.
-  Result<bool> OpenValues(std::string_view record, bool ended, Env& env, ImageSpec& image) const;
-  // Drops the env literals and the registry password from memory and store (the work ended for
-  // good); references to secrets stay.
-  static void DropValues(Env& env, ImageSpec& image);
   // CreateInstance's parts: admission with the quota for `count` such instances, the cap on
   // pending work (unless `readmit`: a group's restart, which makes again what was admitted) and
   // the budget; then the instance itself, pending (with its reservation unit for `reserved`).

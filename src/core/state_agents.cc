@@ -481,7 +481,7 @@ DesiredState State::DesiredState(const std::string& name) const {
     w.env = WorkloadEnv(*inst);
     // Only this node's agent, authenticated by its node token, is sent the workload's secret
     // values and registry password.
-    AddUserEnv(*inst, w.env);
+    secrets_.Resolve(inst->tenant.str(), inst->env, w.env);
     w.cpu_milli = inst->shape.vcpus * 1000;
     w.memory_mib = inst->shape.memory_mib;
     w.stop_grace_ms = inst->stop_grace_seconds * 1000;

@@ -21,8 +21,10 @@ Result<GroupStatus> State::CreateGroup(const Tenant& caller, const GroupRequest&
   g.tenant = caller.id;
   g.spec = req;
   // The template's values are sealed under the group's own record (its members' under theirs).
-  TESSERA_RETURN_IF_ERROR(CheckSecretRefs(caller, g.spec.member, "template."));
-  TESSERA_RETURN_IF_ERROR(SealValues(TemplateRecord(g.id), g.spec.member.env, g.spec.member.image));
+  TESSERA_RETURN_IF_ERROR(
+      secrets_.CheckRefs(caller.id.str(), g.spec.member.env, g.spec.member.image, "template."));
+  TESSERA_RETURN_IF_ERROR(secrets_.SealValues(TenantSecrets::TemplateRecord(g.id),
+                                              g.spec.member.env, g.spec.member.image));
   g.created_at = g.updated_at = clock_->Now();
   Group& stored = groups_.Add(std::move(g));
   if (Status s = AddMembers(stored, 0, stored.spec.size, batch); !s.ok()) {
@@ -90,7 +92,7 @@ GroupStatus State::StatusOf(const Group& g) const {
 
 void State::SaveGroup(Group& g, store::Batch& batch) {
   // A group that ended makes no members again: its template keeps no values.
-  if (Ended(g.state)) DropValues(g.spec.member.env, g.spec.member.image);
+  if (Ended(g.state)) TenantSecrets::DropValues(g.spec.member.env, g.spec.member.image);
   batch.settings.emplace_back(std::string(GroupTable::kPrefix) + g.id,
                               DumpJson(ToJson(g, Secrets::kStored)));
 }
@@ -351,8 +353,8 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
     TESSERA_ASSIGN_OR_RETURN(Group g, GroupFromJson(*j, "setting " + key));
     groups_.Restored(g.seq);
     TESSERA_ASSIGN_OR_RETURN(
-        const bool changed,
-        OpenValues(TemplateRecord(g.id), Ended(g.state), g.spec.member.env, g.spec.member.image));
+        const bool changed, secrets_.OpenValues(TenantSecrets::TemplateRecord(g.id), Ended(g.state),
+                                                g.spec.member.env, g.spec.member.image));
     if (changed) SaveGroup(g, batch);
     // As in a running server, an ended group stays in memory for the retention only.
     if (Ended(g.state) && g.updated_at < clock_->Now() - options_.retention) continue;

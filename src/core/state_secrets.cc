@@ -10,18 +10,8 @@ namespace tessera::core {
 
 namespace {
 
-// The names of the secrets an instance or a template refers to: its env's, and its registry
-// password's.
-std::vector<std::string> RefsOf(const Env& env, const ImageSpec& image) {
-  std::vector<std::string> refs = SecretRefs(env);
-  if (image.auth && !image.auth->password_secret.empty()) {
-    refs.push_back(image.auth->password_secret);
-  }
-  return refs;
-}
-
 bool Refers(const Env& env, const ImageSpec& image, const std::string& name) {
-  for (const std::string& r : RefsOf(env, image)) {
+  for (const std::string& r : TenantSecrets::RefsOf(env, image)) {
     if (r == name) return true;
   }
   return false;
@@ -80,77 +70,6 @@ Status State::DeleteSecret(const Tenant& caller, const std::string& name, bool f
     }
   }
   return Status::Ok();
-}
-
-Status State::CheckSecretRefs(const Tenant& caller, const CreateInstanceRequest& req,
-                              std::string_view field) const {
-  for (const auto& [var, v] : req.env) {
-    if (v.is_secret() && !secrets_.Find(caller.id.str(), v.secret)) {
-      return Status::InvalidArgument(
-          fmt::format("field '{}env.{}': secret '{}' does not exist (POST /v1/secrets makes it)",
-                      field, var, v.secret));
-    }
-  }
-  if (req.image.auth && !req.image.auth->password_secret.empty() &&
-      !secrets_.Find(caller.id.str(), req.image.auth->password_secret)) {
-    return Status::InvalidArgument(fmt::format(
-        "field '{}registry_auth.password': secret '{}' does not exist (POST /v1/secrets makes it)",
-        field, req.image.auth->password_secret));
-  }
-  return Status::Ok();
-}
-
-std::string State::MissingSecret(const Instance& inst) const {
-  for (const std::string& name : RefsOf(inst.env, inst.image)) {
-    if (!secrets_.Find(inst.tenant.str(), name)) return name;
-  }
-  return "";
-}
-
-void State::AddUserEnv(const Instance& inst, std::map<std::string, std::string>& env) const {
-  for (const auto& [name, v] : inst.env) {
-    if (env.contains(name) || v.dropped) continue;  // Tessera's own variables win.
-    if (!v.is_secret()) {
-      env[name] = v.value;
-    } else if (const Secret* s = secrets_.Find(inst.tenant.str(), v.secret)) {
-      env[name] = s->value;
-    }
-    // A secret deleted by force after the instance started: the instance runs already, and
-    // a new attempt fails before it asks for the value (Requeue).
-  }
-}
-
-std::string State::InstanceRecord(std::string_view id) { return fmt::format("instance/{}", id); }
-
-std::string State::TemplateRecord(std::string_view group) {
-  return fmt::format("group/{}/template", group);
-}
-
-Status State::SealValues(std::string_view record, Env& env, ImageSpec& image) const {
-  TESSERA_RETURN_IF_ERROR(SealEnv(options_.sealer, record, env));
-  return SealImageAuth(options_.sealer, record, image);
-}
-
-Result<bool> State::OpenValues(std::string_view record, bool ended, Env& env,
-                               ImageSpec& image) const {
-  TESSERA_RETURN_IF_ERROR(OpenEnv(options_.sealer, record, env));
-  TESSERA_RETURN_IF_ERROR(OpenImageAuth(options_.sealer, record, image));
-  if (!HoldsPlainPassword(image)) return false;
-  if (ended) {
-    DropValues(env, image);
-    return true;
-  }
-  if (options_.sealer == nullptr) return false;  // Sealed at the first start with a keyring.
-  TESSERA_RETURN_IF_ERROR(SealImageAuth(options_.sealer, record, image));
-  return true;
-}
-
-void State::DropValues(Env& env, ImageSpec& image) {
-  DropEnvValues(env);
-  if (image.auth) {
-    image.auth->password.clear();
-    image.auth->sealed.clear();
-  }
 }
 
 }  // namespace tessera::core
