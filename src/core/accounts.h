@@ -78,6 +78,8 @@ class Accounts {
   Accounts(const catalog::Catalog& catalog, const Clock& clock, const fleet::Fleet& fleet,
            Admission& admission, const Tenants& tenants, InstanceTable& instances, Volumes& volumes,
            Duration node_timeout);
+  Accounts(const Accounts&) = delete;
+  Accounts& operator=(const Accounts&) = delete;
 
   // Meters. Open starts `inst`'s interval when its workload started (clamped to its attempt's
   // wait and to now), or at `since` (billing resumes when a silent node reports again), at the

@@ -97,6 +97,10 @@ class State {
   // `catalog` and `clock` must outlive the state.
   State(const catalog::Catalog* catalog, const Clock* clock, std::unique_ptr<fleet::Fleet> fleet,
         std::unique_ptr<sched::Scheduler> scheduler, StateOptions options);
+  // Its parts hold references to one another (Accounts reads the instances): never copied or
+  // moved.
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
 
   // REQUIRES: a fresh State, before any other operation.
   // Rebuilds from stored records, reconciling with today's fleet and catalog (recovery.h): what
