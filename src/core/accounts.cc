@@ -149,26 +149,23 @@ void Accounts::Restored(const Instance& inst) {
 void Accounts::AccruedLines(const std::string& tenant, int64_t from, int64_t to,
                             std::vector<store::LedgerRecord>& lines) const {
   const int64_t now = billing::UnixSeconds(clock_.Now());
+  // What an open meter owes up to now, closed on a copy. Only the stretch that holds now is still
+  // growing; earlier days' stretches are what the midnight roll writes, to the byte.
+  auto accrue = [&](billing::Meter meter, const billing::Payer& payer) {
+    const size_t first = lines.size();
+    billing::Close(meter, payer, now, billing::Ending::kRoll, lines);
+    if (lines.size() > first && lines.back().end == now) lines.back().note = "open";
+  };
   for (const auto& [id, r] : reservations_) {
     if (tenant.empty() || r.tenant == tenant) billing::ReservationLines(r, from, to, lines, now);
   }
   for (const Volume* v : volumes_.List(tenant)) {
-    if (v->deleting) continue;
-    billing::Meter accrued = v->meter;
-    const size_t first = lines.size();
-    billing::Close(accrued, core::PayerOf(*v), now, billing::Ending::kRoll, lines);
-    if (lines.size() > first && lines.back().end == now) lines.back().note = "open";
+    if (!v->deleting) accrue(v->meter, core::PayerOf(*v));
   }
   auto it = tenant.empty() ? metered_.begin() : metered_.lower_bound({tenant, ""});
   for (; it != metered_.end() && (tenant.empty() || it->first == tenant); ++it) {
     const Instance* inst = instances_.Find(it->second);
-    if (!inst || !inst->meter) continue;
-    billing::Meter accrued = *inst->meter;
-    const size_t first = lines.size();
-    billing::Close(accrued, PayerOf(*inst), now, billing::Ending::kRoll, lines);
-    // Only the stretch that holds now is still growing; earlier days' stretches are what the
-    // midnight roll writes, to the byte.
-    if (lines.size() > first && lines.back().end == now) lines.back().note = "open";
+    if (inst && inst->meter) accrue(*inst->meter, PayerOf(*inst));
   }
 }
 
@@ -531,20 +528,19 @@ std::vector<BudgetStatus> Accounts::Budgets(const Tenant& caller) const {
   return out;
 }
 
-Status Accounts::RestoreFleetSince(const std::optional<std::string>& record, Time earliest,
-                                   store::Batch& batch) {
-  if (record) {
-    auto since = ParseRfc3339(*record);
-    if (!since.ok()) {
-      return Status::DataLoss(
-          fmt::format("stored setting '{}': {}", kFleetSince, since.status().message()));
-    }
-    fleet_since_ = billing::UnixSeconds(*since);
-    return Status::Ok();
+Status Accounts::RestoreFleetSince(const std::string& record) {
+  auto since = ParseRfc3339(record);
+  if (!since.ok()) {
+    return Status::DataLoss(
+        fmt::format("stored setting '{}': {}", kFleetSince, since.status().message()));
   }
-  fleet_since_ = billing::UnixSeconds(earliest);
-  batch.settings.emplace_back(std::string(kFleetSince), FormatRfc3339(earliest));
+  fleet_since_ = billing::UnixSeconds(*since);
   return Status::Ok();
+}
+
+void Accounts::DateFleetSince(Time since, store::Batch& batch) {
+  fleet_since_ = billing::UnixSeconds(since);
+  batch.settings.emplace_back(std::string(kFleetSince), FormatRfc3339(since));
 }
 
 Status Accounts::RestoreBudgets(const std::vector<std::pair<std::string, std::string>>& records,

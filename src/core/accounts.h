@@ -156,11 +156,11 @@ class Accounts {
   // The fleet's first start: when the control plane first served this store, in Unix seconds.
   // Cost reports count nothing before it, idle capacity included (docs/billing.md).
   int64_t fleet_since() const { return fleet_since_; }
-  // Restores it from its record (kFleetSince). A store without one (a new store, or one from
-  // before it was kept) is dated `earliest` (its earliest tenant or joined node, else now), and
-  // the date is recorded in `batch`. DataLoss for a record that is not a time.
-  Status RestoreFleetSince(const std::optional<std::string>& record, Time earliest,
-                           store::Batch& batch);
+  // Restores it from its record (kFleetSince). DataLoss for a record that is not a time.
+  Status RestoreFleetSince(const std::string& record);
+  // Dates a store without that record (a new store, or one from before it was kept) `since`, and
+  // records the date in `batch`.
+  void DateFleetSince(Time since, store::Batch& batch);
   static constexpr std::string_view kFleetSince = "billing/fleet_since";
 
  private:

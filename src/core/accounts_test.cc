@@ -215,11 +215,10 @@ TEST_F(AccountsTest, RestoresNameACorruptRecordAndKeepWhatWasSpent) {
   EXPECT_EQ(accounts_.Budgets(Admin()).size(), 1u);
 
   store::Batch recorded;
-  ASSERT_TRUE(accounts_.RestoreFleetSince(std::nullopt, At(kDec6), recorded).ok());
+  accounts_.DateFleetSince(At(kDec6), recorded);
   EXPECT_EQ(accounts_.fleet_since(), kDec6);
   EXPECT_EQ(SettingOf(recorded, std::string(Accounts::kFleetSince)), "2026-12-06T00:00:00Z");
-  EXPECT_EQ(accounts_.RestoreFleetSince("yesterday", At(kDec6), recorded).code(),
-            StatusCode::kDataLoss);
+  EXPECT_EQ(accounts_.RestoreFleetSince("yesterday").code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

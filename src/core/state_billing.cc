@@ -60,11 +60,13 @@ bool State::PlaceableNow(const catalog::InstanceType& t, int units) {
 }
 
 Status State::RestoreFleetSince(const std::optional<std::string>& record, store::Batch& batch) {
+  if (record) return accounts_.RestoreFleetSince(*record);
   // Nothing was billed before the first tenant existed, and no node joined before the store.
   Time since = clock_->Now();
   for (const Tenant* t : tenants_.List()) since = std::min(since, t->created_at);
   for (const auto& [name, node] : agents_.nodes()) since = std::min(since, node.created_at);
-  return accounts_.RestoreFleetSince(record, since, batch);
+  accounts_.DateFleetSince(since, batch);
+  return Status::Ok();
 }
 
 }  // namespace tessera::core
