@@ -36,12 +36,12 @@ class GroupTable {
   // is not added after all.
   void Number(Group& g);
   int64_t next() const { return next_; }  // The next id's number, as kNextKey stores it.
-  // Adds `g` (REQUIRES: its id is new), or puts back one restored (Restored first).
+  // Adds `g` (REQUIRES: its id is new), or puts back one restored (NextAtLeast first).
   Group& Add(Group g);
   // Takes back a group just added that made nothing (CreateGroup's failure).
   void Erase(std::string_view id) { groups_.erase(std::string(id)); }
-  // A restored group's seq and a stored next id: new ids come after both.
-  void Restored(int64_t seq) { next_ = std::max(next_, seq + 1); }
+  // New ids start at `next` at least: a stored next id, or one past a restored group's seq.
+  void NextAtLeast(int64_t next) { next_ = std::max(next_, next); }
 
   Group* Find(std::string_view id);
   const Group* Find(std::string_view id) const;

@@ -44,7 +44,7 @@ TEST(GroupTableTest, IdsAreNeverReusedAndATenantFindsOnlyItsOwn) {
   table.Number(undone);  // Numbered, then never added (its members were refused).
   EXPECT_EQ(Added(table, "tenant-000002", Billing::kOnDemand).id, "grp-000003");
   EXPECT_EQ(table.next(), 4);
-  table.Restored(9);  // A stored group's seq.
+  table.NextAtLeast(10);  // One past a stored group's seq.
   EXPECT_EQ(Added(table, "tenant-000001", Billing::kOnDemand).id, "grp-000010");
 
   EXPECT_TRUE(table.Of(Named("tenant-000001"), "grp-000001").ok());

@@ -345,13 +345,13 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
                             store::Batch& batch) {
   for (const auto& [key, value] : records) {
     if (key == GroupTable::kNextKey) {
-      groups_.Restored(std::atoll(value.c_str()) - 1);
+      groups_.NextAtLeast(std::atoll(value.c_str()));
       continue;
     }
     auto j = ParseJson(value, "setting " + key);
     if (!j.ok()) return Status::DataLoss(j.status().message());
     TESSERA_ASSIGN_OR_RETURN(Group g, GroupFromJson(*j, "setting " + key));
-    groups_.Restored(g.seq);
+    groups_.NextAtLeast(g.seq + 1);
     TESSERA_ASSIGN_OR_RETURN(
         const bool changed, secrets_.OpenValues(TenantSecrets::TemplateRecord(g.id), Ended(g.state),
                                                 g.spec.member.env, g.spec.member.image));
