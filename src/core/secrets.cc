@@ -230,6 +230,12 @@ void TenantSecrets::Resolve(std::string_view tenant, const Env& env,
   }
 }
 
+void TenantSecrets::ResolvePassword(std::string_view tenant, ImageSpec& image) const {
+  if (!image.auth || image.auth->password_secret.empty()) return;
+  const Secret* s = Find(tenant, image.auth->password_secret);
+  image.auth->password = s ? s->value : "";
+}
+
 std::string TenantSecrets::InstanceRecord(std::string_view id) {
   return fmt::format("instance/{}", id);
 }

@@ -101,6 +101,9 @@ class TenantSecrets {
   // win), a reference resolved to its secret's value (one deleted since is left out).
   void Resolve(std::string_view tenant, const Env& env,
                std::map<std::string, std::string>& out) const;
+  // A registry password that refers to one of `tenant`'s secrets takes its value ("" for one
+  // deleted since).
+  void ResolvePassword(std::string_view tenant, ImageSpec& image) const;
   // The records values are sealed under: an instance's own, and a group's template.
   static std::string InstanceRecord(std::string_view id);
   static std::string TemplateRecord(std::string_view group);

@@ -43,6 +43,14 @@ TEST_F(WorkloadValuesTest, ReferencesAreCheckedByFieldAndResolvedForTheAgent) {
   EXPECT_EQ(secrets_.Missing("tenant-000001", env, image), "registry-pass");
   EXPECT_EQ(TenantSecrets::RefsOf(env, image),
             (std::vector<std::string>{"hf-token", "registry-pass"}));
+  ASSERT_TRUE(secrets_.Put("tenant-000001", "registry-pass", "pw", "", false, batch_).ok());
+  ImageSpec told_image = image;
+  secrets_.ResolvePassword("tenant-000001", told_image);
+  EXPECT_EQ(told_image.auth->password, "pw");
+  told_image = image;
+  told_image.auth->password = "stale";
+  secrets_.ResolvePassword("tenant-000002", told_image);
+  EXPECT_EQ(told_image.auth->password, "") << "never another tenant's secret";
 
   std::map<std::string, std::string> told = {{"MODE", "tessera's own"}};
   env["OLD"].dropped = true;

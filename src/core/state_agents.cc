@@ -486,10 +486,7 @@ DesiredState State::DesiredState(const std::string& name) const {
     w.memory_mib = inst->shape.memory_mib;
     w.stop_grace_ms = inst->stop_grace_seconds * 1000;
     w.image = inst->image;
-    if (w.image.auth && !w.image.auth->password_secret.empty()) {
-      const Secret* s = secrets_.Find(inst->tenant.str(), w.image.auth->password_secret);
-      w.image.auth->password = s ? s->value : "";
-    }
+    secrets_.ResolvePassword(inst->tenant.str(), w.image);
     w.volumes = WorkloadVolumes(*inst);
     w.ports = inst->ports;
     for (const GpuRef& g : inst->gpus) {
