@@ -237,8 +237,9 @@ void AddMetricsRoutes(Api& table) {
               api.Run<json>(call, refusal,
                             {[id, window](core::State& s, store::Batch&,
                                           const core::Tenant& caller) -> Result<json> {
-                               TESSERA_ASSIGN_OR_RETURN(core::InstanceReadings r,
-                                                        s.InstanceMetrics(caller, id, window));
+                               TESSERA_ASSIGN_OR_RETURN(
+                                   core::InstanceReadings r,
+                                   s.readings().OfInstance(caller, id, window));
                                return InstanceMetricsJson(r, window);
                              },
                              200, Passthrough, nullptr});
@@ -248,7 +249,7 @@ void AddMetricsRoutes(Api& table) {
               api.Run<json>(
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
-                     return TopJson(s.TopInstances(caller), caller.admin);
+                     return TopJson(s.readings().Top(caller), caller.admin);
                    },
                    200, Passthrough, nullptr});
             });
@@ -272,7 +273,7 @@ void AddMetricsRoutes(Api& table) {
                  return waiting;
                }
                json j = NodesJson(s.fleet(), index->value, 1).at(0);
-               TESSERA_ASSIGN_OR_RETURN(auto metrics, s.NodeMetrics(node, window));
+               TESSERA_ASSIGN_OR_RETURN(auto metrics, s.readings().OfNode(node, window));
                AddNodeMetrics(metrics, j["gpus"]);
                json agent = AgentJson(s, node);
                if (!agent.is_null()) agent.erase("telemetry");  // Shown per GPU above.

@@ -17,10 +17,12 @@ void AddInstanceRoutes(Api& api);
 // core/state_node_loss.cc; GPU modes: core/gpu_modes.cc; drain: core/state.cc), /v1/audit,
 // /healthz, /readyz (admin_routes.cc, audit.cc)
 void AddAdminRoutes(Api& api);
-// /metrics, /v1/instances/{id}/metrics, /v1/metrics/instances, /v1/nodes/{id} (monitoring_routes.cc
-// -> core/state_monitoring.cc); /v1/alert-rules..., /v1/alerts (-> core/monitoring.cc)
+// /metrics (monitoring_routes.cc -> core/state_monitoring.cc); /v1/instances/{id}/metrics,
+// /v1/metrics/instances, /v1/nodes/{id}'s readings (-> core/readings.cc); /v1/alert-rules...,
+// /v1/alerts (-> core/monitoring.cc)
 void AddMonitoringRoutes(Api& api);
-// /v1/agent/... with node tokens (agent_routes.cc, agent_codec.cc -> core/state_agents.cc)
+// /v1/agent/... with node tokens (agent_routes.cc, agent_codec.cc -> core/state_agents.cc; the
+// desired state: core/desired_state.cc; the inventory: core/inventory.cc)
 void AddAgentRoutes(Api& api);
 // /v1/reservations..., /v1/tenants/{id}/budget, /v1/budgets, /v1/usage, /v1/invoices/{month},
 // /v1/reports/... (billing_routes.cc -> core/accounts.cc; the recommender's dry runs:

@@ -459,6 +459,17 @@ Money Accounts::MonthSpend(const std::string& tenant) const {
   return total;
 }
 
+void Accounts::BudgetTargets(std::vector<telemetry::Target>& out) const {
+  for (const auto& [tenant, budget] : budgets_) {
+    telemetry::Target t;
+    t.labels = {{"tenant", tenant}};
+    t.tenant = tenant;
+    t.set(telemetry::Field::kBudgetUsedPercent,
+          static_cast<double>(UseOf(tenant, budget).basis_points) / 100);
+    out.push_back(std::move(t));
+  }
+}
+
 BudgetUse Accounts::UseOf(const std::string& tenant, const billing::Budget& budget) const {
   BudgetUse use;
   use.spent = MonthSpend(tenant);

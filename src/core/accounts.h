@@ -37,6 +37,7 @@
 #include "core/volumes.h"
 #include "fleet/fleet.h"
 #include "store/store.h"
+#include "telemetry/series.h"
 
 namespace tessera::core {
 
@@ -140,6 +141,8 @@ class Accounts {
   std::vector<BudgetStatus> Budgets(const Tenant& caller) const;
   const std::map<std::string, billing::Budget>& budgets() const { return budgets_; }
   BudgetUse UseOf(const std::string& tenant, const billing::Budget& budget) const;
+  // Appends one series per budget: its tenant's spend this month in percent of it.
+  void BudgetTargets(std::vector<telemetry::Target>& out) const;
   // 403 budget_exceeded when the caller's hard-stop budget is spent and `billing` would spend.
   Status CheckBudget(const Tenant& caller, Billing billing) const;
   // Rebuilds budgets from their records (kBudgetPrefix) and this month's ledger spend by tenant.

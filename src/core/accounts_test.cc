@@ -195,7 +195,8 @@ TEST_F(AccountsTest, TheFleetsGpusByModelAreCountedAgainWhenANodeLeaves) {
 }
 
 // What a restore reads back: a corrupt record is data loss naming it; a budget's spend so far
-// this month comes back with it; a store without its first start is dated as the caller says.
+// this month comes back with it, and shows in its series; a store without its first start is dated
+// as the caller says.
 TEST_F(AccountsTest, RestoresNameACorruptRecordAndKeepWhatWasSpent) {
   const Status bad = accounts_.RestoreReservations({{"reservation/resv-000001", "{not json"}});
   EXPECT_EQ(bad.code(), StatusCode::kDataLoss);
@@ -213,6 +214,11 @@ TEST_F(AccountsTest, RestoresNameACorruptRecordAndKeepWhatWasSpent) {
   EXPECT_EQ(accounts_.CheckBudget(acme_, Billing::kOnDemand).reason(), "budget_exceeded");
   EXPECT_TRUE(accounts_.CheckBudget(acme_, Billing::kReserved).ok()) << "reserved is prepaid";
   EXPECT_EQ(accounts_.Budgets(Admin()).size(), 1u);
+  std::vector<telemetry::Target> series;
+  accounts_.BudgetTargets(series);
+  ASSERT_EQ(series.size(), 1u) << "one series a budget, its tenant's to alert on";
+  EXPECT_EQ(series[0].tenant, acme_.id.str());
+  EXPECT_EQ(series[0].get(telemetry::Field::kBudgetUsedPercent), 100);
 
   store::Batch recorded;
   accounts_.DateFleetSince(At(kDec6), recorded);

@@ -171,8 +171,8 @@ struct InjectedFault {
   std::string fault;  // "xid:GPU:CODE", "overheat:GPU", ...
 };
 
-// What a node's agent is told: State::DesiredState builds it, api/agent_codec.cc writes it in
-// the protocol's form (docs/agent.md, "Desired state").
+// What a node's agent is told: DesiredStates builds it (desired_state.h), api/agent_codec.cc
+// writes it in the protocol's form (docs/agent.md, "Desired state").
 struct DesiredGpu {
   int index = 0;
   int milli = 0;  // The workload's part of the GPU, in milli-GPU.

@@ -7,8 +7,10 @@
 //   InstanceTable    the working set of instances;
 //   PendingQueue     what waits, grouped by shape, in budgeted passes;
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
-//   AgentSupervisor  what the nodes' agents are told and report;
+//   AgentSupervisor  which nodes agents serve, their long polls and what they report;
+//   DesiredStates    what each node's agent is told (desired_state.h);
 //   Monitoring       alert rules and alerts, GPU history, faults' interruptions (monitoring.h);
+//   Readings         what the nodes' GPUs read: series, and readings by instance and node;
 //   Accounts         meters, reservations, budgets and billing reads (accounts.h);
 //   BatchWindow      new creates held for a moment, then placed together (batch_window.h);
 //   LogTails         instances' output as their agents shipped it (log_tails.h);
@@ -45,6 +47,7 @@
 #include "core/agents.h"
 #include "core/autoscaler.h"
 #include "core/batch_window.h"
+#include "core/desired_state.h"
 #include "core/endpoint_table.h"
 #include "core/group.h"
 #include "core/group_table.h"
@@ -56,6 +59,7 @@
 #include "core/pending_work.h"
 #include "core/preemptor.h"
 #include "core/queue.h"
+#include "core/readings.h"
 #include "core/recovery.h"
 #include "core/secrets.h"
 #include "core/service_stats.h"
@@ -289,16 +293,8 @@ class State {
   // Telemetry (state_monitoring.cc).
   // Every series of the nodes agents serve (telemetry/series.h): /metrics and the alert rules.
   std::vector<telemetry::Target> Targets() const;
-  // The instance's GPUs' readings over the last `window` (GET /v1/instances/{id}/metrics).
-  // NotFound for an unknown id and for another tenant's instance alike.
-  Result<InstanceReadings> InstanceMetrics(const Tenant& caller, std::string_view id,
-                                           Duration window) const;
-  // A node's GPUs' readings over the last `window`, a list by GPU index (GET /v1/nodes/{id});
-  // empty for a node no agent serves. NotFound for a node not in the fleet.
-  Result<std::vector<GpuReadings>> NodeMetrics(const std::string& node, Duration window) const;
-  // The caller's instances that hold GPUs, with their GPUs' latest readings (tessera instances
-  // top).
-  std::vector<InstanceReadings> TopInstances(const Tenant& caller) const;
+  // What the nodes' GPUs read, for instances' owners and the operator (readings.h).
+  const Readings& readings() const { return readings_; }
   // Alert rules and alerts, their evaluations' outbox, history and interruptions (monitoring.h).
   Monitoring& monitoring() { return monitoring_; }
   const Monitoring& monitoring() const { return monitoring_; }
@@ -419,9 +415,6 @@ class State {
   void ApplyVolumeReport(const std::string& node, const AgentSync& sync, store::Batch& batch);
   // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
   void SetEndpoints(Instance& inst, const AgentReport& report);
-  // The desired state's volume parts for `node`: each workload's mounts, and what to delete.
-  std::vector<DesiredVolume> WorkloadVolumes(const Instance& inst) const;
-  std::vector<std::string> VolumesToDelete(const std::string& node) const;
   Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                 Admitted admitted);
   // Stops `inst` (DeleteInstance's path, and a group's): pending work ends at once, running
@@ -602,12 +595,14 @@ class State {
   Preemptor preemptor_;
   AgentSupervisor agents_;
   LogTails logs_;  // Instances' logs as their agents shipped them.
+  DesiredStates desired_{&instances_, &secrets_, &volumes_, &logs_};  // What agents are told.
   Time last_lease_check_;
   // Instances waiting for spot victims to stop after their notice, and until when.
   std::unordered_map<std::string, Time> awaiting_notice_;
   int64_t next_instance_ = 1;
   Counters counters_;
   Monitoring monitoring_;
+  Readings readings_{clock_, fleet_.get(), &agents_, &instances_, &monitoring_.history()};
   Accounts accounts_;  // After the fleet, admission, tenants, instances and volumes it reads.
   Stacks stacks_;
   // When the server started, or last came back from a stall (ExpireLeases): no node counts as

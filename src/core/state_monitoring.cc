@@ -1,127 +1,15 @@
-// State's telemetry: the series of the nodes agents serve, of faults' interruptions and of
-// budgets, which /metrics shows and Monitoring evaluates, and per-GPU readings for tenants and
-// operators.
-#include <fmt/format.h>
-
+// State's telemetry: the series of the nodes agents serve (readings.h), of faults' interruptions
+// and of budgets, which /metrics shows and Monitoring evaluates.
 #include "core/state.h"
 
 namespace tessera::core {
-namespace {
-
-// `inst`'s readings with no GPU yet.
-InstanceReadings ReadingsOf(const Instance& inst) {
-  InstanceReadings r;
-  r.id = inst.id.str();
-  r.name = inst.name;
-  r.tenant = inst.tenant.str();
-  r.node = inst.node;
-  r.state = inst.state;
-  return r;
-}
-
-GpuReadings ReadingsOf(const GpuRef& g) {
-  GpuReadings r;
-  r.gpu = g;
-  return r;
-}
-
-}  // namespace
 
 std::vector<telemetry::Target> State::Targets() const {
   std::vector<telemetry::Target> out;
-  std::vector<telemetry::Holder> holders;
-  for (const auto& [name, node] : agents_.nodes()) {
-    if (!node.registered() || !node.info) continue;
-    holders.clear();
-    for (const std::string& id : node.assigned) {
-      const Instance* inst = instances_.Find(id);
-      if (!inst || inst->node != name) continue;
-      for (const GpuRef& g : inst->gpus) {
-        holders.push_back(telemetry::Holder{g.index, inst->id.str(), inst->tenant.str(),
-                                            g.milli_gpu > 0 ? g.milli_gpu : 1000, g.mig_profile,
-                                            g.mig_start, -1});
-      }
-    }
-    telemetry::NodeTargets(*node.info, node.telemetry.get(), holders, !node.lost, out);
-  }
+  readings_.NodeTargets(out);
   // One series per instance a fault moved lately: its owner's to see and alert on.
   monitoring_.InterruptionTargets(out);
-  // One series per budget: the tenant's spend this month in percent of it.
-  for (const auto& [tenant, budget] : accounts_.budgets()) {
-    telemetry::Target t;
-    t.labels = {{"tenant", tenant}};
-    t.tenant = tenant;
-    t.set(telemetry::Field::kBudgetUsedPercent,
-          static_cast<double>(accounts_.UseOf(tenant, budget).basis_points) / 100);
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-Result<InstanceReadings> State::InstanceMetrics(const Tenant& caller, std::string_view id,
-                                                Duration window) const {
-  const Instance* inst = instances_.Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  const Time since = clock_->Now() - window;
-  InstanceReadings out = ReadingsOf(*inst);
-  for (const GpuRef& g : inst->gpus) {
-    GpuReadings r = ReadingsOf(g);
-    r.points = monitoring_.history().Points(inst->node, g.index,
-                                            g.mig_profile.empty() ? -1 : g.mig_start, since);
-    out.gpus.push_back(std::move(r));
-  }
-  return out;
-}
-
-Result<std::vector<GpuReadings>> State::NodeMetrics(const std::string& node,
-                                                    Duration window) const {
-  TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex index, fleet_->Find(node));
-  const fleet::Node& n = fleet_->node(index);
-  const Time since = clock_->Now() - window;
-  const AgentNode* agent = agents_.Find(node);
-  const telemetry::Telemetry* latest = agent ? agent->telemetry.get() : nullptr;
-  std::vector<GpuReadings> out;
-  for (size_t i = 0; i < n.gpus.size(); ++i) {
-    GpuReadings r;
-    r.gpu.index = static_cast<int>(i);
-    r.points = monitoring_.history().Points(node, r.gpu.index, -1, since);
-    r.sampled = latest != nullptr;
-    if (latest) r.latest = telemetry::ReadHolder(*latest, r.gpu.index, "", 0);
-    for (const fleet::MigInstance& m : n.gpus[i].mig_instances) {
-      GpuReadings slice;
-      slice.gpu.index = r.gpu.index;
-      slice.gpu.mig_profile = m.profile->name;
-      slice.gpu.mig_start = m.start;
-      slice.points = monitoring_.history().Points(node, r.gpu.index, m.start, since);
-      r.mig.push_back(std::move(slice));
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-std::vector<InstanceReadings> State::TopInstances(const Tenant& caller) const {
-  std::vector<InstanceReadings> out;
-  instances_.ForEach([&](const Instance& inst) {
-    if (!Visible(caller, inst) || inst.gpus.empty() || inst.node.empty()) return;
-    if (inst.state != InstanceState::kRunning && inst.state != InstanceState::kPreempting &&
-        inst.state != InstanceState::kScheduled && inst.state != InstanceState::kStopping) {
-      return;
-    }
-    const AgentNode* node = agents_.Find(inst.node);
-    const telemetry::Telemetry* t = node ? node->telemetry.get() : nullptr;
-    InstanceReadings r = ReadingsOf(inst);
-    if (t) r.sampled_at = node->telemetry_at;
-    for (const GpuRef& g : inst.gpus) {
-      GpuReadings gr = ReadingsOf(g);
-      gr.sampled = t != nullptr;
-      if (t) gr.latest = telemetry::ReadHolder(*t, g.index, g.mig_profile, g.mig_start);
-      r.gpus.push_back(std::move(gr));
-    }
-    out.push_back(std::move(r));
-  });
+  accounts_.BudgetTargets(out);
   return out;
 }
 

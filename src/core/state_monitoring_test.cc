@@ -252,7 +252,7 @@ TEST_F(StateMonitoringTest, InstanceMetricsGiveTheOwnerItsGpusPointsWithinTheWin
     if (i < 4) clock_.Advance(5s);
   }
 
-  auto m = state_->InstanceMetrics(acme_, inst.id.str(), 12s);
+  auto m = state_->readings().OfInstance(acme_, inst.id.str(), 12s);
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->id, inst.id.str());
   EXPECT_EQ(m->node, "gpu-1");
@@ -268,17 +268,17 @@ TEST_F(StateMonitoringTest, InstanceMetricsGiveTheOwnerItsGpusPointsWithinTheWin
   EXPECT_EQ(gpu.points[2].gpu_util, 40) << "the instance's GPU, not its neighbour";
   EXPECT_EQ(gpu.points[2].temperature_c, held == 0 ? 60 : 61);
 
-  auto all = state_->InstanceMetrics(acme_, inst.id.str(), 1h);
+  auto all = state_->readings().OfInstance(acme_, inst.id.str(), 1h);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->gpus[0].points.size(), 4u);
 
-  auto other = state_->InstanceMetrics(beta_, inst.id.str(), 1h);
+  auto other = state_->readings().OfInstance(beta_, inst.id.str(), 1h);
   EXPECT_EQ(other.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(other.status().message(), "instance '" + inst.id.str() + "' not found")
       << "another tenant's instance reads as an unknown one";
-  EXPECT_EQ(state_->InstanceMetrics(acme_, "inst-999999", 1h).status().code(),
+  EXPECT_EQ(state_->readings().OfInstance(acme_, "inst-999999", 1h).status().code(),
             StatusCode::kNotFound);
-  auto admin = state_->InstanceMetrics(Admin(), inst.id.str(), 12s);
+  auto admin = state_->readings().OfInstance(Admin(), inst.id.str(), 12s);
   ASSERT_TRUE(admin.ok());
   EXPECT_EQ(admin->gpus[0].points.size(), gpu.points.size());
 }
@@ -289,7 +289,7 @@ TEST_F(StateMonitoringTest, NodeMetricsListEachGpusPointsAndLatestReadings) {
   clock_.Advance(5s);
   Report("gpu-1", Readings({62, 72}, {11, 21}));
 
-  auto m = state_->NodeMetrics("gpu-1", 1h);
+  auto m = state_->readings().OfNode("gpu-1", 1h);
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->size(), 2u);
   for (int i = 0; i < 2; ++i) {
@@ -302,11 +302,11 @@ TEST_F(StateMonitoringTest, NodeMetricsListEachGpusPointsAndLatestReadings) {
     EXPECT_EQ(g.latest->temperature_c, 62 + 10 * i);
     EXPECT_EQ(g.latest->fb_total_mib, 81559);
   }
-  auto recent = state_->NodeMetrics("gpu-1", 2s);
+  auto recent = state_->readings().OfNode("gpu-1", 2s);
   ASSERT_TRUE(recent.ok());
   EXPECT_EQ((*recent)[0].points.size(), 1u);
 
-  auto unknown = state_->NodeMetrics("gpu-9", 1h);
+  auto unknown = state_->readings().OfNode("gpu-9", 1h);
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
   EXPECT_NE(unknown.status().message().find("gpu-9"), std::string::npos)
       << unknown.status().message();
@@ -325,7 +325,7 @@ TEST_F(StateMonitoringTest, TopInstancesShowsATenantOnlyItsOwnAndTheAdminEveryon
   temps[static_cast<size_t>(b.gpus[0].index)] = 77;
   Report("gpu-1", Readings(temps));
 
-  const auto mine = state_->TopInstances(acme_);
+  const auto mine = state_->readings().Top(acme_);
   ASSERT_EQ(mine.size(), 1u);
   EXPECT_EQ(mine[0].id, a.id.str());
   EXPECT_EQ(mine[0].node, "gpu-1");
@@ -334,13 +334,13 @@ TEST_F(StateMonitoringTest, TopInstancesShowsATenantOnlyItsOwnAndTheAdminEveryon
   ASSERT_TRUE(mine[0].gpus[0].latest);
   EXPECT_EQ(mine[0].gpus[0].latest->temperature_c, 55);
 
-  const auto theirs = state_->TopInstances(beta_);
+  const auto theirs = state_->readings().Top(beta_);
   ASSERT_EQ(theirs.size(), 1u);
   EXPECT_EQ(theirs[0].id, b.id.str());
   ASSERT_TRUE(theirs[0].gpus[0].latest);
   EXPECT_EQ(theirs[0].gpus[0].latest->temperature_c, 77);
 
-  const auto all = state_->TopInstances(Admin());
+  const auto all = state_->readings().Top(Admin());
   ASSERT_EQ(all.size(), 2u);
   std::map<std::string, std::string> tenant_of;
   for (const InstanceReadings& r : all) tenant_of[r.id] = r.tenant;

@@ -119,7 +119,7 @@ void State::UseReportedMigUuids(Instance& inst) const {
     }
     const nlohmann::json& devices =
         gpus[static_cast<size_t>(ref.index)].value("mig_devices", nlohmann::json::array());
-    // Registration checked each device's fields (SpecFromInventory).
+    // Registration checked each device's fields (NodeSpecOf, inventory.h).
     for (const nlohmann::json& d : devices) {
       if (d["profile"] == ref.mig_profile && d["start"] == ref.mig_start) {
         ref.uuid = d["uuid"].get<std::string>();

@@ -156,22 +156,4 @@ void State::ApplyVolumeReport(const std::string& node, const AgentSync& sync, st
   }
 }
 
-std::vector<DesiredVolume> State::WorkloadVolumes(const Instance& inst) const {
-  std::vector<DesiredVolume> out;
-  for (const VolumeMount& m : inst.volumes) {
-    const Volume* v = volumes_.Find(inst.tenant.str(), m.name);
-    if (!v) continue;
-    out.push_back({v->id, v->name, m.path, v->size_gib});
-  }
-  return out;
-}
-
-std::vector<std::string> State::VolumesToDelete(const std::string& node) const {
-  std::vector<std::string> out;
-  for (const Volume* v : volumes_.Deleting()) {
-    if (v->node == node) out.push_back(v->id);
-  }
-  return out;
-}
-
 }  // namespace tessera::core
