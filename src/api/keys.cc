@@ -68,7 +68,7 @@ void KeyRotator::Run(std::string key_id) {
     finished_at_.reset();
   }
   spdlog::info("key rotation: re-sealing every value not under key '{}'", key_id);
-  auto cursor = std::make_shared<core::State::RotationCursor>();
+  auto cursor = std::make_shared<core::KeyRotation::Cursor>();
   Status failed;
   while (!stop_ && !cursor->done()) {
     if (core_->follower()) {
@@ -77,7 +77,7 @@ void KeyRotator::Run(std::string key_id) {
     }
     auto step = core_->Run<core::ResealStep>(
         [&, cursor](core::State& s, store::Batch& b) -> Result<core::ResealStep> {
-          return s.Reseal(key_id, *cursor, kStep, b);
+          return s.rotation().Step(key_id, *cursor, kStep, b);
         });
     if (!step.ok()) {
       failed = step.status();
@@ -132,7 +132,7 @@ void AddKeyRoutes(Api& table) {
                   {[keys](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
                      json j = keys ? keys->Progress() : json{{"keyring", "none"}};
                      json in_use = json::object();
-                     for (const auto& [key, n] : s.SealedKeys()) in_use[key] = n;
+                     for (const auto& [key, n] : s.rotation().SealedKeys()) in_use[key] = n;
                      j["records_by_key"] = std::move(in_use);
                      return j;
                    },

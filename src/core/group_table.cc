@@ -4,9 +4,16 @@
 
 #include <algorithm>
 
+#include "common/json.h"
 #include "common/text.h"
+#include "core/secrets.h"
 
 namespace tessera::core {
+
+void GroupTable::Save(Group& g, store::Batch& batch) {
+  if (Ended(g.state)) TenantSecrets::DropValues(g.spec.member.env, g.spec.member.image);
+  batch.settings.emplace_back(std::string(kPrefix) + g.id, DumpJson(ToJson(g, Secrets::kStored)));
+}
 
 void GroupTable::Number(Group& g) {
   g.seq = next_++;

@@ -23,6 +23,7 @@
 #include "core/group.h"
 #include "core/instance.h"
 #include "core/tenants.h"
+#include "store/store.h"
 
 namespace tessera::core {
 
@@ -35,6 +36,9 @@ class GroupTable {
   // Gives `g` the next id and seq ("grp-000001" on): ids are never reused, even for a group that
   // is not added after all.
   void Number(Group& g);
+  // Writes `g`'s record into `batch`; one that ended first drops its template's values (it makes
+  // no members again, so none is kept at rest).
+  static void Save(Group& g, store::Batch& batch);
   int64_t next() const { return next_; }  // The next id's number, as kNextKey stores it.
   // Adds `g` (REQUIRES: its id is new), or puts back one restored (NextAtLeast first).
   Group& Add(Group g);

@@ -357,6 +357,12 @@ nlohmann::json ToJson(const Instance& inst) {
   return j;
 }
 
+store::InstanceRecord StoredRecord(const Instance& inst, const fleet::Fleet& fleet, bool document) {
+  return {inst.id.str(), inst.tenant.str(), std::string(StateName(inst.state)),
+          document ? DumpJson(ToStoredJson(inst, fleet)) : std::string(),
+          IsActive(inst.state) ? "" : FormatRfc3339(inst.updated_at)};
+}
+
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
   nlohmann::json j = BaseJson(inst, Secrets::kStored);
   j["seq"] = inst.seq;

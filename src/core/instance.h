@@ -21,6 +21,7 @@
 #include "core/image.h"
 #include "core/volumes.h"
 #include "fleet/fleet.h"
+#include "store/store.h"
 
 namespace tessera::core {
 
@@ -162,6 +163,9 @@ nlohmann::json ToJson(const Instance& inst);
 // The stored form: the API form (its real state, no pull) plus what recovery needs (the exact
 // assignment, seq), with the registry password and env literals sealed (REQUIRES: sealed).
 nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet);
+// `inst`'s record for the store's batch: its id, tenant and state, its stored form as the document
+// (none with `document` false: runs without a store), and when it ended.
+store::InstanceRecord StoredRecord(const Instance& inst, const fleet::Fleet& fleet, bool document);
 // An instance rebuilt from its stored form, and whether the assignment it held still names
 // today's fleet: `binding` is FailedPrecondition, saying what changed, when its node, GPU or MIG
 // profile is gone (instance.assignment is then empty).

@@ -1,12 +1,10 @@
-// Key rotation (docs/secrets.md): every value sealed at rest lives in a record the state holds
-// (a secret; a live instance's env literals and registry password, which an instance that ended
-// no longer keeps; a live group's template; an alert rule's webhook URLs), so a rotation walks
-// memory, a bounded step a round, and re-seals into the round's batch what is not under the
-// keyring's current key. Nothing else is written: the store then holds no value under the old key.
+#include "core/rotation.h"
+
 #include <fmt/format.h>
 
+#include <set>
+
 #include "common/envelope.h"
-#include "core/state.h"
 
 namespace tessera::core {
 
@@ -50,14 +48,14 @@ bool Unseal(const std::string& key_id, Env& env, ImageSpec& image) {
 
 }  // namespace
 
-Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& cursor, size_t limit,
-                                 store::Batch& batch) {
+Result<ResealStep> KeyRotation::Step(const std::string& key_id, Cursor& cursor, size_t limit,
+                                     store::Batch& batch) {
   ResealStep step;
   while (!cursor.done() && step.examined < limit) {
     const size_t left = limit - step.examined;
     switch (cursor.kind) {
       case 0: {
-        TESSERA_ASSIGN_OR_RETURN(ResealStep s, secrets_.Reseal(key_id, cursor.text, left, batch));
+        TESSERA_ASSIGN_OR_RETURN(ResealStep s, secrets_->Reseal(key_id, cursor.text, left, batch));
         step.examined += s.examined;
         step.resealed += s.resealed;
         if (s.done) {
@@ -69,7 +67,7 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
       case 1: {
         Status failed;
         bool more = false;
-        instances_.ForEachAfter(cursor.seq, [&](Instance& inst) {
+        instances_->ForEachAfter(cursor.seq, [&](Instance& inst) {
           if (step.examined == limit) {
             more = true;
             return false;
@@ -77,10 +75,10 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
           ++step.examined;
           cursor.seq = inst.seq;
           if (!IsActive(inst.state) || !Unseal(key_id, inst.env, inst.image)) return true;
-          failed = secrets_.SealValues(TenantSecrets::InstanceRecord(inst.id.str()), inst.env,
-                                       inst.image);
+          failed = secrets_->SealValues(TenantSecrets::InstanceRecord(inst.id.str()), inst.env,
+                                        inst.image);
           if (!failed.ok()) return false;
-          Save(inst, batch);
+          batch.instances.push_back(StoredRecord(inst, *fleet_, instance_documents_));
           ++step.resealed;
           return true;
         });
@@ -89,16 +87,16 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
         break;
       }
       case 2: {
-        auto& groups = groups_.all();
+        auto& groups = groups_->all();
         auto it = cursor.text.empty() ? groups.begin() : groups.upper_bound(cursor.text);
         for (; it != groups.end() && step.examined < limit; ++it) {
           Group& g = it->second;
           ++step.examined;
           cursor.text = it->first;
           if (Ended(g.state) || !Unseal(key_id, g.spec.member.env, g.spec.member.image)) continue;
-          TESSERA_RETURN_IF_ERROR(secrets_.SealValues(TenantSecrets::TemplateRecord(g.id),
-                                                      g.spec.member.env, g.spec.member.image));
-          SaveGroup(g, batch);
+          TESSERA_RETURN_IF_ERROR(secrets_->SealValues(TenantSecrets::TemplateRecord(g.id),
+                                                       g.spec.member.env, g.spec.member.image));
+          GroupTable::Save(g, batch);
           ++step.resealed;
         }
         if (it == groups.end()) {
@@ -109,7 +107,7 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
       }
       case 3: {
         TESSERA_ASSIGN_OR_RETURN(bool end,
-                                 monitoring_.Reseal(key_id, cursor.text, limit, step, batch));
+                                 monitoring_->Reseal(key_id, cursor.text, limit, step, batch));
         if (end) ++cursor.kind;
         break;
       }
@@ -121,22 +119,22 @@ Result<ResealStep> State::Reseal(const std::string& key_id, RotationCursor& curs
   return step;
 }
 
-std::map<std::string, int64_t> State::SealedKeys() const {
+std::map<std::string, int64_t> KeyRotation::SealedKeys() const {
   std::map<std::string, int64_t> out;
-  secrets_.CountKeys(out);
-  instances_.ForEach([&](const Instance& inst) {
+  secrets_->CountKeys(out);
+  instances_->ForEach([&](const Instance& inst) {
     std::set<std::string> keys;
     EnvKeys(inst.env, keys);
     ImageKeys(inst.image, keys);
     for (const std::string& k : keys) ++out[k];
   });
-  for (const auto& [id, g] : groups_.all()) {
+  for (const auto& [id, g] : groups_->all()) {
     std::set<std::string> keys;
     EnvKeys(g.spec.member.env, keys);
     ImageKeys(g.spec.member.image, keys);
     for (const std::string& k : keys) ++out[k];
   }
-  monitoring_.CountKeys(out);
+  monitoring_->CountKeys(out);
   return out;
 }
 

@@ -399,10 +399,7 @@ void State::Note(Instance& inst, std::string reason, store::Batch& batch) {
 }
 
 void State::Save(const Instance& inst, store::Batch& batch) {
-  batch.instances.push_back(
-      {inst.id.str(), inst.tenant.str(), std::string(StateName(inst.state)),
-       options_.instance_documents ? DumpJson(ToStoredJson(inst, *fleet_)) : std::string(),
-       IsActive(inst.state) ? "" : FormatRfc3339(inst.updated_at)});
+  batch.instances.push_back(StoredRecord(inst, *fleet_, options_.instance_documents));
 }
 
 void State::WorkloadExited(const std::string& id, int exit_code) {

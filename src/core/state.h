@@ -18,6 +18,7 @@
 //   Autoscaler       each autoscaled group's size, as HPA decides it (autoscaler.h);
 //   EndpointTable    where running instances' ports are reached, and its snapshots;
 //   TenantSecrets    secrets, and the values workloads carry, sealed and resolved (secrets.h);
+//   KeyRotation      every value sealed at rest re-sealed under the current key (rotation.h);
 //   Volumes          tenants' volumes and where they are (volumes.h);
 //   Recovery         what comes back at start-up, reconciled with the fleet and catalog.
 // Only the core thread touches it. Every operation that changes something appends the changed
@@ -61,6 +62,7 @@
 #include "core/queue.h"
 #include "core/readings.h"
 #include "core/recovery.h"
+#include "core/rotation.h"
 #include "core/secrets.h"
 #include "core/service_stats.h"
 #include "core/stacks.h"
@@ -133,20 +135,9 @@ class State {
                       store::Batch& batch);
   // The instances (not ended) and groups (not ended) of `tenant` that refer to secret `name`.
   std::vector<std::string> SecretUsers(const std::string& tenant, const std::string& name) const;
-  // Key rotation (rotation.cc, docs/secrets.md). Where a walk over every sealed value has got to.
-  struct RotationCursor {
-    int kind = 0;      // Secrets, instances, groups, alert rules; 4: done.
-    std::string text;  // The last key seen (secrets, groups, rules).
-    int64_t seq = 0;   // The last instance seen.
-    bool done() const { return kind >= 4; }
-  };
-  // One step of a rotation: looks at up to `limit` records after `cursor` and re-seals, into
-  // `batch`, the values not sealed under `key_id`; moves `cursor` on.
-  Result<ResealStep> Reseal(const std::string& key_id, RotationCursor& cursor, size_t limit,
-                            store::Batch& batch);
-  // How many records hold a value sealed under each key id (a record with values under two keys
-  // counts under both).
-  std::map<std::string, int64_t> SealedKeys() const;
+  // Key rotation (rotation.h, docs/secrets.md): re-sealing every value at rest, a step a round.
+  KeyRotation& rotation() { return rotation_; }
+  const KeyRotation& rotation() const { return rotation_; }
   // Rebuilds users from their records and publishes their tokens (Tenants::RestoreUsers).
   Status RestoreUsers(const std::vector<std::pair<std::string, std::string>>& records,
                       store::Batch& batch) {
@@ -449,8 +440,6 @@ class State {
   // Deletes the groups a stack replaced once each replacement's members all run (stacks.h).
   void RetireReplacedGroups(store::Batch& batch);
   std::optional<double> GroupMetric(const Group& g) const;
-  // Saves `g`; one that ended drops its template's values first.
-  void SaveGroup(Group& g, store::Batch& batch);
   // A removing node whose work is stopped or moved leaves: true when it did (`node` is gone).
   bool FinishRemoval(AgentNode& node, store::Batch& batch);
   // Ended groups that ended before `cutoff` leave memory (the store keeps them).
@@ -611,6 +600,8 @@ class State {
   std::set<std::string> removing_nodes_;  // Joined nodes being removed (RemoveNode).
   GroupTable groups_;
   Autoscaler autoscaler_;
+  KeyRotation rotation_{&secrets_,    &instances_,  &groups_,
+                        &monitoring_, fleet_.get(), options_.instance_documents};
 };
 
 }  // namespace tessera::core

@@ -330,7 +330,7 @@ void State::PlaceGroups(store::Batch& batch, bool spot) {
     if (g->failed_in == generation) continue;
     const std::string reason = g->reason;
     const bool placed = PlaceGang(*g, batch);
-    if (placed || g->reason != reason) SaveGroup(*g, batch);
+    if (placed || g->reason != reason) groups_.Save(*g, batch);
     if (placed) continue;
     g->failed_in = generation;
     if (++failures >= kGroupFailuresPerPass) {
@@ -364,7 +364,7 @@ bool State::SettleGroups(store::Batch& batch) {
         g.state = GroupState::kSucceeded;
         g.reason = "every member exited 0";
         g.updated_at = clock_->Now();
-        SaveGroup(g, batch);
+        groups_.Save(g, batch);
       }
       continue;
     }
@@ -384,7 +384,7 @@ bool State::SettleGroups(store::Batch& batch) {
       g.reason = why;
       g.updated_at = clock_->Now();
     }
-    SaveGroup(g, batch);
+    groups_.Save(g, batch);
   }
   return true;
 }
@@ -423,7 +423,7 @@ void State::StartAttempt(Group& g, store::Batch& batch) {
     g.state = GroupState::kFailed;
     g.reason = "cannot restart: " + s.message();
   }
-  SaveGroup(g, batch);
+  groups_.Save(g, batch);
 }
 
 }  // namespace tessera::core

@@ -33,7 +33,7 @@ Result<GroupStatus> State::CreateGroup(const Tenant& caller, const GroupRequest&
   }
   batch.settings.emplace_back(std::string(GroupTable::kNextKey), std::to_string(groups_.next()));
   if (!PlaceGang(stored, batch)) stored.failed_in = queue_.generation();
-  SaveGroup(stored, batch);
+  groups_.Save(stored, batch);
   return StatusOf(stored);
 }
 
@@ -90,13 +90,6 @@ GroupStatus State::StatusOf(const Group& g) const {
   return out;
 }
 
-void State::SaveGroup(Group& g, store::Batch& batch) {
-  // A group that ended makes no members again: its template keeps no values.
-  if (Ended(g.state)) TenantSecrets::DropValues(g.spec.member.env, g.spec.member.image);
-  batch.settings.emplace_back(std::string(GroupTable::kPrefix) + g.id,
-                              DumpJson(ToJson(g, Secrets::kStored)));
-}
-
 Result<GroupStatus> State::GetGroup(const Tenant& caller, std::string_view id) const {
   TESSERA_ASSIGN_OR_RETURN(const Group* g, groups_.Of(caller, id));
   return StatusOf(*g);
@@ -121,7 +114,7 @@ Result<GroupStatus> State::DeleteGroup(const Tenant& caller, std::string_view id
     for (const std::string& m : g.members) {
       if (Instance* inst = instances_.Find(m)) Stop(*inst, "its group was deleted", batch);
     }
-    SaveGroup(g, batch);
+    groups_.Save(g, batch);
   }
   return StatusOf(g);
 }
@@ -175,7 +168,7 @@ Result<GroupStatus> State::PatchGroup(const Tenant& caller, std::string_view id,
     g.floor = 0;
     g.decision.clear();
     g.updated_at = clock_->Now();
-    SaveGroup(g, batch);
+    groups_.Save(g, batch);
   }
   return StatusOf(g);
 }
@@ -230,7 +223,7 @@ Status State::Resize(Group& g, int size, const std::string& why, store::Batch& b
   } else {
     if (!PlaceGang(g, batch)) g.failed_in = queue_.generation();
   }
-  SaveGroup(g, batch);
+  groups_.Save(g, batch);
   return Status::Ok();
 }
 
@@ -355,7 +348,7 @@ Status State::RestoreGroups(const std::vector<std::pair<std::string, std::string
     TESSERA_ASSIGN_OR_RETURN(
         const bool changed, secrets_.OpenValues(TenantSecrets::TemplateRecord(g.id), Ended(g.state),
                                                 g.spec.member.env, g.spec.member.image));
-    if (changed) SaveGroup(g, batch);
+    if (changed) groups_.Save(g, batch);
     // As in a running server, an ended group stays in memory for the retention only.
     if (Ended(g.state) && g.updated_at < clock_->Now() - options_.retention) continue;
     // The window's recommendations are gone with the last run: none is made up.

@@ -166,13 +166,14 @@ TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
   rule.owner = Acme().id.str();
   rule.notify = {{alerts::Receiver::Kind::kWebhook, "https://hooks.example.com/t0ken", true}};
   ASSERT_TRUE(state_->monitoring().CreateRule(Acme(), rule, batch_).ok());
-  EXPECT_EQ(state_->SealedKeys(), (std::map<std::string, int64_t>{{"k1", 5 + 3 + 1 + 1 + 1}}))
+  EXPECT_EQ(state_->rotation().SealedKeys(),
+            (std::map<std::string, int64_t>{{"k1", 5 + 3 + 1 + 1 + 1}}))
       << "secrets, instances, the group's template, its member and the rule";
   sealer_.SetKeyring(TestKeyring(TestKeyLine("k2", 'b') + "\n" + TestKeyLine("k1", 'a')));
-  State::RotationCursor cursor;
+  KeyRotation::Cursor cursor;
   size_t steps = 0, resealed = 0;
   while (!cursor.done()) {
-    auto step = state_->Reseal("k2", cursor, 3, batch_);
+    auto step = state_->rotation().Step("k2", cursor, 3, batch_);
     ASSERT_TRUE(step.ok()) << step.status().ToString();
     EXPECT_LE(step->examined, 3u);
     resealed += step->resealed;
@@ -180,7 +181,7 @@ TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
   }
   EXPECT_EQ(resealed, 11u);
   EXPECT_GE(steps, 4u) << "bounded steps";
-  EXPECT_EQ(state_->SealedKeys(), (std::map<std::string, int64_t>{{"k2", 11}}));
+  EXPECT_EQ(state_->rotation().SealedKeys(), (std::map<std::string, int64_t>{{"k2", 11}}));
   // Without k1 the whole store opens.
   Sealer only_new(TestKeyring(TestKeyLine("k2", 'b')));
   std::unique_ptr<State> fresh;
@@ -272,7 +273,7 @@ TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppe
     EXPECT_EQ(all.find(plain), std::string::npos) << plain << " is still stored in the clear";
   }
   EXPECT_EQ(fresh->instances().Find(live_id)->image.auth->password, "pw-live");
-  EXPECT_EQ(fresh->SealedKeys(), (std::map<std::string, int64_t>{{"k1", 5}}))
+  EXPECT_EQ(fresh->rotation().SealedKeys(), (std::map<std::string, int64_t>{{"k1", 5}}))
       << "the instance, the two members, the live group's template and the rule";
 }
 
