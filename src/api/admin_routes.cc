@@ -155,7 +155,7 @@ void AddNodeRoutes(Api& table) {
         api.Run<json>(
             call, refusal,
             {[node, fault](core::State& s, store::Batch&, const core::Tenant&) -> Result<json> {
-               TESSERA_ASSIGN_OR_RETURN(int64_t id, s.InjectFault(node, fault));
+               TESSERA_ASSIGN_OR_RETURN(int64_t id, s.agents().InjectFault(node, fault));
                return json{{"id", node}, {"fault", fault}, {"fault_id", id}};
              },
              202, Passthrough, [](const json& j) { return j.value("id", ""); }});

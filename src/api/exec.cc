@@ -126,7 +126,7 @@ void AgentConnects(Api& api, std::shared_ptr<Call> call) {
   }
   api.core().Submit<bool>(
       [node, id](core::State& s, store::Batch&) -> Result<bool> {
-        s.CloseExec(node, id);
+        s.agents().CloseExec(node, id);
         return true;
       },
       [](Result<bool>) {});

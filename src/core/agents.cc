@@ -98,6 +98,36 @@ void AgentSupervisor::Changed(AgentNode& node) {
   changed_.insert(node.name);
 }
 
+Result<int64_t> AgentSupervisor::InjectFault(const std::string& name, const std::string& fault) {
+  AgentNode* node = Find(name);
+  if (!node || !node->registered()) {
+    return Status::NotFound(fmt::format("node '{}' has no agent", name));
+  }
+  const int64_t id = node->next_fault++;
+  node->faults.push_back({id, fault});
+  if (node->faults.size() > kMaxFaults) node->faults.erase(node->faults.begin());
+  Changed(*node);
+  return id;
+}
+
+Status AgentSupervisor::QueueExec(AgentNode& node, const ExecSession& request, Time now) {
+  std::erase_if(node.exec, [now](const ExecSession& e) { return e.expires <= now; });
+  if (node.exec.size() >= kMaxWaitingExec) {
+    return Status::Unavailable(fmt::format(
+        "node '{}' has {} exec sessions waiting for its agent already; try again in a few seconds",
+        node.name, node.exec.size()));
+  }
+  node.exec.push_back(request);
+  Changed(node);
+  return Status::Ok();
+}
+
+void AgentSupervisor::CloseExec(const std::string& node, std::string_view id) {
+  AgentNode* n = Find(node);
+  if (!n) return;
+  std::erase_if(n->exec, [id](const ExecSession& e) { return e.id == id; });
+}
+
 std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& node) {
   nlohmann::json j = {{"name", node.name},
                       {"labels", node.labels},

@@ -354,6 +354,21 @@ class AgentSupervisor {
   const AgentNode* Find(const std::string& name) const;
   // Bumps the node's generation: its waiting agent is answered after this round commits.
   void Changed(AgentNode& node);
+  // Queues a fault for the node's agent to inject into its GPU backend ("xid:GPU:CODE",
+  // "overheat:GPU", "cool:GPU", "lost:GPU", "found:GPU"; checked by the agent, which logs a
+  // refusal); the newest kMaxFaults are kept. NotFound for a node without a registered agent.
+  // Not stored: a fault is a moment's event.
+  Result<int64_t> InjectFault(const std::string& node, const std::string& fault);
+  static constexpr size_t kMaxFaults = 16;
+  // Queues exec session `request` (its id, instance and expiry set) for `node`'s agent, which
+  // hears of it with its desired state until it expires. Unavailable while kMaxWaitingExec
+  // sessions of the node wait for its agent already (expired ones are dropped first): a flood
+  // of requests waits here, not in threads on the node.
+  Status QueueExec(AgentNode& node, const ExecSession& request, Time now);
+  static constexpr size_t kMaxWaitingExec = 32;
+  // The session's agent connected for it (or it was given up): its node's agent no longer hears
+  // of it. Its agent is not woken for this: it ignores a session it took already.
+  void CloseExec(const std::string& node, std::string_view id);
   // The stored form of a node, for the batch.
   static std::pair<std::string, std::string> Record(const AgentNode& node);
   // A node from its stored form; DataLoss naming the key when malformed.

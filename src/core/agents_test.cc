@@ -69,6 +69,46 @@ TEST(AgentSupervisorTest, AJoinedNodeIsServedOnceRegisteredAndWakesItsLongPollOn
       << "work that left the node leaves its desired state";
 }
 
+TEST(AgentSupervisorTest, FaultsAndExecSessionsWaitForTheAgentBounded) {
+  AgentSupervisor agents(/*simulated=*/false);
+  AgentNode node;
+  node.name = "gpu-07";
+  agents.nodes().emplace("gpu-07", node);
+  EXPECT_EQ(agents.InjectFault("gpu-07", "xid:0:79").status().code(), StatusCode::kNotFound)
+      << "no agent registered: nothing would inject it";
+  EXPECT_EQ(agents.InjectFault("gpu-99", "xid:0:79").status().message(),
+            "node 'gpu-99' has no agent");
+  AgentNode& n = *agents.Find("gpu-07");
+  n.inventory = nlohmann::json::object();
+  const uint64_t gen = n.generation;
+  for (size_t i = 0; i < AgentSupervisor::kMaxFaults + 2; ++i) {
+    ASSERT_EQ(*agents.InjectFault("gpu-07", "xid:0:" + std::to_string(i)), int64_t(i) + 1);
+  }
+  EXPECT_GT(n.generation, gen) << "the agent hears of it";
+  ASSERT_EQ(n.faults.size(), AgentSupervisor::kMaxFaults) << "the newest are kept";
+  EXPECT_EQ(n.faults.front().id, 3);
+
+  const Time t0 = Time(std::chrono::seconds(1000));
+  ExecSession e;
+  e.expires = t0 + std::chrono::seconds(10);
+  for (size_t i = 0; i < AgentSupervisor::kMaxWaitingExec; ++i) {
+    e.id = "exec-" + std::to_string(i);
+    ASSERT_TRUE(agents.QueueExec(n, e, t0).ok());
+  }
+  e.id = "exec-over";
+  const Status full = agents.QueueExec(n, e, t0);
+  EXPECT_EQ(full.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(full.message(),
+            "node 'gpu-07' has 32 exec sessions waiting for its agent already; try again in a few "
+            "seconds");
+  agents.CloseExec("gpu-07", "exec-0");
+  EXPECT_TRUE(agents.QueueExec(n, e, t0).ok()) << "a session its agent took makes room";
+  e.id = "exec-later";
+  EXPECT_TRUE(agents.QueueExec(n, e, t0 + std::chrono::seconds(11)).ok());
+  ASSERT_EQ(n.exec.size(), 1u) << "sessions past their deadline were dropped";
+  EXPECT_EQ(n.exec[0].id, "exec-later");
+}
+
 TEST(AgentSupervisorTest, ANodeRecordRoundTripsAndAMalformedOneNamesItsKey) {
   AgentNode n;
   n.name = "gpu-07";

@@ -166,13 +166,11 @@ class State {
   std::vector<std::string> VolumeUsers(const std::string& tenant, std::string_view name) const;
   // Exec sessions (state_exec.cc, docs/volumes.md): `request`'s command, tty and size go into
   // instance `instance_id` of the caller's tenant, through its node's agent, which hears of it
-  // with its desired state and must connect for it by `expires`. NotFound for another tenant's
-  // instance; FailedPrecondition for one that does not run, or runs where no agent process does.
+  // with its desired state and must connect for it by `expires` (AgentSupervisor::QueueExec;
+  // agents().CloseExec once it did). NotFound for another tenant's instance; FailedPrecondition
+  // for one that does not run, or runs where no agent process does.
   Result<ExecSession> OpenExec(const Tenant& caller, std::string_view instance_id,
                                ExecSession request, Duration connect_within);
-  // The session's agent connected for it (or it was given up): its node's agent no longer hears
-  // of it.
-  void CloseExec(const std::string& node, std::string_view id);
   // Rebuilds volumes from their records (Volumes::kPrefix and kNextKey), before the instances.
   Status RestoreVolumes(const std::vector<std::pair<std::string, std::string>>& records);
 
@@ -226,11 +224,6 @@ class State {
                                     std::map<std::string, std::string> labels,
                                     catalog::SharingMode sharing, const std::string& token_hash,
                                     store::Batch& batch);
-  // Queues a fault for the node's agent to inject into its GPU backend ("xid:GPU:CODE",
-  // "overheat:GPU", "cool:GPU", "lost:GPU", "found:GPU"; checked by the agent, which logs a
-  // refusal).
-  // NotFound for a node without an agent. Not stored: a fault is a moment's event.
-  Result<int64_t> InjectFault(const std::string& node, const std::string& fault);
   // An operator's word on GPU `gpu` of a joined node (docs/gpu-health.md): healthy puts it back
   // in service (and accepts its double-bit ECC count so far); unhealthy takes it out with
   // `reason`, moving its work as a fault would. NotFound for an unknown node or GPU.

@@ -44,19 +44,6 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   return stored;
 }
 
-Result<int64_t> State::InjectFault(const std::string& name, const std::string& fault) {
-  AgentNode* node = agents_.Find(name);
-  if (!node || !node->registered()) {
-    return Status::NotFound(fmt::format("node '{}' has no agent", name));
-  }
-  constexpr size_t kKept = 16;
-  const int64_t id = node->next_fault++;
-  node->faults.push_back({id, fault});
-  if (node->faults.size() > kKept) node->faults.erase(node->faults.begin());
-  agents_.Changed(*node);
-  return id;
-}
-
 Status State::AttachSimulatedAgent(const std::string& name, const std::string& token_hash) {
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex index, fleet_->Find(name));
   AgentNode node;

@@ -552,7 +552,7 @@ TEST_F(NodeAgentsTest, AnExecSessionIsToldToTheInstancesAgentUntilItConnectsOrEx
   EXPECT_EQ(e.cols, 120);
   EXPECT_EQ(e.rows, 40);
   // Taken by the agent: no longer told; the other one expires unclaimed.
-  state_->CloseExec("gpu-1", opened->id);
+  state_->agents().CloseExec("gpu-1", opened->id);
   EXPECT_EQ(state_->DesiredState("gpu-1").exec.size(), 1u);
   clock_.Advance(11s);
   EXPECT_EQ(state_->DesiredState("gpu-1").exec.size(), 0u);

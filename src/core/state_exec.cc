@@ -2,19 +2,11 @@
 // or a shell in, and what its node's agent is told to connect for.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "common/auth.h"
 #include "common/text.h"
 #include "core/state.h"
 
 namespace tessera::core {
-
-namespace {
-// Sessions a node's agent has not connected for yet: a flood of requests waits here, not in
-// threads on the node.
-constexpr size_t kMaxWaitingExec = 32;
-}  // namespace
 
 Result<ExecSession> State::OpenExec(const Tenant& caller, std::string_view instance_id,
                                     ExecSession request, Duration connect_within) {
@@ -35,29 +27,15 @@ Result<ExecSession> State::OpenExec(const Tenant& caller, std::string_view insta
         Quote(instance_id), inst->node));
   }
   TESSERA_ASSIGN_OR_RETURN(std::string random, GenerateToken());
-  const Time now = clock_->Now();
-  std::erase_if(node->exec, [now](const ExecSession& e) { return e.expires <= now; });
-  if (node->exec.size() >= kMaxWaitingExec) {
-    return Status::Unavailable(fmt::format(
-        "node '{}' has {} exec sessions waiting for its agent already; try again in a few seconds",
-        inst->node, node->exec.size()));
-  }
   request.id = "exec-" + random.substr(4, 32);
   request.node = inst->node;
   request.instance = inst->id.str();
   request.attempt = inst->restarts;
   request.tenant = inst->tenant.str();
+  const Time now = clock_->Now();
   request.expires = now + connect_within;
-  node->exec.push_back(request);
-  agents_.Changed(*node);
+  TESSERA_RETURN_IF_ERROR(agents_.QueueExec(*node, request, now));
   return request;
-}
-
-void State::CloseExec(const std::string& node, std::string_view id) {
-  AgentNode* n = agents_.Find(node);
-  if (!n) return;
-  // Its agent is not woken for this: it ignores a session it took already.
-  std::erase_if(n->exec, [id](const ExecSession& e) { return e.id == id; });
 }
 
 }  // namespace tessera::core
