@@ -182,7 +182,7 @@ void BM_RoundEight(benchmark::State& bs) {
     state->EndRound(batch);
     bs.PauseTiming();
     for (const std::string& id : ids) {
-      if (state->GetInstance(t, id)->node.empty()) std::abort();  // Every one must be placed.
+      if (state->views().Get(t, id)->node.empty()) std::abort();  // Every one must be placed.
     }
     store::Batch undo;
     state->BeginRound();

@@ -101,7 +101,7 @@ void AddInstanceRoutes(Api& table) {
               api.Run<json>(call, refusal,
                             {[query](core::State& s, store::Batch&,
                                      const core::Tenant& caller) -> Result<json> {
-                               const core::InstancePage page = s.ListInstances(caller, query);
+                               const core::InstancePage page = s.views().List(caller, query);
                                json out = json::array();
                                for (const auto& i : page.items) {
                                  json j = core::ToJson(i);
@@ -123,7 +123,7 @@ void AddInstanceRoutes(Api& table) {
               api.Run<json>(call, Status::Ok(),
                             {[id = *id, core](core::State& s, store::Batch&,
                                               const core::Tenant& caller) -> Result<json> {
-                               auto inst = s.GetInstance(caller, id);
+                               auto inst = s.views().Get(caller, id);
                                // Ended long enough ago to have left memory: the store still has it.
                                if (!inst.ok() && inst.status().code() == StatusCode::kNotFound) {
                                  inst = Archived(*core, s, caller, id);
@@ -146,15 +146,15 @@ void AddInstanceRoutes(Api& table) {
                 refusal = IntParam(call->request.parsed, "after", 0, INT64_MAX, after);
               if (!refusal.ok()) return api.ReplyError(*call, refusal);
               Api* a = &api;
-              api.core().Submit<core::State::LogSlice>(
-                  [call, id = *id, tail, after](core::State& s,
-                                                store::Batch&) -> Result<core::State::LogSlice> {
+              api.core().Submit<core::InstanceViews::LogSlice>(
+                  [call, id = *id, tail, after](
+                      core::State& s, store::Batch&) -> Result<core::InstanceViews::LogSlice> {
                     TESSERA_ASSIGN_OR_RETURN(const core::Tenant* caller,
                                              s.tenants().Authenticate(call->token_hash));
-                    return s.InstanceLog(*caller, id, static_cast<size_t>(tail),
+                    return s.views().Log(*caller, id, static_cast<size_t>(tail),
                                          after < 0 ? std::nullopt : std::optional(after));
                   },
-                  [call, a](Result<core::State::LogSlice> slice) {
+                  [call, a](Result<core::InstanceViews::LogSlice> slice) {
                     if (!slice.ok()) return a->ReplyError(*call, slice.status());
                     call->responder.SendLater([call, a, slice = std::move(*slice)] {
                       HttpResponse r;
@@ -182,7 +182,7 @@ void AddInstanceRoutes(Api& table) {
                   call, req.status(),
                   {[id, req](core::State& s, store::Batch& b,
                              const core::Tenant& caller) -> Result<core::Instance> {
-                     TESSERA_ASSIGN_OR_RETURN(core::Instance now, s.GetInstance(caller, *id));
+                     TESSERA_ASSIGN_OR_RETURN(core::Instance now, s.views().Get(caller, *id));
                      return s.Relabel(caller, *id, req->labels.value_or(now.labels),
                                       req->annotations.value_or(now.annotations), b);
                    },

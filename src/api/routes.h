@@ -11,7 +11,8 @@ class Api;
 // /v1/tenants..., /v1/whoami, /v1/instance-types (tenant_routes.cc -> core/state.cc,
 // core/tenants.cc)
 void AddTenantRoutes(Api& api);
-// /v1/instances..., logs (instance_routes.cc -> core/state.cc; logs: core/state_reports.cc)
+// /v1/instances..., logs (instance_routes.cc -> core/state.cc; get, list and logs:
+// core/instance_views.cc)
 void AddInstanceRoutes(Api& api);
 // /v1/nodes... (admin_routes.cc -> core/state_agents.cc; remove and GPU health:
 // core/state_node_loss.cc; GPU modes: core/gpu_modes.cc; drain: core/state.cc), /v1/audit,

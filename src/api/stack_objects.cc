@@ -148,7 +148,7 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
   l.gone = "deleted outside the stack";
   switch (kind) {
     case StackKind::kInstance: {
-      auto inst = s.GetInstance(caller, id);
+      auto inst = s.views().Get(caller, id);
       if (!inst.ok()) break;
       if (!core::IsActive(inst->state)) {
         l.gone = fmt::format("ended ({})", core::StateName(inst->state));
@@ -175,7 +175,7 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
       l.shown["id"] = g->group.id;
       l.shown["placed"] = g->placed;
       for (const core::GroupMemberStatus& m : g->members) {
-        if (auto inst = s.GetInstance(caller, m.instance); inst.ok()) {
+        if (auto inst = s.views().Get(caller, m.instance); inst.ok()) {
           l.monthly += inst->price_per_hour * kHoursPerMonth;
         }
       }
@@ -228,7 +228,7 @@ Names::Names(const core::State& s, const core::Tenant& caller) {
   core::ListQuery q;
   q.limit = 1000;
   for (bool more = true; more;) {
-    const core::InstancePage page = s.ListInstances(caller, q);
+    const core::InstancePage page = s.views().List(caller, q);
     for (const core::Instance& i : page.items) {
       // One being deleted holds its name only until its agent stopped it.
       if (core::IsActive(i.state) && i.state != core::InstanceState::kStopping && i.group.empty()) {

@@ -128,7 +128,7 @@ TEST(CoreBatchWindowTest, ACreateHeldWhenTheCoreStopsIsPlacedAfterARestart) {
   auto core = Core::Start(options);
   ASSERT_TRUE(core.ok()) << core.status().message();
   auto after = (*core)->Run<Instance>(
-      [&](State& s, store::Batch&) { return s.GetInstance(*s.tenants().Find(tenant_id), id); });
+      [&](State& s, store::Batch&) { return s.views().Get(*s.tenants().Find(tenant_id), id); });
   ASSERT_TRUE(after.ok()) << after.status().message();
   EXPECT_EQ(after->state, InstanceState::kScheduled) << after->reason;
   EXPECT_EQ(after->reason.find("batch window"), std::string::npos) << after->reason;

@@ -89,7 +89,7 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
   }
 
   Instance Member(const GroupStatus& group, int rank) {
-    return *state_->GetInstance(Acme(), group.members[static_cast<size_t>(rank)].instance);
+    return *state_->views().Get(Acme(), group.members[static_cast<size_t>(rank)].instance);
   }
 
   // The group's record as the API shows it (the template's registry password left out), with its
@@ -189,7 +189,7 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
       for (int i = 0; i < 16; ++i) {
         auto inst = CreateInRound(TestH100(1));
         ASSERT_TRUE(inst.ok()) << inst.status().message();
-        insts.push_back(*state_->GetInstance(Acme(), inst->id.str()));
+        insts.push_back(*state_->views().Get(Acme(), inst->id.str()));
       }
       live(insts);
       step();

@@ -2,12 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "core/instance_views.h"
+
 namespace tessera::core {
 namespace {
-
-bool Visible(const Tenant& caller, const Instance& inst) {
-  return caller.admin || inst.tenant == caller.id;
-}
 
 // `inst`'s readings with no GPU yet.
 InstanceReadings ReadingsOf(const Instance& inst) {

@@ -17,9 +17,13 @@ namespace {
 // Passes over the queue in one round: a stop an agent reports frees capacity for another pass.
 constexpr int kMaxPassesPerRound = 4;
 
-// Whose work `inst` is, as the scheduler knows sources (sched::Request::source).
-uint32_t SourceOf(const Instance& inst) {
-  return static_cast<uint32_t>(TenantNumber(inst.tenant.str()));
+// Gives `scheduler` the filter that keeps a node that cannot isolate tenants to one tenant at a
+// time; the scheduler owns it.
+sched::SoleTenantFilter* AddSoleTenantFilter(sched::Scheduler& scheduler) {
+  auto filter = std::make_unique<sched::SoleTenantFilter>();
+  sched::SoleTenantFilter* out = filter.get();
+  scheduler.AddFilter(std::move(filter));
+  return out;
 }
 
 }  // namespace
@@ -31,6 +35,7 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       clock_(clock),
       fleet_(std::move(fleet)),
       scheduler_(std::move(scheduler)),
+      sole_tenant_(AddSoleTenantFilter(*scheduler_)),
       options_(options),
       tenants_(clock),
       secrets_(clock, options.sealer),
@@ -47,11 +52,7 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       accounts_(*catalog, *clock, *fleet_, admission_, tenants_, instances_, volumes_,
                 options.node_timeout),
       up_since_(clock->Now()),
-      autoscaler_(options.autoscale_interval) {
-  auto sole_tenant = std::make_unique<sched::SoleTenantFilter>();
-  sole_tenant_ = sole_tenant.get();
-  scheduler_->AddFilter(std::move(sole_tenant));
-}
+      autoscaler_(options.autoscale_interval) {}
 
 Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                                    std::optional<bool> disabled, store::Batch& batch,
@@ -154,7 +155,7 @@ Result<Instance> State::CreateInstance(const Tenant& caller, const CreateInstanc
     PlaceOrQueue(stored, batch);
   }
   Save(stored, batch);
-  return Shown(stored);
+  return views_.Shown(stored);
 }
 
 void State::PlaceOrQueue(Instance& inst, store::Batch& batch) {
@@ -164,32 +165,6 @@ void State::PlaceOrQueue(Instance& inst, store::Batch& batch) {
   } else if (const Attempt a = Place(inst, batch, /*first_attempt=*/true); a != Attempt::kPlaced) {
     queue_.Push(inst, /*tried=*/a == Attempt::kNoRoom);
   }
-}
-
-Result<Instance> State::GetInstance(const Tenant& caller, std::string_view id) const {
-  const Instance* inst = instances_.Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  return Shown(*inst);
-}
-
-InstancePage State::ListInstances(const Tenant& caller, const ListQuery& query) const {
-  bool more = false;
-  const auto page = instances_.Page(
-      caller.admin ? "" : caller.id.str(), query.after_seq, query.limit,
-      [&](const Instance& inst) {
-        const bool state =
-            !query.state ||
-            (inst.state == *query.state &&
-             (inst.state != InstanceState::kScheduled || inst.pull.has_value() == query.pulling));
-        return state && Matches(query.selector, inst.labels);
-      },
-      &more);
-  InstancePage out;
-  for (const Instance* inst : page) out.items.push_back(Shown(*inst));
-  if (more && !page.empty()) out.next_after = page.back()->seq;
-  return out;
 }
 
 Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id,
@@ -205,7 +180,7 @@ Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id
                     inst.rank, inst.group));
   }
   Stop(inst, "deleted by its owner", batch);
-  return Shown(inst);
+  return views_.Shown(inst);
 }
 
 Result<Instance> State::Relabel(const Tenant& caller, std::string_view id,
@@ -230,7 +205,7 @@ Result<Instance> State::Relabel(const Tenant& caller, std::string_view id,
   inst.annotations = std::move(annotations);
   inst.updated_at = clock_->Now();
   Save(inst, batch);
-  return Shown(inst);
+  return views_.Shown(inst);
 }
 
 void State::Stop(Instance& inst, const std::string& why, store::Batch& batch,
@@ -406,28 +381,6 @@ void State::WorkloadExited(const std::string& id, int exit_code) {
   const Instance* inst = instances_.Find(id);
   if (inst && (inst->state == InstanceState::kRunning || inst->state == InstanceState::kPreempting))
     agents_.Exited(*inst, exit_code);
-}
-
-Instance State::Shown(const Instance& inst) const {
-  Instance shown = inst;
-  if (inst.state == InstanceState::kPending && window_.Holds(inst.id.str())) {
-    // It waits for the batch window, not for room.
-    shown.reason = window_.Reason();
-  } else if (inst.state == InstanceState::kPending) {
-    const size_t preemptible =
-        inst.billing == Billing::kSpot
-            ? 0
-            : preemptor_.CountFor(admission_.RequestFor(inst.shape, inst.billing));
-    std::string waiting = admission_.PendingReason(inst, preemptible);
-    if (const size_t closed = sole_tenant_->ClosedTo(SourceOf(inst)); closed > 0) {
-      // Counts nodes, as the rest of the reason does; it names no other tenant or its work.
-      waiting += fmt::format(
-          "; {} node(s) that cannot isolate tenants from each other host another tenant's work",
-          closed);
-    }
-    shown.reason = inst.reason.empty() ? waiting : inst.reason + "; " + waiting;
-  }
-  return shown;
 }
 
 void State::Book(Instance& inst, const fleet::Assignment& a) {

@@ -5,6 +5,7 @@
 //   Usage            what each tenant holds, in the quota's unit;
 //   PendingWork      how many instances each tenant has waiting, and its cap on them;
 //   InstanceTable    the working set of instances;
+//   InstanceViews    what a tenant is shown of its instances: one, a page, a log;
 //   PendingQueue     what waits, grouped by shape, in budgeted passes;
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
 //   AgentSupervisor  which nodes agents serve, their long polls and what they report;
@@ -54,6 +55,7 @@
 #include "core/group_table.h"
 #include "core/instance.h"
 #include "core/instance_table.h"
+#include "core/instance_views.h"
 #include "core/labels.h"
 #include "core/log_tails.h"
 #include "core/monitoring.h"
@@ -81,22 +83,6 @@ class SoleTenantFilter;  // sched/plugins/sole_tenant.h
 }  // namespace tessera::sched
 
 namespace tessera::core {
-
-// A page of instances, and where the next one starts.
-struct InstancePage {
-  std::vector<Instance> items;
-  std::optional<int64_t> next_after;  // The seq to pass as ListQuery::after_seq; none at the end.
-};
-
-struct ListQuery {
-  // The state as GET shows it: with kScheduled, `pulling` picks those whose image is being pulled
-  // (shown as "pulling") or, false, the others.
-  std::optional<InstanceState> state;
-  bool pulling = false;
-  LabelSelector selector;
-  int64_t after_seq = 0;
-  size_t limit = 100;
-};
 
 class State {
  public:
@@ -189,11 +175,8 @@ class State {
   // already waiting.
   Result<Instance> CreateInstance(const Tenant& caller, const CreateInstanceRequest& req,
                                   store::Batch& batch);
-  // NotFound for an unknown id and for another tenant's instance alike. A pending instance
-  // carries the reason it waits.
-  Result<Instance> GetInstance(const Tenant& caller, std::string_view id) const;
-  // The caller's instances (the admin's: all) in creation order, one page.
-  InstancePage ListInstances(const Tenant& caller, const ListQuery& query) const;
+  // What a tenant is shown of its instances: one, a page, a log (instance_views.h).
+  const InstanceViews& views() const { return views_; }
   // Stops the instance and frees its capacity (through its agent when agents serve the nodes).
   Result<Instance> DeleteInstance(const Tenant& caller, std::string_view id, store::Batch& batch);
   // Replaces an active instance's labels and annotations (REQUIRES: validated); a group's member
@@ -255,15 +238,6 @@ class State {
   core::DesiredState DesiredState(const std::string& node) const;
   // The node an authenticated node token acts for, or PermissionDenied.
   Result<const AgentNode*> AuthenticateNode(std::string_view token_hash) const;
-  // The instance's log as its agent shipped it: the last `tail` lines, or with `after` the bytes
-  // after that offset (as a previous slice's `end` gave it) that are still kept.
-  struct LogSlice {
-    std::string text;
-    int64_t end = 0;  // The offset after the last byte: pass it as `after` to follow.
-    InstanceState state = InstanceState::kPending;
-  };
-  Result<LogSlice> InstanceLog(const Tenant& caller, std::string_view id, size_t tail,
-                               std::optional<int64_t> after) const;
   AgentSupervisor& agents() { return agents_; }
   const AgentSupervisor& agents() const { return agents_; }
   // After a round commits: long-polling agents whose node changed, or whose wait ended, get
@@ -542,12 +516,6 @@ class State {
   // `ending` says.
   void Transition(Instance& inst, InstanceState to, std::string reason, store::Batch& batch,
                   billing::Ending ending = billing::Ending::kCustomer);
-  // `inst` as the API shows it: a pending one with the reason it waits.
-  Instance Shown(const Instance& inst) const;
-  // True when `inst` is visible to `caller`.
-  static bool Visible(const Tenant& caller, const Instance& inst) {
-    return caller.admin || inst.tenant == caller.id;
-  }
 
   const catalog::Catalog* catalog_;
   const Clock* clock_;
@@ -571,13 +539,14 @@ class State {
   PendingWork pending_;
   InstanceTable instances_;
   PendingQueue queue_;
-  // New creates held for a moment and placed together (StateOptions::batch_window; only Shown()
-  // says so).
+  // New creates held for a moment and placed together (StateOptions::batch_window; only
+  // InstanceViews::Shown says so).
   BatchWindow window_;
   Preemptor preemptor_;
   AgentSupervisor agents_;
   LogTails logs_;  // Instances' logs as their agents shipped them.
   DesiredStates desired_{&instances_, &secrets_, &volumes_, &logs_};  // What agents are told.
+  InstanceViews views_{&instances_, &window_, &admission_, &preemptor_, sole_tenant_, &logs_};
   Time last_lease_check_;
   // Instances waiting for spot victims to stop after their notice, and until when.
   std::unordered_map<std::string, Time> awaiting_notice_;

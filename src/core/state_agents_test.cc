@@ -354,18 +354,18 @@ TEST_F(NodeAgentsTest, LogsKeepTheNewestBytesAndTailCountsLines) {
   s.logs = {{inst.id.str(), 0, 0, "one\ntwo\nthree\n"}, {inst.id.str(), 0, 8, "three\nfour"}};
   ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
   const Tenant& caller = *state_->tenants().Find(acme_.id.str());
-  auto tail = state_->InstanceLog(caller, inst.id.str(), 2, std::nullopt);
+  auto tail = state_->views().Log(caller, inst.id.str(), 2, std::nullopt);
   ASSERT_TRUE(tail.ok());
   EXPECT_EQ(tail->text, "three\nfour") << "overlapping chunks are kept once";
   EXPECT_EQ(tail->end, 18);
-  EXPECT_EQ(state_->InstanceLog(caller, inst.id.str(), 100, std::nullopt)->text,
+  EXPECT_EQ(state_->views().Log(caller, inst.id.str(), 100, std::nullopt)->text,
             "one\ntwo\nthree\nfour");
-  EXPECT_EQ(state_->InstanceLog(caller, inst.id.str(), 1, int64_t{14})->text, "four");
+  EXPECT_EQ(state_->views().Log(caller, inst.id.str(), 1, int64_t{14})->text, "four");
   s.seq = 2;
   s.logs = {{inst.id.str(), 0, 30, "later\n"}};
   ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
   EXPECT_NE(
-      state_->InstanceLog(caller, inst.id.str(), 100, std::nullopt)->text.find("12 bytes dropped"),
+      state_->views().Log(caller, inst.id.str(), 100, std::nullopt)->text.find("12 bytes dropped"),
       std::string::npos)
       << "a gap the agent could not ship is marked";
 }
@@ -443,7 +443,7 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   s.pulls = {{id, 0, {44040192, 104857600, 42}}};
   ASSERT_TRUE(state_->SyncAgent(inst.node, s, batch_).ok());
   EXPECT_EQ(Get(id).state, InstanceState::kScheduled) << "a pull moves nothing";
-  json pulling = ToJson(*state_->GetInstance(*state_->tenants().Find(acme_.id.str()), id));
+  json pulling = ToJson(*state_->views().Get(*state_->tenants().Find(acme_.id.str()), id));
   EXPECT_EQ(pulling["state"], "pulling");
   EXPECT_EQ(pulling["pull"], json({{"bytes", 44040192},
                                    {"total_bytes", 104857600},
@@ -471,9 +471,9 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   const Tenant& caller = *state_->tenants().Find(acme_.id.str());
   ListQuery q;
   q.state = InstanceState::kScheduled;
-  EXPECT_TRUE(state_->ListInstances(caller, q).items.empty());
+  EXPECT_TRUE(state_->views().List(caller, q).items.empty());
   q.pulling = true;
-  EXPECT_EQ(state_->ListInstances(caller, q).items.size(), 1u);
+  EXPECT_EQ(state_->views().List(caller, q).items.size(), 1u);
   ASSERT_TRUE(Report(inst.node, 3, {{id, 0, InstanceState::kRunning, {}, "", false, {}, {}}}).ok());
   EXPECT_EQ(Get(id).state, InstanceState::kRunning);
   EXPECT_FALSE(Get(id).pull) << "running: the pull is over";

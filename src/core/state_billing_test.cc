@@ -94,7 +94,7 @@ class BillingTest : public ::testing::Test, protected AgentNodeFixture {
     EXPECT_TRUE(inst.ok()) << inst.status().message();
     if (!inst.ok()) return {};
     Started(*inst);
-    return *state_->GetInstance(Admin(), inst->id.str());
+    return *state_->views().Get(Admin(), inst->id.str());
   }
 
   void Started(const Instance& inst) {
@@ -228,7 +228,7 @@ TEST_F(BillingTest, ARunIsBilledFromItsStartToItsStopWithAMinuteAtLeast) {
   ASSERT_TRUE(created.ok()) << created.status().message();
   Wait(40s);
   Started(*created);
-  const Instance inst = *state_->GetInstance(Admin(), created->id.str());
+  const Instance inst = *state_->views().Get(Admin(), created->id.str());
   Wait(30s);
   Delete(inst);  // Running -> stopping closes the interval.
   Wait(9s);
@@ -252,7 +252,7 @@ TEST_F(BillingTest, ARunIsBilledFromItsStartToItsStopWithAMinuteAtLeast) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].seconds, 125);
   EXPECT_EQ(lines[0].amount_micros, p->on_demand_per_hour.MulDiv(125, 3600).micros());
-  EXPECT_EQ(state_->GetInstance(Admin(), second.id.str())->state, InstanceState::kSucceeded);
+  EXPECT_EQ(state_->views().Get(Admin(), second.id.str())->state, InstanceState::kSucceeded);
 }
 
 TEST_F(BillingTest, PreemptionAndNodeLossAreBilledToTheSecond) {
@@ -277,7 +277,7 @@ TEST_F(BillingTest, PreemptionAndNodeLossAreBilledToTheSecond) {
   Wait(6s);  // The victims' notice ends; their agent reports them stopped.
   Ended({s1, s2}, std::nullopt);
   Wait(20s);  // The on-demand request's wait for its victims ends: it is placed.
-  const Instance od = state_->ListInstances(Admin(), {}).items.back();
+  const Instance od = state_->views().List(Admin(), {}).items.back();
   ASSERT_EQ(od.billing, Billing::kOnDemand);
   ASSERT_EQ(od.state, InstanceState::kScheduled) << od.reason;
   Started(od);
@@ -292,13 +292,13 @@ TEST_F(BillingTest, PreemptionAndNodeLossAreBilledToTheSecond) {
   EXPECT_EQ(lines[0].instance, od.id.str());
   EXPECT_EQ(lines[0].seconds, 5) << "billed to its node's last report, no minimum";
   EXPECT_EQ(lines[0].note, "ended by the platform");
-  EXPECT_EQ(state_->GetInstance(Admin(), od.id.str())->state, InstanceState::kRunning)
+  EXPECT_EQ(state_->views().Get(Admin(), od.id.str())->state, InstanceState::kRunning)
       << "it may still run there: it moves once its node's lease has run out";
   for (int i = 0; i < 62; ++i) {
     clock_.Advance(5s);
     Tick();
   }
-  EXPECT_EQ(state_->GetInstance(Admin(), od.id.str())->state, InstanceState::kPending);
+  EXPECT_EQ(state_->views().Get(Admin(), od.id.str())->state, InstanceState::kPending);
   EXPECT_TRUE(Ledger().empty()) << "nothing more is billed when it moves";
 }
 
@@ -368,7 +368,7 @@ TEST_F(BillingTest, ARestartInTheMiddleOfAnIntervalLosesAndDuplicatesNothing) {
   Restart();
   clock_.Advance(50s);  // The server was down; the workload ran on.
   Sync("gpu-1");
-  Delete(*state_->GetInstance(Admin(), inst.id.str()));
+  Delete(*state_->views().Get(Admin(), inst.id.str()));
   auto lines = Ledger();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].seconds, 150);
@@ -537,7 +537,7 @@ TEST_F(BillingTest, UnclaimedReservedCapacityRunsSpotButNotOnDemand) {
   EXPECT_EQ(spot.state, InstanceState::kRunning) << "idle reserved capacity runs spot work";
   auto holder = Create(Type("gpu.1xh100", Billing::kReserved));
   ASSERT_TRUE(holder.ok());
-  EXPECT_EQ(state_->GetInstance(Admin(), spot.id.str())->state, InstanceState::kPreempting)
+  EXPECT_EQ(state_->views().Get(Admin(), spot.id.str())->state, InstanceState::kPreempting)
       << "the holder claims its capacity";
   (void)od;
 }
@@ -563,7 +563,7 @@ TEST_F(BillingTest, AHardStopBudgetRefusesNewSpendOnceSpent) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().reason(), "budget_exceeded");
   EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(state_->GetInstance(Admin(), inst.id.str())->state, InstanceState::kRunning)
+  EXPECT_EQ(state_->views().Get(Admin(), inst.id.str())->state, InstanceState::kRunning)
       << "running work is not killed";
   // The alert engine's series says the same.
   bool seen = false;
@@ -634,14 +634,14 @@ TEST_F(BillingTest, APullIsNotBilledAndARestartKeepsTheImageAndItsCredentials) {
     Pulling(*created, percent);
     Wait(120s);
   }
-  json shown = ToJson(*state_->GetInstance(Admin(), id));
+  json shown = ToJson(*state_->views().Get(Admin(), id));
   EXPECT_EQ(shown["state"], "pulling");
   EXPECT_EQ(shown["pull"]["percent"], 70);
   EXPECT_TRUE(Ledger().empty()) << "six minutes of pulling cost nothing";
-  EXPECT_FALSE(state_->GetInstance(Admin(), id)->meter);
+  EXPECT_FALSE(state_->views().Get(Admin(), id)->meter);
 
   Restart();
-  shown = ToJson(*state_->GetInstance(Admin(), id));
+  shown = ToJson(*state_->views().Get(Admin(), id));
   EXPECT_EQ(shown["state"], "scheduled") << "the pull is not stored; the agent reports it again";
   EXPECT_EQ(shown["image"], "registry.example.com/team/train:1.4");
   EXPECT_EQ(shown["registry_auth"], json({{"username", "robot"}}));
@@ -653,7 +653,7 @@ TEST_F(BillingTest, APullIsNotBilledAndARestartKeepsTheImageAndItsCredentials) {
   EXPECT_EQ(workload->image.auth->password, "s3cret-pw")
       << "a restarted server still sends the credentials to the node's agent";
   Pulling(*created, 90);
-  EXPECT_EQ(ToJson(*state_->GetInstance(Admin(), id))["state"], "pulling");
+  EXPECT_EQ(ToJson(*state_->views().Get(Admin(), id))["state"], "pulling");
   Wait(60s);
   EXPECT_TRUE(Ledger().empty());
   Started(*created);
@@ -671,7 +671,7 @@ TEST_F(BillingTest, APullIsNotBilledAndARestartKeepsTheImageAndItsCredentials) {
   Pulling(*doomed, 0);
   Wait(300s);
   Ended(*doomed, std::nullopt);
-  EXPECT_EQ(state_->GetInstance(Admin(), doomed->id.str())->state, InstanceState::kFailed);
+  EXPECT_EQ(state_->views().Get(Admin(), doomed->id.str())->state, InstanceState::kFailed);
   EXPECT_TRUE(Ledger().empty());
 }
 

@@ -129,7 +129,7 @@ TEST_F(GroupsTest, AGangAtItsQuotaRestartsOnceTheLastAttemptStopped) {
   ASSERT_TRUE(created.ok()) << created.status().message();
   const std::string id = created->group.id;
   auto member = [&](const GroupStatus& g, int rank) {
-    return *state_->GetInstance(small, g.members[static_cast<size_t>(rank)].instance);
+    return *state_->views().Get(small, g.members[static_cast<size_t>(rank)].instance);
   };
   const Instance r0 = member(*created, 0), r1 = member(*created, 1);
   AgentReport started = Report(r0, InstanceState::kRunning);
@@ -229,8 +229,8 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
   Sync(r2.node, {Report(r2, InstanceState::kFailed, 1)});
   GroupStatus after = Get(g.group.id);
   EXPECT_EQ(after.group.restarts, 1);
-  EXPECT_EQ(state_->GetInstance(Acme(), r0.id.str())->state, InstanceState::kStopping);
-  EXPECT_EQ(state_->GetInstance(Acme(), r1.id.str())->state, InstanceState::kStopping);
+  EXPECT_EQ(state_->views().Get(Acme(), r0.id.str())->state, InstanceState::kStopping);
+  EXPECT_EQ(state_->views().Get(Acme(), r1.id.str())->state, InstanceState::kStopping);
   EXPECT_EQ(GroupStateName(after.group.state), "waiting");
   EXPECT_EQ(after.members.size(), 0u) << "the new attempt waits for the last one to stop";
   EXPECT_EQ(after.group.draining.size(), 2u) << Dump(after);
@@ -285,7 +285,7 @@ TEST_F(GroupsTest, MembersHeldForRankZerosPortStartWhenRankZeroEndsBeforeItWasSe
   AgentReport ended = Report(a0, InstanceState::kTerminated, 0);
   ended.port = 29533;
   Sync("n1", {ended});
-  EXPECT_EQ(state_->GetInstance(Acme(), a0.id.str())->state, InstanceState::kSucceeded);
+  EXPECT_EQ(state_->views().Get(Acme(), a0.id.str())->state, InstanceState::kSucceeded);
   auto w1 = Workload(a1);
   ASSERT_TRUE(w1.has_value()) << "rank 1 is still held back after rank 0 ended";
   EXPECT_EQ(w1->env.at("MASTER_PORT"), "29533");
@@ -355,7 +355,7 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
   for (int rank = 0; rank < 3; ++rank) old.push_back(Member(Get(g.group.id), rank));
   Sync(old[1].node, {Report(old[1], InstanceState::kFailed, 1)});
   for (const Instance& m : old) {
-    if (state_->GetInstance(Acme(), m.id.str())->state == InstanceState::kStopping) {
+    if (state_->views().Get(Acme(), m.id.str())->state == InstanceState::kStopping) {
       Sync(m.node, {Report(m, InstanceState::kTerminated, 0)});
     }
   }
@@ -378,7 +378,7 @@ TEST_F(GroupsTest, WithoutRestartAFailedMemberFailsTheGroup) {
   const GroupStatus after = Get(g.group.id);
   EXPECT_EQ(GroupStateName(after.group.state), "failed");
   EXPECT_NE(after.group.reason.find("rank 0"), std::string::npos);
-  EXPECT_EQ(state_->GetInstance(Acme(), Member(g, 1).id.str())->state, InstanceState::kStopping);
+  EXPECT_EQ(state_->views().Get(Acme(), Member(g, 1).id.str())->state, InstanceState::kStopping);
 }
 
 // An elastic gang resizes in place: new ranks are placed as a gang, the newest stop first, and no
@@ -414,14 +414,14 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   EXPECT_EQ(FreeGpus("n1"), 0);
   EXPECT_EQ(Workload(Member(*grown, 3))->env.at("PET_RDZV_ENDPOINT"), "n1:29501")
       << "a new rank meets the running ones";
-  EXPECT_EQ(state_->GetInstance(Acme(), r0.id.str())->state, InstanceState::kRunning);
+  EXPECT_EQ(state_->views().Get(Acme(), r0.id.str())->state, InstanceState::kRunning);
   const Instance newest = Member(*grown, 3);
   state_->BeginRound();
   auto shrunk = state_->ScaleGroup(Acme(), id, 3, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(shrunk.ok());
   EXPECT_EQ(shrunk->members.size(), 3u);
-  EXPECT_EQ(state_->GetInstance(Acme(), newest.id.str())->state, InstanceState::kStopping);
+  EXPECT_EQ(state_->views().Get(Acme(), newest.id.str())->state, InstanceState::kStopping);
   // Outside its range: refused, naming it.
   state_->BeginRound();
   auto outside = state_->ScaleGroup(Acme(), id, 5, batch_);
@@ -456,7 +456,7 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   EXPECT_NE(grown->group.reason.find("restarting whole at size 3 (was 2)"), std::string::npos)
       << Dump(*grown);
   for (const Instance& m : {r0, r1}) {
-    const Instance now = *state_->GetInstance(Acme(), m.id.str());
+    const Instance now = *state_->views().Get(Acme(), m.id.str());
     EXPECT_EQ(now.state, InstanceState::kStopping);
     EXPECT_NE(now.reason.find("resized from 2 to 3"), std::string::npos) << now.reason;
   }
@@ -508,7 +508,7 @@ TEST_F(GroupsTest, AnOnDemandGangPreemptsTheFewestSpotInstancesAndOnlyIfItThenFi
     state_->EndRound(batch_);
     ASSERT_TRUE(inst.ok());
     Sync("n1", {Report(*inst, InstanceState::kRunning)});
-    spot.push_back(*state_->GetInstance(Acme(), inst->id.str()));
+    spot.push_back(*state_->views().Get(Acme(), inst->id.str()));
   }
   // A gang that could never fit the node preempts nobody.
   const GroupStatus too_big = Create(Gang(3, 4, Topology::kNode));
@@ -520,7 +520,7 @@ TEST_F(GroupsTest, AnOnDemandGangPreemptsTheFewestSpotInstancesAndOnlyIfItThenFi
       << Dump(Get(g.group.id));
   std::vector<Instance> noticed;
   for (const Instance& v : spot) {
-    const Instance now = *state_->GetInstance(Acme(), v.id.str());
+    const Instance now = *state_->views().Get(Acme(), v.id.str());
     if (now.state == InstanceState::kPreempting) noticed.push_back(now);
   }
   ASSERT_EQ(noticed.size(), 4u);
@@ -534,7 +534,7 @@ TEST_F(GroupsTest, AnOnDemandGangPreemptsTheFewestSpotInstancesAndOnlyIfItThenFi
   EXPECT_EQ(Get(g.group.id).placed, 2);
   int running = 0;
   for (const Instance& v : spot) {
-    running += state_->GetInstance(Acme(), v.id.str())->state == InstanceState::kRunning;
+    running += state_->views().Get(Acme(), v.id.str())->state == InstanceState::kRunning;
   }
   EXPECT_EQ(running, 4) << "the other spot work runs on";
 }
@@ -556,7 +556,7 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
   ASSERT_TRUE(od.ok());
   Instance victim;
   for (int rank = 0; rank < 4; ++rank) {
-    const Instance m = *state_->GetInstance(Acme(), Member(g, rank).id.str());
+    const Instance m = *state_->views().Get(Acme(), Member(g, rank).id.str());
     if (m.state == InstanceState::kPreempting) victim = m;
   }
   ASSERT_FALSE(victim.id.str().empty());
@@ -565,7 +565,7 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
   const GroupStatus after = Get(g.group.id);
   EXPECT_EQ(after.group.restarts, 1) << Dump(after);
   for (int rank = 0; rank < 4; ++rank) {
-    const InstanceState old = state_->GetInstance(Acme(), Member(g, rank).id.str())->state;
+    const InstanceState old = state_->views().Get(Acme(), Member(g, rank).id.str())->state;
     EXPECT_TRUE(old == InstanceState::kStopping || old == InstanceState::kPreempted)
         << StateName(old);
   }

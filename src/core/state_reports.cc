@@ -1,5 +1,5 @@
 // State's operations on what agents report about instances (docs/agent.md): their states and
-// exits, their endpoints, the MIG devices they were given, and reads of the logs agents ship.
+// exits, their endpoints, and the MIG devices they were given.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -97,16 +97,6 @@ void State::SetEndpoints(Instance& inst, const AgentReport& report) {
 
 std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
   return endpoints_.Snapshot(groups_.all());
-}
-
-Result<State::LogSlice> State::InstanceLog(const Tenant& caller, std::string_view id, size_t tail,
-                                           std::optional<int64_t> after) const {
-  const Instance* inst = instances_.Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  LogTails::Slice read = logs_.Read(id, tail, after);
-  return LogSlice{std::move(read.text), read.end, inst->state};
 }
 
 void State::UseReportedMigUuids(Instance& inst) const {

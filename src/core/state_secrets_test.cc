@@ -71,7 +71,7 @@ TEST_F(StateSecretsTest, ASecretsValueGoesOnlyToTheAgentThatRunsItsWorkload) {
   EXPECT_EQ(told->env.at("MODE"), "fast");
   EXPECT_FALSE(Carries(state_->DesiredState(other), "s3cret"));
   // The API shows the reference; the store holds no value in the clear.
-  const json shown = ToJson(*state_->GetInstance(Acme(), inst.id.str()));
+  const json shown = ToJson(*state_->views().Get(Acme(), inst.id.str()));
   EXPECT_EQ(shown["env"], json({{"HF", {{"secret", "hf"}}}, {"MODE", "fast"}}));
   const std::string stored = DumpJson(ToStoredJson(Get(inst.id.str()), state_->fleet()));
   EXPECT_EQ(stored.find("fast"), std::string::npos) << stored;

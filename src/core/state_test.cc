@@ -82,7 +82,7 @@ class StateTest : public ::testing::Test {
   Instance Get(const std::string& id) {
     Tenant admin;
     admin.admin = true;
-    return *state_->GetInstance(admin, id);
+    return *state_->views().Get(admin, id);
   }
 
   FakeClock clock_;
@@ -139,7 +139,7 @@ TEST_F(StateTest, PendingWorkSaysWhyItWaits) {
             "H100-80GB node has those vCPUs and memory free");
   Tenant admin;
   admin.admin = true;
-  for (const Instance& i : state_->ListInstances(admin, {}).items) {
+  for (const Instance& i : state_->views().List(admin, {}).items) {
     if (i.state == InstanceState::kPending && i.restarts == 1) {
       EXPECT_NE(i.reason.find("preempted by higher-priority work; restarting; waiting for"),
                 std::string::npos)
@@ -360,7 +360,7 @@ TEST_F(StateTest, EndedInstancesLeaveMemoryAfterTheRetentionPeriod) {
   EXPECT_EQ(state_->counters().evicted, 1);
   Tenant admin;
   admin.admin = true;
-  EXPECT_EQ(state_->GetInstance(admin, a->id.str()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->views().Get(admin, a->id.str()).status().code(), StatusCode::kNotFound);
   // Its last record is in the batch, for the store to keep.
   EXPECT_EQ(batch_.instances.back().state, "terminated");
   EXPECT_FALSE(batch_.instances.back().ended_at.empty());
@@ -410,7 +410,7 @@ TEST_F(StateTest, PagesAreStableInCreationOrder) {
   ListQuery q;
   q.limit = 3;
   for (int page = 0; page < 5; ++page) {
-    const InstancePage p = state_->ListInstances(admin, q);
+    const InstancePage p = state_->views().List(admin, q);
     for (const Instance& i : p.items) seen.push_back(i.id.str());
     if (!p.next_after) break;
     q.after_seq = *p.next_after;
@@ -418,7 +418,7 @@ TEST_F(StateTest, PagesAreStableInCreationOrder) {
   EXPECT_EQ(seen, ids);
   // A tenant's pages hold only its own instances.
   ListQuery mine;
-  const InstancePage acme = state_->ListInstances(*state_->tenants().Find(acme_.id.str()), mine);
+  const InstancePage acme = state_->views().List(*state_->tenants().Find(acme_.id.str()), mine);
   EXPECT_EQ(acme.items.size(), 4u);
   EXPECT_FALSE(acme.next_after);
 }
