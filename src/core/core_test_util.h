@@ -16,6 +16,7 @@
 #include "common/envelope.h"
 #include "common/text.h"
 #include "core/state.h"
+#include "fleet/fleet_file.h"
 #include "store/memory_store.h"
 
 namespace tessera::core {
@@ -23,6 +24,23 @@ namespace tessera::core {
 inline const catalog::Catalog& TestCatalog() {
   static const catalog::Catalog c = std::move(catalog::Catalog::LoadEmbedded()).value();
   return c;
+}
+
+// The fleet a fleet file's JSON `text` describes on TestCatalog(); aborts on bad text.
+inline std::unique_ptr<fleet::Fleet> TestFleet(const std::string& text) {
+  auto f = fleet::ParseFleetJson(TestCatalog(), text, "fleet");
+  if (!f.ok()) std::abort();
+  return std::make_unique<fleet::Fleet>(std::move(*f));
+}
+
+// Instance `seq` (inst-00000N) of `tenant`, in `state`, with nothing else set.
+inline Instance TestInstance(int64_t seq, const std::string& tenant, InstanceState state) {
+  Instance i;
+  i.id = InstanceId::FromNumber(seq);
+  i.seq = seq;
+  i.tenant = TenantId::Unchecked(tenant);
+  i.state = state;
+  return i;
 }
 
 // A sealer on a fixed test keyring (key "test-1"), for states that store secret values.

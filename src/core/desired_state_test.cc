@@ -26,12 +26,8 @@ class DesiredStatesTest : public ::testing::Test {
 
   // Instance `seq` of tenant 1, in `state`, assigned to gpu-1.
   Instance& Add(int64_t seq, InstanceState state) {
-    Instance i;
-    i.id = InstanceId::FromNumber(seq);
-    i.seq = seq;
+    Instance i = TestInstance(seq, "tenant-000001", state);
     i.name = "job-" + std::to_string(seq);
-    i.tenant = TenantId::Unchecked("tenant-000001");
-    i.state = state;
     i.node = "gpu-1";
     i.command = "python train.py";
     i.shape.vcpus = 4;

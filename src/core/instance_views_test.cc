@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include "core/core_test_util.h"
-#include "fleet/fleet_file.h"
 
 namespace tessera::core {
 namespace {
@@ -17,12 +16,9 @@ using namespace std::chrono_literals;
 class InstanceViewsTest : public ::testing::Test {
  protected:
   InstanceViewsTest() {
-    auto f = fleet::ParseFleetJson(TestCatalog(), R"({"name": "v", "shapes": [
+    fleet_ = TestFleet(R"({"name": "v", "shapes": [
       {"name": "h", "count": 1, "gpu_model": "H100-80GB", "gpus": 2, "vcpus": 16,
-       "memory_gib": 64, "gpu_mode": "exclusive"}]})",
-                                   "fleet");
-    EXPECT_TRUE(f.ok());
-    fleet_ = std::make_unique<fleet::Fleet>(std::move(*f));
+       "memory_gib": 64, "gpu_mode": "exclusive"}]})");
     scheduler_ = sched::Scheduler::Create(fleet_.get(), {"bestfit", 1, {}}).value();
     admission_ = std::make_unique<Admission>(&TestCatalog(), fleet_.get(), false);
     preemptor_ = std::make_unique<Preemptor>(&TestCatalog(), fleet_.get(), scheduler_.get(),
@@ -34,11 +30,7 @@ class InstanceViewsTest : public ::testing::Test {
   // Instance `seq` of `tenant`: 2 x H100, 4 vCPUs, 1 GiB, in `state`.
   Instance& Add(int64_t seq, const std::string& tenant, InstanceState state,
                 Billing billing = Billing::kOnDemand) {
-    Instance i;
-    i.id = InstanceId::FromNumber(seq);
-    i.seq = seq;
-    i.tenant = TenantId::Unchecked(tenant);
-    i.state = state;
+    Instance i = TestInstance(seq, tenant, state);
     i.billing = billing;
     i.shape.gpu_model = "H100-80GB";
     i.shape.mode = catalog::SharingMode::kExclusive;

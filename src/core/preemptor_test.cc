@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "core/core_test_util.h"
-#include "fleet/fleet_file.h"
 
 namespace tessera::core {
 namespace {
@@ -21,12 +20,9 @@ sched::Request Gpus(int n) {
 class PreemptorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto f = fleet::ParseFleetJson(TestCatalog(), R"({"name": "p", "shapes": [
+    fleet_ = TestFleet(R"({"name": "p", "shapes": [
       {"name": "h", "count": 3, "gpu_model": "H100-80GB", "gpus": 2, "vcpus": 16,
-       "memory_gib": 64, "gpu_mode": "exclusive"}]})",
-                                   "fleet");
-    ASSERT_TRUE(f.ok());
-    fleet_ = std::make_unique<fleet::Fleet>(std::move(*f));
+       "memory_gib": 64, "gpu_mode": "exclusive"}]})");
     scheduler_ = sched::Scheduler::Create(fleet_.get(), {"bestfit", 1, {}}).value();
   }
 

@@ -35,11 +35,7 @@ class ReadingsTest : public ::testing::Test {
 
   // Instance `seq` of `tenant`, running on GPU `gpu` of gpu-1.
   Instance& Run(int64_t seq, const std::string& tenant, int gpu) {
-    Instance i;
-    i.id = InstanceId::FromNumber(seq);
-    i.seq = seq;
-    i.tenant = TenantId::Unchecked(tenant);
-    i.state = InstanceState::kRunning;
+    Instance i = TestInstance(seq, tenant, InstanceState::kRunning);
     i.node = "gpu-1";
     i.gpus = {{"u" + std::to_string(gpu), "H100-80GB", gpu, "", 0, 0}};
     agents_.nodes().at("gpu-1").assigned.insert(i.id.str());

@@ -23,11 +23,7 @@ class KeyRotationTest : public ::testing::Test {
 
   // Instance `seq` of tenant 1 in `state`, its literal MODE sealed.
   Instance& AddInstance(int64_t seq, InstanceState state) {
-    Instance i;
-    i.id = InstanceId::FromNumber(seq);
-    i.seq = seq;
-    i.tenant = TenantId::Unchecked("tenant-000001");
-    i.state = state;
+    Instance i = TestInstance(seq, "tenant-000001", state);
     i.env["MODE"].value = "fast";
     EXPECT_TRUE(
         secrets_.SealValues(TenantSecrets::InstanceRecord(i.id.str()), i.env, i.image).ok());
