@@ -215,7 +215,7 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
       const core::Volume* v = TenantVolume(s, caller, id);
       if (!v || v->deleting) break;
       l.exists = true;
-      l.shown = core::ToJson(*v, s.VolumeUsers(v->tenant, v->name));
+      l.shown = core::ToJson(*v, s.mounts().Users(v->tenant, v->name));
       l.monthly = s.options().volume_price_per_gib_month * v->size_gib;
       break;
     }

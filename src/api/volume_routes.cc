@@ -12,7 +12,7 @@ namespace {
 using nlohmann::json;
 
 json Shown(const core::State& s, const core::Volume& v) {
-  return core::ToJson(v, s.VolumeUsers(v.tenant, v.name));
+  return core::ToJson(v, s.mounts().Users(v.tenant, v.name));
 }
 
 // The name a volume answer is audited under.

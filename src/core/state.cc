@@ -78,7 +78,7 @@ Result<Admitted> State::AdmitFor(const Tenant& caller, const CreateInstanceReque
                                  bool readmit, std::string_view group) {
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_.Admit(req));
   TESSERA_RETURN_IF_ERROR(secrets_.CheckRefs(caller.id.str(), req.env, req.image));
-  TESSERA_RETURN_IF_ERROR(CheckVolumes(caller, req, count, group));
+  TESSERA_RETURN_IF_ERROR(mounts_.Check(caller.id.str(), req, count, group));
   const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape) * count;
   const int64_t used = usage_.Milli(caller.id.str());
   if (used + want > caller.quota_gpu_milli) {
@@ -138,7 +138,7 @@ Result<Instance*> State::AddInstance(const Tenant& caller, const CreateInstanceR
   inst.created_at = inst.updated_at = inst.enqueued_at = clock_->Now();
   inst.history.push_back({inst.created_at, InstanceState::kPending, ""});
   Instance& stored = instances_.Add(std::move(inst));
-  if (!stored.volumes.empty()) volume_holders_.insert(stored.id.str());
+  mounts_.Track(stored);
   CountUsage(stored, true);
   pending_.Add(stored.tenant.str());
   return &stored;
@@ -340,14 +340,8 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   }
   Record(inst, std::move(reason));
   if (!IsActive(to)) instances_.Ended(inst);
-  // The volume index holds active instances only (a preempted one queued again comes back).
-  if (!inst.volumes.empty()) {
-    if (IsActive(to)) {
-      volume_holders_.insert(inst.id.str());
-    } else {
-      volume_holders_.erase(inst.id.str());
-    }
-  }
+  // Only active instances hold their volumes (a preempted one queued again comes back).
+  mounts_.Track(inst);
   if (was_active && !IsActive(to) && !inst.group.empty()) groups_.MemberEnded(inst.id.str());
 }
 
@@ -430,7 +424,7 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
   req.source = SourceOf(inst);
   // An instance whose volumes have a node goes there or nowhere.
   std::optional<fleet::NodeIndex> pinned;
-  if (const std::string node = VolumeNodeOf(inst); !node.empty()) {
+  if (const std::string node = mounts_.NodeOf(inst); !node.empty()) {
     auto n = fleet_->Find(node);
     if (!n.ok()) {
       inst.reason = fmt::format(
@@ -482,7 +476,7 @@ Attempt State::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
     return deferred ? Attempt::kDeferred : Attempt::kNoRoom;
   }
   Book(inst, *a);
-  SettleVolumes(inst, batch);
+  mounts_.Settle(inst, batch);
   Transition(inst, InstanceState::kScheduled, "", batch);
   agents_.Notify(inst, inst.node);
   return Attempt::kPlaced;
@@ -582,7 +576,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
     next_instance_ = std::max(next_instance_, inst.seq + 1);
     ++report.instances;
     if (!IsActive(inst.state)) continue;
-    if (!inst.volumes.empty()) volume_holders_.insert(inst.id.str());
+    mounts_.Track(inst);
     endpoints_.Index(inst);
     CountUsage(inst, true);
     if (inst.state == InstanceState::kPending) pending_.Add(inst.tenant.str());

@@ -21,6 +21,7 @@
 //   TenantSecrets    secrets, and the values workloads carry, sealed and resolved (secrets.h);
 //   KeyRotation      every value sealed at rest re-sealed under the current key (rotation.h);
 //   Volumes          tenants' volumes and where they are (volumes.h);
+//   VolumeMounts     which instances mount which volumes, and who may (volume_mounts.h);
 //   Recovery         what comes back at start-up, reconciled with the fleet and catalog.
 // Only the core thread touches it. Every operation that changes something appends the changed
 // records to the round's store batch.
@@ -71,6 +72,7 @@
 #include "core/state_options.h"
 #include "core/tenants.h"
 #include "core/usage.h"
+#include "core/volume_mounts.h"
 #include "core/volumes.h"
 #include "fleet/fleet.h"
 #include "sched/scheduler.h"
@@ -148,8 +150,8 @@ class State {
   // FailedPrecondition naming the instances while any mounts it (running, waiting or waiting to
   // restart).
   Result<Volume> DeleteVolume(const Tenant& caller, std::string_view name, store::Batch& batch);
-  // The instances of `tenant` that mount volume `name` and have not ended.
-  std::vector<std::string> VolumeUsers(const std::string& tenant, std::string_view name) const;
+  // Which instances mount which volumes (volume_mounts.h).
+  const VolumeMounts& mounts() const { return mounts_; }
   // Exec sessions (state_exec.cc, docs/volumes.md): `request`'s command, tty and size go into
   // instance `instance_id` of the caller's tenant, through its node's agent, which hears of it
   // with its desired state and must connect for it by `expires` (AgentSupervisor::QueueExec;
@@ -358,19 +360,6 @@ class State {
   // not count as other holders of a volume that is not shared.
   Result<Admitted> AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
                             bool readmit = false, std::string_view group = "");
-  // Volumes (state_volumes.cc). OK, or why `count` instances of `req` (members of `group`, or
-  // "") cannot mount its volumes: one the caller's tenant lacks (InvalidArgument naming the
-  // field), one being deleted, one not shared that another instance or more than one of these
-  // would mount, or two volumes on different nodes (FailedPrecondition).
-  Status CheckVolumes(const Tenant& caller, const CreateInstanceRequest& req, int count,
-                      std::string_view group) const;
-  // The node `inst`'s volumes hold it to: "" when none has a node yet.
-  std::string VolumeNodeOf(const Instance& inst) const;
-  // After `inst` was placed: its volumes without a node take the node it went to.
-  void SettleVolumes(const Instance& inst, store::Batch& batch);
-  // Applies what a node's agent says of the volumes it holds: their use, and the end of those
-  // being deleted that it no longer holds.
-  void ApplyVolumeReport(const std::string& node, const AgentSync& sync, store::Batch& batch);
   // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
   void SetEndpoints(Instance& inst, const AgentReport& report);
   Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
@@ -531,13 +520,12 @@ class State {
   Volumes volumes_;
   EndpointTable endpoints_;  // Where running instances' ports are reached.
   ServiceStats service_stats_;
-  // The active instances that mount volumes (VolumeUsers), kept as they change state.
-  std::set<std::string> volume_holders_;
   Admission admission_;
   Usage usage_;
   Usage user_usage_;  // By user id: what each user's active instances hold (users' quotas).
   PendingWork pending_;
   InstanceTable instances_;
+  VolumeMounts mounts_{&volumes_, &instances_};
   PendingQueue queue_;
   // New creates held for a moment and placed together (StateOptions::batch_window; only
   // InstanceViews::Shown says so).

@@ -217,7 +217,8 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   if (sync.volumes) {
     node->volumes_enforced = sync.volumes->enforced;
     node->volumes_note = sync.volumes->note;
-    ApplyVolumeReport(name, sync, batch);
+    // An agent that predates volumes holds none.
+    if (sync.volumes) mounts_.ApplyReport(name, *sync.volumes, batch);
   }
   if (sync.isolation) {
     const bool opened = sync.isolation != node->isolation && *sync.isolation == Isolation::kUid;

@@ -63,7 +63,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   // first member placed takes.
   const bool with_volumes = !pending.front()->volumes.empty();
   std::optional<fleet::NodeIndex> pinned;
-  if (const std::string node = VolumeNodeOf(*pending.front()); !node.empty()) {
+  if (const std::string node = mounts_.NodeOf(*pending.front()); !node.empty()) {
     auto n = fleet_->Find(node);
     if (!n.ok()) {
       g.reason = fmt::format(
@@ -251,7 +251,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   }
   for (const auto& [inst, a] : placed) {
     Book(*inst, a);
-    SettleVolumes(*inst, batch);
+    mounts_.Settle(*inst, batch);
     int local_rank = 0, local_size = 0;
     for (const std::string& id : g.members) {
       const Instance* m = instances_.Find(id);

@@ -113,7 +113,8 @@ TEST_F(GroupsTest, ARestartedGroupGoesBackToItsVolumesNode) {
   EXPECT_NE(second.id, first.id);
   EXPECT_EQ(second.node, "n1") << Dump(again);
   EXPECT_EQ(second.volumes, req.member.volumes);
-  EXPECT_EQ(state_->VolumeUsers(acme_.id.str(), "ckpt"), std::vector<std::string>{second.id.str()});
+  EXPECT_EQ(state_->mounts().Users(acme_.id.str(), "ckpt"),
+            std::vector<std::string>{second.id.str()});
 }
 
 // A gang that uses its owner's whole quota restarts after a failure: the new attempt is admitted

@@ -167,7 +167,8 @@ TEST_F(StateVolumesTest, ARestartBringsBackVolumesWithTheirHoldersAndTheirBill) 
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->id, v.id);
   EXPECT_EQ(back->node, inst->node);
-  EXPECT_EQ(state_->VolumeUsers(acme_.id.str(), "ckpt"), std::vector<std::string>{inst->id.str()});
+  EXPECT_EQ(state_->mounts().Users(acme_.id.str(), "ckpt"),
+            std::vector<std::string>{inst->id.str()});
   EXPECT_EQ(state_->DeleteVolume(Acme(), "ckpt", batch_).status().code(),
             StatusCode::kFailedPrecondition);
   // The bill runs from its creation, across the restart: the first day's line comes at the roll.
