@@ -198,7 +198,7 @@ std::string ReplicaSet::Logs() const {
   std::string out;
   for (int i = 0; i < size(); ++i) {
     std::string text = ReadAll(replicas_[i].log);
-    if (text.size() > 4000) text = "..." + text.substr(text.size() - 4000);
+    if (text.size() > 4000) text.replace(0, text.size() - 4000, "...");
     out += fmt::format("== replica {} ({}, pid {}) ==\n{}\n", i, replicas_[i].url, Pid(i), text);
   }
   return out;
