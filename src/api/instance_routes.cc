@@ -20,21 +20,19 @@ std::string AuditTarget(const core::Instance& i) { return i.id.str(); }
 // The path's instance id, or the 404 to answer for text that no instance id could be.
 Result<std::string> InstanceIdParam(const Call& call) {
   const std::string& id = call.params[0];
-  if (!InstanceId::Parse(id).ok()) {
-    return Status::NotFound(fmt::format("instance '{}' not found", Quote(id)));
-  }
+  if (!InstanceId::Parse(id).ok()) return core::InstanceNotFound(id);
   return id;
 }
 
 // An instance that left the working set, read from the store; NotFound as for an unknown one.
 Result<core::Instance> Archived(core::Core& core, const core::State& s, const core::Tenant& caller,
                                 const std::string& id) {
-  const Status unknown = Status::NotFound(fmt::format("instance '{}' not found", id));
+  const Status unknown = core::InstanceNotFound(id);
   TESSERA_ASSIGN_OR_RETURN(auto record, core.store().GetInstance(id));
   if (!record) return unknown;
   TESSERA_ASSIGN_OR_RETURN(json doc, ParseJson(record->doc, "stored instance " + id));
   TESSERA_ASSIGN_OR_RETURN(core::StoredInstance stored, core::FromStoredJson(doc, s.fleet()));
-  if (!caller.admin && stored.instance.tenant != caller.id) return unknown;
+  if (!core::Visible(caller, stored.instance)) return unknown;
   return stored.instance;
 }
 

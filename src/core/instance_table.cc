@@ -1,5 +1,9 @@
 #include "core/instance_table.h"
 
+#include <fmt/format.h>
+
+#include "common/text.h"
+
 namespace tessera::core {
 
 Instance& InstanceTable::Add(Instance inst) {
@@ -18,6 +22,22 @@ Instance* InstanceTable::Find(std::string_view id) {
 const Instance* InstanceTable::Find(std::string_view id) const {
   auto it = by_id_.find(std::string(id));
   return it == by_id_.end() ? nullptr : &by_seq_.at(it->second);
+}
+
+Status InstanceNotFound(std::string_view id) {
+  return Status::NotFound(fmt::format("instance '{}' not found", Quote(id)));
+}
+
+Result<Instance*> InstanceTable::FindFor(const Tenant& caller, std::string_view id) {
+  Instance* inst = Find(id);
+  if (!inst || !Visible(caller, *inst)) return InstanceNotFound(id);
+  return inst;
+}
+
+Result<const Instance*> InstanceTable::FindFor(const Tenant& caller, std::string_view id) const {
+  const Instance* inst = Find(id);
+  if (!inst || !Visible(caller, *inst)) return InstanceNotFound(id);
+  return inst;
 }
 
 std::vector<const Instance*> InstanceTable::Page(const std::string& tenant, int64_t after_seq,

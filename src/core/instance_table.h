@@ -14,9 +14,19 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/result.h"
 #include "core/instance.h"
+#include "core/tenants.h"
 
 namespace tessera::core {
+
+// True when `inst` is visible to `caller`: its own tenant's, or the admin's to see.
+inline bool Visible(const Tenant& caller, const Instance& inst) {
+  return caller.admin || inst.tenant == caller.id;
+}
+
+// What a caller is told of an instance it may not see, or that does not exist: the same words.
+Status InstanceNotFound(std::string_view id);
 
 class InstanceTable {
  public:
@@ -24,6 +34,10 @@ class InstanceTable {
   Instance& Add(Instance inst);
   Instance* Find(std::string_view id);
   const Instance* Find(std::string_view id) const;
+  // The instance `caller` may see (Visible): NotFound naming the id, for an unknown id and for
+  // another tenant's instance alike, so a tenant cannot tell the two apart.
+  Result<Instance*> FindFor(const Tenant& caller, std::string_view id);
+  Result<const Instance*> FindFor(const Tenant& caller, std::string_view id) const;
   size_t size() const { return by_seq_.size(); }
 
   // Up to `limit` instances with seq > `after_seq` (of `tenant` unless it is empty) that `keep`

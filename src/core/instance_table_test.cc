@@ -43,5 +43,32 @@ TEST(InstanceTableTest, PagesPerTenantAndEvictionOfEndedInstances) {
   EXPECT_EQ(table.size(), 2u);
 }
 
+TEST(InstanceTableTest, ACallerFindsItsOwnInstancesAndAnotherTenantsReadAsUnknown) {
+  InstanceTable table;
+  table.Add(Make(1, "tenant-000001", InstanceState::kRunning, Time{}));
+  Tenant owner;
+  owner.id = TenantId::Unchecked("tenant-000001");
+  Tenant other;
+  other.id = TenantId::Unchecked("tenant-000002");
+  Tenant admin;
+  admin.admin = true;
+
+  auto own = table.FindFor(owner, "inst-000001");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ((*own)->seq, 1);
+  EXPECT_TRUE(table.FindFor(admin, "inst-000001").ok());
+  const Status theirs = table.FindFor(other, "inst-000001").status();
+  const Status unknown = table.FindFor(other, "inst-000404").status();
+  EXPECT_EQ(theirs.code(), StatusCode::kNotFound);
+  EXPECT_EQ(theirs.message(), "instance 'inst-000001' not found")
+      << "the same words as for an id that does not exist";
+  EXPECT_EQ(unknown.message(), "instance 'inst-000404' not found");
+  // The id comes from a URL: the message shows it escaped and cut.
+  const std::string hostile = "x\x1b[2J" + std::string(100, 'y');
+  const std::string shown = table.FindFor(owner, hostile).status().message();
+  EXPECT_EQ(shown.find('\x1b'), std::string::npos) << shown;
+  EXPECT_LT(shown.size(), 100u) << shown;
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -31,11 +31,9 @@ Instance InstanceViews::Shown(const Instance& inst) const {
 }
 
 Result<Instance> InstanceViews::Get(const Tenant& caller, std::string_view id) const {
-  const Instance* inst = instances_->Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  return Shown(*inst);
+  Result<const Instance*> inst = instances_->FindFor(caller, id);
+  if (!inst.ok()) return inst.status();
+  return Shown(**inst);
 }
 
 InstancePage InstanceViews::List(const Tenant& caller, const ListQuery& query) const {
@@ -59,12 +57,10 @@ InstancePage InstanceViews::List(const Tenant& caller, const ListQuery& query) c
 Result<InstanceViews::LogSlice> InstanceViews::Log(const Tenant& caller, std::string_view id,
                                                    size_t tail,
                                                    std::optional<int64_t> after) const {
-  const Instance* inst = instances_->Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
+  Result<const Instance*> inst = instances_->FindFor(caller, id);
+  if (!inst.ok()) return inst.status();
   LogTails::Slice read = logs_->Read(id, tail, after);
-  return LogSlice{std::move(read.text), read.end, inst->state};
+  return LogSlice{std::move(read.text), read.end, (*inst)->state};
 }
 
 }  // namespace tessera::core

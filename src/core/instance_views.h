@@ -26,11 +26,6 @@
 
 namespace tessera::core {
 
-// True when `inst` is visible to `caller`: its own tenant's, or the admin's to see.
-inline bool Visible(const Tenant& caller, const Instance& inst) {
-  return caller.admin || inst.tenant == caller.id;
-}
-
 // Whose work `inst` is, as the scheduler knows sources (sched::Request::source).
 uint32_t SourceOf(const Instance& inst);
 

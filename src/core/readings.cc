@@ -46,10 +46,9 @@ void Readings::NodeTargets(std::vector<telemetry::Target>& out) const {
 
 Result<InstanceReadings> Readings::OfInstance(const Tenant& caller, std::string_view id,
                                               Duration window) const {
-  const Instance* inst = instances_->Find(id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
+  Result<const Instance*> found = instances_->FindFor(caller, id);
+  if (!found.ok()) return found.status();
+  const Instance* inst = *found;
   const Time since = clock_->Now() - window;
   InstanceReadings out = ReadingsOf(*inst);
   for (const GpuRef& g : inst->gpus) {

@@ -169,11 +169,9 @@ void State::PlaceOrQueue(Instance& inst, store::Batch& batch) {
 
 Result<Instance> State::DeleteInstance(const Tenant& caller, std::string_view id,
                                        store::Batch& batch) {
-  Instance* found = instances_.Find(id);
-  if (!found || !Visible(caller, *found)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  Instance& inst = *found;
+  Result<Instance*> found = instances_.FindFor(caller, id);
+  if (!found.ok()) return found.status();
+  Instance& inst = **found;
   if (!inst.group.empty() && IsActive(inst.state)) {
     return Status::FailedPrecondition(
         fmt::format("instance '{}' is rank {} of group '{}': scale or delete the group instead", id,
@@ -187,11 +185,9 @@ Result<Instance> State::Relabel(const Tenant& caller, std::string_view id,
                                 std::map<std::string, std::string> labels,
                                 std::map<std::string, std::string> annotations,
                                 store::Batch& batch) {
-  Instance* found = instances_.Find(id);
-  if (!found || !Visible(caller, *found)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", id));
-  }
-  Instance& inst = *found;
+  Result<Instance*> found = instances_.FindFor(caller, id);
+  if (!found.ok()) return found.status();
+  Instance& inst = **found;
   if (!IsActive(inst.state)) {
     return Status::FailedPrecondition(fmt::format(
         "instance '{}' ended ({}): its labels stay as they were", id, StateName(inst.state)));

@@ -10,10 +10,9 @@ namespace tessera::core {
 
 Result<ExecSession> State::OpenExec(const Tenant& caller, std::string_view instance_id,
                                     ExecSession request, Duration connect_within) {
-  const Instance* inst = instances_.Find(instance_id);
-  if (!inst || !Visible(caller, *inst)) {
-    return Status::NotFound(fmt::format("instance '{}' not found", Quote(instance_id)));
-  }
+  Result<Instance*> found = instances_.FindFor(caller, instance_id);
+  if (!found.ok()) return found.status();
+  const Instance* inst = *found;
   if (inst->state != InstanceState::kRunning && inst->state != InstanceState::kPreempting) {
     return Status::FailedPrecondition(
         fmt::format("instance '{}' is {}: a command runs only in a running instance",
