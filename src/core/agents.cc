@@ -128,6 +128,10 @@ void AgentSupervisor::CloseExec(const std::string& node, std::string_view id) {
   std::erase_if(n->exec, [id](const ExecSession& e) { return e.id == id; });
 }
 
+void AgentSupervisor::Save(const AgentNode& node, store::Batch& batch) {
+  if (!node.simulated) batch.settings.push_back(Record(node));
+}
+
 std::pair<std::string, std::string> AgentSupervisor::Record(const AgentNode& node) {
   nlohmann::json j = {{"name", node.name},
                       {"labels", node.labels},

@@ -371,6 +371,9 @@ class AgentSupervisor {
   void CloseExec(const std::string& node, std::string_view id);
   // The stored form of a node, for the batch.
   static std::pair<std::string, std::string> Record(const AgentNode& node);
+  // Appends `node`'s record to `batch`; a simulated agent's node is made afresh from the fleet
+  // file at every start, and is not stored.
+  static void Save(const AgentNode& node, store::Batch& batch);
   // A node from its stored form; DataLoss naming the key when malformed.
   static Result<AgentNode> FromRecord(const std::string& key, const std::string& value);
   static constexpr std::string_view kRecordPrefix = "agent_node/";

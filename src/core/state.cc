@@ -233,7 +233,7 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
     // A lost node stays down until its agent reports; the flag applies then.
     joined->drained = drained;
     ApplyNodeState(*joined);
-    SaveNode(*joined, batch);
+    AgentSupervisor::Save(*joined, batch);
   } else {
     TESSERA_RETURN_IF_ERROR(
         fleet_->SetNodeState(n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
@@ -377,7 +377,7 @@ void State::Book(Instance& inst, const fleet::Assignment& a) {
   inst.assignment = a;
   inst.node = fleet_->node(a.node).name;
   inst.gpus = DescribeGpus(a, *fleet_);
-  UseReportedMigUuids(inst);
+  node_gpus_.UseReportedMigUuids(inst);
   sole_tenant_->Hold(a.node, SourceOf(inst));
   if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
   accounts_.CountOnDemand(inst, true);
@@ -614,7 +614,7 @@ Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& te
         preemptor_.Track(&inst);
       }
       // An agent picks up where the last run left off.
-      UseReportedMigUuids(inst);
+      node_gpus_.UseReportedMigUuids(inst);
       agents_.Notify(inst, inst.node);
     } else {
       if (inst.group.empty()) queue_.Push(inst);  // Members wait with their group.

@@ -9,6 +9,7 @@
 //   PendingQueue     what waits, grouped by shape, in budgeted passes;
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
 //   AgentSupervisor  which nodes agents serve, their long polls and what they report;
+//   NodeGpus         joined nodes' GPU mode changes and MIG devices (node_gpus.h);
 //   DesiredStates    what each node's agent is told (desired_state.h);
 //   Monitoring       alert rules and alerts, GPU history, faults' interruptions (monitoring.h);
 //   Readings         what the nodes' GPUs read: series, and readings by instance and node;
@@ -60,6 +61,7 @@
 #include "core/labels.h"
 #include "core/log_tails.h"
 #include "core/monitoring.h"
+#include "core/node_gpus.h"
 #include "core/pending_work.h"
 #include "core/preemptor.h"
 #include "core/queue.h"
@@ -214,13 +216,8 @@ class State {
   // `reason`, moving its work as a fault would. NotFound for an unknown node or GPU.
   Status SetGpuHealth(const std::string& node, int gpu, bool healthy, const std::string& reason,
                       store::Batch& batch);
-  // An operator sets GPU `gpu` of joined node `node` to `mode` (gpu_modes.cc; docs/agent.md,
-  // "Changing a GPU's mode"). Between exclusive and shared it is applied at once (state applied,
-  // id 0), as it is when the GPU is in `mode` already; into or out of MIG, a request for the
-  // node's agent (state requested), the GPU held until its result; asking again with
-  // `allow_reset` allows a reset on the same request. NotFound for an unknown node;
-  // FailedPrecondition for a node without a registered agent, a GPU that holds work (naming the
-  // instances) or one changing to another mode; InvalidArgument naming `index` or `mode`.
+  // An operator sets GPU `gpu` of joined node `node` to `mode`: NodeGpus::SetMode, and what it
+  // asks of the rest of the state.
   Result<GpuModeChange> SetGpuMode(const std::string& node, int gpu, catalog::SharingMode mode,
                                    bool allow_reset, store::Batch& batch);
   // Serves fleet-file node `node` with one of the server's own simulated agents, which acts
@@ -467,37 +464,14 @@ class State {
                            store::Batch& batch);
   // After `node.unhealthy` changed: its series, the fleet, its agent and the store follow.
   void GpuHealthChanged(AgentNode& node, store::Batch& batch);
-  // GPU mode changes (gpu_modes.cc). FailedPrecondition naming the instances on GPU `gpu` of
-  // `node`, or saying it is allocated.
-  Status CheckGpuFree(const AgentNode& node, int gpu) const;
-  // InvalidArgument naming the first result for a GPU the node does not have.
-  Status CheckModeResults(const AgentNode& node, const std::vector<GpuModeResult>& results) const;
-  // Moves the node's outstanding mode changes on with its agent's results; an ended one releases
-  // its GPU, and an applied one puts the GPU in its new mode (EnterMode).
-  void ApplyModeResults(AgentNode& node, const std::vector<GpuModeResult>& results,
-                        store::Batch& batch);
-  void EnterMode(AgentNode& node, const GpuModeChange& change);
-  // A known node registered again: each GPU takes the mode its inventory gives (`spec`), unless
-  // something is allocated on it (logged; it keeps its mode).
-  void FollowInventoryModes(const AgentNode& node, const fleet::NodeSpec& spec);
-  void AuditModeChange(const AgentNode& node, const GpuModeChange& change, store::Batch& batch);
   // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
   void Displace(Instance& inst, const std::string& why, store::Batch& batch);
-  void SaveNode(const AgentNode& node, store::Batch& batch);
   // Evaluates the alert rules over Targets() when an evaluation is due.
   void EvaluateAlerts(store::Batch& batch);
   // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
   void ApplyNodeState(const AgentNode& node);
-  // On a joined node, a MIG slice whose profile and placement match a MIG device the node's
-  // agent reported gets that device's UUID (what CUDA knows it by).
-  void UseReportedMigUuids(Instance& inst) const;
-  // Takes the MIG devices a node's agent reported (node_mig.cc) as the server's view of them:
-  // the inventory lists them, the unmanaged ones' slices are booked so nothing is granted over
-  // them, and the node's instances get the UUIDs their devices were made with.
-  void ApplyMigLayout(AgentNode& node, const std::vector<MigReport>& mig, int64_t repartitions,
-                      store::Batch& batch);
-  // Frees the slices of `node`'s unmanaged MIG devices in the fleet.
-  void ReleaseMigHolds(AgentNode& node);
+  // What a change to a node's GPUs asks of the rest of the state (NodeGpus::Effects).
+  void Follow(const AgentNode& node, const NodeGpus::Effects& effects);
   void Save(const Instance& inst, store::Batch& batch);
   // Counts `inst` (add) in, or out of, its tenant's and its user's usage.
   void CountUsage(const Instance& inst, bool add);
@@ -534,6 +508,13 @@ class State {
   AgentSupervisor agents_;
   LogTails logs_;  // Instances' logs as their agents shipped them.
   DesiredStates desired_{&instances_, &secrets_, &volumes_, &logs_};  // What agents are told.
+  NodeGpus node_gpus_{catalog_,
+                      clock_,
+                      fleet_.get(),
+                      &agents_,
+                      &instances_,
+                      &admission_,
+                      options_.instance_documents};
   InstanceViews views_{&instances_, &window_, &admission_, &preemptor_, sole_tenant_, &logs_};
   Time last_lease_check_;
   // Instances waiting for spot victims to stop after their notice, and until when.

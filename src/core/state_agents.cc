@@ -39,7 +39,7 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   node.created_at = clock_->Now();
   node.last_seen = node.created_at;
   AgentNode& stored = agents_.nodes().emplace(name, std::move(node)).first->second;
-  SaveNode(stored, batch);
+  AgentSupervisor::Save(stored, batch);
   tenants_.SetNodeToken(name, token_hash);
   return stored;
 }
@@ -70,7 +70,7 @@ Status State::RotateAgentNodeToken(const std::string& name, const std::string& t
   AgentNode* node = agents_.Find(name);
   if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
   node->token_hash = token_hash;
-  SaveNode(*node, batch);
+  AgentSupervisor::Save(*node, batch);
   tenants_.SetNodeToken(name, token_hash);  // The previous token stops at once.
   return Status::Ok();
 }
@@ -87,6 +87,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
         "field 'advertise_address': {} is not an IP address or a DNS name", Quote(reg.address)));
   }
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeSpec spec, NodeSpecOf(*catalog_, *node, reg.inventory));
+  NodeGpus::Effects effects;
   // A GPU is in one node: a UUID another node holds is a copied inventory or a lying agent.
   for (size_t n = 0; n < fleet_->size(); ++n) {
     const fleet::Node& other = fleet_->node(fleet::NodeIndex(static_cast<uint32_t>(n)));
@@ -121,9 +122,9 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
     }
     // The operator's MIG devices are booked again from this registration's report, after the
     // GPUs took their modes.
-    ReleaseMigHolds(*node);
+    node_gpus_.ReleaseMigHolds(*node);
     node->mig.clear();
-    FollowInventoryModes(*node, spec);  // A GPU whose MIG mode changed.
+    node_gpus_.FollowInventory(*node, spec, effects);  // A GPU whose MIG mode changed.
   } else {
     auto added = fleet_->AddNode(spec);
     if (!added.ok()) return added.status().WithPrefix("inventory");
@@ -134,10 +135,11 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   node->inventory = reg.inventory;
   node->mig.clear();  // The inventory's devices are the registration's until the report's.
   if (reg.mig) {
-    ApplyMigLayout(*node, *reg.mig, -1, batch);
+    node_gpus_.ApplyMigLayout(*node, *reg.mig, -1, batch, effects);
   } else {
-    ReleaseMigHolds(*node);  // An agent that does not report them.
+    node_gpus_.ReleaseMigHolds(*node);  // An agent that does not report them.
   }
+  Follow(*node, effects);
   node->info = node->SeriesInfo();
   node->address = reg.address;
   if (node->agent_id != reg.agent_id) {
@@ -153,7 +155,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   if (node->lost) NodeHeardAgain(*node, batch);
   ApplyNodeState(*node);
   agents_.Changed(*node);
-  SaveNode(*node, batch);
+  AgentSupervisor::Save(*node, batch);
   return Status::Ok();
 }
 
@@ -198,7 +200,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
       }
     }
   }
-  if (Status bad = CheckModeResults(*node, sync.gpu_mode_results); !bad.ok()) {
+  if (Status bad = node_gpus_.CheckResults(*node, sync.gpu_mode_results); !bad.ok()) {
     ++counters_.agent_reports_refused;
     return bad;
   }
@@ -242,7 +244,8 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     }
   }
   // Before the reports: an instance that starts in this one shows the UUID its device has.
-  if (sync.mig) ApplyMigLayout(*node, *sync.mig, sync.mig_repartitions, batch);
+  NodeGpus::Effects effects;
+  if (sync.mig) node_gpus_.ApplyMigLayout(*node, *sync.mig, sync.mig_repartitions, batch, effects);
   for (const AgentReport& report : sync.reports) {
     Instance* inst = instances_.Find(report.instance);
     // Work the node no longer holds (moved while it was lost, or ended) is not its to report:
@@ -264,7 +267,8 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
       inst->pull = pull.progress;
     }
   }
-  ApplyModeResults(*node, sync.gpu_mode_results, batch);
+  node_gpus_.ApplyResults(*node, sync.gpu_mode_results, batch, effects);
+  Follow(*node, effects);
   return sync.generation != node->generation || sync.wait <= Duration::zero();
 }
 
@@ -306,9 +310,17 @@ Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::st
   return Status::Ok();
 }
 
-void State::SaveNode(const AgentNode& node, store::Batch& batch) {
-  if (node.simulated) return;  // Made afresh from the fleet file at every start.
-  batch.settings.push_back(AgentSupervisor::Record(node));
+Result<GpuModeChange> State::SetGpuMode(const std::string& name, int gpu, catalog::SharingMode mode,
+                                        bool allow_reset, store::Batch& batch) {
+  NodeGpus::Effects effects;
+  Result<GpuModeChange> change = node_gpus_.SetMode(name, gpu, mode, allow_reset, batch, effects);
+  if (const AgentNode* node = agents_.Find(name)) Follow(*node, effects);
+  return change;
+}
+
+void State::Follow(const AgentNode& node, const NodeGpus::Effects& effects) {
+  if (effects.hold_changed) ApplyNodeState(node);
+  if (effects.capacity_freed) CapacityFreed();
 }
 
 void State::ApplyNodeState(const AgentNode& node) {

@@ -59,7 +59,7 @@ Result<State::NodeRemoval> State::RemoveNode(const std::string& name, bool force
     node->removing = true;
     node->drained = true;
     ApplyNodeState(*node);
-    SaveNode(*node, batch);
+    AgentSupervisor::Save(*node, batch);
     if (!node->lost) {
       // Its agent is heard: moved at once, as for a GPU fault, and told to stop the old copies.
       const std::string why = fmt::format("node {} removed by an operator", name);
@@ -89,7 +89,7 @@ bool State::FinishRemoval(AgentNode& node, store::Batch& batch) {
   // shims see to it), or there is no agent to tell.
   if (node.registered() && !node.lost && node.acked_generation < node.remove_after) return false;
   const std::string name = node.name;
-  ReleaseMigHolds(node);
+  node_gpus_.ReleaseMigHolds(node);
   std::vector<std::pair<std::string, std::string>> gone;  // Nothing is left to remove their data.
   for (const Volume* v : volumes_.Deleting()) {
     if (v->node == name) gone.emplace_back(v->tenant, v->name);
@@ -200,7 +200,7 @@ void State::NodeSilent(AgentNode& node, Time heard, store::Batch& batch) {
   }
   ApplyNodeState(node);
   agents_.Changed(node);
-  SaveNode(node, batch);
+  AgentSupervisor::Save(node, batch);
 }
 
 void State::NodeHeardAgain(AgentNode& node, store::Batch& batch) {
@@ -219,7 +219,7 @@ void State::NodeHeardAgain(AgentNode& node, store::Batch& batch) {
   ApplyNodeState(node);
   CapacityFreed();
   agents_.Changed(node);
-  SaveNode(node, batch);
+  AgentSupervisor::Save(node, batch);
 }
 
 void State::CheckGpuHealth(AgentNode& node, store::Batch& batch) {
@@ -264,7 +264,7 @@ void State::GpuHealthChanged(AgentNode& node, store::Batch& batch) {
   node.info = node.SeriesInfo();  // Its series' tessera_gpu_healthy.
   ApplyNodeState(node);
   agents_.Changed(node);
-  SaveNode(node, batch);
+  AgentSupervisor::Save(node, batch);
 }
 
 Status State::SetGpuHealth(const std::string& name, int gpu, bool healthy,

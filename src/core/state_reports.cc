@@ -99,24 +99,4 @@ std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
   return endpoints_.Snapshot(groups_.all());
 }
 
-void State::UseReportedMigUuids(Instance& inst) const {
-  const AgentNode* node = agents_.Find(inst.node);
-  if (!node || !node->registered()) return;
-  const nlohmann::json& gpus = node->inventory.value("gpus", nlohmann::json::array());
-  for (GpuRef& ref : inst.gpus) {
-    if (ref.mig_profile.empty() || ref.index < 0 || static_cast<size_t>(ref.index) >= gpus.size()) {
-      continue;
-    }
-    const nlohmann::json& devices =
-        gpus[static_cast<size_t>(ref.index)].value("mig_devices", nlohmann::json::array());
-    // Registration checked each device's fields (NodeSpecOf, inventory.h).
-    for (const nlohmann::json& d : devices) {
-      if (d["profile"] == ref.mig_profile && d["start"] == ref.mig_start) {
-        ref.uuid = d["uuid"].get<std::string>();
-        break;
-      }
-    }
-  }
-}
-
 }  // namespace tessera::core
