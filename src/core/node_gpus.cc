@@ -113,7 +113,7 @@ Status NodeGpus::CheckGpuFree(const AgentNode& node, int gpu) const {
   auto index = fleet_->Find(node.name);
   if (!index.ok()) return Status::Ok();
   const fleet::Gpu& g = fleet_->node(*index).gpus[static_cast<size_t>(gpu)];
-  // An operator's MIG devices are booked too (node_mig.cc), but are not Tessera's work: the
+  // An operator's MIG devices are booked too (ApplyMigLayout), but are not Tessera's work: the
   // driver says whether the mode can change with them there.
   const auto unmanaged =
       std::count_if(node.mig_held.begin(), node.mig_held.end(),
