@@ -216,11 +216,10 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->shares_mps = sync.shares_mps;
     node->shares_note = sync.shares_note;
   }
-  if (sync.volumes) {
+  if (sync.volumes) {  // An agent that predates volumes holds none, and says nothing of them.
     node->volumes_enforced = sync.volumes->enforced;
     node->volumes_note = sync.volumes->note;
-    // An agent that predates volumes holds none.
-    if (sync.volumes) mounts_.ApplyReport(name, *sync.volumes, batch);
+    mounts_.ApplyReport(name, *sync.volumes, batch);
   }
   if (sync.isolation) {
     const bool opened = sync.isolation != node->isolation && *sync.isolation == Isolation::kUid;
