@@ -264,7 +264,7 @@ void BM_Gangs(benchmark::State& bs) {
       g.topology = Topology::kNvlink;
       store::Batch batch;
       state->BeginRound();
-      auto made = state->CreateGroup(*state->tenants().Find(t.id.str()), g, batch);
+      auto made = state->groups().Create(*state->tenants().Find(t.id.str()), g, batch);
       state->EndRound(batch);
       placed += made.ok() && made->placed == g.size;
     }

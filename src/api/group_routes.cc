@@ -107,7 +107,7 @@ void AddGroupRoutes(Api& table) {
               api.Run<core::GroupStatus>(
                   call, req.status(),
                   {[req](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                     return s.CreateGroup(caller, *req, b);
+                     return s.groups().Create(caller, *req, b);
                    },
                    201, GroupJson, GroupId});
             });
@@ -117,7 +117,7 @@ void AddGroupRoutes(Api& table) {
                   call, Status::Ok(),
                   {[](core::State& s, store::Batch&, const core::Tenant& caller) -> Result<json> {
                      json list = json::array();
-                     for (const core::GroupStatus& g : s.ListGroups(caller)) {
+                     for (const core::GroupStatus& g : s.groups().List(caller)) {
                        json j = GroupJson(g);
                        AddStackOwner(s, "group", j);
                        list.push_back(std::move(j));
@@ -132,7 +132,7 @@ void AddGroupRoutes(Api& table) {
               api.Run<json>(call, Status::Ok(),
                             {[call, core](core::State& s, store::Batch&,
                                           const core::Tenant& caller) -> Result<json> {
-                               auto g = s.GetGroup(caller, call->params[0]);
+                               auto g = s.groups().Get(caller, call->params[0]);
                                if (g.ok()) {
                                  json j = GroupJson(*g);
                                  AddStackOwner(s, "group", j);
@@ -152,7 +152,7 @@ void AddGroupRoutes(Api& table) {
               api.Run<core::GroupStatus>(
                   call, patch.status(),
                   {[call, patch](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                     return s.PatchGroup(caller, call->params[0], *patch, b);
+                     return s.groups().Patch(caller, call->params[0], *patch, b);
                    },
                    200, GroupJson, GroupId});
             });
@@ -163,7 +163,7 @@ void AddGroupRoutes(Api& table) {
               api.Run<core::GroupStatus>(
                   call, pending.status(),
                   {[call, pending](core::State& s, store::Batch&, const core::Tenant& caller) {
-                     return s.SetGroupBacklog(caller, call->params[0], *pending);
+                     return s.groups().SetBacklog(caller, call->params[0], *pending);
                    },
                    200, GroupJson, nullptr});
             });
@@ -172,7 +172,7 @@ void AddGroupRoutes(Api& table) {
               api.Run<core::GroupStatus>(
                   call, Status::Ok(),
                   {[call](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                     return s.DeleteGroup(caller, call->params[0], b);
+                     return s.groups().Delete(caller, call->params[0], b);
                    },
                    200, GroupJson, GroupId});
             });

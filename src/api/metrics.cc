@@ -233,7 +233,7 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
                "The autoscaler's last reading of its metric."};
   Family decisions{"tessera_group_autoscale_decisions_total", "counter",
                    "Sizes the autoscaler changed, by direction."};
-  for (const auto& [id, g] : state.groups()) {
+  for (const auto& [id, g] : state.groups().all()) {
     if (g.state != core::GroupState::kWaiting && g.state != core::GroupState::kRunning) continue;
     const std::string labels = fmt::format("group=\"{}\",tenant=\"{}\"", id, g.tenant.str());
     size.lines += fmt::format("{}{{{}}} {}\n", size.name, labels, g.spec.size);

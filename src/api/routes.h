@@ -29,7 +29,7 @@ void AddAgentRoutes(Api& api);
 // /v1/reports/... (billing_routes.cc -> core/accounts.cc; the recommender's dry runs:
 // core/state_billing.cc; ledger reads: core/ledger_reads.cc)
 void AddBillingRoutes(Api& api);
-// /v1/groups... (group_routes.cc -> core/state_groups.cc)
+// /v1/groups... (group_routes.cc -> core/group_service.cc)
 void AddGroupRoutes(Api& api);
 void AddConsoleRoutes(Api& api);  // /, /console/... (console.cc: static files)
 // /v1/secrets... (secret_routes.cc -> core/state_secrets.cc)

@@ -164,7 +164,7 @@ Live Find(const core::State& s, const core::Tenant& caller, StackKind kind, cons
       break;
     }
     case StackKind::kGroup: {
-      auto g = s.GetGroup(caller, id);
+      auto g = s.groups().Get(caller, id);
       if (!g.ok()) break;
       if (core::Ended(g->group.state)) {
         l.gone = fmt::format("ended ({})", core::GroupStateName(g->group.state));
@@ -238,7 +238,7 @@ Names::Names(const core::State& s, const core::Tenant& caller) {
     more = page.next_after.has_value();
     if (more) q.after_seq = *page.next_after;
   }
-  for (const core::GroupStatus& g : s.ListGroups(caller)) {
+  for (const core::GroupStatus& g : s.groups().List(caller)) {
     if (!core::Ended(g.group.state))
       ids_.emplace(Key(StackKind::kGroup, g.group.spec.name), g.group.id);
   }
@@ -432,7 +432,7 @@ Result<std::string> Create(core::State& s, const StackCaller& caller, StackKind 
       return i.id.str();
     }
     case StackKind::kGroup: {
-      TESSERA_ASSIGN_OR_RETURN(core::GroupStatus g, s.CreateGroup(t, c.group, batch));
+      TESSERA_ASSIGN_OR_RETURN(core::GroupStatus g, s.groups().Create(t, c.group, batch));
       return g.group.id;
     }
     case StackKind::kReservation: {
@@ -463,7 +463,7 @@ Status Delete(core::State& s, const StackCaller& caller, StackKind kind, const s
     case StackKind::kInstance:
       return s.DeleteInstance(t, id, batch).status();
     case StackKind::kGroup:
-      return s.DeleteGroup(t, id, batch).status();
+      return s.groups().Delete(t, id, batch).status();
     case StackKind::kReservation:
       return s.accounts().DeleteReservation(t, id, batch);
     case StackKind::kAlertRule:
@@ -491,7 +491,7 @@ Status Update(core::State& s, const StackCaller& caller, StackKind kind, const s
       patch.autoscale = c.group.autoscale;  // Absent: removed.
       // The autoscaler owns an autoscaled group's size.
       if (!c.group.autoscale) patch.size = c.group.size;
-      return s.PatchGroup(t, id, patch, batch).status();
+      return s.groups().Patch(t, id, patch, batch).status();
     }
     case StackKind::kBudget:
       return s.accounts().SetBudget(t, t.id.str(), c.budget, batch).status();
@@ -508,7 +508,7 @@ void DeleteRetiring(core::State& s, const StackCaller& caller, const core::Stack
                     store::Batch& batch) {
   for (const std::string& id : o.retiring) {
     if (Find(s, *caller.tenant, StackKind::kGroup, id).exists) {
-      (void)s.DeleteGroup(*caller.tenant, id, batch);
+      (void)s.groups().Delete(*caller.tenant, id, batch);
     }
   }
 }

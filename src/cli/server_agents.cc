@@ -215,7 +215,7 @@ Status StartDemoAgent(InProcessAgents& agents, core::Core& core, const catalog::
 
 Result<std::string> DemoLoad::SetUp(core::Core& core) {
   return core.Run<std::string>([](core::State& s, store::Batch& b) -> Result<std::string> {
-    for (const auto& [id, g] : s.groups()) {
+    for (const auto& [id, g] : s.groups().all()) {
       if (g.spec.name == "demo-inference" && g.state != core::GroupState::kDeleted) return id;
     }
     const core::Tenant* demo = nullptr;
@@ -247,7 +247,7 @@ Result<std::string> DemoLoad::SetUp(core::Core& core) {
     a.scale_down_stabilization_seconds = 60;
     g.autoscale = a;
     g.elastic = core::Elastic{a.min, a.max};  // Replicas: a resize restarts none.
-    TESSERA_ASSIGN_OR_RETURN(core::GroupStatus made, s.CreateGroup(*demo, g, b));
+    TESSERA_ASSIGN_OR_RETURN(core::GroupStatus made, s.groups().Create(*demo, g, b));
     return made.group.id;
   });
 }
@@ -282,8 +282,9 @@ void DemoLoad::Loop() {
     const int64_t backlog = Backlog(hour);
     core::Tenant admin;
     admin.admin = true;
-    auto set = core_->Run<core::GroupStatus>(
-        [&](core::State& s, store::Batch&) { return s.SetGroupBacklog(admin, group_, backlog); });
+    auto set = core_->Run<core::GroupStatus>([&](core::State& s, store::Batch&) {
+      return s.groups().SetBacklog(admin, group_, backlog);
+    });
     if (!set.ok()) spdlog::warn("demo load: {}", set.status().message());
   }
 }

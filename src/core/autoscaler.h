@@ -3,8 +3,8 @@
 // within kAutoscaleTolerance of the target; never below min or the floor its schedule set last,
 // nor above max; up at once, down only to the highest recommendation of the stabilization
 // window; and at its owner's cap on pending work, out only as far as the cap leaves room.
-// It decides; the state measures the metric (State::GroupMetric), resizes and audits. Its memory
-// is each group's own (Group::recommendations and the decision fields), not stored: a restart
+// It decides; Groups measures the metric (Groups::Metric), resizes and audits. Its memory is
+// each group's own (Group::recommendations and the decision fields), not stored: a restart
 // forgets the window, and no scale-down comes before a window has passed again.
 // Thread-safety: none; the core thread owns it.
 #pragma once

@@ -137,7 +137,7 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   TESSERA_ASSIGN_OR_RETURN(auto groups, store.ListSettings(std::string(GroupTable::kPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto next_group, store.GetSetting(std::string(GroupTable::kNextKey)));
   if (next_group) groups.emplace_back(GroupTable::kNextKey, *next_group);
-  TESSERA_RETURN_IF_ERROR(state.RestoreGroups(groups, batch));
+  TESSERA_RETURN_IF_ERROR(state.groups().Restore(groups, batch));
   TESSERA_ASSIGN_OR_RETURN(auto rules, store.ListSettings(std::string(Monitoring::kRulePrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto alerts, store.ListSettings(std::string(Monitoring::kAlertPrefix)));
   TESSERA_ASSIGN_OR_RETURN(auto meta, store.ListSettings(std::string(Monitoring::kMetaPrefix)));

@@ -76,14 +76,14 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
 
   GroupStatus Create(const GroupRequest& g) {
     state_->BeginRound();
-    auto out = state_->CreateGroup(Acme(), g, batch_);
+    auto out = state_->groups().Create(Acme(), g, batch_);
     state_->EndRound(batch_);
     EXPECT_TRUE(out.ok()) << out.status().message();
     return out.ok() ? *out : GroupStatus{};
   }
 
   GroupStatus Get(const std::string& id) {
-    auto g = state_->GetGroup(Acme(), id);
+    auto g = state_->groups().Get(Acme(), id);
     EXPECT_TRUE(g.ok());
     return g.ok() ? *g : GroupStatus{};
   }

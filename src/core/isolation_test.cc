@@ -184,13 +184,13 @@ TEST_F(IsolationTest, AGroupMemberWaitsForTheSharedNodeLikeAnInstance) {
   g.member = TestH100(2);
   g.size = 2;
   state_->BeginRound();
-  auto created = state_->CreateGroup(*state_->tenants().Find(globex_.id.str()), g, batch_);
+  auto created = state_->groups().Create(*state_->tenants().Find(globex_.id.str()), g, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(created.ok()) << created.status().message();
   EXPECT_EQ(created->group.state, GroupState::kWaiting) << created->group.reason;
   const std::string id = created->group.id;
   Delete(acme_, a1);
-  auto now = state_->GetGroup(*state_->tenants().Find(globex_.id.str()), id);
+  auto now = state_->groups().Get(*state_->tenants().Find(globex_.id.str()), id);
   ASSERT_TRUE(now.ok());
   EXPECT_EQ(now->group.state, GroupState::kRunning) << now->group.reason;
   for (const GroupMemberStatus& m : now->members) EXPECT_EQ(m.node, "shared");

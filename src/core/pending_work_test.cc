@@ -141,7 +141,7 @@ class PendingCapTest : public ::testing::Test {
     g.member = TestH100(1);
     g.size = g.min_available = size;
     state_->BeginRound();
-    auto out = state_->CreateGroup(T(tenant), g, batch_);
+    auto out = state_->groups().Create(T(tenant), g, batch_);
     state_->EndRound(batch_);
     return out;
   }
@@ -207,7 +207,7 @@ TEST_F(PendingCapTest, AtTheCapAnInstanceOrAGroupIsRefusedNamingTheCapAndAnother
   EXPECT_EQ(gang.status().reason(), "too_many_pending");
   EXPECT_EQ(gang.status().message(), Refusal(4, 4, 2));
   EXPECT_EQ(state_->instances().size(), instances) << "a refusal makes nothing";
-  EXPECT_TRUE(state_->groups().empty());
+  EXPECT_TRUE(state_->groups().all().empty());
 
   // Another tenant has a count of its own.
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Create(beta_, TestH100(1)).ok());
@@ -275,7 +275,7 @@ TEST_F(PendingCapTest, AGroupsRestartIsNotRefusedByTheCap) {
   const std::string m0 = gang->members[0].instance, m1 = gang->members[1].instance;
   Report({{m0, InstanceState::kFailed}});      // Rank 1 is told to stop...
   Report({{m1, InstanceState::kTerminated}});  // ...and the new attempt is made once it has.
-  auto after = state_->GetGroup(T(acme_), gang->group.id);
+  auto after = state_->groups().Get(T(acme_), gang->group.id);
   ASSERT_TRUE(after.ok());
   EXPECT_NE(after->group.state, GroupState::kFailed) << after->group.reason;
   EXPECT_EQ(after->group.restarts, 1);
@@ -302,7 +302,7 @@ TEST_F(PendingCapTest, WaitingGangsCostARoundNothingUntilCapacityFreesThenEachIs
   Report({{big, InstanceState::kTerminated}});  // Two GPUs free: room for 2 of 4.
   Round();
   for (const std::string& id : gangs) {
-    const GroupStatus g = *state_->GetGroup(T(acme_), id);
+    const GroupStatus g = *state_->groups().Get(T(acme_), id);
     EXPECT_NE(g.group.reason.find("the fleet has room for 2 now"), std::string::npos)
         << id << ": " << g.group.reason;
   }

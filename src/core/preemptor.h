@@ -57,7 +57,7 @@ class Preemptor {
     searches_ = 0;
     extra_ = 0;
   }
-  // More searches for this round: a gang's members each need one (State::PlaceGang bounds it).
+  // More searches for this round: a gang's members each need one (Groups::PlaceGang bounds it).
   void AddSearches(size_t n) { extra_ += n; }
   bool budget_spent() const { return searches_ >= limits_.searches_per_round + extra_; }
   // Spot instances on nodes whose GPUs `req` could use: what a pending reason reports.

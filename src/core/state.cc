@@ -51,8 +51,7 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
                                              options.alerts, options.sealer}),
       accounts_(*catalog, *clock, *fleet_, admission_, tenants_, instances_, volumes_,
                 options.node_timeout),
-      up_since_(clock->Now()),
-      autoscaler_(options.autoscale_interval) {}
+      up_since_(clock->Now()) {}
 
 Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                                    std::optional<bool> disabled, store::Batch& batch,
@@ -258,16 +257,16 @@ void State::EndRound(store::Batch& batch) {
       }
     }
   }
-  AutoscaleGroups(batch);
+  groups_.RunAutoscaler(batch);
   PlaceHeld(batch);
   for (int i = 0; i < kMaxPassesPerRound; ++i) {
     const bool reported = ApplyAgentReports(batch);
-    const bool settled = SettleGroups(batch);
+    const bool settled = groups_.Settle(batch);
     if (i > 0 && !reported && !settled) break;
     const bool groups = groups_.TakeRetry();
-    if (groups) PlaceGroups(batch, /*spot=*/false);
+    if (groups) groups_.Place(batch, /*spot=*/false);
     if (queue_.HasUntried()) PlaceQueued(batch);
-    if (groups) PlaceGroups(batch, /*spot=*/true);
+    if (groups) groups_.Place(batch, /*spot=*/true);
   }
   RetireReplacedGroups(batch);
   // Ended work leaves memory after the retention: instances with their log tails, and groups.
@@ -275,12 +274,12 @@ void State::EndRound(store::Batch& batch) {
   counters_.evicted +=
       static_cast<int64_t>(instances_.EvictEndedBefore(cutoff, [this](const Instance& inst) {
         // A member of a group's attempt stays while its group may still need its outcome; the
-        // group lists it again when it leaves (EvictEndedGroups).
+        // group lists it again when it leaves (Groups::EvictEnded).
         if (groups_.Lists(inst)) return false;
         logs_.Erase(inst.id.str());
         return true;
       }));
-  EvictEndedGroups(cutoff);
+  groups_.EvictEnded(cutoff);
   monitoring_.Sweep();
   for (Instance* inst : accounts_.Roll(batch)) Save(*inst, batch);
   EvaluateAlerts(batch);
@@ -338,7 +337,7 @@ void State::Transition(Instance& inst, InstanceState to, std::string reason, sto
   if (!IsActive(to)) instances_.Ended(inst);
   // Only active instances hold their volumes (a preempted one queued again comes back).
   mounts_.Track(inst);
-  if (was_active && !IsActive(to) && !inst.group.empty()) groups_.MemberEnded(inst.id.str());
+  if (was_active && !IsActive(to) && !inst.group.empty()) groups_.MemberEnded(inst);
 }
 
 void State::CountUsage(const Instance& inst, bool add) {
@@ -522,7 +521,7 @@ void State::Evict(Instance& v, store::Batch& batch) {
 void State::EndPreempted(Instance& v, const std::string& why, store::Batch& batch) {
   Transition(v, InstanceState::kPreempted, why, batch, billing::Ending::kPlatform);
   v.preempted_at = clock_->Now();
-  // A group member's group restarts whole (SettleGroups).
+  // A group member's group restarts whole (Groups::Settle).
   if (v.restart && v.group.empty()) {
     Requeue(v, why, batch);
   } else {

@@ -16,8 +16,8 @@
 //   Accounts         meters, reservations, budgets and billing reads (accounts.h);
 //   BatchWindow      new creates held for a moment, then placed together (batch_window.h);
 //   LogTails         instances' output as their agents shipped it (log_tails.h);
-//   GroupTable       the groups, their ids, which wait, and their retention (group_table.h);
-//   Autoscaler       each autoscaled group's size, as HPA decides it (autoscaler.h);
+//   Groups           instance groups: their requests, gangs, restarts and autoscaler, and their
+//                    memory (group_service.h), reaching instances through Groups::Lifecycle;
 //   EndpointTable    where running instances' ports are reached, and its snapshots;
 //   TenantSecrets    secrets, and the values workloads carry, sealed and resolved (secrets.h);
 //   KeyRotation      every value sealed at rest re-sealed under the current key (rotation.h);
@@ -49,11 +49,11 @@
 #include "core/accounts.h"
 #include "core/admission.h"
 #include "core/agents.h"
-#include "core/autoscaler.h"
 #include "core/batch_window.h"
 #include "core/desired_state.h"
 #include "core/endpoint_table.h"
 #include "core/group.h"
+#include "core/group_service.h"
 #include "core/group_table.h"
 #include "core/instance.h"
 #include "core/instance_table.h"
@@ -88,7 +88,7 @@ class SoleTenantFilter;  // sched/plugins/sole_tenant.h
 
 namespace tessera::core {
 
-class State {
+class State : private Groups::Lifecycle {
  public:
   // `catalog` and `clock` must outlive the state.
   State(const catalog::Catalog* catalog, const Clock* clock, std::unique_ptr<fleet::Fleet> fleet,
@@ -278,33 +278,10 @@ class State {
     return accounts_.ClaimReservation(caller, shape, units).ok();
   }
 
-  // Groups (state_groups.cc, docs/groups.md). Each call answers the group as it is then: its
-  // record with each member's instance, rank, state and node. NotFound for an unknown id and
-  // another tenant's alike.
-  Result<GroupStatus> CreateGroup(const Tenant& caller, const GroupRequest& req,
-                                  store::Batch& batch);
-  Result<GroupStatus> GetGroup(const Tenant& caller, std::string_view id) const;
-  std::vector<GroupStatus> ListGroups(const Tenant& caller) const;
-  // Stops every member; the group stays listed as deleted until its members have ended.
-  Result<GroupStatus> DeleteGroup(const Tenant& caller, std::string_view id, store::Batch& batch);
-  // Grows the group with new ranks (placed as a gang) or shrinks it, stopping the highest ranks
-  // (the newest members) first.
-  Result<GroupStatus> ScaleGroup(const Tenant& caller, std::string_view id, int size,
-                                 store::Batch& batch);
-  // PATCH /v1/groups/{id}: a new size (as ScaleGroup), and sets, changes or removes its autoscale,
-  // whose first evaluation then decides the size; all of it or none. An elastic group's range
-  // must hold a new autoscale's [min, max] (its members' rendezvous was made for that range).
-  Result<GroupStatus> PatchGroup(const Tenant& caller, std::string_view id, const GroupPatch& patch,
-                                 store::Batch& batch);
-  // The owner's backlog for a group autoscaled on `pending` (PUT /v1/groups/{id}/backlog).
-  Result<GroupStatus> SetGroupBacklog(const Tenant& caller, std::string_view id, int64_t pending);
-  const std::map<std::string, Group>& groups() const { return groups_.all(); }
+  // Groups (group_service.h, docs/groups.md): what callers ask of groups, and their memory.
+  Groups& groups() { return groups_; }
+  const Groups& groups() const { return groups_; }
   size_t log_tails() const { return logs_.size(); }  // Instances whose output is in memory.
-  // Rebuilds groups from their records (GroupTable::kPrefix and kNextKey), after the instances.
-  // Values sealed at rest are opened (a key the keyring lacks fails it, naming the key); a
-  // registry password stored in the clear before envelope encryption is sealed into `batch`.
-  Status RestoreGroups(const std::vector<std::pair<std::string, std::string>>& records,
-                       store::Batch& batch);
 
   // Starts a core round: per-round budgets start afresh.
   void BeginRound() { preemptor_.NewRound(); }
@@ -369,45 +346,25 @@ class State {
     queue_.CapacityFreed();
     groups_.Retry();
   }
-  // Groups (groups.cc): members that ended decide their group's fate (a failure restarts it
-  // whole); waiting members are placed as gangs. SettleGroups is true when it changed anything.
-  bool SettleGroups(store::Batch& batch);
-  // Waiting groups of spot work, or of higher priority: those go before the queue's single
-  // instances (a gang takes capacity only whole), spot gangs after them.
-  void PlaceGroups(store::Batch& batch, bool spot);
-  bool PlaceGang(Group& g, store::Batch& batch);
-  // The group's next attempt: all its members, pending (or the group fails, saying why).
-  void StartAttempt(Group& g, store::Batch& batch);
-  // Pending members for ranks [from, to) of `g`, as one more attempt's (`readmit`: a restart's)
-  // or a scale-out's.
-  Status AddMembers(Group& g, int from, int to, store::Batch& batch, bool readmit = false);
-  // The admission gate (AdmitFor: shape, quota, pending cap, budget) for `count` more of g's
-  // members, as its owner; shape errors name the template. Every way a group grows passes it:
-  // create, scale, autoscale, restart (`readmit`: not refused for the pending cap).
-  Result<Admitted> AdmitMembers(const Group& g, int count, bool readmit = false);
-  GroupStatus StatusOf(const Group& g) const;
-  // Sets a group's size: new ranks wait to be placed, the highest ranks stop (`why`).
-  Status Resize(Group& g, int size, const std::string& why, store::Batch& batch);
-  // Every autoscale_interval: each autoscaled group's metric, floor and decision (audited).
-  void AutoscaleGroups(store::Batch& batch);
   // Deletes the groups a stack replaced once each replacement's members all run (stacks.h).
   void RetireReplacedGroups(store::Batch& batch);
-  std::optional<double> GroupMetric(const Group& g) const;
+  // Groups::Lifecycle: what groups ask of the instance lifecycle (state_groups.cc).
+  Result<Admitted> AdmitMember(const Tenant& owner, const CreateInstanceRequest& req, int count,
+                               bool readmit, std::string_view group) override;
+  Result<Instance*> AddMember(const Tenant& owner, const CreateInstanceRequest& req,
+                              Admitted admitted) override;
+  void BookMember(Instance& inst, const fleet::Assignment& a, store::Batch& batch) override;
+  void StartMember(Instance& inst, store::Batch& batch) override;
+  void StopMember(Instance& inst, const std::string& why, store::Batch& batch,
+                  billing::Ending ending) override;
+  size_t PreemptFor(const std::vector<Instance*>& victims, Instance& for_whom,
+                    store::Batch& batch) override;
+  void SaveMember(const Instance& inst, store::Batch& batch) override;
   // A removing node whose work is stopped or moved leaves: true when it did (`node` is gone).
   bool FinishRemoval(AgentNode& node, store::Batch& batch);
-  // Ended groups that ended before `cutoff` leave memory (the store keeps them).
-  void EvictEndedGroups(Time cutoff);
-  // Lists ended instances a group stops listing (a restart, a scale-in, its own eviction) for
-  // eviction again: the sweep skipped them while the group listed them.
-  void ReleaseMembers(const std::vector<std::string>& ids);
   // Shows `inst`'s owner that a fault (`cause`: gpu_unhealthy, node_lost) moved it, on `gpu`
   // (-1: the node) for `fault` (the XID's name, or ""), before it moves.
   void NoteInterruption(const Instance& inst, std::string cause, int gpu, std::string fault);
-  // Where other nodes reach `node`: its agent's address, else its name.
-  std::string NodeAddress(const std::string& node) const;
-  // Stops the group's current attempt (saying `why` to each member) and makes a fresh one at
-  // spec.size once they all stopped; `reason` is the group's meanwhile.
-  void RestartWhole(Group& g, const std::string& why, std::string reason, store::Batch& batch);
   int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
 
   // Tries to place `inst` now, preempting if its priority allows.
@@ -439,9 +396,6 @@ class State {
   bool ApplyAgentReports(store::Batch& batch);
   // Applies one report about `inst`; true when it changed something.
   bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
-  // Rank 0's agent reserved its group's MASTER_PORT: every member placed in this attempt gets it,
-  // and those held back start. Without `port` (rank 0 ended naming none), the group's own port.
-  void RendezvousReserved(Instance& rank0, std::optional<int> port, store::Batch& batch);
   // Ends an instance whose workload is gone: frees its capacity and tells its agent.
   void Release(Instance& inst);
   // Joined nodes that stopped reporting are not_ready, and their work moves once their lease has
@@ -529,9 +483,25 @@ class State {
   // silent for time before it.
   Time up_since_;
   std::set<std::string> removing_nodes_;  // Joined nodes being removed (RemoveNode).
-  GroupTable groups_;
-  Autoscaler autoscaler_;
-  KeyRotation rotation_{&secrets_,    &instances_,  &groups_,
+  Groups groups_{Groups::Parts{.catalog = catalog_,
+                               .clock = clock_,
+                               .fleet = fleet_.get(),
+                               .scheduler = scheduler_.get(),
+                               .agents = &agents_,
+                               .instances = &instances_,
+                               .tenants = &tenants_,
+                               .admission = &admission_,
+                               .accounts = &accounts_,
+                               .mounts = &mounts_,
+                               .preemptor = &preemptor_,
+                               .queue = &queue_,
+                               .pending = &pending_,
+                               .secrets = &secrets_,
+                               .service_stats = &service_stats_,
+                               .counters = &counters_,
+                               .options = &options_,
+                               .lifecycle = this}};
+  KeyRotation rotation_{&secrets_,    &instances_,  &groups_.table(),
                         &monitoring_, fleet_.get(), options_.instance_documents};
 };
 

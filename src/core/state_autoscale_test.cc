@@ -35,7 +35,7 @@ class AutoscaleTest : public GroupsTest {
   }
 
   void Backlog(const std::string& id, int64_t pending) {
-    ASSERT_TRUE(state_->SetGroupBacklog(Acme(), id, pending).ok());
+    ASSERT_TRUE(state_->groups().SetBacklog(Acme(), id, pending).ok());
   }
 
   // Lets `d` pass in steps of the autoscale interval, a round each (agents heartbeating).
@@ -110,7 +110,7 @@ TEST_F(AutoscaleTest, ScaleOutStopsAtTheTenantsQuotaAndSaysSo) {
   const std::string decision = Get(id).group.decision;
   EXPECT_NE(decision.find("refused: quota exceeded by 3 GPUs"), std::string::npos) << decision;
   EXPECT_EQ(state_->TenantGpuMilli(acme_.id), 2000);
-  auto scaled = state_->ScaleGroup(Acme(), id, 5, batch_);
+  auto scaled = state_->groups().Scale(Acme(), id, 5, batch_);
   EXPECT_EQ(scaled.status().code(), StatusCode::kResourceExhausted) << "the API's scale too";
 }
 
@@ -223,7 +223,7 @@ TEST_F(AutoscaleTest, ARunningGroupsAutoscaleIsSetChangedAndRemovedWithoutAResta
     GroupPatch p;
     p.size = size;
     p.autoscale = std::move(a);
-    return state_->PatchGroup(Acme(), id, p, batch_);
+    return state_->groups().Patch(Acme(), id, p, batch_);
   };
   ASSERT_TRUE(patch(std::nullopt, OnBacklog(1, 6, 10)).ok());
   Backlog(id, 40);
@@ -255,7 +255,7 @@ TEST_F(AutoscaleTest, ARunningGroupsAutoscaleIsSetChangedAndRemovedWithoutAResta
   // Removed: the group keeps its size, whatever the backlog.
   GroupPatch off;
   off.autoscale.emplace();
-  ASSERT_TRUE(state_->PatchGroup(Acme(), id, off, batch_).ok());
+  ASSERT_TRUE(state_->groups().Patch(Acme(), id, off, batch_).ok());
   EXPECT_FALSE(Get(id).group.spec.autoscale.has_value());
   Backlog(id, 400);
   Wait(30s);
@@ -264,7 +264,8 @@ TEST_F(AutoscaleTest, ARunningGroupsAutoscaleIsSetChangedAndRemovedWithoutAResta
   // Another tenant's group is unknown to it.
   GroupPatch any;
   any.size = 2;
-  EXPECT_EQ(state_->PatchGroup(Tenant{}, id, any, batch_).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->groups().Patch(Tenant{}, id, any, batch_).status().code(),
+            StatusCode::kNotFound);
 }
 
 TEST(AutoscaleSpecTest, ErrorsNameTheField) {

@@ -1,5 +1,5 @@
-// Groups on the core's state with a fake clock and nodes joined by agents (state_groups.cc,
-// state_gangs.cc): gangs placed all or nothing on NVLink islands and nodes, nothing held while
+// Groups on the core's state with a fake clock and nodes joined by agents (group_service.cc,
+// group_gangs.cc): gangs placed all or nothing on NVLink islands and nodes, nothing held while
 // they wait, no deadlock between gangs, members' rank environment, whole-group restarts, scaling,
 // and a restart of the server.
 #include <malloc.h>
@@ -15,16 +15,16 @@ TEST_F(GroupsTest, EndedInstancesTheirLogsAndEndedGroupsLeaveMemoryAfterTheReten
   RunThroughTheirLives(/*keep=*/true);
   EXPECT_EQ(state_->instances().size(), 12'000u);
   EXPECT_EQ(state_->log_tails(), 12'000u);
-  ASSERT_EQ(state_->groups().size(), 1'000u);
-  EXPECT_EQ(state_->groups().begin()->second.state, GroupState::kSucceeded);
+  ASSERT_EQ(state_->groups().all().size(), 1'000u);
+  EXPECT_EQ(state_->groups().all().begin()->second.state, GroupState::kSucceeded);
   clock_.Advance(61min);
   for (const auto& [node, shape] : nodes_) Sync(node);
   EXPECT_EQ(state_->instances().size(), 0u);
   EXPECT_EQ(state_->log_tails(), 0u) << "log tails leave with their instances";
-  EXPECT_EQ(state_->groups().size(), 0u) << "ended groups leave like ended instances";
+  EXPECT_EQ(state_->groups().all().size(), 0u) << "ended groups leave like ended instances";
   // A restart does not bring them back.
   Restart();
-  EXPECT_EQ(state_->groups().size(), 0u);
+  EXPECT_EQ(state_->groups().all().size(), 0u);
 }
 
 // What the state holds comes back near where it started once the retention passed: the heap's
@@ -83,7 +83,7 @@ TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
   EXPECT_TRUE(kept(second[2]));
   // A scale-in drops the ended rank 2: it goes too, while ranks 0 and 1 run on.
   state_->BeginRound();
-  ASSERT_TRUE(state_->ScaleGroup(Acme(), id, 2, batch_).ok());
+  ASSERT_TRUE(state_->groups().Scale(Acme(), id, 2, batch_).ok());
   state_->EndRound(batch_);
   clock_.Advance(61min);
   Sync("n1");
@@ -125,7 +125,7 @@ TEST_F(GroupsTest, AGangAtItsQuotaRestartsOnceTheLastAttemptStopped) {
   const Tenant small = *state_->tenants().Create("small", 4000, "h-small", batch_);
   state_->EndRound(batch_);
   state_->BeginRound();
-  auto created = state_->CreateGroup(small, Gang(2, 2, Topology::kNode), batch_);
+  auto created = state_->groups().Create(small, Gang(2, 2, Topology::kNode), batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(created.ok()) << created.status().message();
   const std::string id = created->group.id;
@@ -138,7 +138,7 @@ TEST_F(GroupsTest, AGangAtItsQuotaRestartsOnceTheLastAttemptStopped) {
   Sync("n1", {started, Report(r1, InstanceState::kRunning)});
   Sync("n1", {Report(r1, InstanceState::kFailed, 1)});
   Sync("n1", {Report(r0, InstanceState::kTerminated, 143)});
-  const GroupStatus after = *state_->GetGroup(small, id);
+  const GroupStatus after = *state_->groups().Get(small, id);
   EXPECT_EQ(GroupStateName(after.group.state), "running") << Dump(after);
   EXPECT_EQ(after.group.restarts, 1);
   EXPECT_EQ(after.placed, 2) << Dump(after);
@@ -177,7 +177,7 @@ TEST_F(GroupsTest, TwoGangsThatEachNeedMostOfTheFleetNeverDeadlockAndSmallWorkRu
   EXPECT_EQ(small->state, InstanceState::kScheduled);
   // The first gang ends: the second takes its place.
   state_->BeginRound();
-  ASSERT_TRUE(state_->DeleteGroup(Acme(), a.group.id, batch_).ok());
+  ASSERT_TRUE(state_->groups().Delete(Acme(), a.group.id, batch_).ok());
   state_->EndRound(batch_);
   for (int rank = 0; rank < 3; ++rank) {
     const Instance m = Member(a, rank);
@@ -323,7 +323,7 @@ TEST_F(GroupsTest, ATemplatesImageAndCredentialsReachEveryMembersAgentAndNoApiAn
             json({{"username", "robot"}}));
   EXPECT_EQ(Dump(g).find("s3cret-pw"), std::string::npos);
   EXPECT_EQ(Dump(Get(g.group.id)).find("s3cret-pw"), std::string::npos);
-  for (const GroupStatus& listed : state_->ListGroups(Acme())) {
+  for (const GroupStatus& listed : state_->groups().List(Acme())) {
     EXPECT_EQ(Dump(listed).find("s3cret-pw"), std::string::npos);
   }
   const Instance r0 = Member(g, 0);
@@ -407,7 +407,7 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   EXPECT_FALSE(env.contains("WORLD_SIZE"));
   EXPECT_FALSE(env.contains("RANK"));
   state_->BeginRound();
-  auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
+  auto grown = state_->groups().Scale(Acme(), id, 4, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(grown.ok()) << grown.status().message();
   EXPECT_EQ(grown->placed, 4);
@@ -418,14 +418,14 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
   EXPECT_EQ(state_->views().Get(Acme(), r0.id.str())->state, InstanceState::kRunning);
   const Instance newest = Member(*grown, 3);
   state_->BeginRound();
-  auto shrunk = state_->ScaleGroup(Acme(), id, 3, batch_);
+  auto shrunk = state_->groups().Scale(Acme(), id, 3, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(shrunk.ok());
   EXPECT_EQ(shrunk->members.size(), 3u);
   EXPECT_EQ(state_->views().Get(Acme(), newest.id.str())->state, InstanceState::kStopping);
   // Outside its range: refused, naming it.
   state_->BeginRound();
-  auto outside = state_->ScaleGroup(Acme(), id, 5, batch_);
+  auto outside = state_->groups().Scale(Acme(), id, 5, batch_);
   state_->EndRound(batch_);
   EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(outside.status().message().find("elastic [min, max] = [1, 4]"), std::string::npos)
@@ -449,7 +449,7 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   Sync("n1", {started, Report(r1, InstanceState::kRunning)});
   EXPECT_EQ(Workload(r1)->env.at("WORLD_SIZE"), "2");
   state_->BeginRound();
-  auto grown = state_->ScaleGroup(Acme(), id, 3, batch_);
+  auto grown = state_->groups().Scale(Acme(), id, 3, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(grown.ok()) << grown.status().message();
   EXPECT_EQ(grown->group.restarts, 1);
@@ -478,7 +478,7 @@ TEST_F(GroupsTest, AResizedGangThatIsNotElasticRestartsWholeAtTheNewSize) {
   }
   // A resize the quota refuses changes nothing.
   state_->BeginRound();
-  auto huge = state_->ScaleGroup(Acme(), id, 1024, batch_);
+  auto huge = state_->groups().Scale(Acme(), id, 1024, batch_);
   state_->EndRound(batch_);
   EXPECT_FALSE(huge.ok());
   EXPECT_EQ(Get(id).group.spec.size, 3);
@@ -603,14 +603,14 @@ TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   req.member.billing = Billing::kReserved;
   // Four members and three units: refused whole, nothing made.
   state_->BeginRound();
-  auto refused = state_->CreateGroup(Acme(), req, batch_);
+  auto refused = state_->groups().Create(Acme(), req, batch_);
   state_->EndRound(batch_);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().reason(), "no_reservation");
   EXPECT_NE(refused.status().message().find("needs 4 free units"), std::string::npos)
       << refused.status().message();
   EXPECT_EQ(state_->instances().size(), 0u);
-  EXPECT_TRUE(state_->ListGroups(Acme()).empty());
+  EXPECT_TRUE(state_->groups().List(Acme()).empty());
   req.size = req.min_available = 3;
   const GroupStatus g = Create(req);
   ASSERT_EQ(GroupStateName(g.group.state), "running") << Dump(g);
@@ -619,7 +619,7 @@ TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   EXPECT_EQ(state_->accounts().ReservationUnitsUsed(Member(g, 0).reservation), 3);
   // No unit for a fourth: the scale-out is refused, and the group keeps its three.
   state_->BeginRound();
-  auto grown = state_->ScaleGroup(Acme(), id, 4, batch_);
+  auto grown = state_->groups().Scale(Acme(), id, 4, batch_);
   state_->EndRound(batch_);
   EXPECT_EQ(grown.status().reason(), "no_reservation");
   EXPECT_EQ(Get(id).members.size(), 3u);

@@ -19,7 +19,8 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
   // do not wait for it forever; a failure restarts the group anyway.
   const bool succeeded = report.state != InstanceState::kRunning && report.exit_code == 0 &&
                          !report.lost && report.reason != "lease expired";
-  if (report.port || (succeeded && inst.rank == 0)) RendezvousReserved(inst, report.port, batch);
+  if (report.port || (succeeded && inst.rank == 0))
+    groups_.RendezvousReserved(inst, report.port, batch);
   if (report.state == InstanceState::kRunning) {
     if (inst.state != InstanceState::kScheduled) return false;
     // A start before the instance was scheduled or after now is the agent's clock, or a lie:

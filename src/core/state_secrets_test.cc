@@ -160,7 +160,7 @@ TEST_F(StateSecretsTest, AStepwiseResealLeavesNoValueUnderTheOldKey) {
   g.min_available = 1;
   g.member = TestH100(1);
   g.member.env = {{"MODE", {.value = "slow"}}};
-  ASSERT_TRUE(state_->CreateGroup(Acme(), g, batch_).ok());
+  ASSERT_TRUE(state_->groups().Create(Acme(), g, batch_).ok());
   alerts::Rule rule;
   rule.name = "hot";
   rule.owner = Acme().id.str();
@@ -205,9 +205,9 @@ TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppe
   g.min_available = 1;
   g.member = live;
   g.member.image.auth = RegistryAuth{"bot", "pw-group", "", ""};
-  ASSERT_TRUE(state_->CreateGroup(Acme(), g, batch_).ok());
+  ASSERT_TRUE(state_->groups().Create(Acme(), g, batch_).ok());
   g.member.image.auth = RegistryAuth{"bot", "pw-ended", "", ""};
-  ASSERT_TRUE(state_->CreateGroup(Acme(), g, batch_).ok());
+  ASSERT_TRUE(state_->groups().Create(Acme(), g, batch_).ok());
   alerts::Rule rule;
   rule.name = "hot";
   rule.owner = Acme().id.str();

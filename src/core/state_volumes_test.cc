@@ -136,7 +136,7 @@ TEST_F(StateVolumesTest, InstancesGoWhereTheirVolumesAreAndAGangFollowsItsFirstM
   g.min_available = 2;
   g.placement = Placement::kSpread;
   state_->BeginRound();
-  auto made = state_->CreateGroup(Acme(), g, batch_);
+  auto made = state_->groups().Create(Acme(), g, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   std::set<std::string> nodes;
@@ -148,7 +148,7 @@ TEST_F(StateVolumesTest, InstancesGoWhereTheirVolumesAreAndAGangFollowsItsFirstM
   MakeVolume("solo", 1);
   g.name = "pair";
   g.member = Mounting({"solo"});
-  auto refused = state_->CreateGroup(Acme(), g, batch_);
+  auto refused = state_->groups().Create(Acme(), g, batch_);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("not shared"), std::string::npos)
       << refused.status().ToString();

@@ -345,7 +345,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       g.topology = core::Topology::kNode;
       g.placement = core::Placement::kPack;
       g.restart = true;
-      auto made = state.CreateGroup(*caller, g, batch);
+      auto made = state.groups().Create(*caller, g, batch);
       if (made.ok()) {
         job_of[made->group.id] = j;
         track[j].size = g.size;

@@ -1,6 +1,6 @@
-// Instance groups' placement (docs/groups.md): gangs placed all or nothing with a topology,
-// members that carry the distributed-training environment and its rendezvous, and whole-group
-// restarts.
+// Groups (group_service.h): gangs placed all or nothing with a topology, members that carry the
+// distributed-training environment and its rendezvous, a group's fate when a member ends, and
+// whole-group restarts.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "common/text.h"
+#include "core/group_service.h"
 #include "core/invariant.h"
-#include "core/state.h"
 
 namespace tessera::core {
 
@@ -28,11 +28,11 @@ constexpr size_t kGangSearches = 64;
 
 }  // namespace
 
-bool State::PlaceGang(Group& g, store::Batch& batch) {
+bool Groups::PlaceGang(Group& g, store::Batch& batch) {
   std::vector<Instance*> pending;
   std::vector<fleet::NodeIndex> used;  // Nodes of placed members, in rank order.
   for (const std::string& id : g.members) {
-    Instance* inst = instances_.Find(id);
+    Instance* inst = instances_->Find(id);
     if (!inst) continue;
     if (inst->state == InstanceState::kPending) {
       pending.push_back(inst);
@@ -42,20 +42,20 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     }
   }
   if (pending.empty()) {
-    groups_.DoneWaiting(g.id);
+    table_.DoneWaiting(g.id);
     return true;
   }
   const int64_t needed = used.empty() ? std::max(1, g.spec.min_available) : 1;
   if (pending.front()->billing == Billing::kOnDemand) {
     // On-demand work leaves the capacity that reservations guarantee alone, gangs too.
-    if (std::string why = accounts_.HeldForReservations(*pending.front(), needed); !why.empty()) {
+    if (std::string why = accounts_->HeldForReservations(*pending.front(), needed); !why.empty()) {
       g.reason = "waiting: " + why;
       return false;
     }
   }
   const bool first = used.empty();
   const Shape& shape = pending.front()->shape;
-  sched::Request req = admission_.RequestFor(shape, pending.front()->billing);
+  sched::Request req = admission_->RequestFor(shape, pending.front()->billing);
   req.observe = false;
   req.source = static_cast<uint32_t>(TenantNumber(g.tenant.str()));
   if (g.spec.topology == Topology::kNvlink && shape.gpus > 1) req.nvlink = true;
@@ -63,7 +63,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   // first member placed takes.
   const bool with_volumes = !pending.front()->volumes.empty();
   std::optional<fleet::NodeIndex> pinned;
-  if (const std::string node = mounts_.NodeOf(*pending.front()); !node.empty()) {
+  if (const std::string node = mounts_->NodeOf(*pending.front()); !node.empty()) {
     auto n = fleet_->Find(node);
     if (!n.ok()) {
       g.reason = fmt::format(
@@ -148,7 +148,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   std::vector<std::pair<Instance*, fleet::Assignment>> placed;
   for (Instance* inst : pending) {
     auto a = place_one();
-    ++counters_.scheduling_attempts;
+    ++counters_->scheduling_attempts;
     if (!a) break;
     if (with_volumes) pinned = a->node;
     placed.push_back({inst, *a});
@@ -169,13 +169,13 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   bool released = false;
   if (placed.size() < need && g.spec.member.billing != Billing::kSpot &&
       now >= g.awaiting_notice_until) {
-    preemptor_.AddSearches(std::min<size_t>(need - placed.size(), kGangSearches));
+    preemptor_->AddSearches(std::min<size_t>(need - placed.size(), kGangSearches));
     for (size_t i = placed.size(); i < pending.size() && placed.size() < need; ++i) {
-      auto plan = preemptor_.Find(req, pinned);
+      auto plan = preemptor_->Find(req, pinned);
       if (!plan) break;
       if (with_volumes) pinned = plan->node;
       for (Instance* v : plan->victims) {
-        preemptor_.Untrack(v);
+        preemptor_->Untrack(v);
         CheckInvariant(scheduler_->Release(*v->assignment), "releasing a spot victim for a trial");
         victims.push_back(v);
       }
@@ -184,29 +184,24 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       if (!a) InvariantBroken("a gang member did not fit where the preemption search placed it");
       placed.push_back({pending[i], *a});
     }
-    counters_.preemption_searches = preemptor_.searches_total();
+    counters_->preemption_searches = preemptor_->searches_total();
     // Back to the fleet as it is; what follows evicts for real, or gives notice.
     release_placed();
     released = true;
     for (auto it = victims.rbegin(); it != victims.rend(); ++it) {
       CheckInvariant(scheduler_->Reserve(*(*it)->assignment), "booking a spot victim back");
-      preemptor_.Track(*it);
+      preemptor_->Track(*it);
     }
     if (placed.size() >= need) {
-      std::vector<Instance*> warned, now_gone;
-      for (Instance* v : victims) (NeedsNotice(*v) ? warned : now_gone).push_back(v);
-      if (!warned.empty()) {
-        // Their agents stop them after the notice; the gang is placed once they have. The
-        // others (no notice due) go now.
-        for (Instance* v : now_gone) Evict(*v, batch);
-        GiveNotice(warned, *pending.front(), batch);
-        g.awaiting_notice_until = now + options_.spot_notice + options_.node_timeout +
+      // Those due notice are stopped by their agents after it, and the gang is placed once they
+      // have; the others go now.
+      if (const size_t warned = lifecycle_->PreemptFor(victims, *pending.front(), batch)) {
+        g.awaiting_notice_until = now + options_->spot_notice + options_->node_timeout +
                                   std::chrono::seconds(g.spec.member.stop_grace_seconds);
         g.reason = fmt::format(
-            "waiting for {} spot instance(s) to stop after their preemption notice", warned.size());
+            "waiting for {} spot instance(s) to stop after their preemption notice", warned);
         return false;
       }
-      for (Instance* v : victims) Evict(*v, batch);
       for (const auto& [inst, a] : placed) {
         // It fit without them.
         CheckInvariant(scheduler_->Reserve(a), "booking a gang member where it fit");
@@ -230,7 +225,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
   // (DesiredState holds them back; RendezvousReserved hands it out). Without an agent process
   // (a fleet node with no agent, or rank 0 with nothing to run: no command and no image, whose
   // entrypoint would run), nothing listens: the group gets a port of its own at once.
-  const Instance* rank0 = instances_.Find(g.members.front());
+  const Instance* rank0 = instances_->Find(g.members.front());
   std::string master, port;
   bool rank0_placed = false;
   for (const auto& [inst, a] : placed) {
@@ -238,7 +233,7 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     rank0_placed = true;
     const std::string& node = fleet_->node(a.node).name;
     master = NodeAddress(node);
-    const AgentNode* agent = agents_.Find(node);
+    const AgentNode* agent = agents_->Find(node);
     if (!agent || !agent->registered() || (rank0->command.empty() && rank0->image.empty())) {
       port = std::to_string(kMasterPortBase + static_cast<int>(g.seq % kMasterPorts));
     }
@@ -250,11 +245,10 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
     if (known != rank0->group_env.end()) port = known->second;
   }
   for (const auto& [inst, a] : placed) {
-    Book(*inst, a);
-    mounts_.Settle(*inst, batch);
+    lifecycle_->BookMember(*inst, a, batch);
     int local_rank = 0, local_size = 0;
     for (const std::string& id : g.members) {
-      const Instance* m = instances_.Find(id);
+      const Instance* m = instances_->Find(id);
       if (!m || !m->assignment || m->assignment->node != a.node) continue;
       ++local_size;
       if (m->rank < inst->rank) ++local_rank;
@@ -281,14 +275,12 @@ bool State::PlaceGang(Group& g, store::Batch& batch) {
       inst->group_env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
     }
     if (!port.empty()) inst->group_env["MASTER_PORT"] = port;
-    Transition(*inst, InstanceState::kScheduled, "", batch);
-    agents_.Notify(*inst, inst->node);
-    Save(*inst, batch);
+    lifecycle_->StartMember(*inst, batch);
   }
   g.state = GroupState::kRunning;
   g.reason.clear();
   g.updated_at = clock_->Now();
-  if (placed.size() == pending.size()) groups_.DoneWaiting(g.id);
+  if (placed.size() == pending.size()) table_.DoneWaiting(g.id);
   return true;
 }
 
@@ -296,57 +288,57 @@ bool AwaitsRendezvous(const Instance& inst) {
   return !inst.group.empty() && !inst.group_env.empty() && !inst.group_env.count("MASTER_PORT");
 }
 
-void State::RendezvousReserved(Instance& rank0, std::optional<int> reserved, store::Batch& batch) {
+void Groups::RendezvousReserved(Instance& rank0, std::optional<int> reserved, store::Batch& batch) {
   if (rank0.rank != 0 || !AwaitsRendezvous(rank0)) return;
-  const Group* g = groups_.Find(rank0.group);
+  const Group* g = table_.Find(rank0.group);
   if (!g) return;
   const int port = reserved.value_or(kMasterPortBase + static_cast<int>(g->seq % kMasterPorts));
   const std::string text = std::to_string(port);
   for (const std::string& id : g->members) {
-    Instance* m = instances_.Find(id);
+    Instance* m = instances_->Find(id);
     if (!m || !m->assignment || !AwaitsRendezvous(*m)) continue;
     m->group_env["MASTER_PORT"] = text;
     if (auto e = m->group_env.find("PET_RDZV_ENDPOINT"); e != m->group_env.end()) {
       e->second = HostPort(m->group_env["MASTER_ADDR"], port);
     }
     if (m != &rank0) {
-      agents_.Notify(*m, m->node);
-      Save(*m, batch);
+      agents_->Notify(*m, m->node);
+      lifecycle_->SaveMember(*m, batch);
     }
   }
   spdlog::info("group {}: rank 0 ({}) reserved MASTER_PORT {} on {}", g->id, rank0.id.str(), port,
                rank0.node);
 }
 
-void State::PlaceGroups(store::Batch& batch, bool spot) {
+void Groups::Place(store::Batch& batch, bool spot) {
   // Higher priority first, then first come, first served.
-  const std::vector<Group*> waiting = groups_.Waiting(spot);
+  const std::vector<Group*> waiting = table_.Waiting(spot);
   // As the queue does: a gang that found no room is not tried again until capacity frees, so
   // waiting gangs cost a round nothing while the fleet is unchanged, however many wait; and the
   // pass that runs out of failures leaves the untried ones for the next, which starts with them.
-  const int64_t generation = queue_.generation();
+  const int64_t generation = queue_->generation();
   int failures = 0;
   for (Group* g : waiting) {
     if (g->failed_in == generation) continue;
     const std::string reason = g->reason;
     const bool placed = PlaceGang(*g, batch);
-    if (placed || g->reason != reason) groups_.Save(*g, batch);
+    if (placed || g->reason != reason) table_.Save(*g, batch);
     if (placed) continue;
     g->failed_in = generation;
     if (++failures >= kGroupFailuresPerPass) {
-      groups_.Retry();  // The rest are tried in a later pass.
+      table_.Retry();  // The rest are tried in a later pass.
       break;
     }
   }
 }
 
-bool State::SettleGroups(store::Batch& batch) {
-  const std::vector<std::string> ended = groups_.TakeEndedMembers();
+bool Groups::Settle(store::Batch& batch) {
+  const std::vector<std::string> ended = table_.TakeEndedMembers();
   if (ended.empty()) return false;
   for (const std::string& id : ended) {
-    Instance* inst = instances_.Find(id);
+    Instance* inst = instances_->Find(id);
     if (!inst) continue;
-    Group* found = groups_.Find(inst->group);
+    Group* found = table_.Find(inst->group);
     if (!found) continue;
     Group& g = *found;
     if (Ended(g.state)) continue;
@@ -357,14 +349,14 @@ bool State::SettleGroups(store::Batch& batch) {
     if (std::find(g.members.begin(), g.members.end(), id) == g.members.end()) continue;
     if (inst->state == InstanceState::kSucceeded) {
       const bool all = std::all_of(g.members.begin(), g.members.end(), [&](const std::string& m) {
-        const Instance* other = instances_.Find(m);
+        const Instance* other = instances_->Find(m);
         return other && other->state == InstanceState::kSucceeded;
       });
       if (all) {
         g.state = GroupState::kSucceeded;
         g.reason = "every member exited 0";
         g.updated_at = clock_->Now();
-        groups_.Save(g, batch);
+        table_.Save(g, batch);
       }
       continue;
     }
@@ -376,24 +368,26 @@ bool State::SettleGroups(store::Batch& batch) {
     } else {
       for (const std::string& m : g.members) {
         // The platform ends their runs, not their owner: billed to the second.
-        if (Instance* other = instances_.Find(m)) {
-          Stop(*other, "its group's attempt ended: " + why, batch, billing::Ending::kPlatform);
+        if (Instance* other = instances_->Find(m)) {
+          lifecycle_->StopMember(*other, "its group's attempt ended: " + why, batch,
+                                 billing::Ending::kPlatform);
         }
       }
       g.state = GroupState::kFailed;
       g.reason = why;
       g.updated_at = clock_->Now();
     }
-    groups_.Save(g, batch);
+    table_.Save(g, batch);
   }
   return true;
 }
 
-void State::RestartWhole(Group& g, const std::string& why, std::string reason,
-                         store::Batch& batch) {
+void Groups::RestartWhole(Group& g, const std::string& why, std::string reason,
+                          store::Batch& batch) {
   for (const std::string& m : g.members) {
     // The platform ends their runs, not their owner: billed to the second.
-    if (Instance* other = instances_.Find(m)) Stop(*other, why, batch, billing::Ending::kPlatform);
+    if (Instance* other = instances_->Find(m))
+      lifecycle_->StopMember(*other, why, batch, billing::Ending::kPlatform);
   }
   ++g.restarts;
   g.state = GroupState::kWaiting;
@@ -402,7 +396,7 @@ void State::RestartWhole(Group& g, const std::string& why, std::string reason,
   // The new attempt is made once the last one's members have all stopped: their GPUs, the owner's
   // quota and a reserved gang's units come back first, so it is admitted as the first one was.
   for (const std::string& m : g.members) {
-    const Instance* other = instances_.Find(m);
+    const Instance* other = instances_->Find(m);
     if (other && IsActive(other->state)) g.draining.push_back(m);
   }
   ReleaseMembers(g.members);
@@ -417,13 +411,13 @@ void State::RestartWhole(Group& g, const std::string& why, std::string reason,
   }
 }
 
-void State::StartAttempt(Group& g, store::Batch& batch) {
+void Groups::StartAttempt(Group& g, store::Batch& batch) {
   // The cap on pending work does not refuse it: the group was admitted at this size.
   if (Status s = AddMembers(g, 0, g.spec.size, batch, /*readmit=*/true); !s.ok()) {
     g.state = GroupState::kFailed;
     g.reason = "cannot restart: " + s.message();
   }
-  groups_.Save(g, batch);
+  table_.Save(g, batch);
 }
 
 }  // namespace tessera::core
