@@ -188,14 +188,14 @@ void AddNodeRoutes(Api& table) {
               fmt::format("path: GPU {} is not a GPU index (0, 1, ...)", Quote(text)));
         }
         const std::string node = call->params[0];
-        api.Run<json>(
-            call, refusal,
-            {[node, gpu, state, reason](core::State& s, store::Batch& b,
-                                        const core::Tenant&) -> Result<json> {
-               TESSERA_RETURN_IF_ERROR(s.SetGpuHealth(node, gpu, state == "ok", reason, b));
-               return json{{"id", node}, {"gpu", gpu}, {"state", state}};
-             },
-             200, Passthrough, [](const json& j) { return j.value("id", ""); }});
+        api.Run<json>(call, refusal,
+                      {[node, gpu, state, reason](core::State& s, store::Batch& b,
+                                                  const core::Tenant&) -> Result<json> {
+                         TESSERA_RETURN_IF_ERROR(
+                             s.node_health().SetGpuHealth(node, gpu, state == "ok", reason, b));
+                         return json{{"id", node}, {"gpu", gpu}, {"state", state}};
+                       },
+                       200, Passthrough, [](const json& j) { return j.value("id", ""); }});
       });
   AddGpuModeRoute(table);
   table.Add("DELETE", "/v1/nodes/{id}?force", Access::kAdmin, BodyKind::kNone, true,
@@ -211,8 +211,8 @@ void AddNodeRoutes(Api& table) {
                   call, refusal,
                   {[node = call->params[0], force](core::State& s, store::Batch& b,
                                                    const core::Tenant&) -> Result<json> {
-                     TESSERA_ASSIGN_OR_RETURN(core::State::NodeRemoval r,
-                                              s.RemoveNode(node, force == "true", b));
+                     TESSERA_ASSIGN_OR_RETURN(core::NodeHealth::Removal r,
+                                              s.node_health().RemoveNode(node, force == "true", b));
                      if (r.removed) return json{{"id", node}, {"state", "removed"}};
                      return json{{"id", node}, {"state", "removing"}, {"reason", r.waiting_for}};
                    },

@@ -15,7 +15,7 @@ void AddTenantRoutes(Api& api);
 // core/instance_views.cc)
 void AddInstanceRoutes(Api& api);
 // /v1/nodes... (admin_routes.cc -> core/state_agents.cc; remove and GPU health:
-// core/state_node_loss.cc; GPU modes: core/node_gpus.cc; drain: core/state.cc), /v1/audit,
+// core/node_health.cc; GPU modes: core/node_gpus.cc; drain: core/state.cc), /v1/audit,
 // /healthz, /readyz (admin_routes.cc, audit.cc)
 void AddAdminRoutes(Api& api);
 // /metrics (monitoring_routes.cc -> core/state_monitoring.cc); /v1/instances/{id}/metrics,

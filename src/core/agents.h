@@ -5,7 +5,7 @@
 //              (POST /v1/nodes) and long-polls POST /v1/agent/sync (docs/agent.md). Its node
 //              keeps a lease by reporting; one that stops reporting for the node timeout is
 //              not_ready, and its work moves once the lease it last got has surely run out
-//              (State::ExpireLeases, AgentTiming).
+//              (NodeHealth::ExpireLeases, AgentTiming).
 //   simulated  fleet-file nodes under `tessera server --sim-agents`: the agent does at once what
 //              it is told, and its reports arrive within the same core round.
 // Nodes of a fleet file without --sim-agents have no agent: nothing runs there, so deleting an
@@ -267,9 +267,9 @@ struct AgentNode {
   std::shared_ptr<const telemetry::NodeInfo> info;
   uint64_t generation = 1;        // Bumped whenever its desired state changes.
   uint64_t acked_generation = 0;  // The desired state its agent said it last received.
-  // Being removed (State::RemoveNode): drained, and gone once its agent has received the desired
-  // state that stops its work (generation `remove_after`), or its lost work has moved. Not stored:
-  // a restart in between leaves it drained, to be removed again.
+  // Being removed (NodeHealth::RemoveNode): drained, and gone once its agent has received the
+  // desired state that stops its work (generation `remove_after`), or its lost work has moved. Not
+  // stored: a restart in between leaves it drained, to be removed again.
   bool removing = false;
   uint64_t remove_after = 0;
   std::set<std::string> assigned;  // Instances its agent is told about.

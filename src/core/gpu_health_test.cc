@@ -141,7 +141,7 @@ class GpuHealthTest : public ::testing::Test, protected AgentNodeFixture {
 
   Status Health(int gpu, bool healthy, const std::string& reason = "") {
     state_->BeginRound();
-    Status s = state_->SetGpuHealth("gpu-1", gpu, healthy, reason, batch_);
+    Status s = state_->node_health().SetGpuHealth("gpu-1", gpu, healthy, reason, batch_);
     state_->EndRound(batch_);
     return s;
   }

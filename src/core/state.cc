@@ -46,12 +46,10 @@ State::State(const catalog::Catalog* catalog, const Clock* clock,
       window_(*clock, static_cast<size_t>(std::max(options.batch_window, 1)), options.batch_wait),
       preemptor_(catalog, fleet_.get(), scheduler_.get(), options.preemption),
       agents_(options.sim_agents, options.simulated_notice),
-      last_lease_check_(clock->Now()),
       monitoring_(clock, Monitoring::Options{options.alert_interval, options.node_timeout,
                                              options.alerts, options.sealer}),
       accounts_(*catalog, *clock, *fleet_, admission_, tenants_, instances_, volumes_,
-                options.node_timeout),
-      up_since_(clock->Now()) {}
+                options.node_timeout) {}
 
 Result<Tenant> State::UpdateTenant(std::string_view id, std::optional<int64_t> quota_gpu_milli,
                                    std::optional<bool> disabled, store::Batch& batch,
@@ -245,18 +243,8 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
 void State::EndRound(store::Batch& batch) {
   // Agents act, freed capacity is offered to the queue, and placed work is started, until
   // nothing moves (each pass is budgeted, and so is the number of passes).
-  ExpireLeases(batch);
-  if (!removing_nodes_.empty()) {
-    const std::set<std::string> removing = removing_nodes_;
-    for (const std::string& name : removing) {
-      AgentNode* node = agents_.Find(name);
-      if (!node) {
-        removing_nodes_.erase(name);
-      } else {
-        FinishRemoval(*node, batch);
-      }
-    }
-  }
+  health_.ExpireLeases(batch);
+  health_.FinishRemovals(batch);
   groups_.RunAutoscaler(batch);
   PlaceHeld(batch);
   for (int i = 0; i < kMaxPassesPerRound; ++i) {
@@ -548,6 +536,34 @@ void State::Requeue(Instance& inst, const std::string& why, store::Batch& batch)
   Transition(inst, InstanceState::kPending, why + "; restarting", batch,
              billing::Ending::kPlatform);
   queue_.Push(inst);  // Untried: it may fit elsewhere at once.
+}
+
+void State::Release(Instance& inst) {
+  Unbook(inst);
+  CapacityFreed();
+}
+
+void State::Displace(Instance& inst, const std::string& why, store::Batch& batch) {
+  Release(inst);
+  if (inst.state == InstanceState::kStopping) {
+    Transition(inst, InstanceState::kTerminated, why + " while it was stopping", batch);
+  } else if (inst.billing == Billing::kSpot) {
+    EndPreempted(inst, why, batch);
+  } else {
+    Requeue(inst, why, batch);
+  }
+  Save(inst, batch);
+}
+
+void State::ReclaimSpot(const std::string& id, store::Batch& batch) {
+  Instance* inst = instances_.Find(id);
+  if (!inst || inst->billing != Billing::kSpot || inst->state != InstanceState::kRunning) return;
+  if (options_.simulated_notice) {
+    Warn(*inst, "spot capacity reclaimed by the provider", batch);
+    return;
+  }
+  Displace(*inst, "spot capacity reclaimed by the provider", batch);
+  CapacityFreed();
 }
 
 Result<RecoveryReport> State::Restore(const std::vector<store::TenantRecord>& tenants,

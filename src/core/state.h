@@ -10,6 +10,8 @@
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
 //   AgentSupervisor  which nodes agents serve, their long polls and what they report;
 //   NodeGpus         joined nodes' GPU mode changes and MIG devices (node_gpus.h);
+//   NodeHealth       silent nodes and their leases, GPUs out of service, nodes removed
+//                    (node_health.h), displacing work through NodeHealth::Lifecycle;
 //   DesiredStates    what each node's agent is told (desired_state.h);
 //   Monitoring       alert rules and alerts, GPU history, faults' interruptions (monitoring.h);
 //   Readings         what the nodes' GPUs read: series, and readings by instance and node;
@@ -62,6 +64,7 @@
 #include "core/log_tails.h"
 #include "core/monitoring.h"
 #include "core/node_gpus.h"
+#include "core/node_health.h"
 #include "core/pending_work.h"
 #include "core/preemptor.h"
 #include "core/queue.h"
@@ -88,7 +91,7 @@ class SoleTenantFilter;  // sched/plugins/sole_tenant.h
 
 namespace tessera::core {
 
-class State : private Groups::Lifecycle {
+class State : private Groups::Lifecycle, private NodeHealth::Lifecycle {
  public:
   // `catalog` and `clock` must outlive the state.
   State(const catalog::Catalog* catalog, const Clock* clock, std::unique_ptr<fleet::Fleet> fleet,
@@ -192,18 +195,11 @@ class State : private Groups::Lifecycle {
   // checks CreateInstance makes first (400/409), but not the quota or the pending cap.
   Result<Admitted> PriceRequest(const CreateInstanceRequest& req) { return admission_.Admit(req); }
 
-  Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch);
-  // DELETE /v1/nodes/{id}: takes a joined node out of the fleet, its token revoked, its record
-  // deleted and its name free. Refused (FailedPrecondition, naming them) while it runs instances,
-  // unless `force`, which moves them as a GPU fault does (a lost node's, at its fence time, as
-  // any lost node's), and while it holds volumes, which cannot move; refused for a fleet file's
-  // node. With work to stop it is drained and `removing` until its agent has been told to stop it
-  // (`removed` false, with the reason it waits); otherwise removed at once.
-  struct NodeRemoval {
-    bool removed = false;
-    std::string waiting_for;  // While it is removing.
-  };
-  Result<NodeRemoval> RemoveNode(const std::string& name, bool force, store::Batch& batch);
+  // Drains a node (nothing new is placed there; what runs stays) or puts it back in service.
+  Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch) override;
+  // Capacity that goes and comes back: leases, GPU health, and an operator's removal of a node
+  // (node_health.h, docs/gpu-health.md).
+  NodeHealth& node_health() { return health_; }
 
   // Nodes joined by agents (docs/agent.md). Creating one registers its token; it joins the fleet
   // when its agent registers the inventory. AlreadyExists for a name in use.
@@ -211,11 +207,6 @@ class State : private Groups::Lifecycle {
                                     std::map<std::string, std::string> labels,
                                     catalog::SharingMode sharing, const std::string& token_hash,
                                     store::Batch& batch);
-  // An operator's word on GPU `gpu` of a joined node (docs/gpu-health.md): healthy puts it back
-  // in service (and accepts its double-bit ECC count so far); unhealthy takes it out with
-  // `reason`, moving its work as a fault would. NotFound for an unknown node or GPU.
-  Status SetGpuHealth(const std::string& node, int gpu, bool healthy, const std::string& reason,
-                      store::Batch& batch);
   // An operator sets GPU `gpu` of joined node `node` to `mode`: NodeGpus::SetMode, and what it
   // asks of the rest of the state.
   Result<GpuModeChange> SetGpuMode(const std::string& node, int gpu, catalog::SharingMode mode,
@@ -309,9 +300,7 @@ class State : private Groups::Lifecycle {
   const catalog::Catalog& catalog() const { return *catalog_; }
   const Clock& clock() const { return *clock_; }
   const StateOptions& options() const { return options_; }
-  AgentTiming timing() const {
-    return {options_.report_period, options_.node_timeout, options_.outage_bound};
-  }
+  AgentTiming timing() const { return health_.timing(); }
   const InstanceTable& instances() const { return instances_; }
   const PendingQueue& queue() const { return queue_; }
   // Where running instances' ports are reached (instance.h), as of now: a snapshot made afresh
@@ -342,7 +331,7 @@ class State : private Groups::Lifecycle {
   // work through its agent. `ending` says who ended its run, for its bill.
   void Stop(Instance& inst, const std::string& why, store::Batch& batch,
             billing::Ending ending = billing::Ending::kCustomer);
-  void CapacityFreed() {
+  void CapacityFreed() override {
     queue_.CapacityFreed();
     groups_.Retry();
   }
@@ -360,11 +349,6 @@ class State : private Groups::Lifecycle {
   size_t PreemptFor(const std::vector<Instance*>& victims, Instance& for_whom,
                     store::Batch& batch) override;
   void SaveMember(const Instance& inst, store::Batch& batch) override;
-  // A removing node whose work is stopped or moved leaves: true when it did (`node` is gone).
-  bool FinishRemoval(AgentNode& node, store::Batch& batch);
-  // Shows `inst`'s owner that a fault (`cause`: gpu_unhealthy, node_lost) moved it, on `gpu`
-  // (-1: the node) for `fault` (the XID's name, or ""), before it moves.
-  void NoteInterruption(const Instance& inst, std::string cause, int gpu, std::string fault);
   int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
 
   // Tries to place `inst` now, preempting if its priority allows.
@@ -398,32 +382,16 @@ class State : private Groups::Lifecycle {
   bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
   // Ends an instance whose workload is gone: frees its capacity and tells its agent.
   void Release(Instance& inst);
-  // Joined nodes that stopped reporting are not_ready, and their work moves once their lease has
-  // surely run out.
-  void ExpireLeases(store::Batch& batch);
-  // `node` went silent (last heard at `heard`): not_ready, and billing for its running work
-  // stops at its last report.
-  void NodeSilent(AgentNode& node, Time heard, store::Batch& batch);
-  // A silent node reported again: ready, and billing resumes for what still runs there.
-  void NodeHeardAgain(AgentNode& node, store::Batch& batch);
   // Records `reason` as the instance's latest word and in its history (Record), and with its state
   // unchanged stores it (Note).
   void Record(Instance& inst, std::string reason);
-  void Note(Instance& inst, std::string reason, store::Batch& batch);
-  // Takes out of service the GPUs whose faults the node's last telemetry shows.
-  void CheckGpuHealth(AgentNode& node, store::Batch& batch);
-  // GPU `gpu` of `node` is out of service from now: nothing more is placed on it, and the work
-  // on it moves as on a node loss (billed to now), its reason naming the fault.
-  void TakeGpuOutOfService(AgentNode& node, int gpu, const std::string& reason,
-                           store::Batch& batch);
-  // After `node.unhealthy` changed: its series, the fleet, its agent and the store follow.
-  void GpuHealthChanged(AgentNode& node, store::Batch& batch);
+  void Note(Instance& inst, std::string reason, store::Batch& batch) override;
   // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
-  void Displace(Instance& inst, const std::string& why, store::Batch& batch);
+  void Displace(Instance& inst, const std::string& why, store::Batch& batch) override;
   // Evaluates the alert rules over Targets() when an evaluation is due.
   void EvaluateAlerts(store::Batch& batch);
   // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
-  void ApplyNodeState(const AgentNode& node);
+  void ApplyNodeState(const AgentNode& node) override;
   // What a change to a node's GPUs asks of the rest of the state (NodeGpus::Effects).
   void Follow(const AgentNode& node, const NodeGpus::Effects& effects);
   void Save(const Instance& inst, store::Batch& batch);
@@ -470,7 +438,6 @@ class State : private Groups::Lifecycle {
                       &admission_,
                       options_.instance_documents};
   InstanceViews views_{&instances_, &window_, &admission_, &preemptor_, sole_tenant_, &logs_};
-  Time last_lease_check_;
   // Instances waiting for spot victims to stop after their notice, and until when.
   std::unordered_map<std::string, Time> awaiting_notice_;
   int64_t next_instance_ = 1;
@@ -479,10 +446,19 @@ class State : private Groups::Lifecycle {
   Readings readings_{clock_, fleet_.get(), &agents_, &instances_, &monitoring_.history()};
   Accounts accounts_;  // After the fleet, admission, tenants, instances and volumes it reads.
   Stacks stacks_;
-  // When the server started, or last came back from a stall (ExpireLeases): no node counts as
-  // silent for time before it.
-  Time up_since_;
-  std::set<std::string> removing_nodes_;  // Joined nodes being removed (RemoveNode).
+  NodeHealth health_{NodeHealth::Parts{.clock = clock_,
+                                       .fleet = fleet_.get(),
+                                       .agents = &agents_,
+                                       .instances = &instances_,
+                                       .tenants = &tenants_,
+                                       .admission = &admission_,
+                                       .accounts = &accounts_,
+                                       .volumes = &volumes_,
+                                       .node_gpus = &node_gpus_,
+                                       .monitoring = &monitoring_,
+                                       .counters = &counters_,
+                                       .options = &options_,
+                                       .lifecycle = this}};
   Groups groups_{Groups::Parts{.catalog = catalog_,
                                .clock = clock_,
                                .fleet = fleet_.get(),

@@ -1,6 +1,6 @@
 // State's operations for nodes joined by agents: joining, registration, reports and long polls,
 // and what each agent is told (docs/agent.md). What the reports say about instances is applied in
-// state_reports.cc; a node's loss, removal and GPU faults in state_node_loss.cc.
+// state_reports.cc; a node's loss, removal and GPU faults in node_health.cc.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -152,7 +152,7 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   node->agent_id = reg.agent_id;
   node->report_seq = -1;
   node->last_seen = clock_->Now();
-  if (node->lost) NodeHeardAgain(*node, batch);
+  if (node->lost) health_.NodeHeardAgain(*node, batch);
   ApplyNodeState(*node);
   agents_.Changed(*node);
   AgentSupervisor::Save(*node, batch);
@@ -207,7 +207,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   ++counters_.agent_reports;
   node->report_seq = sync.seq;
   node->last_seen = clock_->Now();
-  if (node->lost) NodeHeardAgain(*node, batch);
+  if (node->lost) health_.NodeHeardAgain(*node, batch);
   if (sync.limits_enforced) {
     node->limits_enforced = sync.limits_enforced;
     node->limits_note = sync.limits_note;
@@ -233,7 +233,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     node->telemetry_at = clock_->Now();
     monitoring_.history().Record(name, node->telemetry_at, *sync.telemetry);
     accounts_.Observe(*node);
-    CheckGpuHealth(*node, batch);
+    health_.CheckGpuHealth(*node, batch);
   }
   // Logs first: an exit report comes with the workload's last bytes.
   for (const WorkloadLog& log : sync.logs) {

@@ -567,15 +567,16 @@ TEST_F(NodeAgentsTest, ARemovedNodeLeavesOnceItsAgentIsToldToStopItsWorkWhichMov
   ASSERT_EQ(od.node, "gpu-1");
   Join("gpu-2", 1);
   ASSERT_TRUE(Report("gpu-1", 1, {Running(od)}).ok());
-  auto refused = state_->RemoveNode("gpu-1", false, batch_);
+  auto refused = state_->node_health().RemoveNode("gpu-1", false, batch_);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("runs 1 instance(s) (" + od.id.str() + ")"),
             std::string::npos)
       << refused.status().message();
-  EXPECT_EQ(state_->RemoveNode("gpu-9", false, batch_).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(state_->node_health().RemoveNode("gpu-9", false, batch_).status().code(),
+            StatusCode::kNotFound);
 
   state_->BeginRound();
-  auto removing = state_->RemoveNode("gpu-1", true, batch_);
+  auto removing = state_->node_health().RemoveNode("gpu-1", true, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(removing.ok()) << removing.status().message();
   EXPECT_FALSE(removing->removed);
@@ -600,7 +601,7 @@ TEST_F(NodeAgentsTest, ARemovedNodeLeavesOnceItsAgentIsToldToStopItsWorkWhichMov
   Join("gpu-1", 4, "b1");
   EXPECT_EQ(state_->fleet().total_gpus(), 5);
   // A node with nothing on it leaves at once.
-  auto idle = state_->RemoveNode("gpu-1", false, batch_);
+  auto idle = state_->node_health().RemoveNode("gpu-1", false, batch_);
   ASSERT_TRUE(idle.ok()) << idle.status().message();
   EXPECT_TRUE(idle->removed);
   EXPECT_FALSE(state_->fleet().Find("gpu-1").ok());
@@ -616,7 +617,7 @@ TEST_F(NodeAgentsTest, ARemovedLostNodesWorkMovesOnlyOnceItsLeaseRanOut) {
   OnlyGpu2Reports(12s);
   ASSERT_EQ(AgentOf(*state_, "gpu-1").StateName(), "not_ready");
   state_->BeginRound();
-  auto removing = state_->RemoveNode("gpu-1", true, batch_);
+  auto removing = state_->node_health().RemoveNode("gpu-1", true, batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(removing.ok()) << removing.status().message();
   EXPECT_FALSE(removing->removed);
