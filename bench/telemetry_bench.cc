@@ -7,7 +7,7 @@
 //                     string (the handler's case), arg 1 into a buffer already mapped;
 //   BM_ServerMetrics  the same budget on the server's whole path: State::Targets() then
 //                     RenderExposition, on a core::State whose 1,250 nodes joined through agents
-//                     (CreateAgentNode, RegisterAgent, SyncAgent with telemetry) and hold about
+//                     (AgentHub: CreateNode, Register, Sync with telemetry) and hold about
 //                     12,000 instances the scheduler placed (exclusive, shared and MIG);
 //   BM_Evaluate       "1,000 rules over 10,000 GPUs evaluated in under 50 ms per cycle": one
 //                     Evaluator::Evaluate over BM_Render's targets per iteration, time advancing
@@ -222,8 +222,8 @@ const core::State& ServerState() {
           {"cpu_milli", 256000},     {"memory_mib", 2097152},
           {"gpus", std::move(gpus)}, {"nvlink_islands", {{0, 1, 2, 3}, {4, 5, 6, 7}}}};
       const auto mode = SharedNode(n) ? SharingMode::kShared : SharingMode::kExclusive;
-      if (!st->CreateAgentNode(info.hostname, {}, mode, "t-" + info.hostname, batch).ok() ||
-          !st->RegisterAgent(info.hostname, {"agent-1", inventory}, batch).ok()) {
+      if (!st->agent_hub().CreateNode(info.hostname, {}, mode, "t-" + info.hostname, batch).ok() ||
+          !st->agent_hub().Register(info.hostname, {"agent-1", inventory}, batch).ok()) {
         std::abort();
       }
     }
@@ -272,7 +272,7 @@ const core::State& ServerState() {
       sync.seq = 1;
       held.try_emplace(name, kGpus, false);
       sync.telemetry = std::make_shared<telemetry::Telemetry>(Report(n, held[name], mig[name]));
-      if (!st->SyncAgent(name, sync, batch).ok()) std::abort();
+      if (!st->agent_hub().Sync(name, sync, batch).ok()) std::abort();
     }
     st->BeginRound();
     st->EndRound(batch);

@@ -1,6 +1,6 @@
 // Fuzzes what a node agent sends (docs/agent.md) through the decoders its routes use
 // (src/api/agent_codec.cc: ParseRegistration, ParseSync; telemetry::FromJson), then through the
-// core's checks of what a node token claims (State::RegisterAgent, State::SyncAgent). The input is
+// core's checks of what a node token claims (AgentHub::Register, AgentHub::Sync). The input is
 // read as JSON and tried as each kind of body: a registration and its inventory, a sync report
 // and its telemetry, workloads and logs, and telemetry alone. The promises:
 //   - nothing throws or crashes, and a refusal is one bounded line of valid UTF-8 that names the
@@ -137,7 +137,9 @@ struct Core {
   store::Batch batch;
 
   Core() {
-    Check(state->CreateAgentNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t", batch).ok(),
+    Check(state->agent_hub()
+              .CreateNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t", batch)
+              .ok(),
           "the node cannot be created");
   }
 };
@@ -165,7 +167,7 @@ void CheckInventoryWords(const json& inv) {
 // The core's verdict on a registration that decoded.
 void RegisterOnCore(const core::AgentRegistration& reg) {
   Core c;
-  const Status s = c.state->RegisterAgent("gpu-1", reg, c.batch);
+  const Status s = c.state->agent_hub().Register("gpu-1", reg, c.batch);
   auto found = c.state->fleet().Find("gpu-1");
   if (!s.ok()) {
     CheckMessage(s);
@@ -190,17 +192,17 @@ void RegisterOnCore(const core::AgentRegistration& reg) {
     Check(uuids.insert(g.uuid).second, "a GPU UUID given twice was accepted");
   }
   (void)DumpJson(api::AgentJson(*c.state, "gpu-1"));
-  (void)DumpJson(api::DesiredStateJson(c.state->DesiredState("gpu-1")));
+  (void)DumpJson(api::DesiredStateJson(c.state->agent_hub().DesiredState("gpu-1")));
 }
 
 // The core's verdict on a report that decoded, sent by the current run of a node of kNodeGpus.
 void SyncOnCore(core::AgentSync sync) {
   Core c;
-  Check(c.state
-            ->RegisterAgent("gpu-1", {"a1", core::TestInventory(kNodeGpus, "H100-80GB", "gpu-1")},
-                            c.batch)
-            .ok(),
-        "the node cannot join");
+  Check(
+      c.state->agent_hub()
+          .Register("gpu-1", {"a1", core::TestInventory(kNodeGpus, "H100-80GB", "gpu-1")}, c.batch)
+          .ok(),
+      "the node cannot join");
   sync.agent_id = "a1";
   bool foreign = false;
   if (sync.telemetry) {
@@ -209,7 +211,7 @@ void SyncOnCore(core::AgentSync sync) {
   }
   const json before = api::AgentJson(*c.state, "gpu-1");
   c.state->BeginRound();
-  auto r = c.state->SyncAgent("gpu-1", sync, c.batch);
+  auto r = c.state->agent_hub().Sync("gpu-1", sync, c.batch);
   c.state->EndRound(c.batch);
   if (!foreign) {
     if (!r.ok()) std::fprintf(stderr, "message: %s\n", r.status().message().c_str());

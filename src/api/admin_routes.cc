@@ -48,8 +48,9 @@ void AddGpuModeRoute(Api& table) {
         api.Run<json>(call, refusal,
                       {[node, gpu, mode, allow_reset](core::State& s, store::Batch& b,
                                                       const core::Tenant&) -> Result<json> {
-                         TESSERA_ASSIGN_OR_RETURN(core::GpuModeChange c,
-                                                  s.SetGpuMode(node, gpu, mode, allow_reset, b));
+                         TESSERA_ASSIGN_OR_RETURN(
+                             core::GpuModeChange c,
+                             s.agent_hub().SetGpuMode(node, gpu, mode, allow_reset, b));
                          json j = {{"id", node},
                                    {"gpu", gpu},
                                    {"mode", catalog::SharingModeName(c.mode)},
@@ -118,21 +119,21 @@ void AddNodeRoutes(Api& table) {
               }
               auto token = NewToken();
               if (!token.ok()) return api.ReplyError(*call, token.status());
-              api.Run<json>(call, refusal,
-                            {[name, labels, sharing, token](core::State& s, store::Batch& b,
-                                                            const core::Tenant&) -> Result<json> {
-                               TESSERA_ASSIGN_OR_RETURN(
-                                   core::AgentNode node,
-                                   s.CreateAgentNode(name, labels, sharing, token->second, b));
-                               json j = {{"id", node.name},
-                                         {"labels", node.labels},
-                                         {"sharing", catalog::SharingModeName(node.sharing)},
-                                         {"state", "waiting_for_agent"}};
-                               j["token"] =
-                                   token->first;  // Shown this once; only its hash is stored.
-                               return j;
-                             },
-                             201, Passthrough, [](const json& j) { return j.value("id", ""); }});
+              api.Run<json>(
+                  call, refusal,
+                  {[name, labels, sharing, token](core::State& s, store::Batch& b,
+                                                  const core::Tenant&) -> Result<json> {
+                     TESSERA_ASSIGN_OR_RETURN(
+                         core::AgentNode node,
+                         s.agent_hub().CreateNode(name, labels, sharing, token->second, b));
+                     json j = {{"id", node.name},
+                               {"labels", node.labels},
+                               {"sharing", catalog::SharingModeName(node.sharing)},
+                               {"state", "waiting_for_agent"}};
+                     j["token"] = token->first;  // Shown this once; only its hash is stored.
+                     return j;
+                   },
+                   201, Passthrough, [](const json& j) { return j.value("id", ""); }});
             });
   table.Add(
       "POST", "/v1/nodes/{id}/faults", Access::kAdmin, BodyKind::kJson, true,

@@ -22,7 +22,8 @@ void AsNode(Api& api, std::shared_ptr<Call> call, Fn fn) {
   api.core().Submit<std::optional<std::string>>(
       [call, fn = std::move(fn)](core::State& s,
                                  store::Batch& b) -> Result<std::optional<std::string>> {
-        TESSERA_ASSIGN_OR_RETURN(const core::AgentNode* node, s.AuthenticateNode(call->token_hash));
+        TESSERA_ASSIGN_OR_RETURN(const core::AgentNode* node,
+                                 s.agent_hub().Authenticate(call->token_hash));
         return fn(s, b, node->name);
       },
       [call, a](Result<std::optional<std::string>> r) {
@@ -37,25 +38,26 @@ void AsNode(Api& api, std::shared_ptr<Call> call, Fn fn) {
 }  // namespace
 
 void AddAgentRoutes(Api& table) {
-  table.Add(
-      "POST", "/v1/agent/register", Access::kNode, BodyKind::kJson, false,
-      [](Api& api, std::shared_ptr<Call> call) {
-        auto reg = call->body_status.ok() ? ParseRegistration(call->body)
-                                          : Result<core::AgentRegistration>(call->body_status);
-        if (!reg.ok()) return api.ReplyError(*call, reg.status());
-        // Unless the agent says where other nodes reach it, where its call came from.
-        if (reg->address.empty() && call->request.peer != kInProcessPeer &&
-            IsHostAddress(call->request.peer)) {
-          reg->address = call->request.peer;
-        }
-        AsNode(
-            api, call,
-            [reg = std::move(*reg)](core::State& s, store::Batch& b,
-                                    const std::string& node) -> Result<std::optional<std::string>> {
-              TESSERA_RETURN_IF_ERROR(s.RegisterAgent(node, reg, b));
-              return std::optional<std::string>(DumpJson(DesiredStateJson(s.DesiredState(node))));
+  table.Add("POST", "/v1/agent/register", Access::kNode, BodyKind::kJson, false,
+            [](Api& api, std::shared_ptr<Call> call) {
+              auto reg = call->body_status.ok()
+                             ? ParseRegistration(call->body)
+                             : Result<core::AgentRegistration>(call->body_status);
+              if (!reg.ok()) return api.ReplyError(*call, reg.status());
+              // Unless the agent says where other nodes reach it, where its call came from.
+              if (reg->address.empty() && call->request.peer != kInProcessPeer &&
+                  IsHostAddress(call->request.peer)) {
+                reg->address = call->request.peer;
+              }
+              AsNode(api, call,
+                     [reg = std::move(*reg)](
+                         core::State& s, store::Batch& b,
+                         const std::string& node) -> Result<std::optional<std::string>> {
+                       TESSERA_RETURN_IF_ERROR(s.agent_hub().Register(node, reg, b));
+                       return std::optional<std::string>(
+                           DumpJson(DesiredStateJson(s.agent_hub().DesiredState(node))));
+                     });
             });
-      });
   table.Add("POST", "/v1/agent/sync", Access::kNode, BodyKind::kJson, false,
             [](Api& api, std::shared_ptr<Call> call) {
               auto sync = call->body_status.ok() ? ParseSync(call->body)
@@ -66,10 +68,10 @@ void AddAgentRoutes(Api& table) {
                      [sync = std::move(*sync), call, a](
                          core::State& s, store::Batch& b,
                          const std::string& node) -> Result<std::optional<std::string>> {
-                       TESSERA_ASSIGN_OR_RETURN(bool now, s.SyncAgent(node, sync, b));
+                       TESSERA_ASSIGN_OR_RETURN(bool now, s.agent_hub().Sync(node, sync, b));
                        if (now)
                          return std::optional<std::string>(
-                             DumpJson(DesiredStateJson(s.DesiredState(node))));
+                             DumpJson(DesiredStateJson(s.agent_hub().DesiredState(node))));
                        core::State* state = &s;
                        // The server's report period bounds the wait: the agent's lease is renewed
                        // no later.
@@ -77,8 +79,8 @@ void AddAgentRoutes(Api& table) {
                        s.agents().Park(
                            node, {sync.generation, a->clock().Now() + wait, [state, node, call, a] {
                                     HttpResponse response;
-                                    response.body =
-                                        DumpJson(DesiredStateJson(state->DesiredState(node)));
+                                    response.body = DumpJson(
+                                        DesiredStateJson(state->agent_hub().DesiredState(node)));
                                     a->Reply(*call, std::move(response));
                                   }});
                        return std::optional<std::string>();

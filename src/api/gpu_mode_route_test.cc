@@ -48,16 +48,18 @@ class GpuModeRouteTest : public ::testing::Test {
       TESSERA_RETURN_IF_ERROR(
           s.tenants().Create("acme", 8000, HashToken("acme-token"), b).status());
       for (const auto& [name, model] : {std::pair{"gpu-1", "H100-80GB"}, {"l4-1", "L4-24GB"}}) {
-        TESSERA_RETURN_IF_ERROR(s.CreateAgentNode(name, {}, catalog::SharingMode::kExclusive,
-                                                  HashToken(std::string("token-") + name), b)
+        TESSERA_RETURN_IF_ERROR(s.agent_hub()
+                                    .CreateNode(name, {}, catalog::SharingMode::kExclusive,
+                                                HashToken(std::string("token-") + name), b)
                                     .status());
         core::AgentRegistration reg;
         reg.agent_id = "a1";
         reg.inventory = Inventory(2, model, std::string(name) + "-");
-        TESSERA_RETURN_IF_ERROR(s.RegisterAgent(name, reg, b));
+        TESSERA_RETURN_IF_ERROR(s.agent_hub().Register(name, reg, b));
       }
-      TESSERA_RETURN_IF_ERROR(s.CreateAgentNode("waiting", {}, catalog::SharingMode::kExclusive,
-                                                HashToken("token-waiting"), b)
+      TESSERA_RETURN_IF_ERROR(s.agent_hub()
+                                  .CreateNode("waiting", {}, catalog::SharingMode::kExclusive,
+                                              HashToken("token-waiting"), b)
                                   .status());
       return true;
     });

@@ -14,7 +14,7 @@ void AddTenantRoutes(Api& api);
 // /v1/instances..., logs (instance_routes.cc -> core/state.cc; get, list and logs:
 // core/instance_views.cc)
 void AddInstanceRoutes(Api& api);
-// /v1/nodes... (admin_routes.cc -> core/state_agents.cc; remove and GPU health:
+// /v1/nodes... (admin_routes.cc -> core/agent_hub.cc; remove and GPU health:
 // core/node_health.cc; GPU modes: core/node_gpus.cc; drain: core/state.cc), /v1/audit,
 // /healthz, /readyz (admin_routes.cc, audit.cc)
 void AddAdminRoutes(Api& api);
@@ -22,7 +22,7 @@ void AddAdminRoutes(Api& api);
 // /v1/metrics/instances, /v1/nodes/{id}'s readings (-> core/readings.cc); /v1/alert-rules...,
 // /v1/alerts (-> core/monitoring.cc)
 void AddMonitoringRoutes(Api& api);
-// /v1/agent/... with node tokens (agent_routes.cc, agent_codec.cc -> core/state_agents.cc; the
+// /v1/agent/... with node tokens (agent_routes.cc, agent_codec.cc -> core/agent_hub.cc; the
 // desired state: core/desired_state.cc; the inventory: core/inventory.cc)
 void AddAgentRoutes(Api& api);
 // /v1/reservations..., /v1/tenants/{id}/budget, /v1/budgets, /v1/usage, /v1/invoices/{month},

@@ -147,7 +147,7 @@ Status StartSimAgents(InProcessAgents& agents, core::Core& core, api::ApiServer&
     TESSERA_ASSIGN_OR_RETURN(auto token, api::NewToken());
     auto attached = core.Run<bool>(
         [name = n.name, hash = token.second](core::State& s, store::Batch&) -> Result<bool> {
-          Status st = s.AttachSimulatedAgent(name, hash);
+          Status st = s.agent_hub().AttachSimulated(name, hash);
           if (!st.ok()) return st;
           return true;
         });
@@ -193,11 +193,11 @@ Status StartDemoAgent(InProcessAgents& agents, core::Core& core, const catalog::
   auto joined =
       core.Run<bool>([hash = token.second](core::State& s, store::Batch& b) -> Result<bool> {
         if (s.agents().Find(kNode)) {
-          TESSERA_RETURN_IF_ERROR(s.RotateAgentNodeToken(kNode, hash, b));
+          TESSERA_RETURN_IF_ERROR(s.agent_hub().RotateToken(kNode, hash, b));
           return true;
         }
-        auto created =
-            s.CreateAgentNode(kNode, {{"demo", "true"}}, catalog::SharingMode::kExclusive, hash, b);
+        auto created = s.agent_hub().CreateNode(kNode, {{"demo", "true"}},
+                                                catalog::SharingMode::kExclusive, hash, b);
         if (!created.ok()) return created.status();
         return true;
       });

@@ -95,7 +95,7 @@ Result<RecoveryReport> RestoreFromStore(State& state, store::Store& store, store
   // Joined nodes before instances: the instances name them.
   TESSERA_ASSIGN_OR_RETURN(auto agent_nodes,
                            store.ListSettings(std::string(AgentSupervisor::kRecordPrefix)));
-  TESSERA_RETURN_IF_ERROR(state.RestoreAgentNodes(agent_nodes));
+  TESSERA_RETURN_IF_ERROR(state.agent_hub().Restore(agent_nodes));
   // Reservations before instances: reserved instances hold their units.
   TESSERA_ASSIGN_OR_RETURN(auto reservations,
                            store.ListSettings(std::string(Accounts::kReservationPrefix)));

@@ -148,7 +148,7 @@ inline CreateInstanceRequest TestH100(int gpus, Billing billing = Billing::kOnDe
 inline Result<bool> SyncInRound(State& state, const std::string& node, const AgentSync& sync,
                                 store::Batch& batch) {
   state.BeginRound();
-  auto out = state.SyncAgent(node, sync, batch);
+  auto out = state.agent_hub().Sync(node, sync, batch);
   state.EndRound(batch);
   return out;
 }
@@ -188,9 +188,9 @@ class AgentNodeFixture {
   Status JoinNode(const std::string& name, const nlohmann::json& inventory,
                   const std::string& agent,
                   catalog::SharingMode mode = catalog::SharingMode::kExclusive) {
-    auto node = state_->CreateAgentNode(name, {}, mode, "token-" + name, batch_);
+    auto node = state_->agent_hub().CreateNode(name, {}, mode, "token-" + name, batch_);
     if (!node.ok()) return node.status();
-    return state_->RegisterAgent(name, {agent, inventory}, batch_);
+    return state_->agent_hub().Register(name, {agent, inventory}, batch_);
   }
 
   // Acme as the state holds it now.

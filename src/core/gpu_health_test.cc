@@ -95,7 +95,7 @@ class GpuHealthTest : public ::testing::Test, protected AgentNodeFixture {
   }
 
   void Register() {
-    ASSERT_TRUE(state_->RegisterAgent("gpu-1", {agent_, TestInventory(2)}, batch_).ok());
+    ASSERT_TRUE(state_->agent_hub().Register("gpu-1", {agent_, TestInventory(2)}, batch_).ok());
   }
 
   // One report of the node's agent: workloads that started, and telemetry.

@@ -28,7 +28,7 @@ class GpuModesTest : public ::testing::Test, protected AgentNodeFixture {
   }
 
   void Register(const json& inventory) {
-    auto s = state_->RegisterAgent("gpu-1", {agent_, inventory}, batch_);
+    auto s = state_->agent_hub().Register("gpu-1", {agent_, inventory}, batch_);
     ASSERT_TRUE(s.ok()) << s.message();
     seq_ = 0;
   }
@@ -43,7 +43,7 @@ class GpuModesTest : public ::testing::Test, protected AgentNodeFixture {
   Result<GpuModeChange> SetMode(int gpu, SharingMode mode, bool allow_reset = false,
                                 const std::string& node = "gpu-1") {
     state_->BeginRound();
-    auto out = state_->SetGpuMode(node, gpu, mode, allow_reset, batch_);
+    auto out = state_->agent_hub().SetGpuMode(node, gpu, mode, allow_reset, batch_);
     state_->EndRound(batch_);
     return out;
   }
@@ -63,7 +63,9 @@ class GpuModesTest : public ::testing::Test, protected AgentNodeFixture {
     return out.ok() ? *out : Instance{};
   }
   const fleet::Gpu& Gpu(int g) { return state_->fleet().nodes()[0].gpus[static_cast<size_t>(g)]; }
-  std::vector<GpuModeChange> Requests() { return state_->DesiredState("gpu-1").mode_requests; }
+  std::vector<GpuModeChange> Requests() {
+    return state_->agent_hub().DesiredState("gpu-1").mode_requests;
+  }
   json Shown(int gpu) {
     for (const auto& [g, c] : AgentOf(*state_, "gpu-1").mode_changes) {
       if (g == gpu) return c.ToJson();
@@ -96,8 +98,9 @@ class GpuModesTest : public ::testing::Test, protected AgentNodeFixture {
 TEST_F(GpuModesTest, AskingIsCheckedNamingTheField) {
   EXPECT_EQ(SetMode(0, SharingMode::kShared, false, "nowhere").status().code(),
             StatusCode::kNotFound);
-  ASSERT_TRUE(
-      state_->CreateAgentNode("gpu-2", {}, SharingMode::kExclusive, "token-gpu-2", batch_).ok());
+  ASSERT_TRUE(state_->agent_hub()
+                  .CreateNode("gpu-2", {}, SharingMode::kExclusive, "token-gpu-2", batch_)
+                  .ok());
   auto waiting = SetMode(0, SharingMode::kShared, false, "gpu-2");
   EXPECT_EQ(waiting.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(waiting.status().message(), HasSubstr("no registered agent"));

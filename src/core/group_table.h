@@ -3,8 +3,8 @@
 // have members to place; whether gangs are worth another pass; and the members that ended since
 // the groups last settled. Ended groups older than the retention leave memory (the store keeps
 // their records), swept a minute apart at most.
-// What groups do (create, scale, place as gangs, restart whole) is the state's; this is their
-// memory.
+// What groups do (create, scale, place as gangs, restart whole) is Groups' (group_service.h);
+// this is their memory, which Groups owns.
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
@@ -42,7 +42,7 @@ class GroupTable {
   int64_t next() const { return next_; }  // The next id's number, as kNextKey stores it.
   // Adds `g` (REQUIRES: its id is new), or puts back one restored (NextAtLeast first).
   Group& Add(Group g);
-  // Takes back a group just added that made nothing (CreateGroup's failure).
+  // Takes back a group just added that made nothing (Groups::Create's failure).
   void Erase(std::string_view id) { groups_.erase(std::string(id)); }
   // New ids start at `next` at least: a stored next id, or one past a restored group's seq.
   void NextAtLeast(int64_t next) { next_ = std::max(next_, next); }

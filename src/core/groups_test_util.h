@@ -128,7 +128,7 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
 
   // What the instance's agent is told of it: none when it is not listed.
   std::optional<DesiredWorkload> Workload(const Instance& inst) {
-    return Told(state_->DesiredState(inst.node), inst.id.str());
+    return Told(state_->agent_hub().DesiredState(inst.node), inst.id.str());
   }
 
   // Free whole GPUs on `node`.
@@ -214,9 +214,9 @@ class GroupsTest : public ::testing::Test, protected AgentNodeFixture {
     agent_ += "'";
     ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
     for (const auto& [name, node] : nodes_) {
-      ASSERT_TRUE(
-          state_->RegisterAgent(name, {agent_, Inventory(name, node.first, node.second)}, batch_)
-              .ok());
+      ASSERT_TRUE(state_->agent_hub()
+                      .Register(name, {agent_, Inventory(name, node.first, node.second)}, batch_)
+                      .ok());
     }
   }
 

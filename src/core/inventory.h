@@ -1,7 +1,7 @@
 // A joined node's inventory, as its agent registers it (POST /v1/agent/register, docs/agent.md)
 // and as the node's record stores it: the hardware the node joins the fleet with. The stored form
 // is the registered JSON itself, so the server reads it here at a registration and again at every
-// start (State::RestoreAgentNodes), against the catalog of the day.
+// start (AgentHub::Restore), against the catalog of the day.
 #pragma once
 
 #include <cstddef>

@@ -152,9 +152,9 @@ TEST_F(IsolationTest, ANodeThatIsolatesByUidTakesEveryTenant) {
   EXPECT_EQ(g1.node, "isolated");
   // A new agent run has said nothing yet: the node is back to one tenant, so a third tenant's
   // work waits while acme's and globex's stay.
-  ASSERT_TRUE(
-      state_->RegisterAgent("isolated", {"a2", TestInventory(8, "H100-80GB", "isolated-")}, batch_)
-          .ok());
+  ASSERT_TRUE(state_->agent_hub()
+                  .Register("isolated", {"a2", TestInventory(8, "H100-80GB", "isolated-")}, batch_)
+                  .ok());
   EXPECT_EQ(IsolationName(AgentOf(*state_, "isolated").isolation.value_or(Isolation::kNone)),
             "none");
   const Tenant initech = *state_->tenants().Create("initech", 64000, "h-initech", batch_);

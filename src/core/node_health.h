@@ -114,7 +114,7 @@ class NodeHealth {
   void ExpireLeases(store::Batch& batch);
   // Removing nodes whose work is stopped or moved leave the fleet.
   void FinishRemovals(store::Batch& batch);
-  // From an agent's report (State::SyncAgent): a silent node reported again, ready, and billing
+  // From an agent's report (AgentHub::Sync): a silent node reported again, ready, and billing
   // resumes for what still runs there.
   void NodeHeardAgain(AgentNode& node, store::Batch& batch);
   // Takes out of service the GPUs whose faults the node's last telemetry shows; a fault that

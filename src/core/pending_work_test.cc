@@ -81,9 +81,9 @@ class PendingCapTest : public ::testing::Test {
     state_ = NewState();
     acme_ = state_->tenants().Create("acme", 1'000'000, "h-acme", batch_)->id.str();
     beta_ = state_->tenants().Create("beta", 1'000'000, "h-beta", batch_)->id.str();
-    ASSERT_TRUE(
-        state_->CreateAgentNode("n1", {}, catalog::SharingMode::kExclusive, "token-n1", batch_)
-            .ok());
+    ASSERT_TRUE(state_->agent_hub()
+                    .CreateNode("n1", {}, catalog::SharingMode::kExclusive, "token-n1", batch_)
+                    .ok());
     Register();
   }
 
@@ -105,7 +105,7 @@ class PendingCapTest : public ::testing::Test {
   }
 
   void Register() {
-    ASSERT_TRUE(state_->RegisterAgent("n1", {agent_, TestInventory(2)}, batch_).ok());
+    ASSERT_TRUE(state_->agent_hub().Register("n1", {agent_, TestInventory(2)}, batch_).ok());
   }
 
   // The server restarts from its store, and the node's agent registers again.

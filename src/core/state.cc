@@ -240,6 +240,27 @@ Status State::SetNodeDrained(const std::string& node, bool drained, store::Batch
   return Status::Ok();
 }
 
+void State::ApplyNodeState(const AgentNode& node) {
+  auto n = fleet_->Find(node.name);
+  if (!n.ok()) return;
+  const fleet::NodeState s = node.lost || node.all_gpus_unhealthy() ? fleet::NodeState::kDown
+                             : node.drained                         ? fleet::NodeState::kDraining
+                                                                    : fleet::NodeState::kReady;
+  if (fleet_->node(*n).state != s) (void)fleet_->SetNodeState(*n, s);
+  for (size_t g = 0; g < fleet_->node(*n).gpus.size(); ++g) {
+    (void)fleet_->SetGpuHealthy(*n, static_cast<int>(g),
+                                !node.unhealthy.contains(static_cast<int>(g)));
+    (void)fleet_->SetGpuHeld(*n, static_cast<int>(g), node.mode_held(static_cast<int>(g)));
+  }
+  // A joined node's agent runs real processes, and unless it runs each tenant's under a uid of
+  // their own, one tenant's workload could read or signal another's: such a node is shared, and
+  // hosts one tenant at a time. The nodes of the in-core simulated agents (StateOptions::
+  // sim_agents: the what-if simulator) and fleet-file nodes without an agent run nothing, so
+  // they are never shared and the filter never refuses them.
+  sole_tenant_->SetShared(*n, !node.isolated());
+  queue_.KeepTenantsApart(sole_tenant_->shared_nodes() > 0);
+}
+
 void State::EndRound(store::Batch& batch) {
   // Agents act, freed capacity is offered to the queue, and placed work is started, until
   // nothing moves (each pass is budgeted, and so is the number of passes).

@@ -9,6 +9,8 @@
 //   PendingQueue     what waits, grouped by shape, in budgeted passes;
 //   Preemptor        spot victims, indexed by node, in budgeted searches;
 //   AgentSupervisor  which nodes agents serve, their long polls and what they report;
+//   AgentHub         nodes joined by agents: created, registered, their reports applied, what
+//                    they are told (agent_hub.h), through AgentHub::Lifecycle;
 //   NodeGpus         joined nodes' GPU mode changes and MIG devices (node_gpus.h);
 //   NodeHealth       silent nodes and their leases, GPUs out of service, nodes removed
 //                    (node_health.h), displacing work through NodeHealth::Lifecycle;
@@ -50,6 +52,7 @@
 #include "common/clock.h"
 #include "core/accounts.h"
 #include "core/admission.h"
+#include "core/agent_hub.h"
 #include "core/agents.h"
 #include "core/batch_window.h"
 #include "core/desired_state.h"
@@ -91,7 +94,9 @@ class SoleTenantFilter;  // sched/plugins/sole_tenant.h
 
 namespace tessera::core {
 
-class State : private Groups::Lifecycle, private NodeHealth::Lifecycle {
+class State : private Groups::Lifecycle,
+              private NodeHealth::Lifecycle,
+              private AgentHub::Lifecycle {
  public:
   // `catalog` and `clock` must outlive the state.
   State(const catalog::Catalog* catalog, const Clock* clock, std::unique_ptr<fleet::Fleet> fleet,
@@ -201,33 +206,11 @@ class State : private Groups::Lifecycle, private NodeHealth::Lifecycle {
   // (node_health.h, docs/gpu-health.md).
   NodeHealth& node_health() { return health_; }
 
-  // Nodes joined by agents (docs/agent.md). Creating one registers its token; it joins the fleet
-  // when its agent registers the inventory. AlreadyExists for a name in use.
-  Result<AgentNode> CreateAgentNode(const std::string& name,
-                                    std::map<std::string, std::string> labels,
-                                    catalog::SharingMode sharing, const std::string& token_hash,
-                                    store::Batch& batch);
-  // An operator sets GPU `gpu` of joined node `node` to `mode`: NodeGpus::SetMode, and what it
-  // asks of the rest of the state.
-  Result<GpuModeChange> SetGpuMode(const std::string& node, int gpu, catalog::SharingMode mode,
-                                   bool allow_reset, store::Batch& batch);
-  // Serves fleet-file node `node` with one of the server's own simulated agents, which acts
-  // with the node token `token_hash` (--sim-agents). NotFound for a node not in the fleet.
-  Status AttachSimulatedAgent(const std::string& node, const std::string& token_hash);
-  // Replaces a joined node's token (the old one stops at once). NotFound for an unknown node.
-  Status RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
-                              store::Batch& batch);
-  // An agent run registers its node's inventory: the node joins the fleet (or, when it joined
-  // before, the inventory must match). Errors name the inventory field.
-  Status RegisterAgent(const std::string& node, const AgentRegistration& reg, store::Batch& batch);
-  // Applies an agent's report. True when the agent should be answered now; false when the call
-  // may wait for news (park it). FailedPrecondition for a replayed report or a superseded agent
-  // run.
-  Result<bool> SyncAgent(const std::string& node, const AgentSync& sync, store::Batch& batch);
-  // What the node's agent is told: every workload it should run or stop, and the lease.
-  core::DesiredState DesiredState(const std::string& node) const;
-  // The node an authenticated node token acts for, or PermissionDenied.
-  Result<const AgentNode*> AuthenticateNode(std::string_view token_hash) const;
+  // Nodes joined by agents: created, registered, their reports and what they are told
+  // (agent_hub.h, docs/agent.md).
+  AgentHub& agent_hub() { return hub_; }
+  const AgentHub& agent_hub() const { return hub_; }
+  // Which nodes agents serve, their long polls and what they report (agents.h).
   AgentSupervisor& agents() { return agents_; }
   const AgentSupervisor& agents() const { return agents_; }
   // After a round commits: long-polling agents whose node changed, or whose wait ended, get
@@ -235,8 +218,6 @@ class State : private Groups::Lifecycle, private NodeHealth::Lifecycle {
   void AfterCommit() { agents_.AnswerWaiters(clock_->Now()); }
   // True when the core should run rounds on its own (leases to watch, agents waiting).
   bool needs_ticks() const { return agents_.needs_ticks(); }
-  // Restores joined nodes from their stored records, before instances (they name the nodes).
-  Status RestoreAgentNodes(const std::vector<std::pair<std::string, std::string>>& records);
 
   // Telemetry (state_monitoring.cc).
   // Every series of the nodes agents serve (telemetry/series.h): /metrics and the alert rules.
@@ -380,6 +361,8 @@ class State : private Groups::Lifecycle, private NodeHealth::Lifecycle {
   bool ApplyAgentReports(store::Batch& batch);
   // Applies one report about `inst`; true when it changed something.
   bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
+  // AgentHub::Lifecycle: ApplyReport, and `inst` saved when it changed.
+  void ApplyWorkloadReport(Instance& inst, const AgentReport& report, store::Batch& batch) override;
   // Ends an instance whose workload is gone: frees its capacity and tells its agent.
   void Release(Instance& inst);
   // Records `reason` as the instance's latest word and in its history (Record), and with its state
@@ -392,8 +375,6 @@ class State : private Groups::Lifecycle, private NodeHealth::Lifecycle {
   void EvaluateAlerts(store::Batch& batch);
   // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
   void ApplyNodeState(const AgentNode& node) override;
-  // What a change to a node's GPUs asks of the rest of the state (NodeGpus::Effects).
-  void Follow(const AgentNode& node, const NodeGpus::Effects& effects);
   void Save(const Instance& inst, store::Batch& batch);
   // Counts `inst` (add) in, or out of, its tenant's and its user's usage.
   void CountUsage(const Instance& inst, bool add);
@@ -459,6 +440,22 @@ class State : private Groups::Lifecycle, private NodeHealth::Lifecycle {
                                        .counters = &counters_,
                                        .options = &options_,
                                        .lifecycle = this}};
+  AgentHub hub_{AgentHub::Parts{.catalog = catalog_,
+                                .clock = clock_,
+                                .fleet = fleet_.get(),
+                                .agents = &agents_,
+                                .instances = &instances_,
+                                .tenants = &tenants_,
+                                .admission = &admission_,
+                                .node_gpus = &node_gpus_,
+                                .health = &health_,
+                                .mounts = &mounts_,
+                                .monitoring = &monitoring_,
+                                .accounts = &accounts_,
+                                .logs = &logs_,
+                                .desired = &desired_,
+                                .counters = &counters_,
+                                .lifecycle = this}};
   Groups groups_{Groups::Parts{.catalog = catalog_,
                                .clock = clock_,
                                .fleet = fleet_.get(),

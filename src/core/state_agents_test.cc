@@ -64,9 +64,11 @@ class NodeAgentsTest : public ::testing::Test, protected AgentNodeFixture {
 };
 
 TEST_F(NodeAgentsTest, RegistrationAddsTheNodeAsItsAgentDescribesItOrSaysWhatIsWrong) {
-  ASSERT_TRUE(
-      state_->CreateAgentNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t1", batch_).ok());
-  EXPECT_EQ(state_->CreateAgentNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t2", batch_)
+  ASSERT_TRUE(state_->agent_hub()
+                  .CreateNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t1", batch_)
+                  .ok());
+  EXPECT_EQ(state_->agent_hub()
+                .CreateNode("gpu-1", {}, catalog::SharingMode::kExclusive, "t2", batch_)
                 .status()
                 .code(),
             StatusCode::kAlreadyExists);
@@ -74,36 +76,37 @@ TEST_F(NodeAgentsTest, RegistrationAddsTheNodeAsItsAgentDescribesItOrSaysWhatIsW
 
   json mixed = TestInventory(2);
   mixed["gpus"][1]["model"] = "A100-80GB";
-  auto s = state_->RegisterAgent("gpu-1", {"a1", mixed}, batch_);
+  auto s = state_->agent_hub().Register("gpu-1", {"a1", mixed}, batch_);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("gpus[1]"), std::string::npos) << s.message();
   json twice = TestInventory(2);
   twice["gpus"][1]["uuid"] = "u0";
-  EXPECT_NE(state_->RegisterAgent("gpu-1", {"a1", twice}, batch_).message().find("twice"),
+  EXPECT_NE(state_->agent_hub().Register("gpu-1", {"a1", twice}, batch_).message().find("twice"),
             std::string::npos);
 
-  ASSERT_TRUE(state_->RegisterAgent("gpu-1", {"a1", TestInventory(2)}, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Register("gpu-1", {"a1", TestInventory(2)}, batch_).ok());
   ASSERT_EQ(state_->fleet().size(), 1u);
   EXPECT_EQ(state_->fleet().nodes()[0].gpus[1].uuid, "u1");
-  EXPECT_TRUE(state_->RegisterAgent("gpu-1", {"a2", TestInventory(2)}, batch_).ok())
+  EXPECT_TRUE(state_->agent_hub().Register("gpu-1", {"a2", TestInventory(2)}, batch_).ok())
       << "an agent that restarts registers the same hardware again";
-  auto changed = state_->RegisterAgent("gpu-1", {"a3", TestInventory(4)}, batch_);
+  auto changed = state_->agent_hub().Register("gpu-1", {"a3", TestInventory(4)}, batch_);
   EXPECT_EQ(changed.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(changed.message().find("4 x H100-80GB"), std::string::npos) << changed.message();
 
   // What a node token claims is checked as tenant input is, and a refusal adds nothing.
-  ASSERT_TRUE(
-      state_->CreateAgentNode("gpu-2", {}, catalog::SharingMode::kExclusive, "t3", batch_).ok());
+  ASSERT_TRUE(state_->agent_hub()
+                  .CreateNode("gpu-2", {}, catalog::SharingMode::kExclusive, "t3", batch_)
+                  .ok());
   json loud = TestInventory(1, "H100-80GB", "v");
   loud["gpus"][0]["name"] = std::string(990'000, 'N');  // It would label every series.
-  auto named = state_->RegisterAgent("gpu-2", {"b1", loud}, batch_);
+  auto named = state_->agent_hub().Register("gpu-2", {"b1", loud}, batch_);
   EXPECT_EQ(named.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(named.message().find("gpus[0]: field 'name'"), std::string::npos) << named.message();
-  auto copied = state_->RegisterAgent("gpu-2", {"b1", TestInventory(2)}, batch_);
+  auto copied = state_->agent_hub().Register("gpu-2", {"b1", TestInventory(2)}, batch_);
   EXPECT_EQ(copied.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(copied.message().find("'u0' is a GPU of node 'gpu-1'"), std::string::npos)
       << copied.message();
-  auto nowhere = state_->RegisterAgent(
+  auto nowhere = state_->agent_hub().Register(
       "gpu-2", {"b1", TestInventory(1, "H100-80GB", "v"), "no where"}, batch_);
   EXPECT_EQ(nowhere.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(nowhere.message().find("advertise_address"), std::string::npos) << nowhere.message();
@@ -133,7 +136,7 @@ TEST_F(NodeAgentsTest, WhatAReportClaimsIsClampedOrRefusedNeverStoredAsSent) {
   t->gpus[1].index = 1;  // The node has one GPU.
   s.telemetry = t;
   state_->BeginRound();
-  auto refused = state_->SyncAgent("gpu-1", s, batch_);
+  auto refused = state_->agent_hub().Sync("gpu-1", s, batch_);
   state_->EndRound(batch_);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("telemetry.gpus[1].index"), std::string::npos)
@@ -145,8 +148,9 @@ TEST_F(NodeAgentsTest, ReplayedAndSupersededReportsAreRefusedAndChangeNothing) {
   Join("gpu-1", 2);
   ASSERT_TRUE(Report("gpu-1", 1).ok());
   EXPECT_EQ(Report("gpu-1", 1).status().code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(
-      state_->RegisterAgent("gpu-1", {"a2", TestInventory(2, "H100-80GB", "gpu-1")}, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub()
+                  .Register("gpu-1", {"a2", TestInventory(2, "H100-80GB", "gpu-1")}, batch_)
+                  .ok());
   auto old = Report("gpu-1", 7, {}, "a1");
   EXPECT_EQ(old.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(old.status().message().find("superseded"), std::string::npos);
@@ -208,7 +212,7 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   ASSERT_TRUE(Report("gpu-1", 2).ok());
   const Time last = clock_.Now();
   // The server dictates the timing: the lease covers a 5-minute outage and the node timeout.
-  const DesiredState desired = state_->DesiredState("gpu-1");
+  const DesiredState desired = state_->agent_hub().DesiredState("gpu-1");
   EXPECT_EQ(desired.lease, 310s);
   EXPECT_EQ(desired.heartbeat, 2s);
   OnlyGpu2Reports(10s);
@@ -248,7 +252,7 @@ TEST_F(NodeAgentsTest, ASilentNodeIsNotReadyAndUnbilledAndItsWorkMovesOnlyOnceIt
   EXPECT_EQ(interrupted, (std::set<std::string>{od.id.str(), spot.id.str()}));
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPending) << "no room left for the spot";
   EXPECT_TRUE(Get(spot.id.str()).preempted_at.has_value());
-  EXPECT_TRUE(state_->DesiredState("gpu-1").workloads.empty())
+  EXPECT_TRUE(state_->agent_hub().DesiredState("gpu-1").workloads.empty())
       << "when the lost node comes back, it is told to run nothing it held";
   EXPECT_EQ(state_->counters().nodes_lost, 1) << "one silence, one loss";
 }
@@ -330,7 +334,7 @@ TEST_F(NodeAgentsTest, ASpotVictimOnAJoinedNodeGetsNoticeAndThePreemptorWaitsFor
   EXPECT_EQ(Get(spot.id.str()).state, InstanceState::kPreempting);
   EXPECT_EQ(Get(spot.id.str()).preempt_at, clock_.Now() + 30s);
   EXPECT_EQ(Get(od.id.str()).state, InstanceState::kPending);
-  const auto told = Told(state_->DesiredState("gpu-1"), spot.id.str());
+  const auto told = Told(state_->agent_hub().DesiredState("gpu-1"), spot.id.str());
   ASSERT_TRUE(told.has_value());
   EXPECT_EQ(told->action, DesiredWorkload::Action::kPreempt);
   EXPECT_EQ(told->deadline, clock_.Now() + 30s);
@@ -352,7 +356,7 @@ TEST_F(NodeAgentsTest, LogsKeepTheNewestBytesAndTailCountsLines) {
   s.agent_id = "a1";
   s.seq = 1;
   s.logs = {{inst.id.str(), 0, 0, "one\ntwo\nthree\n"}, {inst.id.str(), 0, 8, "three\nfour"}};
-  ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Sync("gpu-1", s, batch_).ok());
   const Tenant& caller = *state_->tenants().Find(acme_.id.str());
   auto tail = state_->views().Log(caller, inst.id.str(), 2, std::nullopt);
   ASSERT_TRUE(tail.ok());
@@ -363,7 +367,7 @@ TEST_F(NodeAgentsTest, LogsKeepTheNewestBytesAndTailCountsLines) {
   EXPECT_EQ(state_->views().Log(caller, inst.id.str(), 1, int64_t{14})->text, "four");
   s.seq = 2;
   s.logs = {{inst.id.str(), 0, 30, "later\n"}};
-  ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Sync("gpu-1", s, batch_).ok());
   EXPECT_NE(
       state_->views().Log(caller, inst.id.str(), 100, std::nullopt)->text.find("12 bytes dropped"),
       std::string::npos)
@@ -384,13 +388,14 @@ TEST_F(NodeAgentsTest, AMigSliceGetsTheUuidOfTheMigDeviceTheAgentReportedAtItsPl
                  {"model", "A100-40GB"},
                  {"mig_enabled", true},
                  {"mig_devices", devices}}}}};
-  ASSERT_TRUE(
-      state_->CreateAgentNode("mig-1", {}, catalog::SharingMode::kExclusive, "t", batch_).ok());
+  ASSERT_TRUE(state_->agent_hub()
+                  .CreateNode("mig-1", {}, catalog::SharingMode::kExclusive, "t", batch_)
+                  .ok());
   json bad = inv;
   bad["gpus"][0]["mig_devices"][3]["start"] = "three";
-  auto refused = state_->RegisterAgent("mig-1", {"a1", bad}, batch_);
+  auto refused = state_->agent_hub().Register("mig-1", {"a1", bad}, batch_);
   EXPECT_NE(refused.message().find("mig_devices[3]"), std::string::npos) << refused.message();
-  ASSERT_TRUE(state_->RegisterAgent("mig-1", {"a1", inv}, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Register("mig-1", {"a1", inv}, batch_).ok());
   CreateInstanceRequest r;
   r.billing = Billing::kOnDemand;
   r.shape.gpu_model = "A100-40GB";
@@ -418,7 +423,7 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   const Instance inst = Create(r);
   ASSERT_EQ(inst.state, InstanceState::kScheduled);
   const std::string id = inst.id.str();
-  const auto workload = Told(state_->DesiredState(inst.node), id);
+  const auto workload = Told(state_->agent_hub().DesiredState(inst.node), id);
   ASSERT_TRUE(workload.has_value()) << "an image without a command is something to run";
   EXPECT_EQ(workload->action, DesiredWorkload::Action::kRun);
   EXPECT_EQ(workload->command, "");
@@ -428,8 +433,8 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   EXPECT_EQ(workload->image.auth->username, "robot");
   EXPECT_EQ(workload->image.auth->password, "s3cret-pw");
   const std::string other = inst.node == "gpu-1" ? "gpu-2" : "gpu-1";
-  EXPECT_FALSE(Told(state_->DesiredState(other), id).has_value());
-  EXPECT_FALSE(Carries(state_->DesiredState(other), "s3cret-pw"))
+  EXPECT_FALSE(Told(state_->agent_hub().DesiredState(other), id).has_value());
+  EXPECT_FALSE(Carries(state_->agent_hub().DesiredState(other), "s3cret-pw"))
       << "another node's agent is told nothing of it";
   const json shown = ToJson(Get(id));
   EXPECT_EQ(shown["registry_auth"], json({{"username", "robot"}}));
@@ -441,7 +446,7 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   s.agent_id = "a1";
   s.seq = 1;
   s.pulls = {{id, 0, {44040192, 104857600, 42}}};
-  ASSERT_TRUE(state_->SyncAgent(inst.node, s, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Sync(inst.node, s, batch_).ok());
   EXPECT_EQ(Get(id).state, InstanceState::kScheduled) << "a pull moves nothing";
   json pulling = ToJson(*state_->views().Get(*state_->tenants().Find(acme_.id.str()), id));
   EXPECT_EQ(pulling["state"], "pulling");
@@ -462,10 +467,10 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   elsewhere.agent_id = "a1";
   elsewhere.seq = 1;
   elsewhere.pulls = {{id, 0, {1, 1, 100}}};
-  ASSERT_TRUE(state_->SyncAgent(other, elsewhere, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Sync(other, elsewhere, batch_).ok());
   s.seq = 2;
   s.pulls = {{id, 1, {1, 1, 100}}};
-  ASSERT_TRUE(state_->SyncAgent(inst.node, s, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Sync(inst.node, s, batch_).ok());
   EXPECT_EQ(Get(id).pull->percent, 42);
   // Listing by state: it is "pulling", no longer "scheduled".
   const Tenant& caller = *state_->tenants().Find(acme_.id.str());
@@ -480,7 +485,7 @@ TEST_F(NodeAgentsTest, AnImagesCredentialsGoOnlyToItsAgentAndAPullShowsUntilItRu
   EXPECT_EQ(ToJson(Get(id))["state"], "running");
   s.seq = 4;
   s.pulls = {{id, 0, {1, 2, 50}}};
-  ASSERT_TRUE(state_->SyncAgent(inst.node, s, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Sync(inst.node, s, batch_).ok());
   EXPECT_FALSE(Get(id).pull) << "a late pull report does not bring it back";
 }
 
@@ -496,7 +501,7 @@ TEST_F(NodeAgentsTest, AFailedPullFailsTheInstanceWithTheAgentsReason) {
   s.agent_id = "a1";
   s.seq = 1;
   s.pulls = {{id, 0, {0, 0, 0}}};
-  ASSERT_TRUE(state_->SyncAgent("gpu-1", s, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Sync("gpu-1", s, batch_).ok());
   const std::string why =
       "image registry.example.com/team/missing:1.0: manifest unknown (the registry has no such "
       "tag)";
@@ -534,13 +539,13 @@ TEST_F(NodeAgentsTest, AnExecSessionIsToldToTheInstancesAgentUntilItConnectsOrEx
             StatusCode::kNotFound);
   EXPECT_EQ(state_->OpenExec(Acme(), "inst-999999", ask, 10s).status().code(),
             StatusCode::kNotFound);
-  const uint64_t before = state_->DesiredState("gpu-1").generation;
+  const uint64_t before = state_->agent_hub().DesiredState("gpu-1").generation;
   auto opened = state_->OpenExec(Acme(), inst.id.str(), ask, 10s);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   EXPECT_EQ(opened->node, "gpu-1");
   EXPECT_EQ(opened->id.size(), 5u + 32u);
   EXPECT_NE(opened->id, state_->OpenExec(Acme(), inst.id.str(), ask, 10s)->id);
-  const DesiredState desired = state_->DesiredState("gpu-1");
+  const DesiredState desired = state_->agent_hub().DesiredState("gpu-1");
   EXPECT_GT(desired.generation, before) << "its agent's long poll wakes";
   ASSERT_EQ(desired.exec.size(), 2u);
   const ExecSession& e = desired.exec[0];
@@ -553,9 +558,9 @@ TEST_F(NodeAgentsTest, AnExecSessionIsToldToTheInstancesAgentUntilItConnectsOrEx
   EXPECT_EQ(e.rows, 40);
   // Taken by the agent: no longer told; the other one expires unclaimed.
   state_->agents().CloseExec("gpu-1", opened->id);
-  EXPECT_EQ(state_->DesiredState("gpu-1").exec.size(), 1u);
+  EXPECT_EQ(state_->agent_hub().DesiredState("gpu-1").exec.size(), 1u);
   clock_.Advance(11s);
-  EXPECT_EQ(state_->DesiredState("gpu-1").exec.size(), 0u);
+  EXPECT_EQ(state_->agent_hub().DesiredState("gpu-1").exec.size(), 0u);
 }
 
 // An operator removes a node: refused while work runs there unless forced, which moves the work
@@ -581,14 +586,14 @@ TEST_F(NodeAgentsTest, ARemovedNodeLeavesOnceItsAgentIsToldToStopItsWorkWhichMov
   ASSERT_TRUE(removing.ok()) << removing.status().message();
   EXPECT_FALSE(removing->removed);
   EXPECT_EQ(Get(od.id.str()).node, "gpu-2") << "moved at once, as for a GPU fault";
-  EXPECT_TRUE(state_->DesiredState("gpu-1").workloads.empty())
+  EXPECT_TRUE(state_->agent_hub().DesiredState("gpu-1").workloads.empty())
       << "its agent is told to stop the old copy";
   EXPECT_TRUE(state_->fleet().Find("gpu-1").ok()) << "until its agent has heard it";
   // The agent's next report says it received that desired state: the node goes.
   AgentSync heard;
   heard.agent_id = "a1";
   heard.seq = 2;
-  heard.generation = state_->DesiredState("gpu-1").generation;
+  heard.generation = state_->agent_hub().DesiredState("gpu-1").generation;
   ASSERT_TRUE(SyncNode("gpu-1", heard).ok());
   Tick();
   EXPECT_FALSE(state_->fleet().Find("gpu-1").ok());

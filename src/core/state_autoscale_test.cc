@@ -177,7 +177,7 @@ TEST_F(AutoscaleTest, GpuUtilizationFromTelemetryDrivesTheSize) {
     s.seq = ++seq_[node];
     s.telemetry = t;
     state_->BeginRound();
-    ASSERT_TRUE(state_->SyncAgent(node, s, batch_).ok());
+    ASSERT_TRUE(state_->agent_hub().Sync(node, s, batch_).ok());
     state_->EndRound(batch_);
   }
   clock_.Advance(15s);

@@ -183,9 +183,9 @@ class BillingTest : public ::testing::Test, protected AgentNodeFixture {
     agent_ = "a2";
     ASSERT_TRUE(RestoreFromStore(*state_, *store_, batch_).ok());
     for (const char* node : {"gpu-1"}) {
-      ASSERT_TRUE(
-          state_->RegisterAgent(node, {agent_, Inventory(2, "H100-80GB", false, node)}, batch_)
-              .ok());
+      ASSERT_TRUE(state_->agent_hub()
+                      .Register(node, {agent_, Inventory(2, "H100-80GB", false, node)}, batch_)
+                      .ok());
     }
   }
 
@@ -645,7 +645,7 @@ TEST_F(BillingTest, APullIsNotBilledAndARestartKeepsTheImageAndItsCredentials) {
   EXPECT_EQ(shown["state"], "scheduled") << "the pull is not stored; the agent reports it again";
   EXPECT_EQ(shown["image"], "registry.example.com/team/train:1.4");
   EXPECT_EQ(shown["registry_auth"], json({{"username", "robot"}}));
-  const auto workload = Told(state_->DesiredState("gpu-1"), id);
+  const auto workload = Told(state_->agent_hub().DesiredState("gpu-1"), id);
   ASSERT_TRUE(workload.has_value() && workload->image.auth.has_value());
   EXPECT_EQ(workload->image.ref, "registry.example.com/team/train:1.4");
   EXPECT_EQ(workload->image.pull_policy, PullPolicy::kIfNotPresent);

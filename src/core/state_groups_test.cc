@@ -256,12 +256,12 @@ TEST_F(GroupsTest, MembersGetTheirRankEnvironmentAndAFailureRestartsTheWholeGrou
 TEST_F(GroupsTest, MasterAddrIsRankZerosAdvertisedAddress) {
   Join("n1", 8, OneIsland(8));
   AgentRegistration bad{agent_, Inventory("n1", 8, OneIsland(8)), "gpu 07"};
-  const Status refused = state_->RegisterAgent("n1", bad, batch_);
+  const Status refused = state_->agent_hub().Register("n1", bad, batch_);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("advertise_address"), std::string::npos) << refused.message();
-  ASSERT_TRUE(
-      state_->RegisterAgent("n1", {agent_, Inventory("n1", 8, OneIsland(8)), "10.0.0.7"}, batch_)
-          .ok());
+  ASSERT_TRUE(state_->agent_hub()
+                  .Register("n1", {agent_, Inventory("n1", 8, OneIsland(8)), "10.0.0.7"}, batch_)
+                  .ok());
   EXPECT_EQ(AgentOf(*state_, "n1").address, "10.0.0.7");
   const GroupStatus g = Create(Gang(2, 1, Topology::kNode));
   const Instance r0 = Member(g, 0), r1 = Member(g, 1);

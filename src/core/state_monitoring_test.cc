@@ -596,7 +596,7 @@ TEST_F(StateMonitoringTest, ARestartRebuildsRulesAndFiringAlertsWithoutNotifying
   EXPECT_EQ(after[0].fired_at, before[0].fired_at);
 
   // The node's new agent run reports the GPU still hot: the alert goes on firing, unannounced.
-  ASSERT_TRUE(state_->RegisterAgent("gpu-1", {agent_, Inventory("gpu-1", 1)}, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Register("gpu-1", {agent_, Inventory("gpu-1", 1)}, batch_).ok());
   const int64_t evaluations = state_->monitoring().evaluations();
   Report("gpu-1", Readings({96}));
   ASSERT_GT(state_->monitoring().evaluations(), evaluations);

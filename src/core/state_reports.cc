@@ -84,6 +84,10 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
   }
 }
 
+void State::ApplyWorkloadReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
+  if (ApplyReport(inst, report, batch)) Save(inst, batch);
+}
+
 void State::SetEndpoints(Instance& inst, const AgentReport& report) {
   inst.endpoints.clear();
   const AgentNode* node = agents_.Find(inst.node);

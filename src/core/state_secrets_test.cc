@@ -34,7 +34,7 @@ class StateSecretsTest : public ::testing::Test, protected AgentNodeFixture {
 
   // What node `node`'s agent is told of instance `id`; none when not told.
   std::optional<DesiredWorkload> Told(const std::string& node, const std::string& id) {
-    return core::Told(state_->DesiredState(node), id);
+    return core::Told(state_->agent_hub().DesiredState(node), id);
   }
 
   void Restart() {
@@ -69,7 +69,7 @@ TEST_F(StateSecretsTest, ASecretsValueGoesOnlyToTheAgentThatRunsItsWorkload) {
   ASSERT_TRUE(told.has_value());
   EXPECT_EQ(told->env.at("HF"), "s3cret");
   EXPECT_EQ(told->env.at("MODE"), "fast");
-  EXPECT_FALSE(Carries(state_->DesiredState(other), "s3cret"));
+  EXPECT_FALSE(Carries(state_->agent_hub().DesiredState(other), "s3cret"));
   // The API shows the reference; the store holds no value in the clear.
   const json shown = ToJson(*state_->views().Get(Acme(), inst.id.str()));
   EXPECT_EQ(shown["env"], json({{"HF", {{"secret", "hf"}}}, {"MODE", "fast"}}));

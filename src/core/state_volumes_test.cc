@@ -99,8 +99,9 @@ TEST_F(StateVolumesTest, OnAJoinedNodeItsNameStaysTakenUntilTheAgentRemovedItsDa
   const Volume v = MakeVolume("data", 10, "n1");
   ASSERT_TRUE(state_->DeleteVolume(Acme(), "data", batch_).ok());
   EXPECT_TRUE(state_->GetVolume(Acme(), "data")->deleting);
-  EXPECT_EQ(state_->DesiredState("n1").volumes_to_delete, std::vector<std::string>{v.id});
-  EXPECT_TRUE(state_->DesiredState("n2").volumes_to_delete.empty());
+  EXPECT_EQ(state_->agent_hub().DesiredState("n1").volumes_to_delete,
+            std::vector<std::string>{v.id});
+  EXPECT_TRUE(state_->agent_hub().DesiredState("n2").volumes_to_delete.empty());
   EXPECT_EQ(state_->CreateVolume(Acme(), {"data", 10, "", false}, "", batch_).status().code(),
             StatusCode::kAlreadyExists);
   ASSERT_TRUE(SyncNode("n1", Holding({v.id})).ok());
@@ -189,8 +190,9 @@ TEST_F(StateEndpointsTest, AnInstanceShowsWhereItsOwnPortsAreWhileItRunsAndNoOth
   r.ports = {8000, 8888};
   auto inst = CreateInRound(r);
   ASSERT_TRUE(inst.ok());
-  ASSERT_EQ(state_->DesiredState(inst->node).workloads.size(), 1u);
-  EXPECT_EQ(state_->DesiredState(inst->node).workloads[0].ports, (std::vector<int>{8000, 8888}));
+  ASSERT_EQ(state_->agent_hub().DesiredState(inst->node).workloads.size(), 1u);
+  EXPECT_EQ(state_->agent_hub().DesiredState(inst->node).workloads[0].ports,
+            (std::vector<int>{8000, 8888}));
   AgentReport running;
   running.instance = inst->id.str();
   running.endpoints = {{8000, 31000}, {8888, 31001}, {22, 31002}};  // 22 was not asked for.
@@ -207,7 +209,7 @@ TEST_F(StateEndpointsTest, AnInstanceShowsWhereItsOwnPortsAreWhileItRunsAndNoOth
   const json inventory = inst->node == "n1"
                              ? TestInventory(4)
                              : TestInventory(2, "H100-80GB", inst->node == "n2" ? "b" : "c");
-  ASSERT_TRUE(state_->RegisterAgent(inst->node, {agent_, inventory}, batch_).ok());
+  ASSERT_TRUE(state_->agent_hub().Register(inst->node, {agent_, inventory}, batch_).ok());
   AgentReport ended;
   ended.instance = inst->id.str();
   ended.state = InstanceState::kTerminated;

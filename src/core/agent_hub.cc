@@ -1,6 +1,8 @@
-// State's operations for nodes joined by agents: joining, registration, reports and long polls,
-// and what each agent is told (docs/agent.md). What the reports say about instances is applied in
-// state_reports.cc; a node's loss, removal and GPU faults in node_health.cc.
+// AgentHub (agent_hub.h): nodes joined by agents, their registrations and reports, and what each
+// agent is told. What the reports say about instances is applied in state_reports.cc; a node's
+// loss, removal and GPU faults in node_health.cc.
+#include "core/agent_hub.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -9,15 +11,13 @@
 #include "common/json.h"
 #include "common/text.h"
 #include "core/inventory.h"
-#include "core/state.h"
-#include "sched/plugins/sole_tenant.h"
 
 namespace tessera::core {
 
-Result<AgentNode> State::CreateAgentNode(const std::string& name,
-                                         std::map<std::string, std::string> labels,
-                                         catalog::SharingMode sharing,
-                                         const std::string& token_hash, store::Batch& batch) {
+Result<AgentNode> AgentHub::CreateNode(const std::string& name,
+                                       std::map<std::string, std::string> labels,
+                                       catalog::SharingMode sharing, const std::string& token_hash,
+                                       store::Batch& batch) {
   if (!IsValidIdBody(name)) {
     return Status::InvalidArgument(fmt::format(
         "field 'name': '{}' must be 1-63 characters of [a-z0-9._-], starting with a letter or "
@@ -28,7 +28,7 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
     return Status::InvalidArgument(
         "field 'sharing': GPUs in MIG mode are found by the agent; give exclusive or shared");
   }
-  if (agents_.Find(name) || fleet_->Find(name).ok()) {
+  if (agents_->Find(name) || fleet_->Find(name).ok()) {
     return Status::AlreadyExists(fmt::format("a node named '{}' exists", name));
   }
   AgentNode node;
@@ -38,46 +38,47 @@ Result<AgentNode> State::CreateAgentNode(const std::string& name,
   node.token_hash = token_hash;
   node.created_at = clock_->Now();
   node.last_seen = node.created_at;
-  AgentNode& stored = agents_.nodes().emplace(name, std::move(node)).first->second;
+  AgentNode& stored = agents_->nodes().emplace(name, std::move(node)).first->second;
   AgentSupervisor::Save(stored, batch);
-  tenants_.SetNodeToken(name, token_hash);
+  tenants_->SetNodeToken(name, token_hash);
   return stored;
 }
 
-Status State::AttachSimulatedAgent(const std::string& name, const std::string& token_hash) {
+Status AgentHub::AttachSimulated(const std::string& name, const std::string& token_hash) {
   TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex index, fleet_->Find(name));
   AgentNode node;
   node.name = name;
   node.simulated = true;
   node.token_hash = token_hash;
   node.created_at = node.last_seen = clock_->Now();
-  AgentNode& attached = agents_.nodes().insert_or_assign(name, std::move(node)).first->second;
+  AgentNode& attached = agents_->nodes().insert_or_assign(name, std::move(node)).first->second;
   attached.drained = fleet_->node(index).state == fleet::NodeState::kDraining;
   // What recovery booked on the node is its agent's to run.
-  instances_.ForEach([&](Instance& inst) {
+  instances_->ForEach([&](const Instance& inst) {
     if (inst.node != name || !IsActive(inst.state)) return;
     attached.assigned.insert(inst.id.str());
     // Its billing stopped when the node went silent before the restart: it resumes with a report.
     if (inst.state == InstanceState::kRunning && !inst.meter) attached.lost = true;
   });
-  ApplyNodeState(attached);  // Its agent runs real processes: one tenant until it says more.
-  tenants_.SetNodeToken(name, token_hash);
+  // Its agent runs real processes: one tenant until it says more.
+  lifecycle_->ApplyNodeState(attached);
+  tenants_->SetNodeToken(name, token_hash);
   return Status::Ok();
 }
 
-Status State::RotateAgentNodeToken(const std::string& name, const std::string& token_hash,
-                                   store::Batch& batch) {
-  AgentNode* node = agents_.Find(name);
+Status AgentHub::RotateToken(const std::string& name, const std::string& token_hash,
+                             store::Batch& batch) {
+  AgentNode* node = agents_->Find(name);
   if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
   node->token_hash = token_hash;
   AgentSupervisor::Save(*node, batch);
-  tenants_.SetNodeToken(name, token_hash);  // The previous token stops at once.
+  tenants_->SetNodeToken(name, token_hash);  // The previous token stops at once.
   return Status::Ok();
 }
 
-Status State::RegisterAgent(const std::string& name, const AgentRegistration& reg,
-                            store::Batch& batch) {
-  AgentNode* node = agents_.Find(name);
+Status AgentHub::Register(const std::string& name, const AgentRegistration& reg,
+                          store::Batch& batch) {
+  AgentNode* node = agents_->Find(name);
   if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
   if (reg.agent_id.empty() || reg.agent_id.size() > 64 || !IsPrintableAscii(reg.agent_id)) {
     return Status::InvalidArgument("field 'agent_id': must be 1-64 printable ASCII characters");
@@ -122,22 +123,22 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
     }
     // The operator's MIG devices are booked again from this registration's report, after the
     // GPUs took their modes.
-    node_gpus_.ReleaseMigHolds(*node);
+    node_gpus_->ReleaseMigHolds(*node);
     node->mig.clear();
-    node_gpus_.FollowInventory(*node, spec, effects);  // A GPU whose MIG mode changed.
+    node_gpus_->FollowInventory(*node, spec, effects);  // A GPU whose MIG mode changed.
   } else {
     auto added = fleet_->AddNode(spec);
     if (!added.ok()) return added.status().WithPrefix("inventory");
-    admission_.FleetChanged();
-    CapacityFreed();
+    admission_->FleetChanged();
+    lifecycle_->CapacityFreed();
     spdlog::info("node {} joined: {}", name, DescribeNode(spec));
   }
   node->inventory = reg.inventory;
   node->mig.clear();  // The inventory's devices are the registration's until the report's.
   if (reg.mig) {
-    node_gpus_.ApplyMigLayout(*node, *reg.mig, -1, batch, effects);
+    node_gpus_->ApplyMigLayout(*node, *reg.mig, -1, batch, effects);
   } else {
-    node_gpus_.ReleaseMigHolds(*node);  // An agent that does not report them.
+    node_gpus_->ReleaseMigHolds(*node);  // An agent that does not report them.
   }
   Follow(*node, effects);
   node->info = node->SeriesInfo();
@@ -152,30 +153,30 @@ Status State::RegisterAgent(const std::string& name, const AgentRegistration& re
   node->agent_id = reg.agent_id;
   node->report_seq = -1;
   node->last_seen = clock_->Now();
-  if (node->lost) health_.NodeHeardAgain(*node, batch);
-  ApplyNodeState(*node);
-  agents_.Changed(*node);
+  if (node->lost) health_->NodeHeardAgain(*node, batch);
+  lifecycle_->ApplyNodeState(*node);
+  agents_->Changed(*node);
   AgentSupervisor::Save(*node, batch);
   return Status::Ok();
 }
 
-Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, store::Batch& batch) {
-  AgentNode* node = agents_.Find(name);
+Result<bool> AgentHub::Sync(const std::string& name, const AgentSync& sync, store::Batch& batch) {
+  AgentNode* node = agents_->Find(name);
   if (!node) return Status::NotFound(fmt::format("node '{}' not found", name));
   if (!node->registered() || node->agent_id.empty()) {
-    ++counters_.agent_reports_refused;
+    ++counters_->agent_reports_refused;
     return Status::FailedPrecondition(
         "this agent has not registered since the server started: POST /v1/agent/register first");
   }
   if (sync.agent_id != node->agent_id) {
-    ++counters_.agent_reports_refused;
+    ++counters_->agent_reports_refused;
     return Status::FailedPrecondition(fmt::format(
         "agent run '{}' was superseded by '{}', which registered this node since; register "
         "again",
         Quote(sync.agent_id), Quote(node->agent_id)));
   }
   if (sync.seq <= node->report_seq) {
-    ++counters_.agent_reports_refused;
+    ++counters_->agent_reports_refused;
     return Status::FailedPrecondition(fmt::format(
         "report {} replayed: reports up to {} were applied already", sync.seq, node->report_seq));
   }
@@ -185,7 +186,7 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     const size_t gpus = node->gpu_count();
     for (size_t i = 0; i < sync.telemetry->gpus.size(); ++i) {
       if (static_cast<size_t>(sync.telemetry->gpus[i].index) >= gpus) {
-        ++counters_.agent_reports_refused;
+        ++counters_->agent_reports_refused;
         return Status::InvalidArgument(
             fmt::format("field 'telemetry.gpus[{}].index': {} is not a GPU of node '{}' ({} GPUs)",
                         i, sync.telemetry->gpus[i].index, name, gpus));
@@ -193,21 +194,21 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
     }
     for (size_t i = 0; i < sync.telemetry->xids.size(); ++i) {
       if (sync.telemetry->xids[i].gpu >= static_cast<int>(gpus)) {
-        ++counters_.agent_reports_refused;
+        ++counters_->agent_reports_refused;
         return Status::InvalidArgument(
             fmt::format("field 'telemetry.xids[{}].gpu': {} is not a GPU of node '{}' ({} GPUs)", i,
                         sync.telemetry->xids[i].gpu, name, gpus));
       }
     }
   }
-  if (Status bad = node_gpus_.CheckResults(*node, sync.gpu_mode_results); !bad.ok()) {
-    ++counters_.agent_reports_refused;
+  if (Status bad = node_gpus_->CheckResults(*node, sync.gpu_mode_results); !bad.ok()) {
+    ++counters_->agent_reports_refused;
     return bad;
   }
-  ++counters_.agent_reports;
+  ++counters_->agent_reports;
   node->report_seq = sync.seq;
   node->last_seen = clock_->Now();
-  if (node->lost) health_.NodeHeardAgain(*node, batch);
+  if (node->lost) health_->NodeHeardAgain(*node, batch);
   if (sync.limits_enforced) {
     node->limits_enforced = sync.limits_enforced;
     node->limits_note = sync.limits_note;
@@ -219,34 +220,34 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
   if (sync.volumes) {  // An agent that predates volumes holds none, and says nothing of them.
     node->volumes_enforced = sync.volumes->enforced;
     node->volumes_note = sync.volumes->note;
-    mounts_.ApplyReport(name, *sync.volumes, batch);
+    mounts_->ApplyReport(name, *sync.volumes, batch);
   }
   if (sync.isolation) {
     const bool opened = sync.isolation != node->isolation && *sync.isolation == Isolation::kUid;
     node->isolation = sync.isolation;
     node->isolation_note = sync.isolation_note;
-    ApplyNodeState(*node);
-    if (opened) CapacityFreed();  // Other tenants' queued work may now share it.
+    lifecycle_->ApplyNodeState(*node);
+    if (opened) lifecycle_->CapacityFreed();  // Other tenants' queued work may now share it.
   }
   if (sync.telemetry) {
     node->telemetry = sync.telemetry;
     node->telemetry_at = clock_->Now();
-    monitoring_.history().Record(name, node->telemetry_at, *sync.telemetry);
-    accounts_.Observe(*node);
-    health_.CheckGpuHealth(*node, batch);
+    monitoring_->history().Record(name, node->telemetry_at, *sync.telemetry);
+    accounts_->Observe(*node);
+    health_->CheckGpuHealth(*node, batch);
   }
   // Logs first: an exit report comes with the workload's last bytes.
   for (const WorkloadLog& log : sync.logs) {
-    const Instance* inst = instances_.Find(log.instance);
+    const Instance* inst = instances_->Find(log.instance);
     if (inst && inst->restarts == log.attempt && node->assigned.count(log.instance)) {
-      logs_.Append(inst->id.str(), log);
+      logs_->Append(inst->id.str(), log);
     }
   }
   // Before the reports: an instance that starts in this one shows the UUID its device has.
   NodeGpus::Effects effects;
-  if (sync.mig) node_gpus_.ApplyMigLayout(*node, *sync.mig, sync.mig_repartitions, batch, effects);
+  if (sync.mig) node_gpus_->ApplyMigLayout(*node, *sync.mig, sync.mig_repartitions, batch, effects);
   for (const AgentReport& report : sync.reports) {
-    Instance* inst = instances_.Find(report.instance);
+    Instance* inst = instances_->Find(report.instance);
     // Work the node no longer holds (moved while it was lost, or ended) is not its to report:
     // the desired state leaves it out, so its agent stops it.
     if (!inst || inst->node != name || !node->assigned.count(report.instance)) {
@@ -254,39 +255,39 @@ Result<bool> State::SyncAgent(const std::string& name, const AgentSync& sync, st
                     Quote(report.instance));
       continue;
     }
-    if (ApplyReport(*inst, report, batch)) Save(*inst, batch);
+    lifecycle_->ApplyWorkloadReport(*inst, report, batch);
   }
   // After the reports, so a workload that started in this one shows no stale pull. A pull moves
   // nothing else: the instance stays scheduled, and billing starts with its running report. It
   // is not stored: it changes with every report.
   for (const PullReport& pull : sync.pulls) {
-    Instance* inst = instances_.Find(pull.instance);
+    Instance* inst = instances_->Find(pull.instance);
     if (inst && inst->node == name && node->assigned.count(pull.instance) &&
         inst->restarts == pull.attempt && inst->state == InstanceState::kScheduled) {
       inst->pull = pull.progress;
     }
   }
-  node_gpus_.ApplyResults(*node, sync.gpu_mode_results, batch, effects);
+  node_gpus_->ApplyResults(*node, sync.gpu_mode_results, batch, effects);
   Follow(*node, effects);
   return sync.generation != node->generation || sync.wait <= Duration::zero();
 }
 
-DesiredState State::DesiredState(const std::string& name) const {
-  return desired_.For(name, agents_.Find(name), timing(), clock_->Now());
+DesiredState AgentHub::DesiredState(const std::string& name) const {
+  return desired_->For(name, agents_->Find(name), health_->timing(), clock_->Now());
 }
 
-Result<const AgentNode*> State::AuthenticateNode(std::string_view token_hash) const {
+Result<const AgentNode*> AgentHub::Authenticate(std::string_view token_hash) const {
   TESSERA_ASSIGN_OR_RETURN(Principal p,
-                           core::Authenticate(*tenants_.index(), token_hash, clock_->Now()));
+                           core::Authenticate(*tenants_->index(), token_hash, clock_->Now()));
   if (p.node.empty()) {
     return Status::PermissionDenied("the agent routes take a node token (POST /v1/nodes)");
   }
-  const AgentNode* node = agents_.Find(p.node);
+  const AgentNode* node = agents_->Find(p.node);
   if (!node) return Status::Unauthenticated("invalid token");
   return node;
 }
 
-Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::string>>& records) {
+Status AgentHub::Restore(const std::vector<std::pair<std::string, std::string>>& records) {
   for (const auto& [key, value] : records) {
     TESSERA_ASSIGN_OR_RETURN(AgentNode node, AgentSupervisor::FromRecord(key, value));
     node.last_seen = clock_->Now();  // Its agent gets a whole timeout to report again.
@@ -302,45 +303,25 @@ Status State::RestoreAgentNodes(const std::vector<std::pair<std::string, std::st
     }
     if (node.registered()) node.info = node.SeriesInfo();
     const std::string name = node.name;
-    const AgentNode& restored = agents_.nodes().emplace(name, std::move(node)).first->second;
-    ApplyNodeState(restored);
-    tenants_.SetNodeToken(name, restored.token_hash);
+    const AgentNode& restored = agents_->nodes().emplace(name, std::move(node)).first->second;
+    lifecycle_->ApplyNodeState(restored);
+    tenants_->SetNodeToken(name, restored.token_hash);
   }
   return Status::Ok();
 }
 
-Result<GpuModeChange> State::SetGpuMode(const std::string& name, int gpu, catalog::SharingMode mode,
-                                        bool allow_reset, store::Batch& batch) {
+Result<GpuModeChange> AgentHub::SetGpuMode(const std::string& name, int gpu,
+                                           catalog::SharingMode mode, bool allow_reset,
+                                           store::Batch& batch) {
   NodeGpus::Effects effects;
-  Result<GpuModeChange> change = node_gpus_.SetMode(name, gpu, mode, allow_reset, batch, effects);
-  if (const AgentNode* node = agents_.Find(name)) Follow(*node, effects);
+  Result<GpuModeChange> change = node_gpus_->SetMode(name, gpu, mode, allow_reset, batch, effects);
+  if (const AgentNode* node = agents_->Find(name)) Follow(*node, effects);
   return change;
 }
 
-void State::Follow(const AgentNode& node, const NodeGpus::Effects& effects) {
-  if (effects.hold_changed) ApplyNodeState(node);
-  if (effects.capacity_freed) CapacityFreed();
-}
-
-void State::ApplyNodeState(const AgentNode& node) {
-  auto n = fleet_->Find(node.name);
-  if (!n.ok()) return;
-  const fleet::NodeState s = node.lost || node.all_gpus_unhealthy() ? fleet::NodeState::kDown
-                             : node.drained                         ? fleet::NodeState::kDraining
-                                                                    : fleet::NodeState::kReady;
-  if (fleet_->node(*n).state != s) (void)fleet_->SetNodeState(*n, s);
-  for (size_t g = 0; g < fleet_->node(*n).gpus.size(); ++g) {
-    (void)fleet_->SetGpuHealthy(*n, static_cast<int>(g),
-                                !node.unhealthy.contains(static_cast<int>(g)));
-    (void)fleet_->SetGpuHeld(*n, static_cast<int>(g), node.mode_held(static_cast<int>(g)));
-  }
-  // A joined node's agent runs real processes, and unless it runs each tenant's under a uid of
-  // their own, one tenant's workload could read or signal another's: such a node is shared, and
-  // hosts one tenant at a time. The nodes of the in-core simulated agents (StateOptions::
-  // sim_agents: the what-if simulator) and fleet-file nodes without an agent run nothing, so
-  // they are never shared and the filter never refuses them.
-  sole_tenant_->SetShared(*n, !node.isolated());
-  queue_.KeepTenantsApart(sole_tenant_->shared_nodes() > 0);
+void AgentHub::Follow(const AgentNode& node, const NodeGpus::Effects& effects) {
+  if (effects.hold_changed) lifecycle_->ApplyNodeState(node);
+  if (effects.capacity_freed) lifecycle_->CapacityFreed();
 }
 
 }  // namespace tessera::core
