@@ -15,16 +15,23 @@ void VolumeMounts::Track(const Instance& inst) {
   }
 }
 
-std::vector<std::string> VolumeMounts::Users(const std::string& tenant,
-                                             std::string_view name) const {
-  std::vector<std::string> out;
+std::vector<const Instance*> VolumeMounts::Holders(const std::string& tenant,
+                                                   std::string_view name) const {
+  std::vector<const Instance*> out;
   for (const std::string& id : holders_) {
     const Instance* inst = instances_->Find(id);
     if (!inst || inst->tenant.str() != tenant || !IsActive(inst->state)) continue;
     for (const VolumeMount& m : inst->volumes) {
-      if (m.name == name) out.push_back(id);
+      if (m.name == name) out.push_back(inst);
     }
   }
+  return out;
+}
+
+std::vector<std::string> VolumeMounts::Users(const std::string& tenant,
+                                             std::string_view name) const {
+  std::vector<std::string> out;
+  for (const Instance* inst : Holders(tenant, name)) out.push_back(inst->id.str());
   return out;
 }
 
@@ -49,13 +56,12 @@ Status VolumeMounts::Check(const std::string& tenant, const CreateInstanceReques
             "\"shared\": true)",
             m.name, count));
       }
-      for (const std::string& id : Users(tenant, m.name)) {
-        const Instance* other = instances_->Find(id);
-        if (!group.empty() && other && other->group == group) continue;  // A restart's own.
+      for (const Instance* other : Holders(tenant, m.name)) {
+        if (!group.empty() && other->group == group) continue;  // A restart's own.
         return Status::FailedPrecondition(fmt::format(
             "volume '{}' is attached to {}, and it is not shared (create it with \"shared\": "
             "true to mount it from several instances on its node)",
-            m.name, id));
+            m.name, other->id.str()));
       }
     }
     if (!v->node.empty()) {

@@ -47,6 +47,9 @@ class VolumeMounts {
   void ApplyReport(const std::string& node, const VolumeReport& report, store::Batch& batch);
 
  private:
+  // The active instances of `tenant` that mount volume `name`, once for each mount.
+  std::vector<const Instance*> Holders(const std::string& tenant, std::string_view name) const;
+
   Volumes* volumes_;
   const InstanceTable* instances_;
   std::set<std::string> holders_;  // Active instances that mount volumes.
