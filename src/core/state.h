@@ -94,9 +94,9 @@ class SoleTenantFilter;  // sched/plugins/sole_tenant.h
 
 namespace tessera::core {
 
-class State : private Groups::Lifecycle,
-              private NodeHealth::Lifecycle,
-              private AgentHub::Lifecycle {
+class State final : private Groups::Lifecycle,
+                    private NodeHealth::Lifecycle,
+                    private AgentHub::Lifecycle {
  public:
   // `catalog` and `clock` must outlive the state.
   State(const catalog::Catalog* catalog, const Clock* clock, std::unique_ptr<fleet::Fleet> fleet,
