@@ -139,7 +139,7 @@ Loaded& World() {
       l->state->BeginRound();
       CreateInstanceRequest r = H100(4, Billing::kOnDemand, 1 + g % 100, 1024 + g);
       r.shape.nvlink = true;
-      (void)l->state->CreateInstance(t, r, batch);
+      (void)l->state->instances().Create(t, r, batch);
       l->state->EndRound(batch);
     }
     return l;
@@ -153,12 +153,12 @@ void BM_RoundCreate(benchmark::State& bs) {
   for (auto _ : bs) {
     store::Batch batch;
     w.state->BeginRound();
-    auto i = w.state->CreateInstance(t, H100(1, Billing::kSpot, 1, 64), batch);
+    auto i = w.state->instances().Create(t, H100(1, Billing::kSpot, 1, 64), batch);
     w.state->EndRound(batch);
     bs.PauseTiming();
     store::Batch undo;
     w.state->BeginRound();
-    (void)w.state->DeleteInstance(t, i->id.str(), undo);
+    (void)w.state->instances().Delete(t, i->id.str(), undo);
     bs.ResumeTiming();
   }
 }
@@ -176,8 +176,9 @@ void BM_RoundEight(benchmark::State& bs) {
     store::Batch batch;
     state->BeginRound();
     for (int i = 0; i < 8; ++i) {
-      ids.push_back(
-          state->CreateInstance(t, H100(1 << (i % 4), Billing::kOnDemand, 1, 64), batch)->id.str());
+      ids.push_back(state->instances()
+                        .Create(t, H100(1 << (i % 4), Billing::kOnDemand, 1, 64), batch)
+                        ->id.str());
     }
     state->EndRound(batch);
     bs.PauseTiming();
@@ -186,7 +187,7 @@ void BM_RoundEight(benchmark::State& bs) {
     }
     store::Batch undo;
     state->BeginRound();
-    for (const std::string& id : ids) (void)state->DeleteInstance(t, id, undo);
+    for (const std::string& id : ids) (void)state->instances().Delete(t, id, undo);
     state->EndRound(undo);
     ids.clear();
     bs.ResumeTiming();
@@ -205,19 +206,19 @@ void BM_RoundFreedWorst(benchmark::State& bs) {
     const int64_t before = w.state->counters().preemption_searches;
     store::Batch batch;
     w.state->BeginRound();
-    (void)w.state->DeleteInstance(t, victim, batch);
+    (void)w.state->instances().Delete(t, victim, batch);
     w.state->EndRound(batch);
     searches += w.state->counters().preemption_searches - before;
     ++rounds;
     bs.PauseTiming();
     store::Batch refill;
     w.state->BeginRound();
-    auto i = w.state->CreateInstance(t, H100(1, Billing::kSpot, 8, 1024), refill);
+    auto i = w.state->instances().Create(t, H100(1, Billing::kSpot, 8, 1024), refill);
     w.spot.push_back(i->id.str());
     bs.ResumeTiming();
   }
   bs.counters["searches/round"] = static_cast<double>(searches) / static_cast<double>(rounds);
-  bs.counters["queued"] = static_cast<double>(w.state->queue().size());
+  bs.counters["queued"] = static_cast<double>(w.state->instances().queue().size());
 }
 
 void BM_Restore(benchmark::State& bs) {
@@ -228,8 +229,8 @@ void BM_Restore(benchmark::State& bs) {
   const Tenant t = *source->tenants().Create("load", int64_t{1} << 40, "h", records);
   for (int n = 0; n < kNodes; ++n) {
     for (int s = 0; s < 8; ++s) {
-      (void)source->CreateInstance(*source->tenants().Find(t.id.str()),
-                                   H100(1, Billing::kOnDemand, 8, 1024), records);
+      (void)source->instances().Create(*source->tenants().Find(t.id.str()),
+                                       H100(1, Billing::kOnDemand, 8, 1024), records);
     }
   }
   for (auto _ : bs) {

@@ -242,7 +242,7 @@ const core::State& ServerState() {
         req.shape = {"", "A100-80GB", mode, gpus, mig, milli, milli * 80, 4, 16384, false};
         const core::Tenant& t =
             *st->tenants().Find(tenants[static_cast<size_t>(created % kTenants)]);
-        (void)st->CreateInstance(t, req, batch);
+        (void)st->instances().Create(t, req, batch);
         if (created % 100 == 99) st->EndRound(batch);
       }
     };
@@ -256,7 +256,7 @@ const core::State& ServerState() {
     // Each node's agent reports a sample that matches what the node holds.
     std::map<std::string, std::vector<Holder>> mig;
     std::map<std::string, std::vector<bool>> held;
-    st->instances().ForEach([&](const core::Instance& inst) {
+    st->instances().table().ForEach([&](const core::Instance& inst) {
       auto& h = held.try_emplace(inst.node, kGpus, false).first->second;
       for (const core::GpuRef& g : inst.gpus) {
         h[static_cast<size_t>(g.index)] = true;
@@ -291,7 +291,7 @@ void BM_ServerMetrics(benchmark::State& bs) {
     benchmark::DoNotOptimize(out.data());
   }
   Render(bs, st.Targets(), bytes);
-  bs.counters["instances"] = static_cast<double>(st.instances().size());
+  bs.counters["instances"] = static_cast<double>(st.instances().table().size());
 }
 
 // 1,000 rules: thresholds drawn per rule from a range in which each holds on about 0-3% of

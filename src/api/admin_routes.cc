@@ -222,23 +222,24 @@ void AddNodeRoutes(Api& table) {
             });
   for (const bool drain : {true, false}) {
     const std::string verb = drain ? "drain" : "undrain";
-    table.Add("POST", "/v1/nodes/{id}/" + verb, Access::kAdmin, BodyKind::kOptionalJson, true,
-              [drain](Api& api, std::shared_ptr<Call> call) {
-                Status refusal = call->body_status;
-                if (refusal.ok()) {
-                  JsonFields f(call->body, "body");
-                  f.RejectUnknown({});
-                  refusal = BodyStatus(f);
-                }
-                const std::string node = call->params[0];
-                api.Run<json>(call, refusal,
-                              {[drain, node](core::State& s, store::Batch& b,
-                                             const core::Tenant&) -> Result<json> {
-                                 TESSERA_RETURN_IF_ERROR(s.SetNodeDrained(node, drain, b));
-                                 return json{{"id", node}, {"state", drain ? "draining" : "ready"}};
-                               },
-                               200, Passthrough, [](const json& j) { return j.value("id", ""); }});
-              });
+    table.Add(
+        "POST", "/v1/nodes/{id}/" + verb, Access::kAdmin, BodyKind::kOptionalJson, true,
+        [drain](Api& api, std::shared_ptr<Call> call) {
+          Status refusal = call->body_status;
+          if (refusal.ok()) {
+            JsonFields f(call->body, "body");
+            f.RejectUnknown({});
+            refusal = BodyStatus(f);
+          }
+          const std::string node = call->params[0];
+          api.Run<json>(
+              call, refusal,
+              {[drain, node](core::State& s, store::Batch& b, const core::Tenant&) -> Result<json> {
+                 TESSERA_RETURN_IF_ERROR(s.node_health().SetNodeDrained(node, drain, b));
+                 return json{{"id", node}, {"state", drain ? "draining" : "ready"}};
+               },
+               200, Passthrough, [](const json& j) { return j.value("id", ""); }});
+        });
   }
 }
 

@@ -68,7 +68,7 @@ void AddInstanceRoutes(Api& table) {
               api.Run<core::Instance>(
                   call, req.status(),
                   {[req](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                     return s.CreateInstance(caller, *req, b);
+                     return s.instances().Create(caller, *req, b);
                    },
                    201, Render, AuditTarget});
             });
@@ -181,8 +181,8 @@ void AddInstanceRoutes(Api& table) {
                   {[id, req](core::State& s, store::Batch& b,
                              const core::Tenant& caller) -> Result<core::Instance> {
                      TESSERA_ASSIGN_OR_RETURN(core::Instance now, s.views().Get(caller, *id));
-                     return s.Relabel(caller, *id, req->labels.value_or(now.labels),
-                                      req->annotations.value_or(now.annotations), b);
+                     return s.instances().Relabel(caller, *id, req->labels.value_or(now.labels),
+                                                  req->annotations.value_or(now.annotations), b);
                    },
                    200, Render, AuditTarget});
             });
@@ -192,7 +192,7 @@ void AddInstanceRoutes(Api& table) {
               api.Run<core::Instance>(
                   call, id.status(),
                   {[id](core::State& s, store::Batch& b, const core::Tenant& caller) {
-                     return s.DeleteInstance(caller, *id, b);
+                     return s.instances().Delete(caller, *id, b);
                    },
                    200, Render, AuditTarget});
             });

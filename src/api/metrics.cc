@@ -87,7 +87,7 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
   std::string out;
   // Instances by state, billing and tenant.
   std::map<std::tuple<std::string, std::string, std::string>, int64_t> instances;
-  state.instances().ForEach([&](const core::Instance& inst) {
+  state.instances().table().ForEach([&](const core::Instance& inst) {
     ++instances[{std::string(core::StateName(inst.state)),
                  std::string(core::BillingName(inst.billing)), inst.tenant.str()}];
   });
@@ -130,10 +130,10 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
     }
   }
   Gauge(out, "tessera_queue_pending", "gauge", "Instances waiting in the queue.",
-        static_cast<int64_t>(state.queue().size()));
+        static_cast<int64_t>(state.instances().queue().size()));
   Gauge(out, "tessera_queue_groups", "gauge",
         "Groups of identical queued requests (one placement attempt each per pass).",
-        static_cast<int64_t>(state.queue().groups()));
+        static_cast<int64_t>(state.instances().queue().groups()));
   Gauge(out, "tessera_preemption_searches_total", "counter", "Searches for spot victims run.",
         state.counters().preemption_searches);
   Gauge(out, "tessera_instances_evicted_total", "counter",

@@ -428,7 +428,7 @@ Result<std::string> Create(core::State& s, const StackCaller& caller, StackKind 
   const core::Tenant& t = *caller.tenant;
   switch (kind) {
     case StackKind::kInstance: {
-      TESSERA_ASSIGN_OR_RETURN(core::Instance i, s.CreateInstance(t, c.instance, batch));
+      TESSERA_ASSIGN_OR_RETURN(core::Instance i, s.instances().Create(t, c.instance, batch));
       return i.id.str();
     }
     case StackKind::kGroup: {
@@ -461,7 +461,7 @@ Status Delete(core::State& s, const StackCaller& caller, StackKind kind, const s
   const core::Tenant& t = *caller.tenant;
   switch (kind) {
     case StackKind::kInstance:
-      return s.DeleteInstance(t, id, batch).status();
+      return s.instances().Delete(t, id, batch).status();
     case StackKind::kGroup:
       return s.groups().Delete(t, id, batch).status();
     case StackKind::kReservation:
@@ -485,7 +485,9 @@ Status Update(core::State& s, const StackCaller& caller, StackKind kind, const s
   const core::Tenant& t = *caller.tenant;
   switch (kind) {
     case StackKind::kInstance:
-      return s.Relabel(t, id, c.instance.labels, c.instance.annotations, batch).status();
+      return s.instances()
+          .Relabel(t, id, c.instance.labels, c.instance.annotations, batch)
+          .status();
     case StackKind::kGroup: {
       core::GroupPatch patch;
       patch.autoscale = c.group.autoscale;  // Absent: removed.

@@ -13,10 +13,10 @@ namespace {
 using nlohmann::json;
 
 json TenantJson(const core::State& s, const core::Tenant& t) {
-  json j = core::ToJson(t, s.TenantGpuMilli(t.id));
+  json j = core::ToJson(t, s.instances().TenantGpuMilli(t.id));
   // The cap in force, the server's default unless the tenant's own, and what counts against it.
-  j["quota"]["max_pending"] = s.pending_work().CapOf(t);
-  j["usage"]["pending"] = s.pending_work().Count(t.id.str());
+  j["quota"]["max_pending"] = s.instances().pending().CapOf(t);
+  j["usage"]["pending"] = s.instances().pending().Count(t.id.str());
   j["usage"]["volumes_gib"] = s.volumes().GibOf(t.id.str());
   return j;
 }

@@ -112,7 +112,7 @@ Status MayManageTokensOf(const core::Principal& who, const core::User& u) {
 }
 
 json UserJson(const core::State& s, const core::User& u) {
-  return core::ToJson(u, s.UserGpuMilli(u.id));
+  return core::ToJson(u, s.instances().UserGpuMilli(u.id));
 }
 
 }  // namespace

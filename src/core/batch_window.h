@@ -1,7 +1,7 @@
 // BatchWindow: new creates held for a moment, then placed together (docs/core.md, "A batch
 // window"), so that a large request is not shut out by a small one that came a few milliseconds
 // before it. It holds ids only: what the held creates are, and in which order they go, is the
-// state's (State::PlaceHeld). Its memory is what it holds, at most `size` ids and never longer
+// state's (Instances::PlaceHeld). Its memory is what it holds, at most `size` ids and never longer
 // than `wait` past the first; nothing of it is stored, so a restart queues what was held.
 // Thread-safety: none; the core thread owns it.
 #pragma once

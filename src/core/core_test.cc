@@ -84,7 +84,7 @@ TEST(CoreBatchWindowTest, AHeldCreateIsPlacedWhenTheWindowClosesWithoutAnotherCo
   CreateInstanceRequest req;
   req.instance_type = "gpu.1xh100";
   auto made = (*core)->Run<Instance>([&](State& s, store::Batch& b) {
-    return s.CreateInstance(*s.tenants().Find(tenant->id.str()), req, b);
+    return s.instances().Create(*s.tenants().Find(tenant->id.str()), req, b);
   });
   ASSERT_TRUE(made.ok()) << made.status().message();
   EXPECT_EQ(made->state, InstanceState::kPending);
@@ -119,7 +119,7 @@ TEST(CoreBatchWindowTest, ACreateHeldWhenTheCoreStopsIsPlacedAfterARestart) {
     CreateInstanceRequest req;
     req.instance_type = "gpu.1xh100";
     auto made = (*core)->Run<Instance>([&](State& s, store::Batch& b) {
-      return s.CreateInstance(*s.tenants().Find(tenant_id), req, b);
+      return s.instances().Create(*s.tenants().Find(tenant_id), req, b);
     });
     ASSERT_TRUE(made.ok()) << made.status().message();
     EXPECT_NE(made->reason.find("in the batch window"), std::string::npos) << made->reason;

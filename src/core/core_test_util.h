@@ -199,7 +199,7 @@ class AgentNodeFixture {
   // Creates `r` for `tenant`, as the state holds it now, in one round.
   Result<Instance> CreateInRound(const Tenant& tenant, const CreateInstanceRequest& r) {
     state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(tenant.id.str()), r, batch_);
+    auto out = state_->instances().Create(*state_->tenants().Find(tenant.id.str()), r, batch_);
     state_->EndRound(batch_);
     return out;
   }
@@ -213,7 +213,7 @@ class AgentNodeFixture {
   }
 
   // The instance `id`, which the test knows the state holds.
-  const Instance& Get(const std::string& id) { return *state_->instances().Find(id); }
+  const Instance& Get(const std::string& id) { return *state_->instances().table().Find(id); }
 
   FakeClock clock_;
   StateOptions options_;

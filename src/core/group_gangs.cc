@@ -245,7 +245,7 @@ bool Groups::PlaceGang(Group& g, store::Batch& batch) {
     if (known != rank0->group_env.end()) port = known->second;
   }
   for (const auto& [inst, a] : placed) {
-    lifecycle_->BookMember(*inst, a, batch);
+    lifecycle_->Book(*inst, a, batch);
     int local_rank = 0, local_size = 0;
     for (const std::string& id : g.members) {
       const Instance* m = instances_->Find(id);
@@ -275,7 +275,7 @@ bool Groups::PlaceGang(Group& g, store::Batch& batch) {
       inst->group_env["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
     }
     if (!port.empty()) inst->group_env["MASTER_PORT"] = port;
-    lifecycle_->StartMember(*inst, batch);
+    lifecycle_->Start(*inst, batch);
   }
   g.state = GroupState::kRunning;
   g.reason.clear();
@@ -303,7 +303,7 @@ void Groups::RendezvousReserved(Instance& rank0, std::optional<int> reserved, st
     }
     if (m != &rank0) {
       agents_->Notify(*m, m->node);
-      lifecycle_->SaveMember(*m, batch);
+      lifecycle_->Save(*m, batch);
     }
   }
   spdlog::info("group {}: rank 0 ({}) reserved MASTER_PORT {} on {}", g->id, rank0.id.str(), port,
@@ -369,8 +369,8 @@ bool Groups::Settle(store::Batch& batch) {
       for (const std::string& m : g.members) {
         // The platform ends their runs, not their owner: billed to the second.
         if (Instance* other = instances_->Find(m)) {
-          lifecycle_->StopMember(*other, "its group's attempt ended: " + why, batch,
-                                 billing::Ending::kPlatform);
+          lifecycle_->Stop(*other, "its group's attempt ended: " + why, batch,
+                           billing::Ending::kPlatform);
         }
       }
       g.state = GroupState::kFailed;
@@ -387,7 +387,7 @@ void Groups::RestartWhole(Group& g, const std::string& why, std::string reason,
   for (const std::string& m : g.members) {
     // The platform ends their runs, not their owner: billed to the second.
     if (Instance* other = instances_->Find(m))
-      lifecycle_->StopMember(*other, why, batch, billing::Ending::kPlatform);
+      lifecycle_->Stop(*other, why, batch, billing::Ending::kPlatform);
   }
   ++g.restarts;
   g.state = GroupState::kWaiting;

@@ -41,7 +41,7 @@ Result<GroupStatus> Groups::Create(const Tenant& caller, const GroupRequest& req
 Result<Admitted> Groups::AdmitMembers(const Group& g, int count, bool readmit) {
   const Tenant* owner = tenants_->Find(g.tenant.str());
   if (!owner) return Status::NotFound(fmt::format("tenant '{}' not found", g.tenant.str()));
-  auto admitted = lifecycle_->AdmitMember(*owner, g.spec.member, count, readmit, g.id);
+  auto admitted = lifecycle_->Admit(*owner, g.spec.member, count, readmit, g.id);
   if (admitted.ok()) return admitted;
   // What admission says of the shape is about the template; quota and budget are not.
   const Status& s = admitted.status();
@@ -62,11 +62,11 @@ Status Groups::AddMembers(Group& g, int from, int to, store::Batch& batch, bool 
   for (int rank = from; rank < to; ++rank) {
     CreateInstanceRequest req = g.spec.member;
     req.name = fmt::format("{}-{}", g.spec.name.empty() ? g.id : g.spec.name, rank);
-    TESSERA_ASSIGN_OR_RETURN(Instance * inst, lifecycle_->AddMember(*owner, req, admitted));
+    TESSERA_ASSIGN_OR_RETURN(Instance * inst, lifecycle_->Add(*owner, req, admitted));
     inst->group = g.id;
     inst->rank = rank;
     g.members[static_cast<size_t>(rank)] = inst->id.str();
-    lifecycle_->SaveMember(*inst, batch);
+    lifecycle_->Save(*inst, batch);
   }
   table_.Retry();
   g.failed_in = -1;  // New members: worth a try whatever the capacity.
@@ -114,7 +114,7 @@ Result<GroupStatus> Groups::Delete(const Tenant& caller, std::string_view id, st
     g.updated_at = clock_->Now();
     for (const std::string& m : g.members) {
       if (Instance* inst = instances_->Find(m))
-        lifecycle_->StopMember(*inst, "its group was deleted", batch, billing::Ending::kCustomer);
+        lifecycle_->Stop(*inst, "its group was deleted", batch, billing::Ending::kCustomer);
     }
     table_.Save(g, batch);
   }
@@ -210,7 +210,7 @@ Status Groups::Resize(Group& g, int size, const std::string& why, store::Batch& 
       const std::string m = g.members[static_cast<size_t>(rank)];
       g.members.pop_back();
       if (Instance* inst = instances_->Find(m))
-        lifecycle_->StopMember(*inst, why, batch, billing::Ending::kCustomer);
+        lifecycle_->Stop(*inst, why, batch, billing::Ending::kCustomer);
       ReleaseMembers({m});
     }
   }

@@ -3,10 +3,10 @@
 // distributed-training environment and its rendezvous; deciding a group's fate when a member
 // ends, and restarting it whole (group_gangs.cc); the autoscaler; their records.
 // It owns the groups' memory (GroupTable, with its retention) and the autoscaler's. A member is an
-// instance like any other: it is made, booked, started and stopped by the instance lifecycle,
-// which the state runs and which groups reach only through Lifecycle. Groups read the fleet,
-// the scheduler, the agents and the parts that admit and bill work, and book members and trial
-// placements in the scheduler themselves.
+// instance like any other: it is made, booked, started and stopped by the instance lifecycle
+// (Instances), which groups reach only through Lifecycle. Groups read the fleet, the scheduler,
+// the agents and the parts that admit and bill work, and book members and trial placements in the
+// scheduler themselves.
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
@@ -44,33 +44,34 @@ namespace tessera::core {
 
 class Groups {
  public:
-  // What groups ask of the instance lifecycle (State runs it): members are admitted, made,
-  // booked, started and stopped as single instances are, and spot victims go the same way.
+  // What groups ask of the instance lifecycle (Instances, instance_service.h): members are
+  // admitted, made, booked, started and stopped as single instances are, and spot victims go the
+  // same way.
   class Lifecycle {
    public:
     virtual ~Lifecycle() = default;
     // The admission gate for `count` instances of `req` owned by `owner`: shape, quotas, the cap
     // on pending work (unless `readmit`) and the budget; `group`'s own members do not count as
     // other holders of a volume that is not shared.
-    virtual Result<Admitted> AdmitMember(const Tenant& owner, const CreateInstanceRequest& req,
-                                         int count, bool readmit, std::string_view group) = 0;
+    virtual Result<Admitted> Admit(const Tenant& owner, const CreateInstanceRequest& req, int count,
+                                   bool readmit, std::string_view group) = 0;
     // A new pending instance as admitted (a reserved one claims its unit), not yet saved.
-    virtual Result<Instance*> AddMember(const Tenant& owner, const CreateInstanceRequest& req,
-                                        Admitted admitted) = 0;
+    virtual Result<Instance*> Add(const Tenant& owner, const CreateInstanceRequest& req,
+                                  Admitted admitted) = 0;
     // `inst`, pending, takes `a` (booked where the scheduler holds it already) and its volumes
-    // settle on that node; it stays pending until StartMember.
-    virtual void BookMember(Instance& inst, const fleet::Assignment& a, store::Batch& batch) = 0;
+    // settle on that node; it stays pending until Start.
+    virtual void Book(Instance& inst, const fleet::Assignment& a, store::Batch& batch) = 0;
     // `inst`, booked, is scheduled: its agent hears of it, and its record is saved.
-    virtual void StartMember(Instance& inst, store::Batch& batch) = 0;
+    virtual void Start(Instance& inst, store::Batch& batch) = 0;
     // Stops `inst` as a delete does; `ending` says who ended its run, for its bill.
-    virtual void StopMember(Instance& inst, const std::string& why, store::Batch& batch,
-                            billing::Ending ending) = 0;
+    virtual void Stop(Instance& inst, const std::string& why, store::Batch& batch,
+                      billing::Ending ending) = 0;
     // Spot `victims` make room for `for_whom`: those due notice are given it, the others go now.
     // Answers how many were given notice (for_whom waits for them to stop).
     virtual size_t PreemptFor(const std::vector<Instance*>& victims, Instance& for_whom,
                               store::Batch& batch) = 0;
     // Writes `inst`'s record into `batch`.
-    virtual void SaveMember(const Instance& inst, store::Batch& batch) = 0;
+    virtual void Save(const Instance& inst, store::Batch& batch) = 0;
   };
 
   // What groups read and book; every part must outlive this.

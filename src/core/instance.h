@@ -153,7 +153,7 @@ struct Instance {
   std::vector<GpuRef> ran_gpus;
   std::vector<StateChange> history;  // Oldest first, at most kHistoryKept.
   // Not stored: the image pull its agent last reported for this attempt, while it is scheduled
-  // (State::Transition clears it).
+  // (Instances::Transition clears it).
   std::optional<PullProgress> pull;
 };
 

@@ -64,15 +64,18 @@ class IsolationTest : public ::testing::Test, protected AgentNodeFixture {
   // The owner deletes it and its agent reports the stop.
   void Delete(const Tenant& who, const Instance& inst) {
     state_->BeginRound();
-    ASSERT_TRUE(
-        state_->DeleteInstance(*state_->tenants().Find(who.id.str()), inst.id.str(), batch_).ok());
+    ASSERT_TRUE(state_->instances()
+                    .Delete(*state_->tenants().Find(who.id.str()), inst.id.str(), batch_)
+                    .ok());
     state_->EndRound(batch_);
     ASSERT_EQ(Get(inst).state, InstanceState::kStopping);
     ASSERT_TRUE(Sync(inst.node, {Stopped(inst)}).ok());
     ASSERT_EQ(Get(inst).state, InstanceState::kTerminated);
   }
 
-  const Instance& Get(const Instance& inst) { return *state_->instances().Find(inst.id.str()); }
+  const Instance& Get(const Instance& inst) {
+    return *state_->instances().table().Find(inst.id.str());
+  }
 
   Tenant globex_;
   std::map<std::string, int64_t> seq_;
@@ -100,8 +103,9 @@ TEST_F(IsolationTest, ANodeWithoutIsolationHostsOneTenantAtATime) {
   EXPECT_EQ(Get(g1).state, InstanceState::kPending) << "acme's a2 still runs there";
   // Stopping work holds the node until its agent reports it gone.
   state_->BeginRound();
-  ASSERT_TRUE(
-      state_->DeleteInstance(*state_->tenants().Find(acme_.id.str()), a2.id.str(), batch_).ok());
+  ASSERT_TRUE(state_->instances()
+                  .Delete(*state_->tenants().Find(acme_.id.str()), a2.id.str(), batch_)
+                  .ok());
   state_->EndRound(batch_);
   ASSERT_EQ(Get(a2).state, InstanceState::kStopping);
   EXPECT_EQ(Get(g1).state, InstanceState::kPending) << "a2 may still run until its agent says";
@@ -217,10 +221,10 @@ TEST(IsolationSimulatedTest, NodesOfInCoreSimulatedAgentsAreNeverRestricted) {
   const Tenant b = *state.tenants().Create("globex", 64000, "h-globex", batch);
   for (const Tenant* t : {&a, &b}) {
     state.BeginRound();
-    auto inst = state.CreateInstance(*state.tenants().Find(t->id.str()), TestH100(1), batch);
+    auto inst = state.instances().Create(*state.tenants().Find(t->id.str()), TestH100(1), batch);
     state.EndRound(batch);
     ASSERT_TRUE(inst.ok()) << inst.status().message();
-    EXPECT_EQ(state.instances().Find(inst->id.str())->state, InstanceState::kRunning);
+    EXPECT_EQ(state.instances().table().Find(inst->id.str())->state, InstanceState::kRunning);
   }
 }
 

@@ -217,7 +217,7 @@ void NodeHealth::CheckGpuHealth(AgentNode& node, store::Batch& batch) {
     TakeGpuOutOfService(node, f.gpu, f.reason, batch);
     if (f.node_restart && !node.drained) {
       spdlog::warn("node {} drained: {} on GPU {}", node.name, f.reason, f.gpu);
-      (void)lifecycle_->SetNodeDrained(node.name, true, batch);
+      (void)SetNodeDrained(node.name, true, batch);
     }
   }
 }
@@ -281,6 +281,22 @@ Status NodeHealth::SetGpuHealth(const std::string& name, int gpu, bool healthy,
   spdlog::info("node {}: GPU {} back in service", name, gpu);
   GpuHealthChanged(*node, batch);
   lifecycle_->CapacityFreed();
+  return Status::Ok();
+}
+
+Status NodeHealth::SetNodeDrained(const std::string& node, bool drained, store::Batch& batch) {
+  TESSERA_ASSIGN_OR_RETURN(fleet::NodeIndex n, fleet_->Find(node));
+  if (AgentNode* joined = agents_->Find(node)) {
+    // A lost node stays down until its agent reports; the flag applies then.
+    joined->drained = drained;
+    lifecycle_->ApplyNodeState(*joined);
+    AgentSupervisor::Save(*joined, batch);
+  } else {
+    TESSERA_RETURN_IF_ERROR(
+        fleet_->SetNodeState(n, drained ? fleet::NodeState::kDraining : fleet::NodeState::kReady));
+  }
+  batch.settings.emplace_back("node_state/" + node, drained ? "draining" : "ready");
+  if (!drained) lifecycle_->CapacityFreed();
   return Status::Ok();
 }
 

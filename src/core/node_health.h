@@ -6,7 +6,7 @@
 // its work moved, and gone from the fleet once its agent has heard.
 // It owns the lease clock (when leases were last checked, and since when the server has been up)
 // and the nodes being removed. The work it displaces is the instance lifecycle's, reached through
-// Lifecycle, which State implements; a node's state in the fleet is State's too.
+// Lifecycle, which Instances implements, as is a node's state in the fleet.
 // Thread-safety: none; the core thread owns it.
 #pragma once
 
@@ -32,7 +32,8 @@ namespace tessera::core {
 
 class NodeHealth {
  public:
-  // What losing capacity asks of the instance lifecycle and the fleet's view of nodes (State).
+  // What losing capacity asks of the instance lifecycle and the fleet's view of nodes
+  // (Instances, instance_service.h).
   class Lifecycle {
    public:
     virtual ~Lifecycle() = default;
@@ -47,8 +48,6 @@ class NodeHealth {
     // The fleet state `node`'s flags give it (lost, drained, held GPUs), and whether it hosts
     // one tenant at a time.
     virtual void ApplyNodeState(const AgentNode& node) = 0;
-    // Drains `node` as an operator would (SetNodeDrained): its flag stored, nothing new placed.
-    virtual Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch) = 0;
   };
 
   // What it reads and changes; every part must outlive this.
@@ -103,6 +102,9 @@ class NodeHealth {
     std::string waiting_for;  // While it is removing.
   };
   Result<Removal> RemoveNode(const std::string& name, bool force, store::Batch& batch);
+  // Drains a node (nothing new is placed there; what runs stays) or puts it back in service; its
+  // flag is stored. NotFound for a node not in the fleet.
+  Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch);
   // An operator's word on GPU `gpu` of a joined node (docs/gpu-health.md): healthy puts it back
   // in service (and accepts its double-bit ECC count so far); unhealthy takes it out with
   // `reason`, moving its work as a fault would. NotFound for an unknown node or GPU.

@@ -91,7 +91,7 @@ class PendingCapTest : public ::testing::Test {
   void TearDown() override {
     for (const std::string& t : {acme_, beta_}) {
       int64_t scanned = 0;
-      state_->instances().ForEach([&](const Instance& inst) {
+      state_->instances().table().ForEach([&](const Instance& inst) {
         scanned += inst.tenant.str() == t && inst.state == InstanceState::kPending;
       });
       EXPECT_EQ(Pending(t), scanned) << t;
@@ -120,17 +120,17 @@ class PendingCapTest : public ::testing::Test {
   }
 
   const Tenant& T(const std::string& id) { return *state_->tenants().Find(id); }
-  int64_t Pending(const std::string& id) { return state_->pending_work().Count(id); }
+  int64_t Pending(const std::string& id) { return state_->instances().pending().Count(id); }
 
   Result<Instance> Create(const std::string& tenant, const CreateInstanceRequest& r) {
     state_->BeginRound();
-    auto out = state_->CreateInstance(T(tenant), r, batch_);
+    auto out = state_->instances().Create(T(tenant), r, batch_);
     state_->EndRound(batch_);
     return out;
   }
   Status Delete(const std::string& tenant, const std::string& id) {
     state_->BeginRound();
-    auto out = state_->DeleteInstance(T(tenant), id, batch_);
+    auto out = state_->instances().Delete(T(tenant), id, batch_);
     state_->EndRound(batch_);
     return out.status();
   }
@@ -151,7 +151,7 @@ class PendingCapTest : public ::testing::Test {
     for (const auto& [id, to] : reports) {
       AgentReport r;
       r.instance = id;
-      r.attempt = state_->instances().Find(id)->restarts;
+      r.attempt = state_->instances().table().Find(id)->restarts;
       r.state = to;
       r.exit_code = to == InstanceState::kFailed ? 1 : 0;
       list.push_back(r);
@@ -197,7 +197,7 @@ TEST_F(PendingCapTest, AtTheCapAnInstanceOrAGroupIsRefusedNamingTheCapAndAnother
     waiting.push_back(inst->id.str());
   }
   EXPECT_EQ(Pending(acme_), 4);
-  const size_t instances = state_->instances().size();
+  const size_t instances = state_->instances().table().size();
 
   auto refused = Create(acme_, TestH100(1));
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
@@ -206,7 +206,7 @@ TEST_F(PendingCapTest, AtTheCapAnInstanceOrAGroupIsRefusedNamingTheCapAndAnother
   auto gang = CreateGang(acme_, 2);
   EXPECT_EQ(gang.status().reason(), "too_many_pending");
   EXPECT_EQ(gang.status().message(), Refusal(4, 4, 2));
-  EXPECT_EQ(state_->instances().size(), instances) << "a refusal makes nothing";
+  EXPECT_EQ(state_->instances().table().size(), instances) << "a refusal makes nothing";
   EXPECT_TRUE(state_->groups().all().empty());
 
   // Another tenant has a count of its own.
@@ -241,7 +241,7 @@ TEST_F(PendingCapTest, PlacedOrEndedWorkMakesRoomAgain) {
   // Placed: the big one stops, its two GPUs take two waiting ones.
   ASSERT_TRUE(Delete(acme_, big).ok());
   Report({{big, InstanceState::kTerminated}});
-  EXPECT_EQ(state_->instances().Find(waiting[1])->state, InstanceState::kScheduled);
+  EXPECT_EQ(state_->instances().table().Find(waiting[1])->state, InstanceState::kScheduled);
   EXPECT_EQ(Pending(acme_), 2);
   EXPECT_TRUE(Create(acme_, TestH100(1)).ok());
   EXPECT_TRUE(Create(acme_, TestH100(1)).ok());
@@ -259,7 +259,7 @@ TEST_F(PendingCapTest, TheCountAndATenantsOwnCapComeBackAfterARestart) {
   Restart();
   EXPECT_EQ(Pending(acme_), 4) << "rebuilt from the pending instances and the gang's members";
   EXPECT_EQ(Create(acme_, TestH100(1)).status().message(), Refusal(4, 4, 1));
-  EXPECT_EQ(state_->pending_work().CapOf(T(beta_)), 1) << "a tenant's own cap is stored";
+  EXPECT_EQ(state_->instances().pending().CapOf(T(beta_)), 1) << "a tenant's own cap is stored";
   EXPECT_TRUE(Create(beta_, TestH100(1)).ok());
   EXPECT_EQ(Create(beta_, TestH100(1)).status().reason(), "too_many_pending");
 }

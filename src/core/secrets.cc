@@ -226,7 +226,7 @@ void TenantSecrets::Resolve(std::string_view tenant, const Env& env,
       out[name] = s->value;
     }
     // A secret deleted by force after the instance started: the instance runs already, and
-    // a new attempt fails before it asks for the value (State::Requeue).
+    // a new attempt fails before it asks for the value (Instances::Requeue).
   }
 }
 

@@ -2,12 +2,11 @@
 // with one job each and orchestrates them:
 //   Tenants          who may call, their quotas and tokens (tenants.h);
 //   Admission        what a request becomes, and whether the fleet could ever host it;
-//   Usage            what each tenant holds, in the quota's unit;
-//   PendingWork      how many instances each tenant has waiting, and its cap on them;
-//   InstanceTable    the working set of instances;
+//   Instances        the instance lifecycle: admission against quotas, placement, preemption
+//                    and notice, transitions, what agents report of workloads; and its memory:
+//                    the instances, the queue, the batch window, usage and pending work
+//                    (instance_service.h), implementing the other parts' Lifecycles;
 //   InstanceViews    what a tenant is shown of its instances: one, a page, a log;
-//   PendingQueue     what waits, grouped by shape, in budgeted passes;
-//   Preemptor        spot victims, indexed by node, in budgeted searches;
 //   AgentSupervisor  which nodes agents serve, their long polls and what they report;
 //   AgentHub         nodes joined by agents: created, registered, their reports applied, what
 //                    they are told (agent_hub.h), through AgentHub::Lifecycle;
@@ -18,10 +17,10 @@
 //   Monitoring       alert rules and alerts, GPU history, faults' interruptions (monitoring.h);
 //   Readings         what the nodes' GPUs read: series, and readings by instance and node;
 //   Accounts         meters, reservations, budgets and billing reads (accounts.h);
-//   BatchWindow      new creates held for a moment, then placed together (batch_window.h);
 //   LogTails         instances' output as their agents shipped it (log_tails.h);
 //   Groups           instance groups: their requests, gangs, restarts and autoscaler, and their
-//                    memory (group_service.h), reaching instances through Groups::Lifecycle;
+//                    memory (group_service.h), reaching instances through Groups::Lifecycle and
+//                    hearing of their members through Instances::Listener, which State passes on;
 //   EndpointTable    where running instances' ports are reached, and its snapshots;
 //   TenantSecrets    secrets, and the values workloads carry, sealed and resolved (secrets.h);
 //   KeyRotation      every value sealed at rest re-sealed under the current key (rotation.h);
@@ -61,6 +60,7 @@
 #include "core/group_service.h"
 #include "core/group_table.h"
 #include "core/instance.h"
+#include "core/instance_service.h"
 #include "core/instance_table.h"
 #include "core/instance_views.h"
 #include "core/labels.h"
@@ -94,9 +94,7 @@ class SoleTenantFilter;  // sched/plugins/sole_tenant.h
 
 namespace tessera::core {
 
-class State final : private Groups::Lifecycle,
-                    private NodeHealth::Lifecycle,
-                    private AgentHub::Lifecycle {
+class State final : private Instances::Listener {
  public:
   // `catalog` and `clock` must outlive the state.
   State(const catalog::Catalog* catalog, const Clock* clock, std::unique_ptr<fleet::Fleet> fleet,
@@ -141,8 +139,6 @@ class State final : private Groups::Lifecycle,
                       store::Batch& batch) {
     return tenants_.RestoreUsers(records, batch);
   }
-  // What a user's active instances hold, in milli-GPU (its quota's unit).
-  int64_t UserGpuMilli(const std::string& user) const { return user_usage_.Milli(user); }
   // Rebuilds secrets from their records (TenantSecrets::kPrefix).
   Status RestoreSecrets(const std::vector<std::pair<std::string, std::string>>& records) {
     return secrets_.Restore(records);
@@ -180,30 +176,18 @@ class State final : private Groups::Lifecycle,
                               std::optional<int64_t> max_pending = std::nullopt,
                               std::optional<int64_t> volumes_gib = std::nullopt);
 
-  // REQUIRES: `caller` is a tenant of tenants(), not the admin (who has no quota).
-  // Admits the request (400/409 for a shape the fleet can never host), checks the quota and the
-  // cap on pending work (ResourceExhausted, reason too_many_pending), then places the instance,
-  // preempting spot work if its priority allows, or queues it behind any identical request
-  // already waiting.
-  Result<Instance> CreateInstance(const Tenant& caller, const CreateInstanceRequest& req,
-                                  store::Batch& batch);
+  // The instance lifecycle and the instances' memory (instance_service.h, docs/api.md): create,
+  // delete and relabel, what waits, and what tenants and users hold.
+  Instances& instances() { return instances_; }
+  const Instances& instances() const { return instances_; }
   // What a tenant is shown of its instances: one, a page, a log (instance_views.h).
   const InstanceViews& views() const { return views_; }
-  // Stops the instance and frees its capacity (through its agent when agents serve the nodes).
-  Result<Instance> DeleteInstance(const Tenant& caller, std::string_view id, store::Batch& batch);
-  // Replaces an active instance's labels and annotations (REQUIRES: validated); a group's member
-  // and an ended instance are refused (FailedPrecondition).
-  Result<Instance> Relabel(const Tenant& caller, std::string_view id,
-                           std::map<std::string, std::string> labels,
-                           std::map<std::string, std::string> annotations, store::Batch& batch);
   // What `req` would be admitted as (its shape and price), without creating anything: the
-  // checks CreateInstance makes first (400/409), but not the quota or the pending cap.
+  // checks Instances::Create makes first (400/409), but not the quota or the pending cap.
   Result<Admitted> PriceRequest(const CreateInstanceRequest& req) { return admission_.Admit(req); }
 
-  // Drains a node (nothing new is placed there; what runs stays) or puts it back in service.
-  Status SetNodeDrained(const std::string& node, bool drained, store::Batch& batch) override;
-  // Capacity that goes and comes back: leases, GPU health, and an operator's removal of a node
-  // (node_health.h, docs/gpu-health.md).
+  // Capacity that goes and comes back: leases, GPU health, draining, and an operator's removal of
+  // a node (node_health.h, docs/gpu-health.md).
   NodeHealth& node_health() { return health_; }
 
   // Nodes joined by agents: created, registered, their reports and what they are told
@@ -256,15 +240,7 @@ class State final : private Groups::Lifecycle,
   size_t log_tails() const { return logs_.size(); }  // Instances whose output is in memory.
 
   // Starts a core round: per-round budgets start afresh.
-  void BeginRound() { preemptor_.NewRound(); }
-  // The workload of running instance `id` ended on its own, or that of preempting instance `id`
-  // stopped at its notice's end (the what-if simulator's jobs, on nodes its simulated agents
-  // serve): applied as its agent's exit report within this round.
-  void WorkloadExited(const std::string& id, int exit_code);
-  // The provider reclaims running spot instance `id` (the what-if simulator's interruptions):
-  // preempted as when its node is lost, and re-queued when it restarts; with simulated_notice,
-  // after its notice, as a victim of higher-priority work.
-  void ReclaimSpot(const std::string& id, store::Batch& batch);
+  void BeginRound() { instances_.NewRound(); }
   // Ends a core round, after its commands: agents' reports are applied, queued work is placed
   // (one budgeted pass per change in capacity), and ended instances past the retention period
   // leave memory.
@@ -272,18 +248,18 @@ class State final : private Groups::Lifecycle,
 
   // True when queued work should be tried again in a round of its own: capacity freed, the last
   // round's preemption budget ran out with work waiting, or creates wait in the batch window.
-  bool has_deferred_work() const { return queue_.HasUntried() || !window_.empty(); }
+  bool has_deferred_work() const {
+    return instances_.queue().HasUntried() || !instances_.window().empty();
+  }
   // How soon the creates held in the batch window are due (zero when they are); Duration::max()
   // when none is held.
-  Duration batch_due_in() const { return window_.DueIn(); }
+  Duration batch_due_in() const { return instances_.window().DueIn(); }
 
   const fleet::Fleet& fleet() const { return *fleet_; }
   const catalog::Catalog& catalog() const { return *catalog_; }
   const Clock& clock() const { return *clock_; }
   const StateOptions& options() const { return options_; }
   AgentTiming timing() const { return health_.timing(); }
-  const InstanceTable& instances() const { return instances_; }
-  const PendingQueue& queue() const { return queue_; }
   // Where running instances' ports are reached (instance.h), as of now: a snapshot made afresh
   // when something changed since the last one (once a round at most, as the core publishes it).
   std::shared_ptr<const EndpointIndex> EndpointSnapshot();
@@ -291,104 +267,26 @@ class State final : private Groups::Lifecycle,
   ServiceStats& service_stats() { return service_stats_; }
   const ServiceStats& service_stats() const { return service_stats_; }
   const Counters& counters() const { return counters_; }
-  // What the tenant's active instances hold or wait for, in milli-GPU.
-  int64_t TenantGpuMilli(const TenantId& tenant) const { return usage_.Milli(tenant.str()); }
-  // Each tenant's pending instances and its cap on them.
-  const PendingWork& pending_work() const { return pending_; }
 
  private:
-  // CreateInstance's parts: admission with the quota for `count` such instances, the cap on
-  // pending work (unless `readmit`: a group's restart, which makes again what was admitted) and
-  // the budget; then the instance itself, pending (with its reservation unit for `reserved`).
-  // `group`: the group whose members these are ("" for a single instance); its own members do
-  // not count as other holders of a volume that is not shared.
-  Result<Admitted> AdmitFor(const Tenant& caller, const CreateInstanceRequest& req, int count,
-                            bool readmit = false, std::string_view group = "");
-  // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
-  void SetEndpoints(Instance& inst, const AgentReport& report);
-  Result<Instance*> AddInstance(const Tenant& caller, const CreateInstanceRequest& req,
-                                Admitted admitted);
-  // Stops `inst` (DeleteInstance's path, and a group's): pending work ends at once, running
-  // work through its agent. `ending` says who ended its run, for its bill.
-  void Stop(Instance& inst, const std::string& why, store::Batch& batch,
-            billing::Ending ending = billing::Ending::kCustomer);
-  void CapacityFreed() override {
-    queue_.CapacityFreed();
-    groups_.Retry();
+  // Instances::Listener: what groups hear of their members, passed on to Groups.
+  void MemberEnded(const Instance& inst) override { groups_.MemberEnded(inst); }
+  void RendezvousReserved(Instance& inst, std::optional<int> port, store::Batch& batch) override {
+    groups_.RendezvousReserved(inst, port, batch);
   }
+  void GangsMayFit() override { groups_.Retry(); }
+  bool Keeps(const Instance& inst) const override { return groups_.Lists(inst); }
   // Deletes the groups a stack replaced once each replacement's members all run (stacks.h).
   void RetireReplacedGroups(store::Batch& batch);
-  // Groups::Lifecycle: what groups ask of the instance lifecycle (state_groups.cc).
-  Result<Admitted> AdmitMember(const Tenant& owner, const CreateInstanceRequest& req, int count,
-                               bool readmit, std::string_view group) override;
-  Result<Instance*> AddMember(const Tenant& owner, const CreateInstanceRequest& req,
-                              Admitted admitted) override;
-  void BookMember(Instance& inst, const fleet::Assignment& a, store::Batch& batch) override;
-  void StartMember(Instance& inst, store::Batch& batch) override;
-  void StopMember(Instance& inst, const std::string& why, store::Batch& batch,
-                  billing::Ending ending) override;
-  size_t PreemptFor(const std::vector<Instance*>& victims, Instance& for_whom,
-                    store::Batch& batch) override;
-  void SaveMember(const Instance& inst, store::Batch& batch) override;
-  int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
-
-  // Tries to place `inst` now, preempting if its priority allows.
-  Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);
-  // A new instance's first attempt: queued behind identical waiting requests, else placed now,
-  // else queued.
-  void PlaceOrQueue(Instance& inst, store::Batch& batch);
-  // Places the creates the batch window held once they are due (batch_window.h): priority
-  // first, then the largest GPU demand; what does not fit queues as any create that does not.
-  void PlaceHeld(store::Batch& batch);
-  void Evict(Instance& victim, store::Batch& batch);
-  // A spot instance lost its capacity: preempted, and queued again when it restarts.
-  void EndPreempted(Instance& inst, const std::string& why, store::Batch& batch);
-  // `inst`, which holds no capacity, waits again as its next attempt (restarts + 1).
-  void Requeue(Instance& inst, const std::string& why, store::Batch& batch);
-  // Whether preempting `v` gives it notice: on a joined agent's node; on a simulated agent's under
-  // simulated_notice once its workload runs (a victim still scheduled has nothing to warn).
-  bool NeedsNotice(const Instance& v);
-  // Gives the victims notice (joined nodes): they stop at preempt_at, then free the capacity.
-  void GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom, store::Batch& batch);
-  // Spot instance `v` is told it stops at now + spot_notice (`why`): preempting until its agent
-  // reports the stop.
-  void Warn(Instance& v, const std::string& why, store::Batch& batch);
-  void Book(Instance& inst, const fleet::Assignment& a);
-  void Unbook(Instance& inst);
-  // One budgeted pass over the queue.
-  void PlaceQueued(store::Batch& batch);
-  // True when a report changed something.
-  bool ApplyAgentReports(store::Batch& batch);
-  // Applies one report about `inst`; true when it changed something.
-  bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
-  // AgentHub::Lifecycle: ApplyReport, and `inst` saved when it changed.
-  void ApplyWorkloadReport(Instance& inst, const AgentReport& report, store::Batch& batch) override;
-  // Ends an instance whose workload is gone: frees its capacity and tells its agent.
-  void Release(Instance& inst);
-  // Records `reason` as the instance's latest word and in its history (Record), and with its state
-  // unchanged stores it (Note).
-  void Record(Instance& inst, std::string reason);
-  void Note(Instance& inst, std::string reason, store::Batch& batch) override;
-  // `inst` lost its node: on-demand and reserved work queues again, spot work is preempted.
-  void Displace(Instance& inst, const std::string& why, store::Batch& batch) override;
   // Evaluates the alert rules over Targets() when an evaluation is due.
   void EvaluateAlerts(store::Batch& batch);
-  // The fleet state a joined node's flags give, and whether it hosts one tenant at a time.
-  void ApplyNodeState(const AgentNode& node) override;
-  void Save(const Instance& inst, store::Batch& batch);
-  // Counts `inst` (add) in, or out of, its tenant's and its user's usage.
-  void CountUsage(const Instance& inst, bool add);
-  // Moves `inst` to `to`; leaving `running` closes its billing interval into `batch`, ended as
-  // `ending` says.
-  void Transition(Instance& inst, InstanceState to, std::string reason, store::Batch& batch,
-                  billing::Ending ending = billing::Ending::kCustomer);
 
   const catalog::Catalog* catalog_;
   const Clock* clock_;
   std::unique_ptr<fleet::Fleet> fleet_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   // The scheduler's filter that gives a node that cannot isolate tenants to one tenant at a time
-  // (ApplyNodeState says which nodes, Book and Unbook whose work is where); the scheduler owns it.
+  // (Instances says which nodes, and whose work is where); the scheduler owns it.
   sched::SoleTenantFilter* sole_tenant_ = nullptr;
   StateOptions options_;
 
@@ -398,39 +296,47 @@ class State final : private Groups::Lifecycle,
   EndpointTable endpoints_;  // Where running instances' ports are reached.
   ServiceStats service_stats_;
   Admission admission_;
-  Usage usage_;
-  Usage user_usage_;  // By user id: what each user's active instances hold (users' quotas).
-  PendingWork pending_;
-  InstanceTable instances_;
-  VolumeMounts mounts_{&volumes_, &instances_};
-  PendingQueue queue_;
-  // New creates held for a moment and placed together (StateOptions::batch_window; only
-  // InstanceViews::Shown says so).
-  BatchWindow window_;
-  Preemptor preemptor_;
   AgentSupervisor agents_;
   LogTails logs_;  // Instances' logs as their agents shipped them.
-  DesiredStates desired_{&instances_, &secrets_, &volumes_, &logs_};  // What agents are told.
+  Counters counters_;
+  Instances instances_{Instances::Parts{.catalog = catalog_,
+                                        .clock = clock_,
+                                        .fleet = fleet_.get(),
+                                        .scheduler = scheduler_.get(),
+                                        .sole_tenant = sole_tenant_,
+                                        .agents = &agents_,
+                                        .tenants = &tenants_,
+                                        .secrets = &secrets_,
+                                        .admission = &admission_,
+                                        .accounts = &accounts_,
+                                        .mounts = &mounts_,
+                                        .endpoints = &endpoints_,
+                                        .node_gpus = &node_gpus_,
+                                        .views = &views_,
+                                        .logs = &logs_,
+                                        .counters = &counters_,
+                                        .options = &options_,
+                                        .listener = this}};
+  VolumeMounts mounts_{&volumes_, &instances_.table()};
+  // What agents are told.
+  DesiredStates desired_{&instances_.table(), &secrets_, &volumes_, &logs_};
   NodeGpus node_gpus_{catalog_,
                       clock_,
                       fleet_.get(),
                       &agents_,
-                      &instances_,
+                      &instances_.table(),
                       &admission_,
                       options_.instance_documents};
-  InstanceViews views_{&instances_, &window_, &admission_, &preemptor_, sole_tenant_, &logs_};
-  // Instances waiting for spot victims to stop after their notice, and until when.
-  std::unordered_map<std::string, Time> awaiting_notice_;
-  int64_t next_instance_ = 1;
-  Counters counters_;
+  InstanceViews views_{&instances_.table(),     &instances_.window(), &admission_,
+                       &instances_.preemptor(), sole_tenant_,         &logs_};
   Monitoring monitoring_;
-  Readings readings_{clock_, fleet_.get(), &agents_, &instances_, &monitoring_.history()};
+  Readings readings_{clock_, fleet_.get(), &agents_, &instances_.table(), &monitoring_.history()};
   Accounts accounts_;  // After the fleet, admission, tenants, instances and volumes it reads.
   Stacks stacks_;
   NodeHealth health_{NodeHealth::Parts{.clock = clock_,
                                        .fleet = fleet_.get(),
                                        .agents = &agents_,
-                                       .instances = &instances_,
+                                       .instances = &instances_.table(),
                                        .tenants = &tenants_,
                                        .admission = &admission_,
                                        .accounts = &accounts_,
@@ -439,12 +345,12 @@ class State final : private Groups::Lifecycle,
                                        .monitoring = &monitoring_,
                                        .counters = &counters_,
                                        .options = &options_,
-                                       .lifecycle = this}};
+                                       .lifecycle = &instances_}};
   AgentHub hub_{AgentHub::Parts{.catalog = catalog_,
                                 .clock = clock_,
                                 .fleet = fleet_.get(),
                                 .agents = &agents_,
-                                .instances = &instances_,
+                                .instances = &instances_.table(),
                                 .tenants = &tenants_,
                                 .admission = &admission_,
                                 .node_gpus = &node_gpus_,
@@ -455,27 +361,27 @@ class State final : private Groups::Lifecycle,
                                 .logs = &logs_,
                                 .desired = &desired_,
                                 .counters = &counters_,
-                                .lifecycle = this}};
+                                .lifecycle = &instances_}};
   Groups groups_{Groups::Parts{.catalog = catalog_,
                                .clock = clock_,
                                .fleet = fleet_.get(),
                                .scheduler = scheduler_.get(),
                                .agents = &agents_,
-                               .instances = &instances_,
+                               .instances = &instances_.table(),
                                .tenants = &tenants_,
                                .admission = &admission_,
                                .accounts = &accounts_,
                                .mounts = &mounts_,
-                               .preemptor = &preemptor_,
-                               .queue = &queue_,
-                               .pending = &pending_,
+                               .preemptor = &instances_.preemptor(),
+                               .queue = &instances_.queue(),
+                               .pending = &instances_.pending(),
                                .secrets = &secrets_,
                                .service_stats = &service_stats_,
                                .counters = &counters_,
                                .options = &options_,
-                               .lifecycle = this}};
-  KeyRotation rotation_{&secrets_,    &instances_,  &groups_.table(),
-                        &monitoring_, fleet_.get(), options_.instance_documents};
+                               .lifecycle = &instances_}};
+  KeyRotation rotation_{&secrets_,    &instances_.table(), &groups_.table(),
+                        &monitoring_, fleet_.get(),        options_.instance_documents};
 };
 
 }  // namespace tessera::core

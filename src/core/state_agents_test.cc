@@ -281,8 +281,9 @@ TEST_F(NodeAgentsTest, ASilentNodeThatReportsBeforeItsFenceKeepsItsWorkAndBillin
   // A customer's stop soon after owes no minimum: the platform interrupted the start.
   clock_.Advance(5s);
   state_->BeginRound();
-  ASSERT_TRUE(
-      state_->DeleteInstance(*state_->tenants().Find(acme_.id.str()), od.id.str(), batch_).ok());
+  ASSERT_TRUE(state_->instances()
+                  .Delete(*state_->tenants().Find(acme_.id.str()), od.id.str(), batch_)
+                  .ok());
   state_->EndRound(batch_);
   int64_t billed = 0;
   for (const store::LedgerRecord& l : batch_.ledger) {

@@ -109,7 +109,7 @@ TEST_F(AutoscaleTest, ScaleOutStopsAtTheTenantsQuotaAndSaysSo) {
   EXPECT_EQ(Size(id), 2) << "all of the new members, or none";
   const std::string decision = Get(id).group.decision;
   EXPECT_NE(decision.find("refused: quota exceeded by 3 GPUs"), std::string::npos) << decision;
-  EXPECT_EQ(state_->TenantGpuMilli(acme_.id), 2000);
+  EXPECT_EQ(state_->instances().TenantGpuMilli(acme_.id), 2000);
   auto scaled = state_->groups().Scale(Acme(), id, 5, batch_);
   EXPECT_EQ(scaled.status().code(), StatusCode::kResourceExhausted) << "the API's scale too";
 }
@@ -121,7 +121,7 @@ TEST_F(AutoscaleTest, ScaleOutStopsAtThePendingCapAndSaysSoOnce) {
   ASSERT_EQ(Get(id).placed, 2);
   ASSERT_TRUE(state_->UpdateTenant(acme_.id.str(), std::nullopt, std::nullopt, batch_, 3).ok());
   for (const char* node : {"n1", "n2"})
-    ASSERT_TRUE(state_->SetNodeDrained(node, true, batch_).ok());
+    ASSERT_TRUE(state_->node_health().SetNodeDrained(node, true, batch_).ok());
   Backlog(id, 200);  // 6 wanted; new members wait on the drained nodes.
   auto audited = [&] {
     return std::count_if(batch_.audit.begin(), batch_.audit.end(),
@@ -134,7 +134,7 @@ TEST_F(AutoscaleTest, ScaleOutStopsAtThePendingCapAndSaysSoOnce) {
   EXPECT_NE(decision.find("; held at 5 by its owner's cap on pending instances (0 pending, cap 3)"),
             std::string::npos)
       << decision;
-  EXPECT_EQ(state_->pending_work().Count(acme_.id.str()), 3);
+  EXPECT_EQ(state_->instances().pending().Count(acme_.id.str()), 3);
   Wait(15s);
   decision = Get(id).group.decision;
   EXPECT_EQ(Size(id), 5);

@@ -136,7 +136,7 @@ class BillingTest : public ::testing::Test, protected AgentNodeFixture {
 
   void Delete(const Instance& inst) {
     state_->BeginRound();
-    ASSERT_TRUE(state_->DeleteInstance(Admin(), inst.id.str(), batch_).ok());
+    ASSERT_TRUE(state_->instances().Delete(Admin(), inst.id.str(), batch_).ok());
     state_->EndRound(batch_);
   }
 
@@ -583,7 +583,7 @@ TEST_F(BillingTest, ABudgetCountsOnlyItsOwnTenantsSpend) {
                   .ok());
   const Tenant beta = *state_->tenants().Create("beta", 64000, "h-beta", batch_);
   state_->BeginRound();
-  auto theirs = state_->CreateInstance(beta, Type("gpu.1xh100", Billing::kOnDemand), batch_);
+  auto theirs = state_->instances().Create(beta, Type("gpu.1xh100", Billing::kOnDemand), batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(theirs.ok()) << theirs.status().message();
   Started(*theirs);

@@ -10,7 +10,7 @@ namespace tessera::core {
 
 Result<ExecSession> State::OpenExec(const Tenant& caller, std::string_view instance_id,
                                     ExecSession request, Duration connect_within) {
-  Result<Instance*> found = instances_.FindFor(caller, instance_id);
+  Result<Instance*> found = instances_.table().FindFor(caller, instance_id);
   if (!found.ok()) return found.status();
   const Instance* inst = *found;
   if (inst->state != InstanceState::kRunning && inst->state != InstanceState::kPreempting) {

@@ -13,13 +13,13 @@ namespace {
 // 1,000 groups, run through their lives, leave no instance, log tail or group behind.
 TEST_F(GroupsTest, EndedInstancesTheirLogsAndEndedGroupsLeaveMemoryAfterTheRetention) {
   RunThroughTheirLives(/*keep=*/true);
-  EXPECT_EQ(state_->instances().size(), 12'000u);
+  EXPECT_EQ(state_->instances().table().size(), 12'000u);
   EXPECT_EQ(state_->log_tails(), 12'000u);
   ASSERT_EQ(state_->groups().all().size(), 1'000u);
   EXPECT_EQ(state_->groups().all().begin()->second.state, GroupState::kSucceeded);
   clock_.Advance(61min);
   for (const auto& [node, shape] : nodes_) Sync(node);
-  EXPECT_EQ(state_->instances().size(), 0u);
+  EXPECT_EQ(state_->instances().table().size(), 0u);
   EXPECT_EQ(state_->log_tails(), 0u) << "log tails leave with their instances";
   EXPECT_EQ(state_->groups().all().size(), 0u) << "ended groups leave like ended instances";
   // A restart does not bring them back.
@@ -64,7 +64,9 @@ TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
          {r0, Report(ms[1], InstanceState::kRunning), Report(ms[2], InstanceState::kRunning)});
     return ms;
   };
-  auto kept = [&](const Instance& m) { return state_->instances().Find(m.id.str()) != nullptr; };
+  auto kept = [&](const Instance& m) {
+    return state_->instances().table().Find(m.id.str()) != nullptr;
+  };
   const std::vector<Instance> first = start(g);
   Sync("n1", {Report(first[2], InstanceState::kTerminated, 0)});  // Rank 2 is done early.
   clock_.Advance(61min);
@@ -89,7 +91,7 @@ TEST_F(GroupsTest, AMemberKeptForItsGroupLeavesMemoryOnceTheGroupDropsIt) {
   Sync("n1");
   EXPECT_FALSE(kept(second[2]));
   EXPECT_TRUE(kept(second[0]) && kept(second[1]));
-  EXPECT_EQ(state_->instances().size(), 2u);
+  EXPECT_EQ(state_->instances().table().size(), 2u);
 }
 
 // A group that restarts finds its volumes as they were: the new attempt's members go to the
@@ -171,7 +173,7 @@ TEST_F(GroupsTest, TwoGangsThatEachNeedMostOfTheFleetNeverDeadlockAndSmallWorkRu
   EXPECT_EQ(FreeGpus("n1") + FreeGpus("n2"), 4);
   // Small work still runs beside them.
   state_->BeginRound();
-  auto small = state_->CreateInstance(Acme(), H100s(1), batch_);
+  auto small = state_->instances().Create(Acme(), H100s(1), batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->state, InstanceState::kScheduled);
@@ -432,7 +434,7 @@ TEST_F(GroupsTest, AnElasticGangResizesInPlaceWithinItsRange) {
       << outside.status().message();
   // A member is not deleted on its own.
   state_->BeginRound();
-  auto refused = state_->DeleteInstance(Acme(), Member(g, 0).id.str(), batch_);
+  auto refused = state_->instances().Delete(Acme(), Member(g, 0).id.str(), batch_);
   state_->EndRound(batch_);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
 }
@@ -505,7 +507,7 @@ TEST_F(GroupsTest, AnOnDemandGangPreemptsTheFewestSpotInstancesAndOnlyIfItThenFi
   std::vector<Instance> spot;
   for (int i = 0; i < 8; ++i) {
     state_->BeginRound();
-    auto inst = state_->CreateInstance(Acme(), H100s(1, Billing::kSpot), batch_);
+    auto inst = state_->instances().Create(Acme(), H100s(1, Billing::kSpot), batch_);
     state_->EndRound(batch_);
     ASSERT_TRUE(inst.ok());
     Sync("n1", {Report(*inst, InstanceState::kRunning)});
@@ -552,7 +554,7 @@ TEST_F(GroupsTest, APreemptedSpotGangRestartsWhole) {
   }
   // On-demand work takes one member's GPUs after the notice.
   state_->BeginRound();
-  auto od = state_->CreateInstance(Acme(), H100s(2), batch_);
+  auto od = state_->instances().Create(Acme(), H100s(2), batch_);
   state_->EndRound(batch_);
   ASSERT_TRUE(od.ok());
   Instance victim;
@@ -609,7 +611,7 @@ TEST_F(GroupsTest, AReservedGangClaimsAUnitAMemberAndRestartsOnTheSameUnits) {
   EXPECT_EQ(refused.status().reason(), "no_reservation");
   EXPECT_NE(refused.status().message().find("needs 4 free units"), std::string::npos)
       << refused.status().message();
-  EXPECT_EQ(state_->instances().size(), 0u);
+  EXPECT_EQ(state_->instances().table().size(), 0u);
   EXPECT_TRUE(state_->groups().List(Acme()).empty());
   req.size = req.min_available = 3;
   const GroupStatus g = Create(req);

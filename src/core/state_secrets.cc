@@ -33,7 +33,7 @@ Result<Secret> State::GetSecret(const Tenant& caller, std::string_view name) con
 std::vector<std::string> State::SecretUsers(const std::string& tenant,
                                             const std::string& name) const {
   std::vector<std::string> out;
-  instances_.ForEach([&](const Instance& inst) {
+  instances_.table().ForEach([&](const Instance& inst) {
     if (IsActive(inst.state) && inst.tenant.str() == tenant && Refers(inst.env, inst.image, name)) {
       out.push_back(inst.id.str());
     }
@@ -63,10 +63,11 @@ Status State::DeleteSecret(const Tenant& caller, const std::string& name, bool f
   TESSERA_RETURN_IF_ERROR(secrets_.Delete(caller.id.str(), name, batch));
   // Nothing waits for a secret that is gone: work not yet started stops, saying why.
   for (const std::string& id : users) {
-    Instance* inst = instances_.Find(id);
+    Instance* inst = instances_.table().Find(id);
     if (inst &&
         (inst->state == InstanceState::kPending || inst->state == InstanceState::kScheduled)) {
-      Stop(*inst, fmt::format("its secret '{}' was deleted", name), batch);
+      instances_.Stop(*inst, fmt::format("its secret '{}' was deleted", name), batch,
+                      billing::Ending::kCustomer);
     }
   }
   return Status::Ok();

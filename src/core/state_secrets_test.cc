@@ -106,7 +106,7 @@ TEST_F(StateSecretsTest, ValuesOpenAtARestartAndAKeyringWithoutTheirKeyStopsIt) 
 TEST_F(StateSecretsTest, WorkThatEndedKeepsNoValues) {
   const Instance inst = Create({{"MODE", {.value = "fast"}}});
   state_->BeginRound();
-  ASSERT_TRUE(state_->DeleteInstance(Acme(), inst.id.str(), batch_).ok());
+  ASSERT_TRUE(state_->instances().Delete(Acme(), inst.id.str(), batch_).ok());
   state_->EndRound(batch_);
   AgentSync s;
   s.agent_id = agent_;
@@ -252,7 +252,7 @@ TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppe
   std::unique_ptr<State> keyless;
   const Status without = RestoreWith(nullptr, &keyless);
   ASSERT_TRUE(without.ok()) << without.ToString();
-  EXPECT_EQ(keyless->instances().Find(live_id)->image.auth->password, "pw-live");
+  EXPECT_EQ(keyless->instances().table().Find(live_id)->image.auth->password, "pw-live");
   batch_ = {};
 
   // With one: everything live is sealed, nothing ended keeps its password.
@@ -272,7 +272,7 @@ TEST_F(StateSecretsTest, ValuesStoredInTheClearBeforeEncryptionAreSealedOrDroppe
        {"pw-live", "pw-member", "pw-group", "pw-ended", "hooks.example.com/t0ken"}) {
     EXPECT_EQ(all.find(plain), std::string::npos) << plain << " is still stored in the clear";
   }
-  EXPECT_EQ(fresh->instances().Find(live_id)->image.auth->password, "pw-live");
+  EXPECT_EQ(fresh->instances().table().Find(live_id)->image.auth->password, "pw-live");
   EXPECT_EQ(fresh->rotation().SealedKeys(), (std::map<std::string, int64_t>{{"k1", 5}}))
       << "the instance, the two members, the live group's template and the rule";
 }

@@ -69,13 +69,13 @@ class StateTest : public ::testing::Test {
   // A round as the core runs it: the commands, then the end of the round.
   Result<Instance> Create(const Tenant& t, const CreateInstanceRequest& r) {
     state_->BeginRound();
-    auto out = state_->CreateInstance(*state_->tenants().Find(t.id.str()), r, batch_);
+    auto out = state_->instances().Create(*state_->tenants().Find(t.id.str()), r, batch_);
     state_->EndRound(batch_);
     return out;
   }
   Result<Instance> Delete(const Tenant& t, const std::string& id) {
     state_->BeginRound();
-    auto out = state_->DeleteInstance(*state_->tenants().Find(t.id.str()), id, batch_);
+    auto out = state_->instances().Delete(*state_->tenants().Find(t.id.str()), id, batch_);
     state_->EndRound(batch_);
     return out;
   }
@@ -121,8 +121,8 @@ TEST_F(StateTest, ShapesTheFleetCanNeverHostAreRefusedSayingWhy) {
     EXPECT_EQ(r.status().message(), c.message);
   }
   EXPECT_TRUE(Create(acme_, nvlink).ok()) << "the two H100s share an island";
-  EXPECT_EQ(state_->TenantGpuMilli(acme_.id), 2000) << "refused requests hold no quota";
-  EXPECT_EQ(state_->queue().size(), 0u);
+  EXPECT_EQ(state_->instances().TenantGpuMilli(acme_.id), 2000) << "refused requests hold no quota";
+  EXPECT_EQ(state_->instances().queue().size(), 0u);
 }
 
 TEST_F(StateTest, PendingWorkSaysWhyItWaits) {
@@ -156,7 +156,7 @@ TEST_F(StateTest, SevenMigSlicesOfOneGpuCostExactlyOneGpuOfQuota) {
     ASSERT_TRUE(r.ok()) << i << ": " << r.status().message();
     EXPECT_EQ(r->state, InstanceState::kScheduled);
   }
-  EXPECT_EQ(state_->TenantGpuMilli(one.id), 1000);
+  EXPECT_EQ(state_->instances().TenantGpuMilli(one.id), 1000);
   EXPECT_EQ(state_->fleet().used_gpu_milli(), 1000) << "the fleet counts them alike";
   auto eighth = Create(one, Type("mig.a100-40gb.1g.5gb"));
   ASSERT_FALSE(eighth.ok());
@@ -243,7 +243,7 @@ TEST_F(StateTest, WithSimulatedNoticeASpotVictimRunsOnUntilItsWorkloadStops) {
   EXPECT_EQ(Get(od->id.str()).state, InstanceState::kPending) << "it waits out the notice";
   clock_.Advance(120s);
   state_->BeginRound();
-  state_->WorkloadExited(spot->id.str(), 143);
+  state_->instances().WorkloadExited(spot->id.str(), 143);
   state_->EndRound(batch_);
   EXPECT_EQ(Get(spot->id.str()).state, InstanceState::kPending) << "preempted and re-queued";
   EXPECT_EQ(Get(od->id.str()).state, InstanceState::kRunning);
@@ -252,7 +252,7 @@ TEST_F(StateTest, WithSimulatedNoticeASpotVictimRunsOnUntilItsWorkloadStops) {
   ASSERT_TRUE(Delete(beta_, od->id.str()).ok());
   ASSERT_EQ(Get(spot->id.str()).state, InstanceState::kRunning);
   state_->BeginRound();
-  state_->ReclaimSpot(spot->id.str(), batch_);
+  state_->instances().ReclaimSpot(spot->id.str(), batch_);
   state_->EndRound(batch_);
   const Instance reclaimed = Get(spot->id.str());
   EXPECT_EQ(reclaimed.state, InstanceState::kPreempting);
@@ -261,7 +261,7 @@ TEST_F(StateTest, WithSimulatedNoticeASpotVictimRunsOnUntilItsWorkloadStops) {
   EXPECT_EQ(*reclaimed.preempt_at, clock_.Now() + 120s);
   clock_.Advance(120s);
   state_->BeginRound();
-  state_->WorkloadExited(spot->id.str(), 143);
+  state_->instances().WorkloadExited(spot->id.str(), 143);
   state_->EndRound(batch_);
   const Instance restarted = Get(spot->id.str());
   EXPECT_EQ(restarted.restarts, 2);
@@ -284,10 +284,11 @@ TEST_F(StateTest, ADeletedSpotInstanceIsNeverAVictimNorRestarted) {
   // agents serving the nodes the delete waits for the agent's stop, so the create must not take
   // the GPUs by preempting an instance that is being deleted.
   state_->BeginRound();
-  ASSERT_TRUE(
-      state_->DeleteInstance(*state_->tenants().Find(acme_.id.str()), spot->id.str(), batch_).ok());
-  auto od = state_->CreateInstance(*state_->tenants().Find(beta_.id.str()),
-                                   H100(2, Billing::kOnDemand), batch_);
+  ASSERT_TRUE(state_->instances()
+                  .Delete(*state_->tenants().Find(acme_.id.str()), spot->id.str(), batch_)
+                  .ok());
+  auto od = state_->instances().Create(*state_->tenants().Find(beta_.id.str()),
+                                       H100(2, Billing::kOnDemand), batch_);
   ASSERT_TRUE(od.ok());
   EXPECT_EQ(od->state, InstanceState::kPending) << "no victim: the only spot work is stopping";
   state_->EndRound(batch_);
@@ -310,8 +311,8 @@ TEST_F(StateTest, IdenticalRequestsQueueInOrderAndAPassIsBudgeted) {
   }
   const auto twin = Create(acme_, H100(1, Billing::kOnDemand, 1));
   EXPECT_EQ(twin->state, InstanceState::kPending);
-  EXPECT_EQ(state_->queue().size(), 6u);
-  EXPECT_EQ(state_->queue().groups(), 5u) << "identical requests share a group";
+  EXPECT_EQ(state_->instances().queue().size(), 6u);
+  EXPECT_EQ(state_->instances().queue().groups(), 5u) << "identical requests share a group";
   const int64_t attempts = state_->counters().scheduling_attempts;
   // Nothing freed: an empty round makes no attempt.
   state_->BeginRound();
@@ -334,14 +335,14 @@ TEST_F(StateTest, PreemptionSearchesAreBoundedPerRound) {
   const int64_t searches = state_->counters().preemption_searches;
   state_->BeginRound();
   for (int i = 1; i <= 50; ++i) {
-    auto r = state_->CreateInstance(*state_->tenants().Find(big.id.str()),
-                                    H100(1, Billing::kOnDemand, i), batch_);
+    auto r = state_->instances().Create(*state_->tenants().Find(big.id.str()),
+                                        H100(1, Billing::kOnDemand, i), batch_);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->state, InstanceState::kPending);
   }
   state_->EndRound(batch_);
   EXPECT_LE(state_->counters().preemption_searches - searches, 2);
-  EXPECT_EQ(state_->queue().groups(), 51u);
+  EXPECT_EQ(state_->instances().queue().groups(), 51u);
 }
 
 TEST_F(StateTest, EndedInstancesLeaveMemoryAfterTheRetentionPeriod) {
@@ -352,11 +353,11 @@ TEST_F(StateTest, EndedInstancesLeaveMemoryAfterTheRetentionPeriod) {
   clock_.Advance(9min);
   state_->BeginRound();
   state_->EndRound(batch_);
-  EXPECT_EQ(state_->instances().size(), 1u);
+  EXPECT_EQ(state_->instances().table().size(), 1u);
   clock_.Advance(2min);
   state_->BeginRound();
   state_->EndRound(batch_);
-  EXPECT_EQ(state_->instances().size(), 0u);
+  EXPECT_EQ(state_->instances().table().size(), 0u);
   EXPECT_EQ(state_->counters().evicted, 1);
   Tenant admin;
   admin.admin = true;

@@ -330,7 +330,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     track[j].spot = req.billing == core::Billing::kSpot;
     Status refused;
     if (member.count == 1) {
-      auto made = state.CreateInstance(*caller, req, batch);
+      auto made = state.instances().Create(*caller, req, batch);
       if (made.ok()) {
         job_of[made->id.str()] = j;
         return;
@@ -364,7 +364,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
     for (const store::InstanceRecord& rec : batch.instances) {
       auto it = job_of.find(rec.id);
       if (it == job_of.end()) {
-        const core::Instance* inst = state.instances().Find(rec.id);
+        const core::Instance* inst = state.instances().table().Find(rec.id);
         if (!inst || inst->group.empty()) continue;
         auto g = job_of.find(inst->group);
         if (g == job_of.end()) continue;
@@ -395,7 +395,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       }
       if (rec.state == "preempting") {
         // Given notice: it runs on until the notice is over, then its agent stops it.
-        const core::Instance* inst = state.instances().Find(rec.id);
+        const core::Instance* inst = state.instances().table().Find(rec.id);
         completions.push({now + options.spot_notice_s, j, t.attempt, Completion::kNoticeOver,
                           rec.id, inst ? inst->restarts : 0});
         continue;
@@ -458,9 +458,9 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       const Track& tr = track[c.job];
       if (c.kind == Completion::kNoticeOver) {
         // Its agent stops it (SIGTERM's exit code), unless it already ended in the notice.
-        const core::Instance* inst = state.instances().Find(c.instance);
+        const core::Instance* inst = state.instances().table().Find(c.instance);
         if (inst && inst->state == InstanceState::kPreempting && inst->restarts == c.restarts) {
-          state.WorkloadExited(c.instance, 143);
+          state.instances().WorkloadExited(c.instance, 143);
         }
         continue;
       }
@@ -469,13 +469,13 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
         // Members already given notice by higher-priority work are left to it.
         bool reclaimed = false;
         for (const std::string& id : tr.members) {
-          const core::Instance* inst = state.instances().Find(id);
+          const core::Instance* inst = state.instances().table().Find(id);
           reclaimed = reclaimed || (inst && inst->state == InstanceState::kRunning);
-          state.ReclaimSpot(id, batch);
+          state.instances().ReclaimSpot(id, batch);
         }
         if (reclaimed) ++out.reclaims;
       } else {
-        for (const std::string& id : tr.members) state.WorkloadExited(id, 0);
+        for (const std::string& id : tr.members) state.instances().WorkloadExited(id, 0);
       }
     }
     state.EndRound(batch);

@@ -1,16 +1,26 @@
-// State's operations on what agents report about instances (docs/agent.md): their states and
-// exits, their endpoints, and the MIG devices they were given.
+// What agents report of instances' workloads (docs/agent.md): starts, exits, stops after notice,
+// and the endpoints where a running instance's ports are reached.
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
-#include "common/text.h"
-#include "core/state.h"
+#include "core/instance_service.h"
 
 namespace tessera::core {
 
-bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
+bool Instances::ApplyAgentReports(store::Batch& batch) {
+  bool changed = false;
+  for (const AgentReport& report : agents_->Collect()) {
+    Instance* inst = table_.Find(report.instance);
+    if (inst && ApplyReport(*inst, report, batch)) {
+      Save(*inst, batch);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+bool Instances::ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
   if (report.attempt != inst.restarts) return false;  // An earlier attempt's copy.
   const Time now = clock_->Now();
   // Rank 0's agent names the port it reserved as it reports rank 0 running, or with its exit when
@@ -20,7 +30,7 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
   const bool succeeded = report.state != InstanceState::kRunning && report.exit_code == 0 &&
                          !report.lost && report.reason != "lease expired";
   if (report.port || (succeeded && inst.rank == 0))
-    groups_.RendezvousReserved(inst, report.port, batch);
+    listener_->RendezvousReserved(inst, report.port, batch);
   if (report.state == InstanceState::kRunning) {
     if (inst.state != InstanceState::kScheduled) return false;
     // A start before the instance was scheduled or after now is the agent's clock, or a lie:
@@ -28,12 +38,12 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
     Time started = report.started_at.value_or(now);
     if (started < inst.updated_at || started > now) {
       started = std::clamp(started, inst.updated_at, now);
-      ++counters_.agent_times_clamped;
+      ++counters_->agent_times_clamped;
     }
     inst.started_at = started;
     SetEndpoints(inst, report);
     Transition(inst, InstanceState::kRunning, "", batch);
-    counters_.start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
+    counters_->start_latency.Observe(Seconds(*inst.started_at - inst.enqueued_at));
     return true;
   }
   switch (inst.state) {
@@ -84,24 +94,21 @@ bool State::ApplyReport(Instance& inst, const AgentReport& report, store::Batch&
   }
 }
 
-void State::ApplyWorkloadReport(Instance& inst, const AgentReport& report, store::Batch& batch) {
+void Instances::ApplyWorkloadReport(Instance& inst, const AgentReport& report,
+                                    store::Batch& batch) {
   if (ApplyReport(inst, report, batch)) Save(inst, batch);
 }
 
-void State::SetEndpoints(Instance& inst, const AgentReport& report) {
+void Instances::SetEndpoints(Instance& inst, const AgentReport& report) {
   inst.endpoints.clear();
-  const AgentNode* node = agents_.Find(inst.node);
+  const AgentNode* node = agents_->Find(inst.node);
   for (const auto& [port, host_port] : report.endpoints) {
     // Only the ports it asked for: an agent names no others.
     if (std::find(inst.ports.begin(), inst.ports.end(), port) == inst.ports.end()) continue;
     inst.endpoints.push_back(
         {port, node && !node->address.empty() ? node->address : inst.node, host_port});
   }
-  endpoints_.Index(inst);
-}
-
-std::shared_ptr<const EndpointIndex> State::EndpointSnapshot() {
-  return endpoints_.Snapshot(groups_.all());
+  endpoints_->Index(inst);
 }
 
 }  // namespace tessera::core

@@ -1,0 +1,218 @@
+// Where instances go (instance_service.h): placed as they come, from the batch window and from the
+// queue's budgeted passes; spot victims evicted or given notice; capacity booked and released.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "core/instance_service.h"
+#include "core/invariant.h"
+#include "sched/plugins/sole_tenant.h"
+
+namespace tessera::core {
+
+void Instances::PlaceOrQueue(Instance& inst, store::Batch& batch) {
+  // Identical requests already waiting go first: this one queues behind them.
+  if (queue_.HasGroup(inst)) {
+    queue_.Push(inst);
+  } else if (const Attempt a = Place(inst, batch, /*first_attempt=*/true); a != Attempt::kPlaced) {
+    queue_.Push(inst, /*tried=*/a == Attempt::kNoRoom);
+  }
+}
+
+void Instances::PlaceHeld(store::Batch& batch) {
+  struct Due {
+    std::string id;
+    int priority = 0;
+    int64_t demand_milli = 0;
+  };
+  std::vector<Due> due;
+  for (std::string& id : window_.TakeDue()) {
+    const Instance* inst = table_.Find(id);
+    // Deleted while it waited (or its tenant disabled): nothing to place.
+    if (!inst || inst->state != InstanceState::kPending) continue;
+    const sched::Request r = admission_->RequestFor(inst->shape, inst->billing);
+    due.push_back({std::move(id), r.priority, GpuMilliOf(*inst)});
+  }
+  std::stable_sort(due.begin(), due.end(), [](const Due& a, const Due& b) {
+    return a.priority != b.priority ? a.priority > b.priority : a.demand_milli > b.demand_milli;
+  });
+  for (const Due& d : due) {
+    Instance* inst = table_.Find(d.id);
+    if (!inst) continue;
+    PlaceOrQueue(*inst, batch);  // As a create without the window is.
+    Save(*inst, batch);
+  }
+}
+
+void Instances::PlaceQueued(store::Batch& batch) {
+  queue_.Pass(options_->queue_failures_per_pass, [&](const std::string& id) {
+    Instance* inst = table_.Find(id);
+    if (!inst || inst->state != InstanceState::kPending) return Attempt::kPlaced;  // Stale.
+    const Attempt a = Place(*inst, batch, /*first_attempt=*/false);
+    if (a == Attempt::kPlaced) Save(*inst, batch);
+    return a;
+  });
+}
+
+Attempt Instances::Place(Instance& inst, store::Batch& batch, bool first_attempt) {
+  if (inst.billing == Billing::kOnDemand) {
+    if (std::string why = accounts_->HeldForReservations(inst); !why.empty()) {
+      inst.reason = std::move(why);
+      return Attempt::kNoRoom;
+    }
+  }
+  sched::Request req = admission_->RequestFor(inst.shape, inst.billing);
+  // The policy learns each request once, weighed by its tenant, so a queue's retries and one
+  // tenant's flood do not steer where everyone else's work goes.
+  req.observe = first_attempt;
+  req.source = SourceOf(inst);
+  // An instance whose volumes have a node goes there or nowhere.
+  std::optional<fleet::NodeIndex> pinned;
+  if (const std::string node = mounts_->NodeOf(inst); !node.empty()) {
+    auto n = fleet_->Find(node);
+    if (!n.ok()) {
+      inst.reason = fmt::format(
+          "waiting for node '{}', which holds its volumes and is not in the fleet", node);
+      return Attempt::kNoRoom;
+    }
+    pinned = *n;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<fleet::Assignment> a =
+      pinned ? scheduler_->ScheduleOn(req, *pinned) : scheduler_->Schedule(req);
+  counters_->scheduling_latency.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  ++counters_->scheduling_attempts;
+  bool deferred = false;
+  // Victims already have notice for this one: wait for them rather than take more.
+  auto awaiting = awaiting_notice_.find(inst.id.str());
+  if (!a && awaiting != awaiting_notice_.end() && clock_->Now() < awaiting->second) {
+    return Attempt::kNoRoom;
+  }
+  if (!a && inst.billing != Billing::kSpot) {
+    // With the round's searches spent, a request that preemption might help is tried again in
+    // a later round rather than written off until capacity frees.
+    deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
+    if (auto plan = preemptor_.Find(req, pinned)) {
+      std::vector<Instance*> warned;
+      for (Instance* v : plan->victims) {
+        if (NeedsNotice(*v)) {
+          warned.push_back(v);
+        } else {
+          Evict(*v, batch);
+        }
+      }
+      if (!warned.empty()) {
+        GiveNotice(warned, inst, batch);
+        return Attempt::kNoRoom;
+      }
+      a = scheduler_->ScheduleOn(req, plan->node);
+      // The search showed it fits once the victims are gone; anything else is a bug.
+      if (!a) InvariantBroken("an instance did not fit where the preemption search placed it");
+    }
+    counters_->preemption_searches = preemptor_.searches_total();
+  }
+  if (!a) {
+    if (pinned) {
+      inst.reason = fmt::format("waiting for room on node '{}', which holds its volumes",
+                                fleet_->node(*pinned).name);
+    }
+    return deferred ? Attempt::kDeferred : Attempt::kNoRoom;
+  }
+  Book(inst, *a, batch);
+  Transition(inst, InstanceState::kScheduled, "", batch);
+  agents_->Notify(inst, inst.node);
+  return Attempt::kPlaced;
+}
+
+bool Instances::NeedsNotice(const Instance& v) const {
+  if (const AgentNode* joined = agents_->Find(v.node)) return !joined->simulated;
+  return options_->simulated_notice && v.state == InstanceState::kRunning;
+}
+
+void Instances::GiveNotice(const std::vector<Instance*>& victims, Instance& for_whom,
+                           store::Batch& batch) {
+  const Time deadline = clock_->Now() + options_->spot_notice;
+  for (Instance* v : victims) {
+    Warn(*v, "preempted by higher-priority work", batch);
+    ++counters_->preemptions;
+  }
+  // The victims' stops free the capacity; until then (and a margin for their agent to report),
+  // this one waits for them instead of taking more victims. The reason names no instance.
+  awaiting_notice_[for_whom.id.str()] =
+      deadline + options_->node_timeout + std::chrono::seconds(for_whom.stop_grace_seconds);
+  for_whom.reason = fmt::format(
+      "waiting for {} spot instance(s) to stop after their preemption notice (until "
+      "{})",
+      victims.size(), FormatRfc3339(deadline));
+}
+
+void Instances::Warn(Instance& v, const std::string& why, store::Batch& batch) {
+  const Time deadline = clock_->Now() + options_->spot_notice;
+  preemptor_.Untrack(&v);
+  Transition(v, InstanceState::kPreempting,
+             fmt::format("{}; stops at {} after its notice", why, FormatRfc3339(deadline)), batch,
+             billing::Ending::kPlatform);
+  v.preempt_at = deadline;
+  agents_->Notify(v, v.node);
+  Save(v, batch);
+}
+
+void Instances::Evict(Instance& v, store::Batch& batch) {
+  Unbook(v);
+  // The reason names no instance: the one that took the capacity may be another tenant's.
+  ++counters_->preemptions;
+  EndPreempted(v, "preempted by higher-priority work", batch);
+  Save(v, batch);
+}
+
+size_t Instances::PreemptFor(const std::vector<Instance*>& victims, Instance& for_whom,
+                             store::Batch& batch) {
+  std::vector<Instance*> warned, now_gone;
+  for (Instance* v : victims) (NeedsNotice(*v) ? warned : now_gone).push_back(v);
+  for (Instance* v : now_gone) Evict(*v, batch);
+  if (!warned.empty()) GiveNotice(warned, for_whom, batch);
+  return warned.size();
+}
+
+void Instances::Book(Instance& inst, const fleet::Assignment& a, store::Batch& batch) {
+  Assign(inst, a);
+  mounts_->Settle(inst, batch);
+}
+
+void Instances::Assign(Instance& inst, const fleet::Assignment& a) {
+  inst.assignment = a;
+  inst.node = fleet_->node(a.node).name;
+  inst.gpus = DescribeGpus(a, *fleet_);
+  node_gpus_->UseReportedMigUuids(inst);
+  sole_tenant_->Hold(a.node, SourceOf(inst));
+  if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
+  accounts_->CountOnDemand(inst, true);
+  awaiting_notice_.erase(inst.id.str());
+}
+
+void Instances::Unbook(Instance& inst) {
+  if (!inst.assignment) return;
+  preemptor_.Untrack(&inst);
+  accounts_->CountOnDemand(inst, false);
+  // The scheduler refuses only what is not held, which would be a bookkeeping bug: surface it
+  // loudly rather than leak or double-free capacity.
+  CheckInvariant(scheduler_->Release(*inst.assignment),
+                 fmt::format("releasing {}'s capacity", inst.id.str()));
+  // Until now, even while stopping or preempting: its workload may run until its agent reported
+  // the stop, so a node that cannot isolate tenants stays closed to the others until then.
+  sole_tenant_->Release(inst.assignment->node, SourceOf(inst));
+  inst.assignment.reset();
+  inst.endpoints.clear();
+  endpoints_->Index(inst);
+  inst.ran_on = inst.node;
+  inst.ran_gpus = std::move(inst.gpus);
+  const std::string node = std::move(inst.node);
+  inst.node.clear();
+  inst.gpus.clear();
+  agents_->Notify(inst, node);  // Its agent forgets it.
+}
+
+}  // namespace tessera::core
