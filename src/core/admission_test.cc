@@ -1,7 +1,8 @@
 // Admission alone, on a fleet built in the test: what a request becomes (its shape and price),
 // the field named when no node could ever host it (400), a shape only another GPU mode could host
 // (409) until an operator switches a GPU, the verdict cache forgotten when the fleet changes, and
-// the reason a pending instance waits. The state's tests (state_test.cc) admit through creates.
+// the reason a pending instance waits. The state's tests (instance_service_test.cc) admit through
+// creates.
 #include "core/admission.h"
 
 #include <gtest/gtest.h>

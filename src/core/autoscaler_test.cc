@@ -1,6 +1,6 @@
 // The autoscaler alone, at given instants: when an evaluation is due, HPA's rule (the tolerance,
 // ceil, min and max), the scale-down window, the schedule's floor, and the owner's cap on pending
-// work. The state's own tests (state_autoscale_test.cc) measure real members' readings.
+// work. The state's own tests (group_autoscale_test.cc) measure real members' readings.
 #include "core/autoscaler.h"
 
 #include <gtest/gtest.h>

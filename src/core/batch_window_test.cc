@@ -1,6 +1,7 @@
 // The batch window on a fake clock, alone: when what it holds is due (full, waited long enough,
 // or a clock stepped back), what a deleted create leaves, and that it hands its ids over once.
-// The state's own tests (BatchWindowTest in state_test.cc) check the order they are placed in.
+// The state's own tests (BatchWindowTest in instance_service_test.cc) check the order they are
+// placed in.
 #include "core/batch_window.h"
 
 #include <gtest/gtest.h>

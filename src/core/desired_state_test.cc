@@ -1,7 +1,7 @@
 // What a node's agent is told, built alone from the parts that hold the facts: each workload's
 // action, environment (its GPUs, who it is, its secrets' values), image password, volumes, GPUs
 // and log offset; gang members held back until rank 0 reserved the port; the volumes to delete,
-// outstanding GPU mode changes and live exec sessions. The state's own tests (state_agents_test.cc,
+// outstanding GPU mode changes and live exec sessions. The state's own tests (agent_hub_test.cc,
 // state_secrets_test.cc) carry it through real agents.
 #include "core/desired_state.h"
 

@@ -1,4 +1,4 @@
-// The groups tests' fixture (state_groups_test.cc, state_autoscale_test.cc): the core's state on
+// The groups tests' fixture (group_service_test.cc, group_autoscale_test.cc): the core's state on
 // a fake clock with nodes joined by agents, and groups made, read and driven through it.
 #pragma once
 

@@ -1,6 +1,6 @@
 // A joined node's inventory read alone against the embedded catalog: the node it describes, each
 // malformed field named, and the checks a registration makes against the node already in the
-// fleet. The state's tests (state_agents_test.cc) register inventories through agents.
+// fleet. The state's tests (agent_hub_test.cc) register inventories through agents.
 #include "core/inventory.h"
 
 #include <gtest/gtest.h>

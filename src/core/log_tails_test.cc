@@ -1,6 +1,6 @@
 // Log tails alone: what agents ship joined at its offsets (a resend, a gap, a restart), read by
 // lines or from an offset, bounded to the newest bytes, and where an agent resumes. The state's
-// own test (state_agents_test.cc) ships them through a real agent's reports.
+// own test (agent_hub_test.cc) ships them through a real agent's reports.
 #include "core/log_tails.h"
 
 #include <gtest/gtest.h>

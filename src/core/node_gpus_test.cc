@@ -1,7 +1,7 @@
 // The GPUs of joined nodes, alone on a fake clock: a mode change applied at once or held for the
 // node's agent and moved on by its results, a GPU that holds work keeping its mode, and the MIG
 // devices an agent reports booked and named. The state's tests (gpu_modes_test.cc,
-// state_agents_test.cc) carry the same through real agents' registrations and reports.
+// agent_hub_test.cc) carry the same through real agents' registrations and reports.
 #include "core/node_gpus.h"
 
 #include <gmock/gmock.h>

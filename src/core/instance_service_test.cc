@@ -1,11 +1,11 @@
-// State and its parts together, on a fake clock and without a store: admission, quota in one
-// unit, the queue, preemption and its rules, agents, retention and pages.
-#include "core/state.h"
-
+// The instance lifecycle (Instances, instance_service.h) in the State that composes it, on a fake
+// clock and without a store: admission, quota in one unit, the queue, preemption and its rules,
+// agents, retention, pages and the batch window.
 #include <gtest/gtest.h>
 
 #include "catalog/catalog.h"
 #include "core/core_test_util.h"
+#include "core/state.h"
 #include "fleet/fleet_file.h"
 
 namespace tessera::core {

@@ -1,4 +1,4 @@
-// The autoscaler on the core's state with a fake clock (state_groups.cc): HPA's rule on a
+// The autoscaler on the core's state with a fake clock (group_service.cc): HPA's rule on a
 // reported backlog and on measured GPU utilization, min and max, the scale-down window, the cron
 // floor and a running group's autoscale changed; and the autoscale, elastic and cron specs' errors.
 #include "core/groups_test_util.h"

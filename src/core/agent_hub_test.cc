@@ -1,5 +1,6 @@
-// Joined nodes in State, on a fake clock and without a store: registration against the catalog,
-// reports and their refusals, the lease, node loss, spot notice, and the logs agents ship.
+// Joined nodes (AgentHub, agent_hub.h; NodeHealth, node_health.h) in the State that composes them,
+// on a fake clock and without a store: registration against the catalog, reports and their
+// refusals, the lease, node loss and removal, spot notice, and the logs agents ship.
 #include <gtest/gtest.h>
 
 #include <set>
