@@ -310,8 +310,7 @@ void Instances::ReclaimSpot(const std::string& id, store::Batch& batch) {
     Warn(*inst, "spot capacity reclaimed by the provider", batch);
     return;
   }
-  Displace(*inst, "spot capacity reclaimed by the provider", batch);
-  CapacityFreed();
+  Displace(*inst, "spot capacity reclaimed by the provider", batch);  // Which frees its capacity.
 }
 
 void Instances::ApplyNodeState(const AgentNode& node) {
