@@ -55,9 +55,9 @@ class SoleTenantFilter;  // sched/plugins/sole_tenant.h
 
 namespace tessera::core {
 
-class Instances final : public Groups::Lifecycle,
-                        public NodeHealth::Lifecycle,
-                        public AgentHub::Lifecycle {
+class Instances final : private Groups::Lifecycle,
+                        private NodeHealth::Lifecycle,
+                        private AgentHub::Lifecycle {
  public:
   // What groups must hear of their members, and of capacity (State passes it on to Groups).
   class Listener {
@@ -133,29 +133,18 @@ class Instances final : public Groups::Lifecycle,
   Status Restore(const std::vector<store::InstanceRecord>& records, store::Batch& batch,
                  RecoveryReport& report);
 
-  // Groups::Lifecycle: what groups ask of the instance lifecycle (instance_service.cc).
-  // Also CreateInstance's own gate, with `count` 1 and `readmit` false.
-  Result<Admitted> Admit(const Tenant& owner, const CreateInstanceRequest& req, int count,
-                         bool readmit, std::string_view group) override;
-  Result<Instance*> Add(const Tenant& owner, const CreateInstanceRequest& req,
-                        Admitted admitted) override;
-  void Book(Instance& inst, const fleet::Assignment& a, store::Batch& batch) override;
-  void Start(Instance& inst, store::Batch& batch) override;
-  // Also a delete's and a deleted secret's: pending work ends at once, running work through its
-  // agent.
+  // Stops `inst` as a delete does (a deleted secret's too, and a group's through
+  // Groups::Lifecycle): pending work ends at once, running work through its agent.
   void Stop(Instance& inst, const std::string& why, store::Batch& batch,
             billing::Ending ending) override;
-  size_t PreemptFor(const std::vector<Instance*>& victims, Instance& for_whom,
-                    store::Batch& batch) override;
   // Writes `inst`'s record into `batch`.
   void Save(const Instance& inst, store::Batch& batch) override;
 
-  // NodeHealth::Lifecycle and AgentHub::Lifecycle (instance_reports.cc, instance_placement.cc).
-  void Displace(Instance& inst, const std::string& why, store::Batch& batch) override;
-  void Note(Instance& inst, std::string reason, store::Batch& batch) override;
-  void CapacityFreed() override;
-  void ApplyNodeState(const AgentNode& node) override;
-  void ApplyWorkloadReport(Instance& inst, const AgentReport& report, store::Batch& batch) override;
+  // What the other parts may ask of the instance lifecycle, and nothing more: the interfaces it
+  // implements for them.
+  Groups::Lifecycle& for_groups() { return *this; }
+  NodeHealth::Lifecycle& for_node_health() { return *this; }
+  AgentHub::Lifecycle& for_agent_hub() { return *this; }
 
   // A round's steps, in the order State::EndRound takes them.
   // Starts a round: the preemptor's per-round budget starts afresh.
@@ -186,6 +175,23 @@ class Instances final : public Groups::Lifecycle,
   int64_t UserGpuMilli(const std::string& user) const { return user_usage_.Milli(user); }
 
  private:
+  // Groups::Lifecycle: what groups ask of the instance lifecycle (instance_service.cc,
+  // instance_placement.cc). Admit is also a create's own gate, with `count` 1 and `readmit` false.
+  Result<Admitted> Admit(const Tenant& owner, const CreateInstanceRequest& req, int count,
+                         bool readmit, std::string_view group) override;
+  Result<Instance*> Add(const Tenant& owner, const CreateInstanceRequest& req,
+                        Admitted admitted) override;
+  void Book(Instance& inst, const fleet::Assignment& a, store::Batch& batch) override;
+  void Start(Instance& inst, store::Batch& batch) override;
+  size_t PreemptFor(const std::vector<Instance*>& victims, Instance& for_whom,
+                    store::Batch& batch) override;
+  // NodeHealth::Lifecycle and AgentHub::Lifecycle (instance_service.cc, instance_reports.cc).
+  void Displace(Instance& inst, const std::string& why, store::Batch& batch) override;
+  void Note(Instance& inst, std::string reason, store::Batch& batch) override;
+  void CapacityFreed() override;
+  void ApplyNodeState(const AgentNode& node) override;
+  void ApplyWorkloadReport(Instance& inst, const AgentReport& report, store::Batch& batch) override;
+
   // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
   void SetEndpoints(Instance& inst, const AgentReport& report);
   int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }

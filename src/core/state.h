@@ -345,7 +345,7 @@ class State final : private Instances::Listener {
                                        .monitoring = &monitoring_,
                                        .counters = &counters_,
                                        .options = &options_,
-                                       .lifecycle = &instances_}};
+                                       .lifecycle = &instances_.for_node_health()}};
   AgentHub hub_{AgentHub::Parts{.catalog = catalog_,
                                 .clock = clock_,
                                 .fleet = fleet_.get(),
@@ -361,7 +361,7 @@ class State final : private Instances::Listener {
                                 .logs = &logs_,
                                 .desired = &desired_,
                                 .counters = &counters_,
-                                .lifecycle = &instances_}};
+                                .lifecycle = &instances_.for_agent_hub()}};
   Groups groups_{Groups::Parts{.catalog = catalog_,
                                .clock = clock_,
                                .fleet = fleet_.get(),
@@ -379,7 +379,7 @@ class State final : private Instances::Listener {
                                .service_stats = &service_stats_,
                                .counters = &counters_,
                                .options = &options_,
-                               .lifecycle = &instances_}};
+                               .lifecycle = &instances_.for_groups()}};
   KeyRotation rotation_{&secrets_,    &instances_.table(), &groups_.table(),
                         &monitoring_, fleet_.get(),        options_.instance_documents};
 };
