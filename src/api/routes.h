@@ -14,9 +14,9 @@ void AddTenantRoutes(Api& api);
 // /v1/instances..., logs (instance_routes.cc -> core/instance_service.cc; get, list and logs:
 // core/instance_views.cc)
 void AddInstanceRoutes(Api& api);
-// /v1/nodes... (admin_routes.cc -> core/agent_hub.cc; remove,
-// drain and GPU health: core/node_health.cc; GPU modes: core/node_gpus.cc), /v1/audit,
-// /healthz, /readyz (admin_routes.cc, audit.cc)
+// /v1/nodes... (admin_routes.cc -> core/agent_hub.cc; remove, drain and GPU health:
+// core/node_health.cc; GPU modes: core/node_gpus.cc), /v1/audit, /healthz, /readyz
+// (admin_routes.cc, audit.cc)
 void AddAdminRoutes(Api& api);
 // /metrics (monitoring_routes.cc -> core/state_monitoring.cc); /v1/instances/{id}/metrics,
 // /v1/metrics/instances, /v1/nodes/{id}'s readings (-> core/readings.cc); /v1/alert-rules...,
