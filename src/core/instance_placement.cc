@@ -96,18 +96,7 @@ Attempt Instances::Place(Instance& inst, store::Batch& batch, bool first_attempt
     // a later round rather than written off until capacity frees.
     deferred = preemptor_.budget_spent() && preemptor_.CountFor(req) > 0;
     if (auto plan = preemptor_.Find(req, pinned)) {
-      std::vector<Instance*> warned;
-      for (Instance* v : plan->victims) {
-        if (NeedsNotice(*v)) {
-          warned.push_back(v);
-        } else {
-          Evict(*v, batch);
-        }
-      }
-      if (!warned.empty()) {
-        GiveNotice(warned, inst, batch);
-        return Attempt::kNoRoom;
-      }
+      if (PreemptFor(plan->victims, inst, batch) > 0) return Attempt::kNoRoom;  // After notice.
       a = scheduler_->ScheduleOn(req, plan->node);
       // The search showed it fits once the victims are gone; anything else is a bug.
       if (!a) InvariantBroken("an instance did not fit where the preemption search placed it");

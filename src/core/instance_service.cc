@@ -176,9 +176,8 @@ void Instances::Stop(Instance& inst, const std::string& why, store::Batch& batch
     agents_->Notify(inst, inst.node);
   } else {
     // No agent serves the node, so nothing runs there to wait for.
-    Unbook(inst);
+    Release(inst);
     Transition(inst, InstanceState::kTerminated, why, batch, ending);
-    CapacityFreed();
   }
   Save(inst, batch);
 }
