@@ -164,9 +164,7 @@ void Instances::Stop(Instance& inst, const std::string& why, store::Batch& batch
                      billing::Ending ending) {
   if (!IsActive(inst.state) || inst.state == InstanceState::kStopping) return;
   if (inst.state == InstanceState::kPending) {
-    queue_.Remove(inst);
-    window_.Forget(inst.id.str());  // Deleted in the batch window: it no longer counts there.
-    awaiting_notice_.erase(inst.id.str());
+    StopWaiting(inst);
     Transition(inst, InstanceState::kTerminated, why + " while pending", batch);
   } else if (agents_->Serves(inst.node)) {
     // Being stopped: never a preemption victim from now on, so never restarted either. The
@@ -407,10 +405,16 @@ void Instances::EndPendingOf(const TenantId& tenant, const std::string& why, sto
     if (inst.tenant == tenant && inst.state == InstanceState::kPending) waiting.push_back(&inst);
   });
   for (Instance* inst : waiting) {
-    queue_.Remove(*inst);
+    StopWaiting(*inst);
     Transition(*inst, InstanceState::kTerminated, why, batch);
     Save(*inst, batch);
   }
+}
+
+void Instances::StopWaiting(const Instance& inst) {
+  queue_.Remove(inst);
+  window_.Forget(inst.id.str());  // Ended in the batch window: it no longer counts there.
+  awaiting_notice_.erase(inst.id.str());
 }
 
 void Instances::CapacityFreed() {

@@ -219,6 +219,8 @@ class Instances final : private Groups::Lifecycle,
   void Unbook(Instance& inst);
   // Applies one report about `inst`; true when it changed something.
   bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
+  // Pending `inst` ends: it leaves the queue and the batch window, and waits for no spot victims.
+  void StopWaiting(const Instance& inst);
   // Ends an instance whose workload is gone: frees its capacity and tells its agent.
   void Release(Instance& inst);
   // Records `reason` as the instance's latest word and in its history.

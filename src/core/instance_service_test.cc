@@ -505,6 +505,22 @@ TEST_F(BatchWindowTest, ADeletedCreateLeavesTheWindowAndAClockSteppedBackClosesI
   EXPECT_FALSE(Get(kept->id.str()).node.empty());
 }
 
+// A disabled tenant's held create ends and leaves the window as a deleted one does: it neither
+// fills the window nor keeps the core waking for it.
+TEST_F(BatchWindowTest, ADisabledTenantsCreateLeavesTheWindow) {
+  Window(2);
+  auto gone = Create(beta_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(gone.ok());
+  ASSERT_TRUE(state_->UpdateTenant(beta_.id.str(), std::nullopt, true, batch_).ok());
+  EXPECT_EQ(Get(gone->id.str()).state, InstanceState::kTerminated);
+  EXPECT_FALSE(state_->has_deferred_work());
+  EXPECT_EQ(state_->batch_due_in(), Duration::max());
+  auto kept = Create(acme_, H100(1, Billing::kOnDemand));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(Get(kept->id.str()).state, InstanceState::kPending);  // Alone in a window of two.
+  EXPECT_EQ(state_->batch_due_in(), 200ms);
+}
+
 TEST_F(BatchWindowTest, PriorityComesBeforeSizeAndADeletedCreateIsNotPlaced) {
   Window(3);
   auto spot = Create(acme_, H100(2, Billing::kSpot));
