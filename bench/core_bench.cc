@@ -11,6 +11,11 @@
 //   BM_Round/eight_creates/window:K  a round of eight creates (1, 2, 4 and 8 GPUs, twice) on the
 //                            empty fleet, each placed as it comes (K = 1) or all held and placed
 //                            together, the largest first, as the eighth fills the window (K = 8);
+//   BM_Round/repack_worst    a round of eight distinct creates of a 950-milli share with
+//                            repacking on (docs/core.md, "Repacking"), on 10,000 nodes of 8
+//                            shared L40S GPUs, each GPU holding two running migratable shares of
+//                            450 milli: every GPU is a candidate and every trial fails (the moved
+//                            shares fit nowhere), so the round spends its whole search budget;
 //   BM_Round/restore         recovery of 80,000 running instances (start-up);
 //   BM_Gangs                 1,000 gangs of 2-64 NVLinked GPUs placed whole, one round each;
 //   BM_Rotate/*/N            one token rotation of a tenant that rotated N times before, each
@@ -221,6 +226,85 @@ void BM_RoundFreedWorst(benchmark::State& bs) {
   bs.counters["queued"] = static_cast<double>(w.state->instances().queue().size());
 }
 
+void BM_RoundRepackWorst(benchmark::State& bs) {
+  FakeClock clock;
+  const std::string json = fmt::format(R"({{"name": "shared", "shapes": [
+    {{"name": "l40s", "count": {}, "gpu_model": "L40S-48GB", "gpus": 8, "vcpus": 192,
+     "memory_gib": 1024, "gpu_mode": "shared"}}]}})",
+                                       kNodes);
+  const auto parse = [&json] {
+    return std::make_unique<fleet::Fleet>(
+        std::move(fleet::ParseFleetJson(TheCatalog(), json, "shared")).value());
+  };
+  auto fleet = parse();
+  const auto layout = parse();
+  auto sched = sched::Scheduler::Create(fleet.get(), {"guarded-fgd", 42, {}}).value();
+  StateOptions options;
+  options.repack = true;
+  State state(&TheCatalog(), &clock, std::move(fleet), std::move(sched), options);
+  store::Batch tenants;
+  Tenants maker(&clock);
+  const Tenant made = *maker.Create("load", int64_t{1} << 40, "h", tenants);
+  std::vector<store::InstanceRecord> records;
+  int64_t seq = 1;
+  for (uint32_t n = 0; n < kNodes; ++n) {
+    for (int g = 0; g < 8; ++g) {
+      for (int k = 0; k < 2; ++k) {
+        Instance i;
+        i.id = InstanceId::FromNumber(seq);
+        i.seq = seq++;
+        i.tenant = made.id;
+        i.name = i.id.str();
+        i.state = InstanceState::kRunning;
+        i.shape.gpu_model = "L40S-48GB";
+        i.shape.mode = catalog::SharingMode::kShared;
+        i.shape.milli_gpu = 450;
+        i.shape.vcpus = 1;
+        i.shape.memory_mib = 1024;
+        i.migratable = true;
+        i.created_at = i.updated_at = clock.Now();
+        i.started_at = clock.Now();
+        fleet::Assignment a;
+        a.node = fleet::NodeIndex(n);
+        a.cpu_milli = 1000;
+        a.memory_mib = 1024;
+        a.gpus[0] = {g, 450, 0, nullptr, 0};
+        a.gpu_count = 1;
+        i.assignment = a;
+        records.push_back(
+            {i.id.str(), made.id.str(), "running", DumpJson(ToStoredJson(i, *layout)), ""});
+      }
+    }
+  }
+  store::Batch reconciled;
+  auto report = state.Restore(tenants.tenants, records, {}, reconciled);
+  if (!report.ok() || !report->failed.empty()) std::abort();
+  const Tenant& t = *state.tenants().Find(made.id.str());
+  std::vector<std::string> ids;
+  for (auto _ : bs) {
+    store::Batch batch;
+    state.BeginRound();
+    for (int k = 0; k < 8; ++k) {
+      CreateInstanceRequest r;
+      r.shape.gpu_model = "L40S-48GB";
+      r.shape.mode = catalog::SharingMode::kShared;
+      r.shape.milli_gpu = 950;
+      r.shape.vcpus = 1 + k;  // Distinct: none waits behind another.
+      r.shape.memory_mib = 1024;
+      ids.push_back(state.instances().Create(t, r, batch)->id.str());
+    }
+    state.EndRound(batch);
+    bs.PauseTiming();
+    if (state.counters().repack_moves != 0) std::abort();  // Every trial must fail.
+    store::Batch undo;
+    state.BeginRound();
+    for (const std::string& id : ids) (void)state.instances().Delete(t, id, undo);
+    state.EndRound(undo);
+    ids.clear();
+    bs.ResumeTiming();
+  }
+}
+
 void BM_Restore(benchmark::State& bs) {
   // The records of 10,000 nodes' worth of running work, as the store would hand them back.
   FakeClock clock;
@@ -384,6 +468,7 @@ BENCHMARK(BM_RoundEight)
     ->ArgName("window")
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RoundFreedWorst)->Name("BM_Round/freed_worst")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RoundRepackWorst)->Name("BM_Round/repack_worst")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Restore)->Name("BM_Round/restore")->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_Gangs)
     ->Name("BM_Gangs/1000_on_10000_nodes")

@@ -6,7 +6,9 @@
 //                              are present, else synthetic ones).
 //   BM_Place/<policy>/10k      the same on 10,000 8-GPU nodes (80,000 GPUs), synthetic requests;
 //                              guarded-fgd-batchK decides each K requests of the stream together
-//                              (sim/variant.h); the stream is reordered before the clock runs.
+//                              (sim/variant.h); the stream is reordered before the clock runs;
+//                              guarded-fgd-repack lets a request that finds no room move shares
+//                              (sched/repack.h).
 //   BM_OpenbRun/<policy>/<trace>  one whole run of a trace: shuffled, inflated to 1.3x
 //                              the fleet's GPUs, every pod tried once, fragmentation read after
 //                              each (loading excluded; the simulator times that separately).
@@ -25,6 +27,7 @@
 #include "common/csv.h"
 #include "fleet/fleet.h"
 #include "fleet/fleet_file.h"
+#include "sched/repack.h"
 #include "sched/rng.h"
 #include "sched/scheduler.h"
 #include "sched/synthetic.h"
@@ -139,7 +142,8 @@ std::vector<Request> Stream(bool ten_k) {
 
 // `window` > 1: the batch window of `tessera sim --policy POLICY-batchK` (sim/variant.h): each
 // `window` requests of the stream are decided together, the largest GPU demand first.
-void BM_Place(benchmark::State& state, const std::string& policy, bool ten_k, int window = 1) {
+void BM_Place(benchmark::State& state, const std::string& policy, bool ten_k, int window = 1,
+              bool repack = false) {
   std::vector<Request> stream = Stream(ten_k);
   const auto demand = [](const Request& r) { return int64_t{r.gpu_count} * r.gpu_milli; };
   for (size_t begin = 0; window > 1 && begin < stream.size(); begin += window) {
@@ -159,9 +163,16 @@ void BM_Place(benchmark::State& state, const std::string& policy, bool ten_k, in
     state.PauseTiming();
     auto fleet = MakeFleet(ten_k);
     auto s = Scheduler::Create(fleet.get(), {policy, seed++, target}).value();
+    std::optional<Repacker> repacker;
+    if (repack) repacker.emplace(*fleet, *s);
     state.ResumeTiming();
     for (int failed_in_row = 0; failed_in_row < 64; ++decisions) {
-      const bool ok = s->Schedule(stream[next]).has_value();
+      std::optional<fleet::Assignment> a = s->Schedule(stream[next]);
+      if (!a && repacker) {
+        if (auto plan = repacker->MakeRoom(stream[next])) a = plan->placed;
+      }
+      if (a && repacker) repacker->Track(std::to_string(decisions), stream[next], *a);
+      const bool ok = a.has_value();
       next = next + 1 == stream.size() ? 0 : next + 1;
       placed += ok ? 1 : 0;
       failed_in_row = ok ? 0 : failed_in_row + 1;
@@ -237,6 +248,11 @@ void RegisterAll() {
         ->Unit(benchmark::kMillisecond)
         ->Iterations(2);
   }
+  benchmark::RegisterBenchmark(
+      "BM_Place/guarded-fgd-repack/10k",
+      [](benchmark::State& st) { BM_Place(st, "guarded-fgd", true, 1, true); })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(2);
   for (const std::string& p : PolicyNames()) {
     benchmark::RegisterBenchmark(("BM_OpenbRun/" + p + "/default").c_str(),
                                  [p](benchmark::State& st) { BM_OpenbRun(st, p, "default"); })

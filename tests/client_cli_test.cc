@@ -48,10 +48,11 @@ TEST_F(ClientCliTest, TenantAndInstanceLifecycle) {
       << table.out;
 
   auto custom = Cli({"instances", "create", "--gpu-model", "L40S-48GB", "--milli-gpu", "250",
-                     "--vcpus", "2", "--memory-mib", "4096", "-o", "json"},
+                     "--vcpus", "2", "--memory-mib", "4096", "--migratable", "-o", "json"},
                     token);
   ASSERT_EQ(custom.exit_code, 0) << custom.err;
   EXPECT_EQ(json::parse(custom.out)["gpus"][0]["milli_gpu"], 250);
+  EXPECT_EQ(json::parse(custom.out)["migratable"], true);
 
   // The GPUS column counts as people do: a whole GPU is 1, a quarter share 0.25.
   const std::string share = json::parse(custom.out)["id"];

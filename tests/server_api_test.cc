@@ -129,6 +129,14 @@ TEST_F(ServerTest, MigAndSharedShapesGetTheirKindOfGpu) {
   ASSERT_EQ(share.status, 201) << share.raw;
   EXPECT_EQ(share.body["gpus"][0]["milli_gpu"], 500);
   EXPECT_EQ(share.body["node"], "node-l40s-01");
+  EXPECT_EQ(share.body["migratable"], false);
+  auto movable =
+      Post("/v1/instances", token,
+           {{"billing", "on_demand"}, {"instance_type", "shared.l40s.half"}, {"migratable", true}});
+  ASSERT_EQ(movable.status, 201) << movable.raw;
+  EXPECT_EQ(movable.body["migratable"], true);
+  EXPECT_EQ(Get("/v1/instances/" + movable.body["id"].get<std::string>(), token).body["migratable"],
+            true);
   auto bad_profile = Post("/v1/instances", token,
                           {{"billing", "spot"},
                            {"gpu_model", "A100-40GB"},
@@ -164,6 +172,10 @@ TEST_F(ServerTest, BadRequestsNameTheFieldAndChangeNothing) {
       {R"({"billing":"on_demand","instance_type":"gpu.1xh100"})", "text/plain", 415,
        "application/json"},
       {"[1,2,3]", "application/json", 400, "expected an object"},
+      {R"({"billing":"on_demand","instance_type":"shared.l40s.half","migratable":"yes"})",
+       "application/json", 400, "field 'migratable'"},
+      {R"({"billing":"on_demand","instance_type":"gpu.1xh100","migratable":true})",
+       "application/json", 400, "migratable: only a milli_gpu share moves"},
   };
   for (const auto& c : cases) {
     auto r = Call("POST", "/v1/instances", token, nullptr, c.content_type, &c.body);

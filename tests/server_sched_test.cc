@@ -216,5 +216,55 @@ TEST_F(ServerSchedTest, ABatchWindowPlacesTheLargerOfTwoCreatesFirst) {
   }
 }
 
+// With --repack, a share that finds no room moves a migratable share to the node's other GPU and
+// takes its place; the moved one restarts there and says why. (The server's simulated agents stop
+// it at once; a joined node's agent gives it notice first: core/instance_repack_test.cc.)
+TEST_F(ServerSchedTest, WithRepackingAMigratableShareMovesToMakeRoomAndSaysWhy) {
+  server_.reset();
+  std::filesystem::remove_all(dir_.File("data"));
+  const std::string nodes =
+      dir_.Write("nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nt4-01,64000,262144,2,T4\n");
+  StartServer({"--sim-agents", "--repack", "--fleet", nodes}, /*with_fleet=*/false);
+  const std::string t = NewTenant("acme", 16);
+  auto share = [](int milli, bool migratable) {
+    return json{{"billing", "on_demand"}, {"gpu_model", "T4-16GB"},
+                {"milli_gpu", milli},     {"vcpus", 2},
+                {"memory_mib", 4096},     {"migratable", migratable}};
+  };
+  // f (700) and a (300) fill one GPU, b (500) half the other; f leaves.
+  const std::string f = Create(t, share(700, false));
+  const std::string a = Create(t, share(300, true));
+  const std::string b = Create(t, share(500, false));
+  for (const std::string& id : {f, a, b}) EXPECT_EQ(AwaitState(t, id, "running"), "running");
+  const int a_gpu = Get("/v1/instances/" + a, t).body["gpus"][0]["index"];
+  ASSERT_NE(Get("/v1/instances/" + b, t).body["gpus"][0]["index"], a_gpu)
+      << "the test's premise: a shares f's GPU";
+  ASSERT_EQ(Call("DELETE", "/v1/instances/" + f, t).status, 200);
+  EXPECT_EQ(AwaitState(t, f, "terminated"), "terminated");
+  // w (800) fits only once a moves.
+  const std::string w = Create(t, share(800, false));
+  EXPECT_EQ(AwaitState(t, w, "running"), "running");
+  EXPECT_EQ(AwaitState(t, a, "running"), "running");
+  const json moved = Get("/v1/instances/" + a, t).body;
+  EXPECT_EQ(moved["restarts"], 1);
+  EXPECT_NE(moved["gpus"][0]["index"], a_gpu);
+  EXPECT_TRUE(moved.contains("moved_at")) << moved.dump();
+  bool said = false;
+  for (const json& h : moved["history"]) {
+    said = said || h.value("reason", "")
+                       .starts_with(
+                           "moved to another GPU to make room for waiting work; restarting on node "
+                           "'t4-01'");
+  }
+  EXPECT_TRUE(said) << moved.dump();
+  EXPECT_EQ(Get("/v1/instances/" + w, t).body["gpus"][0]["index"], a_gpu);
+  EXPECT_NE(Get("/metrics", kAdminToken).raw.find("tessera_repack_moves_total 1\n"),
+            std::string::npos);
+
+  const auto r = testing::RunTessera({"server", "--sim-agents", "--repack-cooldown", "soon"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--repack-cooldown"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace tessera

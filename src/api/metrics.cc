@@ -183,6 +183,9 @@ std::string Metrics::Render(const core::State& state, const HttpStats& http) con
           group, s.requests - s.failed, group, s.seconds, group, s.requests - s.failed);
     }
   }
+  out += "# HELP tessera_repack_moves_total Migratable instances moved to make room.\n";
+  out += "# TYPE tessera_repack_moves_total counter\n";
+  out += fmt::format("tessera_repack_moves_total {}\n", state.counters().repack_moves);
   out += "# HELP tessera_preemptions_total Spot instances preempted.\n";
   out += "# TYPE tessera_preemptions_total counter\n";
   out += fmt::format("tessera_preemptions_total {}\n", state.counters().preemptions);

@@ -313,6 +313,7 @@ std::string AdoptDifference(core::State& s, StackKind kind, const Checked& want,
       if (j.value("billing", "") != core::BillingName(r.billing)) return "billing";
       if (j.value("command", "") != r.command) return "command";
       if (j.value("restart", true) != r.restart) return "restart";
+      if (j.value("migratable", false) != r.migratable) return "migratable";
       if (j.value("image", "") != r.image.ref) return "image";
       if (j.value("stop_grace_seconds", 10) != r.stop_grace_seconds) return "stop_grace_seconds";
       const json want_json = core::ToJson(r, core::Secrets::kHidden);

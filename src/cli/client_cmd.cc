@@ -180,6 +180,7 @@ json CreateBody(const CreateFlags& c) {
   if (!c.image.empty()) body["image"] = c.image;
   if (!c.pull_policy.empty()) body["pull_policy"] = c.pull_policy;
   if (c.no_restart) body["restart"] = false;
+  if (c.migratable) body["migratable"] = true;
   if (!c.ports.empty()) body["ports"] = c.ports;
   if (!c.type.empty()) body["instance_type"] = c.type;
   if (!c.gpu_model.empty()) {
@@ -530,6 +531,9 @@ void AddCreateOptions(CLI::App* create, CreateFlags& c) {
                    "Leave it ended when it is preempted (by higher-priority work, or a spot "
                    "instance whose node was lost); by default it is queued again and starts "
                    "afresh");
+  create->add_flag("--migratable", c.migratable,
+                   "A share the server may stop, with notice, and restart on another GPU to make "
+                   "room for waiting work (a server run with --repack)");
   create->add_option("--label", c.labels, "A label KEY=VALUE (repeatable)");
   create->add_option("--env", c.env,
                      "An environment variable NAME=VALUE (repeatable; argv is visible to other "

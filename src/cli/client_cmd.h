@@ -22,6 +22,7 @@ struct CreateFlags {
   int gpus = 0, milli_gpu = 0;
   int64_t vcpus = 0, memory_mib = 0, gpu_memory_mib = 0;
   bool no_restart = false;
+  bool migratable = false;
   std::vector<std::string> labels, annotations;
   std::vector<std::string> env, env_secrets, volumes;
   std::vector<int> ports;

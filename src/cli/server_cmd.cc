@@ -77,6 +77,9 @@ struct ServerFlags {
   int64_t max_pending_per_tenant = core::kDefaultMaxPending;
   int batch_window = 1;
   std::string batch_wait = "200ms";
+  bool repack = false;
+  std::string repack_cooldown = "1h";
+  std::string repack_max_run = "6h";
   KeyringFlags keys;
 };
 
@@ -225,6 +228,8 @@ int RunServer(const ServerFlags& flags) {
       (*batch_wait < std::chrono::milliseconds(1) || *batch_wait > std::chrono::seconds(10))) {
     batch_wait = Status::InvalidArgument("--batch-wait: from 1ms to 10s");
   }
+  auto repack_cooldown = ParseDuration(flags.repack_cooldown, "--repack-cooldown");
+  auto repack_max_run = ParseDuration(flags.repack_max_run, "--repack-max-run");
   auto report_period = ParseDuration(flags.report_period, "--report-period");
   auto outage_bound = ParseDuration(flags.outage_bound, "--outage-bound");
   if (node_timeout.ok() && report_period.ok() && outage_bound.ok()) {
@@ -236,7 +241,8 @@ int RunServer(const ServerFlags& flags) {
   for (const Status& s :
        {instance_retention.status(), audit_retention.status(), report_period.status(),
         outage_bound.status(), node_timeout.status(), spot_notice.status(), alert_interval.status(),
-        autoscale_interval.status(), batch_wait.status(), notify_flags}) {
+        autoscale_interval.status(), batch_wait.status(), repack_cooldown.status(),
+        repack_max_run.status(), notify_flags}) {
     if (!s.ok()) {
       std::cerr << "tessera server: " << s.message() << "\n";
       return kExitUsage;
@@ -288,6 +294,9 @@ int RunServer(const ServerFlags& flags) {
   options.max_pending_per_tenant = flags.max_pending_per_tenant;
   options.batch_window = flags.batch_window;
   options.batch_wait = *batch_wait;
+  options.repack = flags.repack;
+  options.repack_cooldown = *repack_cooldown;
+  options.repack_max_run = *repack_max_run;
   std::unique_ptr<alerts::Notifier> notifier;  // Outlives the core, which hands it alerts.
   std::unique_ptr<Sealer> sealer;              // Outlives the core, which seals with it.
   std::unique_ptr<core::Core> core;
@@ -573,6 +582,17 @@ void RegisterServerCommands(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--batch-wait", flags->batch_wait,
                   "With --batch-window: the longest a create waits for others (1ms to 10s)")
+      ->capture_default_str();
+  cmd->add_flag("--repack", flags->repack,
+                "A one-GPU create that finds no room may move up to two running migratable "
+                "shares to other GPUs, with notice, and take their GPU (docs/core.md, "
+                "\"Repacking\")");
+  cmd->add_option("--repack-cooldown", flags->repack_cooldown,
+                  "With --repack: how long a moved instance is not moved again")
+      ->capture_default_str();
+  cmd->add_option("--repack-max-run", flags->repack_max_run,
+                  "With --repack: an instance whose run has lasted longer is not moved (a move "
+                  "throws its run's work away)")
       ->capture_default_str();
   cmd->add_option("--external-url", flags->external_url,
                   "The server's URL as people reach it, for links in alerts (default: the "

@@ -173,14 +173,6 @@ int RunDynamicSim(const SimArgs& a) {
           "--policy: '{}' is the static mode's offline bound, not a scheduler to replay in time",
           sim::kOfflineBoundPolicy));
     }
-    for (const std::string& p : *parsed) {
-      if (sim::ParsePolicyVariant(p)->repack) {
-        return Usage(fmt::format(
-            "--policy: '{}' repacks, which only the static mode's protocol does; the dynamic mode "
-            "replays the server, which moves no shares",
-            p));
-      }
-    }
     policies = std::move(*parsed);
     options.policy = policies.front();
   }
@@ -221,14 +213,16 @@ int RunDynamicSim(const SimArgs& a) {
   // One line a run, its policy first when there are several.
   auto print_runs = [&](const std::vector<whatif::Outcome>& runs) {
     const bool several = policies.size() > 1;
-    std::cout << fmt::format("{}{:<28} {:>14} {:>10} {:>10} {:>12}\n",
-                             several ? fmt::format("{:<16}", "policy") : "", "mix", "bill USD",
-                             "wait p95", "wait p99", "preemptions");
+    size_t width = 16;
+    for (const std::string& p : policies) width = std::max(width, p.size() + 2);
+    std::cout << fmt::format("{}{:<28} {:>14} {:>10} {:>10} {:>12} {:>6}\n",
+                             several ? fmt::format("{:<{}}", "policy", width) : "", "mix",
+                             "bill USD", "wait p95", "wait p99", "preemptions", "moves");
     for (const whatif::Outcome& o : runs) {
-      std::cout << fmt::format("{}{:<28} {:>14.2f} {:>9.0f}s {:>9.0f}s {:>12}\n",
-                               several ? fmt::format("{:<16}", o.policy) : "", o.mix,
+      std::cout << fmt::format("{}{:<28} {:>14.2f} {:>9.0f}s {:>9.0f}s {:>12} {:>6}\n",
+                               several ? fmt::format("{:<{}}", o.policy, width) : "", o.mix,
                                static_cast<double>(o.total_micros()) / 1e6, o.wait_p95_s,
-                               o.wait_p99_s, o.preemptions);
+                               o.wait_p99_s, o.preemptions, o.moves);
     }
   };
   auto seconds_since = [&] {
@@ -291,10 +285,12 @@ int RunDynamicSim(const SimArgs& a) {
   std::cout << fmt::format(
       "{} jobs on {} GPUs ({}, mix {}): {} finished, {} still running, {} never started, {} "
       "refused\n"
-      "wait p50 {:.0f} s, p95 {:.0f} s, p99 {:.0f} s; {} preemptions ({:.1f} GPU-hours lost)\n"
-      "bill {} USD; {:.2f} s\nwrote {}/summary.json and report.html\n",
+      "wait p50 {:.0f} s, p95 {:.0f} s, p99 {:.0f} s; {} preemptions, {} moves ({:.1f} "
+      "GPU-hours lost)\n"
+      "mean GPUs allocated {:.2f}\nbill {} USD; {:.2f} s\nwrote {}/summary.json and report.html\n",
       o.jobs, o.fleet_gpus, options.policy, o.mix, o.finished, o.running, o.waiting, o.refused,
-      o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.preemptions, o.wasted_gpu_hours,
+      o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.preemptions, o.moves, o.wasted_gpu_hours,
+      o.span_s > 0 ? o.allocated_gpu_s / static_cast<double>(o.span_s) : 0.0,
       summary["total_usd"].get<std::string>(), wall, a.out);
   return kExitOk;
 }

@@ -315,7 +315,7 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
        "labels",      "annotations", "instance_type",  "gpu_model",     "gpus",
        "mig_profile", "milli_gpu",   "gpu_memory_mib", "vcpus",         "memory_mib",
        "nvlink",      "image",       "pull_policy",    "registry_auth", "env",
-       "volumes",     "ports"});
+       "volumes",     "ports",       "migratable"});
   CreateInstanceRequest r;
   const std::string billing = f.String("billing");
   if (f.ok()) {
@@ -344,6 +344,7 @@ Result<CreateInstanceRequest> ReadCreateInstance(JsonFields& f, const nlohmann::
   ReadVolumeMounts(f, r.volumes);
   ReadPorts(f, r.ports);
   r.restart = f.Bool("restart", false, true);
+  r.migratable = f.Bool("migratable", false, false);
   r.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   r.labels = f.StringMap("labels", false);
   r.annotations = f.StringMap("annotations", false);
@@ -400,6 +401,7 @@ nlohmann::json ToJson(const CreateInstanceRequest& r, Secrets secrets) {
     j["env"] = secrets == Secrets::kStored ? StoredEnvJson(r.env) : EnvJson(r.env);
   if (!r.volumes.empty()) j["volumes"] = VolumeMountsJson(r.volumes);
   if (!r.ports.empty()) j["ports"] = r.ports;
+  if (r.migratable) j["migratable"] = true;
   if (!r.instance_type.empty()) {
     j["instance_type"] = r.instance_type;
     return j;

@@ -29,6 +29,9 @@ struct CreateInstanceRequest {
   std::string name;
   std::string command;
   bool restart = true;
+  // The core may stop it, with notice, and restart it on another GPU to make room for waiting
+  // work (docs/core.md, "Repacking"): a milli_gpu share outside a group, with no volumes.
+  bool migratable = false;
   int stop_grace_seconds = 10;                     // 0..3600.
   std::map<std::string, std::string> labels;       // Validated (ValidateLabels).
   std::map<std::string, std::string> annotations;  // Validated (ValidateAnnotations).

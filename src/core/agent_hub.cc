@@ -1,5 +1,5 @@
 // AgentHub (agent_hub.h): nodes joined by agents, their registrations and reports, and what each
-// agent is told. What the reports say about instances is applied in state_reports.cc; a node's
+// agent is told. What the reports say about instances is applied in instance_reports.cc; a node's
 // loss, removal and GPU faults in node_health.cc.
 #include "core/agent_hub.h"
 

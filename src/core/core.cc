@@ -45,6 +45,9 @@ Result<std::unique_ptr<State>> BuildState(const CoreOptions& options, store::Sto
   state_options.max_pending_per_tenant = options.max_pending_per_tenant;
   state_options.batch_window = options.batch_window;
   state_options.batch_wait = options.batch_wait;
+  state_options.repack = options.repack;
+  state_options.repack_cooldown = options.repack_cooldown;
+  state_options.repack_max_run = options.repack_max_run;
   state_options.alerts = options.alerts;
   state_options.sealer = options.sealer;
   // openb's GPUs are all in shared mode and its whole-GPU pods run on them: a server on an openb

@@ -73,6 +73,11 @@ struct CoreOptions {
   // The batch window (StateOptions::batch_window; 1 = off) and how long a create may wait in it.
   int batch_window = 1;
   Duration batch_wait = std::chrono::milliseconds(200);
+  // Repacking of migratable shares (StateOptions::repack), how long a moved one stays put, and
+  // the longest run a move may throw away.
+  bool repack = false;
+  Duration repack_cooldown = std::chrono::hours(1);
+  Duration repack_max_run = std::chrono::hours(6);
   alerts::EvaluatorOptions alerts;
   alerts::Notifier* notifier = nullptr;
   // Seals values at rest (common/envelope.h); null: none can be stored. Must outlive the core.

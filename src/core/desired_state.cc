@@ -52,7 +52,7 @@ DesiredWorkload DesiredStates::Workload(const Instance& inst, Time now) const {
   }
   if (w.action == DesiredWorkload::Action::kPreempt) {
     w.deadline = inst.preempt_at.value_or(now);
-    w.reason = "spot preemption";
+    w.reason = inst.moving ? "moved to another GPU" : "spot preemption";
   }
   w.id = inst.id.str();
   w.attempt = inst.restarts;

@@ -264,6 +264,7 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
                       {"shape", std::move(shape)},
                       {"command", inst.command},
                       {"restart", inst.restart},
+                      {"migratable", inst.migratable},
                       {"stop_grace_seconds", inst.stop_grace_seconds},
                       {"price_per_hour_usd", inst.price_per_hour.ToString()},
                       {"created_at", FormatRfc3339(inst.created_at)},
@@ -291,6 +292,7 @@ nlohmann::json BaseJson(const Instance& inst, Secrets secrets) {
   if (!inst.reason.empty()) j["reason"] = inst.reason;
   if (inst.preempted_at) j["preempted_at"] = FormatRfc3339(*inst.preempted_at);
   if (inst.preempt_at) j["preempt_at"] = FormatRfc3339(*inst.preempt_at);
+  if (inst.moved_at) j["moved_at"] = FormatRfc3339(*inst.moved_at);
   if (inst.started_at) {
     j["started_at"] = FormatRfc3339(*inst.started_at);
     j["start_latency_seconds"] =
@@ -368,6 +370,8 @@ nlohmann::json ToStoredJson(const Instance& inst, const fleet::Fleet& fleet) {
   j["seq"] = inst.seq;
   j["enqueued_at"] = FormatRfc3339(inst.enqueued_at);
   if (inst.assignment) j["assignment"] = AssignmentJson(*inst.assignment, fleet);
+  if (inst.moving) j["moving"] = true;
+  if (inst.move_to) j["move_to"] = AssignmentJson(*inst.move_to, fleet);
   if (inst.meter) {
     j["meter"] = {{"since", inst.meter->since},
                   {"billed", inst.meter->billed},
@@ -438,6 +442,8 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
     inst.env = std::move(*env);
   }
   inst.restart = f.Bool("restart");
+  inst.migratable = f.Bool("migratable", false, false);
+  inst.moving = f.Bool("moving", false, false);
   inst.stop_grace_seconds = static_cast<int>(f.Int("stop_grace_seconds", 0, 3600, false, 10));
   auto price = Money::Parse(f.String("price_per_hour_usd"));
   inst.restarts = static_cast<int>(f.Int("restarts", 0, INT32_MAX));
@@ -468,6 +474,7 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
   }
   for (auto [key, field] : {std::pair{"preempted_at", &inst.preempted_at},
                             {"preempt_at", &inst.preempt_at},
+                            {"moved_at", &inst.moved_at},
                             {"started_at", &inst.started_at}}) {
     if (!j.contains(key)) continue;
     auto t = TimeField(f, key);
@@ -537,6 +544,12 @@ Result<StoredInstance> FromStoredJson(const nlohmann::json& j, const fleet::Flee
       inst.node = fleet.node(inst.assignment->node).name;
       inst.gpus = DescribeGpus(*inst.assignment, fleet);
     }
+  }
+  if (j.contains("move_to")) {
+    // A destination the fleet no longer has: it restarts wherever the queue places it.
+    Status gone;
+    TESSERA_ASSIGN_OR_RETURN(inst.move_to,
+                             AssignmentFromJson(j["move_to"], fleet, where + ": move_to", gone));
   }
   return out;
 }

@@ -119,8 +119,10 @@ struct Instance {
   // The ports it serves on (1..65535), and while it runs where each is reached.
   std::vector<int> ports;
   std::vector<Endpoint> endpoints;
-  std::string created_by;       // The user who made it (core/users.h); "" when not known.
-  bool restart = true;          // Spot: re-queue automatically after preemption.
+  std::string created_by;  // The user who made it (core/users.h); "" when not known.
+  bool restart = true;     // Spot: re-queue automatically after preemption.
+  // It may be moved to another GPU to make room (CreateInstanceRequest::migratable).
+  bool migratable = false;
   int stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long.
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
@@ -136,6 +138,12 @@ struct Instance {
   std::optional<Time> started_at;  // When its agent reported this attempt running.
   std::optional<int> exit_code;    // The workload's, once it ended (128 + signal if killed).
   std::optional<fleet::Assignment> assignment;  // While it holds capacity.
+  // Repacking (docs/core.md): `moving` from its notice to move until it restarts elsewhere, with
+  // the capacity booked for it there (`move_to`, none when a restart could not book it again);
+  // `moved_at` is its last move's notice, after which it is not moved again for a while.
+  bool moving = false;
+  std::optional<fleet::Assignment> move_to;
+  std::optional<Time> moved_at;
   // Billing (docs/billing.md): the open interval while running, and for `reserved` billing the
   // reservation whose unit it holds while active.
   std::optional<billing::Meter> meter;

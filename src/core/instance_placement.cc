@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
 #include <utility>
 
 #include "core/instance_service.h"
@@ -63,11 +64,10 @@ Attempt Instances::Place(Instance& inst, store::Batch& batch, bool first_attempt
       return Attempt::kNoRoom;
     }
   }
-  sched::Request req = admission_->RequestFor(inst.shape, inst.billing);
+  sched::Request req = RequestOf(inst);
   // The policy learns each request once, weighed by its tenant, so a queue's retries and one
   // tenant's flood do not steer where everyone else's work goes.
   req.observe = first_attempt;
-  req.source = SourceOf(inst);
   // An instance whose volumes have a node goes there or nowhere.
   std::optional<fleet::NodeIndex> pinned;
   if (const std::string node = mounts_->NodeOf(inst); !node.empty()) {
@@ -90,6 +90,13 @@ Attempt Instances::Place(Instance& inst, store::Batch& batch, bool first_attempt
   auto awaiting = awaiting_notice_.find(inst.id.str());
   if (!a && awaiting != awaiting_notice_.end() && clock_->Now() < awaiting->second) {
     return Attempt::kNoRoom;
+  }
+  // Moving a migratable share restarts it elsewhere, which costs less than ending spot work.
+  if (!a && !pinned) {
+    if (std::optional<Room> room = Repack(inst, req, batch)) {
+      if (!room->now) return Attempt::kNoRoom;  // After the moved shares' notice.
+      a = room->now;
+    }
   }
   if (!a && inst.billing != Billing::kSpot) {
     // With the round's searches spent, a request that preemption might help is tried again in
@@ -114,6 +121,108 @@ Attempt Instances::Place(Instance& inst, store::Batch& batch, bool first_attempt
   Transition(inst, InstanceState::kScheduled, "", batch);
   agents_->Notify(inst, inst.node);
   return Attempt::kPlaced;
+}
+
+sched::Request Instances::RequestOf(const Instance& inst) const {
+  sched::Request req = admission_->RequestFor(inst.shape, inst.billing);
+  req.source = SourceOf(inst);
+  return req;
+}
+
+namespace {
+constexpr int kRepackSearchesPerRound = 2;
+constexpr std::string_view kMoved = "moved to another GPU to make room for waiting work";
+}  // namespace
+
+std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Request& req,
+                                                 store::Batch& batch) {
+  if (!options_->repack || repack_searches_ >= kRepackSearchesPerRound) return std::nullopt;
+  ++repack_searches_;
+  const Time now = clock_->Now();
+  std::optional<sched::Repacker::Plan> plan = repacker_.MakeRoom(req, [&](const void* owner) {
+    const auto* s = static_cast<const Instance*>(owner);  // Track's: the instance itself.
+    // A move costs the work the share did in this run: one that ran longer stays.
+    return s->state == InstanceState::kRunning && !s->moving && s->started_at &&
+           now - *s->started_at <= options_->repack_max_run &&
+           (!s->moved_at || now - *s->moved_at >= options_->repack_cooldown);
+  });
+  if (!plan) return std::nullopt;
+  // The scheduler now holds the request's room and the moved shares' new places, their old ones
+  // released.
+  std::vector<Instance*> moved;
+  bool notice = false;
+  for (const sched::Repacker::Move& m : plan->moves) {
+    moved.push_back(table_.Find(m.id));
+    notice = notice || NeedsNotice(*moved.back());
+  }
+  if (notice) {
+    // Shares that must be told run on where they are until they stop: their old places are
+    // booked again, and the request waits for them. Where a new place overlaps an old one, no
+    // move is made and all is as it was.
+    CheckInvariant(scheduler_->Release(plan->placed), "repacking: releasing the room it made");
+    size_t held = 0;
+    while (held < plan->moves.size() && scheduler_->Reserve(plan->moves[held].from).ok()) ++held;
+    if (held < plan->moves.size()) {
+      for (size_t i = 0; i < plan->moves.size(); ++i) {
+        const sched::Repacker::Move& m = plan->moves[i];
+        if (i < held) CheckInvariant(scheduler_->Release(m.from), "repacking: undoing a move");
+        CheckInvariant(scheduler_->Release(m.to), "repacking: undoing a move");
+      }
+      for (size_t i = 0; i < plan->moves.size(); ++i) {
+        const sched::Repacker::Move& m = plan->moves[i];
+        CheckInvariant(scheduler_->Reserve(m.from), "repacking: undoing a move");
+        repacker_.Track(m.id, RequestOf(*moved[i]), m.from, moved[i]);
+      }
+      return std::nullopt;
+    }
+  }
+  for (size_t i = 0; i < moved.size(); ++i) {
+    Instance& s = *moved[i];
+    s.moving = true;
+    s.move_to = plan->moves[i].to;
+    s.moved_at = now;
+    ++counters_->repack_moves;
+    if (NeedsNotice(s)) {
+      Warn(s, std::string(kMoved), batch);
+    } else {
+      FinishMove(s, batch, /*old_held=*/notice);
+    }
+  }
+  if (!notice) return Room{plan->placed};
+  const Time deadline = now + options_->spot_notice;
+  awaiting_notice_[inst.id.str()] =
+      deadline + options_->node_timeout + std::chrono::seconds(inst.stop_grace_seconds);
+  // The reason names no instance: the moved ones may be another tenant's.
+  inst.reason =
+      fmt::format("waiting for {} instance(s) to move to other GPUs after their notice (until {})",
+                  moved.size(), FormatRfc3339(deadline));
+  return Room{};
+}
+
+void Instances::FinishMove(Instance& s, store::Batch& batch, bool old_held) {
+  std::optional<fleet::Assignment> to = std::exchange(s.move_to, std::nullopt);
+  s.moving = false;
+  if (old_held) {
+    Release(s);
+  } else {
+    Forget(s);
+    CapacityFreed();
+  }
+  if (to && fleet_->node(to->node).state == fleet::NodeState::kReady) {
+    ++s.restarts;
+    s.started_at.reset();
+    s.enqueued_at = clock_->Now();
+    Book(s, *to, batch);
+    Transition(s, InstanceState::kScheduled,
+               fmt::format("{}; restarting on node '{}'", kMoved, s.node), batch,
+               billing::Ending::kPlatform);
+    agents_->Notify(s, s.node);
+  } else {
+    // Its new place was lost while it stopped (or at a restart): it waits as any restart does.
+    if (to) CheckInvariant(scheduler_->Release(*to), "repacking: releasing a lost destination");
+    Requeue(s, std::string(kMoved), batch);
+  }
+  Save(s, batch);
 }
 
 bool Instances::NeedsNotice(const Instance& v) const {
@@ -180,16 +289,30 @@ void Instances::Assign(Instance& inst, const fleet::Assignment& a) {
   if (inst.billing == Billing::kSpot) preemptor_.Track(&inst);
   accounts_->CountOnDemand(inst, true);
   awaiting_notice_.erase(inst.id.str());
+  if (inst.migratable) repacker_.Track(inst.id.str(), RequestOf(inst), a, &inst);
 }
 
 void Instances::Unbook(Instance& inst) {
   if (!inst.assignment) return;
-  preemptor_.Untrack(&inst);
-  accounts_->CountOnDemand(inst, false);
   // The scheduler refuses only what is not held, which would be a bookkeeping bug: surface it
   // loudly rather than leak or double-free capacity.
   CheckInvariant(scheduler_->Release(*inst.assignment),
                  fmt::format("releasing {}'s capacity", inst.id.str()));
+  Forget(inst);
+}
+
+void Instances::Forget(Instance& inst) {
+  if (!inst.assignment) return;
+  preemptor_.Untrack(&inst);
+  repacker_.Untrack(inst.id.str());
+  accounts_->CountOnDemand(inst, false);
+  if (inst.move_to) {
+    // Stopped or lost before its move finished: the place booked for it is free again.
+    CheckInvariant(scheduler_->Release(*inst.move_to),
+                   fmt::format("releasing {}'s place after a move", inst.id.str()));
+    inst.move_to.reset();
+  }
+  inst.moving = false;
   // Until now, even while stopping or preempting: its workload may run until its agent reported
   // the stop, so a node that cannot isolate tenants stays closed to the others until then.
   sole_tenant_->Release(inst.assignment->node, SourceOf(inst));

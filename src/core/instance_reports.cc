@@ -79,12 +79,17 @@ bool Instances::ApplyReport(Instance& inst, const AgentReport& report, store::Ba
       return true;
     case InstanceState::kPreempting:
       inst.exit_code = report.exit_code;
-      Release(inst);
       if (report.reason == "exited" && report.exit_code == 0 && !report.lost) {
         // It finished on its own before its agent had to stop it: its work is done.
+        Release(inst);
         Transition(inst, InstanceState::kSucceeded, "exited with code 0 during its notice", batch);
         return true;
       }
+      if (inst.moving) {
+        FinishMove(inst, batch);  // Stopped to move: it restarts where its move booked.
+        return true;
+      }
+      Release(inst);
       // Warn's reason says why: "preempted by higher-priority work; stops at ...".
       EndPreempted(
           inst, inst.reason.substr(0, inst.reason.find("; stops at")) + " after its notice", batch);

@@ -37,13 +37,30 @@ Instances::Instances(const Parts& parts)
       pending_(options_->max_pending_per_tenant),
       window_(*clock_, static_cast<size_t>(std::max(options_->batch_window, 1)),
               options_->batch_wait),
-      preemptor_(catalog_, fleet_, scheduler_, options_->preemption) {}
+      preemptor_(catalog_, fleet_, scheduler_, options_->preemption),
+      repacker_(*fleet_, *scheduler_) {}
 
 Result<Admitted> Instances::Admit(const Tenant& caller, const CreateInstanceRequest& req, int count,
                                   bool readmit, std::string_view group) {
   TESSERA_ASSIGN_OR_RETURN(Admitted admitted, admission_->Admit(req));
   TESSERA_RETURN_IF_ERROR(secrets_->CheckRefs(caller.id.str(), req.env, req.image));
   TESSERA_RETURN_IF_ERROR(mounts_->Check(caller.id.str(), req, count, group));
+  if (req.migratable) {
+    // What a move could not take along is refused rather than silently never moved.
+    if (admitted.shape.mode != catalog::SharingMode::kShared) {
+      return Status::InvalidArgument(
+          "migratable: only a milli_gpu share moves; whole GPUs and MIG slices stay where they "
+          "are");
+    }
+    if (!group.empty()) {
+      return Status::InvalidArgument(
+          "migratable: a group's members never move; their gang is placed together");
+    }
+    if (!req.volumes.empty()) {
+      return Status::InvalidArgument(
+          "migratable: an instance with volumes stays on the node that holds them");
+    }
+  }
   const int64_t want = usage_.Marginal(caller.id.str(), admitted.shape) * count;
   const int64_t used = usage_.Milli(caller.id.str());
   if (used + want > caller.quota_gpu_milli) {
@@ -96,6 +113,7 @@ Result<Instance*> Instances::Add(const Tenant& caller, const CreateInstanceReque
   inst.volumes = req.volumes;
   inst.ports = req.ports;
   inst.restart = req.restart;
+  inst.migratable = req.migratable;
   inst.stop_grace_seconds = req.stop_grace_seconds;
   inst.labels = req.labels;
   inst.annotations = req.annotations;
@@ -333,6 +351,7 @@ void Instances::ApplyNodeState(const AgentNode& node) {
 
 Status Instances::Restore(const std::vector<store::InstanceRecord>& records, store::Batch& batch,
                           RecoveryReport& report) {
+  std::vector<Instance*> moving;  // Moves under way, booked once every running instance is.
   for (const auto& rec : records) {
     auto j = ParseJson(rec.doc, "stored instance " + rec.id);
     if (!j.ok()) return Status::DataLoss(j.status().message());
@@ -371,6 +390,8 @@ Status Instances::Restore(const std::vector<store::InstanceRecord>& records, sto
     }
     if (!why.empty()) {
       inst.assignment.reset();
+      inst.move_to.reset();
+      inst.moving = false;
       inst.node.clear();
       inst.gpus.clear();
       Transition(inst, InstanceState::kFailed, "failed at restart: " + why, batch,
@@ -388,6 +409,10 @@ Status Instances::Restore(const std::vector<store::InstanceRecord>& records, sto
           inst.state != InstanceState::kPreempting) {
         preemptor_.Track(&inst);
       }
+      if (inst.move_to) moving.push_back(&inst);
+      if (inst.migratable) {
+        repacker_.Track(inst.id.str(), RequestOf(inst), *inst.assignment, &inst);
+      }
       // An agent picks up where the last run left off.
       node_gpus_->UseReportedMigUuids(inst);
       agents_->Notify(inst, inst.node);
@@ -395,6 +420,11 @@ Status Instances::Restore(const std::vector<store::InstanceRecord>& records, sto
       if (inst.group.empty()) queue_.Push(inst);  // Members wait with their group.
       ++report.queued;
     }
+  }
+  // A move under way keeps the place booked for it if that can be booked again; else it waits in
+  // the queue once it stopped (FinishMove).
+  for (Instance* inst : moving) {
+    if (!scheduler_->Reserve(*inst->move_to).ok()) inst->move_to.reset();
   }
   return Status::Ok();
 }

@@ -47,6 +47,7 @@
 #include "core/usage.h"
 #include "core/volume_mounts.h"
 #include "fleet/fleet.h"
+#include "sched/repack.h"
 #include "sched/scheduler.h"
 #include "store/store.h"
 
@@ -148,8 +149,11 @@ class Instances final : private Groups::Lifecycle,
   AgentHub::Lifecycle& for_agent_hub() { return *this; }
 
   // A round's steps, in the order State::EndRound takes them.
-  // Starts a round: the preemptor's per-round budget starts afresh.
-  void NewRound() { preemptor_.NewRound(); }
+  // Starts a round: the preemptor's and the repacker's per-round budgets start afresh.
+  void NewRound() {
+    preemptor_.NewRound();
+    repack_searches_ = 0;
+  }
   // Places the creates the batch window held once they are due (batch_window.h): priority
   // first, then the largest GPU demand; what does not fit queues as any create that does not.
   void PlaceHeld(store::Batch& batch);
@@ -196,8 +200,22 @@ class Instances final : private Groups::Lifecycle,
   // Where `inst`'s ports are reached, from its agent's running report (its own ports only).
   void SetEndpoints(Instance& inst, const AgentReport& report);
   int64_t GpuMilliOf(const Instance& inst) const { return inst.shape.GpuMilli(*catalog_); }
-  // Tries to place `inst` now, preempting if its priority allows.
+  // What the scheduler is asked for `inst`.
+  sched::Request RequestOf(const Instance& inst) const;
+  // Tries to place `inst` now, moving migratable shares (StateOptions::repack), or preempting if
+  // its priority allows.
   Attempt Place(Instance& inst, store::Batch& batch, bool first_attempt);
+  // Room that repacking made for a request: `now` to take at once, or none when it waits for the
+  // moved shares to stop after their notice.
+  struct Room {
+    std::optional<fleet::Assignment> now;
+  };
+  // Moves migratable shares so that `req` (for `inst`) fits; nullopt when no move helps, or the
+  // round's searches are spent.
+  std::optional<Room> Repack(Instance& inst, const sched::Request& req, store::Batch& batch);
+  // Moving `s` stopped (or, with no notice due, stops now): it restarts where its move booked,
+  // or waits in the queue when that is gone. `old_held`: its old capacity is still booked.
+  void FinishMove(Instance& s, store::Batch& batch, bool old_held = true);
   // A new instance's first attempt: queued behind identical waiting requests, else placed now,
   // else queued.
   void PlaceOrQueue(Instance& inst, store::Batch& batch);
@@ -216,7 +234,9 @@ class Instances final : private Groups::Lifecycle,
   void Warn(Instance& v, const std::string& why, store::Batch& batch);
   // `inst` takes `a`: where it runs, its GPUs, who else may share the node, its meter's count.
   void Assign(Instance& inst, const fleet::Assignment& a);
+  // `inst` holds no capacity any more: Forget after its capacity is released in the scheduler.
   void Unbook(Instance& inst);
+  void Forget(Instance& inst);
   // Applies one report about `inst`; true when it changed something.
   bool ApplyReport(Instance& inst, const AgentReport& report, store::Batch& batch);
   // Pending `inst` ends: it leaves the queue and the batch window, and waits for no spot victims.
@@ -260,6 +280,10 @@ class Instances final : private Groups::Lifecycle,
   // InstanceViews::Shown says so).
   BatchWindow window_;
   Preemptor preemptor_;
+  // The running migratable shares, by GPU, and the searches this round made (StateOptions::
+  // repack).
+  sched::Repacker repacker_;
+  int repack_searches_ = 0;
   // Instances waiting for spot victims to stop after their notice, and until when.
   std::unordered_map<std::string, Time> awaiting_notice_;
   int64_t next_instance_ = 1;

@@ -44,6 +44,7 @@ struct Counters {
   int64_t agent_reports = 0;
   int64_t agent_reports_refused = 0;
   int64_t agent_times_clamped = 0;  // Reports' start times before the schedule or in the future.
+  int64_t repack_moves = 0;  // Migratable instances moved to make room (StateOptions::repack).
 };
 
 struct StateOptions {
@@ -87,6 +88,13 @@ struct StateOptions {
   // 1 = off: a create is placed in the round it arrives in.
   int batch_window = 1;
   Duration batch_wait = std::chrono::milliseconds(200);
+  // Repacking (docs/core.md, "Repacking"): a one-GPU request that finds no room may move up to two
+  // running `migratable` shares off one GPU to other GPUs, with notice where their agent must stop
+  // them, and take that GPU. An instance moved is not moved again for `repack_cooldown`, and one
+  // whose run has lasted longer than `repack_max_run` is not moved: a move throws that work away.
+  bool repack = false;
+  Duration repack_cooldown = std::chrono::hours(1);
+  Duration repack_max_run = std::chrono::hours(6);
   // What a GiB of volume costs a month (docs/volumes.md): AWS EBS gp3's list price.
   Money volume_price_per_gib_month = Money::FromMicros(80'000);
 };

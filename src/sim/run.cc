@@ -9,9 +9,9 @@
 #include <optional>
 #include <thread>
 
+#include "sched/repack.h"
 #include "sim/bound.h"
 #include "sim/protocol.h"
-#include "sim/repack.h"
 #include "sim/variant.h"
 
 namespace tessera::sim {
@@ -29,7 +29,7 @@ Result<std::vector<Sample>> PlaceAll(const std::vector<Pod>& pods,
                                      const std::vector<uint32_t>& order, const fleet::Fleet& fleet,
                                      sched::Scheduler& scheduler, bool repack, RunStats& stats,
                                      GridProgress* progress) {
-  std::optional<Repacker> repacker;
+  std::optional<sched::Repacker> repacker;
   if (repack) repacker.emplace(fleet, scheduler);
   const int64_t capacity = fleet.total_gpus() * fleet::kMilliPerGpu;
   std::vector<Sample> samples;
@@ -40,8 +40,12 @@ Result<std::vector<Sample>> PlaceAll(const std::vector<Pod>& pods,
     arrived += pod.demand_milli();  // Counted before the attempt, failures included.
     const sched::Request request = ToRequest(pod);
     std::optional<fleet::Assignment> a = scheduler.Schedule(request);
-    if (a && repacker) repacker->Placed(request, *a);
-    if (a || (repacker && repacker->MakeRoom(request))) {
+    if (!a && repacker) {
+      if (auto plan = repacker->MakeRoom(request)) a = plan->placed;
+    }
+    // One id per arrival: the tuned workload may hold a pod twice.
+    if (a && repacker) repacker->Track(std::to_string(i), request, *a);
+    if (a) {
       ++stats.placed;
     } else {
       ++stats.failed;

@@ -11,7 +11,7 @@
 // arrival order permuted within each window.
 //
 // -repack: a one-GPU pod that finds no room may move up to two running shares off one GPU
-// (sim/repack.h).
+// (sched/repack.h).
 // Thread-safety: pure functions over values.
 #pragma once
 

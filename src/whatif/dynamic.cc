@@ -234,11 +234,6 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   // "POLICY-batchK" runs POLICY with the server's batch window of K (docs/core.md).
   TESSERA_ASSIGN_OR_RETURN(const sim::PolicyVariant variant,
                            sim::ParsePolicyVariant(options.policy));
-  if (variant.repack) {
-    return Status::InvalidArgument(fmt::format(
-        "policy '{}': repacking is the static protocol's only; the server moves no shares",
-        options.policy));
-  }
   FakeClock clock{Time(std::chrono::seconds(kEpochS))};
   auto fleet = std::make_unique<fleet::Fleet>(fleet_in);
   sched::Options sched_options{variant.base, options.seed, core::CatalogWorkload(catalog)};
@@ -254,6 +249,9 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
   // A trace's jobs wait as long as they wait: the cap on pending work guards a shared server.
   state_options.max_pending_per_tenant = INT64_MAX;
   state_options.batch_window = variant.window;
+  // "POLICY-repack": every one-GPU share job is migratable, and the core moves them as the
+  // server's --repack does (docs/core.md, "Repacking").
+  state_options.repack = variant.repack;
   core::State state(&catalog, &clock, std::move(fleet), std::move(scheduler), state_options);
   store::Batch batch;
   TESSERA_ASSIGN_OR_RETURN(core::Tenant tenant,
@@ -328,6 +326,8 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       req.billing = core::Billing::kReserved;
     }
     track[j].spot = req.billing == core::Billing::kSpot;
+    req.migratable =
+        variant.repack && member.count == 1 && req.shape.mode == catalog::SharingMode::kShared;
     Status refused;
     if (member.count == 1) {
       auto made = state.instances().Create(*caller, req, batch);
@@ -412,14 +412,21 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       if (held == t.members.end()) continue;  // A member that never ran in this attempt.
       t.members.erase(held);
       if (t.start >= 0) {
-        // A run lost before its end: preempted (or its gang broken); its work starts over.
-        ++out.preemptions;
+        // A run lost before its end: preempted, moved to make room, or its gang broken; its work
+        // starts over.
+        // Moved when its last move's notice came during this run (a moving instance is never a
+        // victim of anything else).
+        const core::Instance* inst = state.instances().table().Find(rec.id);
+        const bool moved = inst && inst->moved_at &&
+                           *inst->moved_at >= Time(std::chrono::seconds(kEpochS + t.start));
+        ++(moved ? out.moves : out.preemptions);
         const double ran = GpusOf(jobs[j]) * static_cast<double>(now - t.start);
         out.job_gpu_s += ran;
         if (jobs[j].checkpoints) {
           t.done_s += now - t.start;
         } else {
           out.wasted_gpu_hours += ran / 3600;
+          if (moved) out.moved_gpu_hours_lost += ran / 3600;
         }
         t.start = -1;
         ++t.attempt;
@@ -540,6 +547,8 @@ nlohmann::json ToJson(const Outcome& o) {
           {"preemptions", o.preemptions},
           {"spot_reclaims", o.reclaims},
           {"wasted_gpu_hours", o.wasted_gpu_hours},
+          {"moves", o.moves},
+          {"moved_gpu_hours_lost", o.moved_gpu_hours_lost},
           {"fleet_gpus", o.fleet_gpus},
           {"reserved_units", o.reserved_units},
           {"reserved_gpus", o.reserved_gpus},
@@ -708,10 +717,10 @@ std::string ReportHtml(const std::string& title, const std::vector<Outcome>& run
     const Outcome& o = runs[i];
     rows += fmt::format(
         "<tr{}><td>{}</td><td>{}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td><td>{:.0f}</td>"
-        "<td>{}</td><td>{:.1f}</td><td>{}</td></tr>\n",
+        "<td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td></tr>\n",
         static_cast<int>(i) == best ? " class=\"best\"" : "", sim::HtmlEscape(label(o)), o.finished,
-        o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.jct_p95_s, o.preemptions, o.wasted_gpu_hours,
-        Usd(o.total_micros()));
+        o.wait_p50_s, o.wait_p95_s, o.wait_p99_s, o.jct_p95_s, o.preemptions, o.moves,
+        o.wasted_gpu_hours, Usd(o.total_micros()));
   }
   std::string verdict;
   if (best < 0) {
@@ -732,7 +741,7 @@ td,th{{padding:.3rem .7rem;border-bottom:1px solid #dde1e8;text-align:right}}td:
 tr.best{{background:#e6f4ea;font-weight:600}}</style></head><body>
 <h1>{0}</h1><p>{1}</p>{6}
 <table><tr><th>{5}</th><th>finished</th><th>wait p50 s</th><th>wait p95 s</th><th>wait p99 s</th><th>JCT p95 s</th>
-<th>preemptions</th><th>GPU-hours lost</th><th>bill USD</th></tr>
+<th>preemptions</th><th>moves</th><th>GPU-hours lost</th><th>bill USD</th></tr>
 {2}</table>
 {3}
 {4}

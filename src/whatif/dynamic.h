@@ -77,10 +77,14 @@ struct Outcome {
   double jct_p50_s = 0, jct_p95_s = 0, jct_p99_s = 0;
   int64_t preemptions = 0;      // Runs lost to preemption or a spot reclaim.
   int64_t reclaims = 0;         // Of them, spot runs the provider reclaimed.
-  double wasted_gpu_hours = 0;  // Their GPU-hours.
-  double allocated_gpu_s = 0;   // The fleet's allocated GPUs integrated over the run.
-  double job_gpu_s = 0;         // Jobs' GPUs times their runs' lengths, lost runs included.
-  int64_t span_s = 0;           // First submission to the last event.
+  double wasted_gpu_hours = 0;  // Their GPU-hours, and those of runs lost to moves.
+  // Runs of migratable shares moved to make room ("POLICY-repack"), restarted on another GPU,
+  // and the GPU-hours of work they lost (those that do not checkpoint).
+  int64_t moves = 0;
+  double moved_gpu_hours_lost = 0;
+  double allocated_gpu_s = 0;  // The fleet's allocated GPUs integrated over the run.
+  double job_gpu_s = 0;        // Jobs' GPUs times their runs' lengths, lost runs included.
+  int64_t span_s = 0;          // First submission to the last event.
   int64_t fleet_gpus = 0;
   int64_t reserved_units = 0;                   // Units of every reservation together...
   int64_t reserved_gpus = 0;                    // ...and their GPUs.

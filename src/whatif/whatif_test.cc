@@ -289,10 +289,44 @@ TEST(DynamicTest, TheServersBatchWindowPlacesTheLargerOfTwoJobsSubmittedTogether
   EXPECT_EQ(late->span_s, 151);
   EXPECT_DOUBLE_EQ(late->wait_p50_s, 1);
   EXPECT_DOUBLE_EQ(late->wait_p99_s, 51);
+}
+
+// One node of two GPUs. f (700) leaves at 10 s beside a (300), b (500) runs on the other GPU, and
+// w (800) comes at 20 s: it fits nowhere until a leaves at 1,001 s. With "guarded-fgd-repack" the
+// core moves a, a migratable share, to b's GPU: with the server's notice (120 s) w starts at
+// 140 s, and without notice at once; a's run so far is lost (it is batch work) and a restarts.
+TEST(OpenbTest, RepackingMovesAShareSoThatAWaitingPodStartsAndCountsTheWorkItLost) {
+  const auto jobs = OpenbJobs(
+      "f,2000,4096,1,700,,BE,Running,0,10,0\n"
+      "a,2000,4096,1,300,,BE,Running,1,1001,1\n"
+      "b,2000,4096,1,500,,LS,Running,2,1002,2\n"
+      "w,2000,4096,1,800,,LS,Running,20,120,20\n");
+  const auto standin = OpenbFleet("n0,16000,65536,2,T4\n", jobs);
+  ASSERT_TRUE(standin);
+  DynamicOptions o;
+  o.whole_gpus_on_shared = true;
+  auto plain = RunDynamic(standin->catalog, *standin->fleet, jobs, o);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->first_start_s, (std::vector<int64_t>{0, 1, 2, 1001}));
+  EXPECT_EQ(plain->moves, 0);
   o.policy = "guarded-fgd-repack";
-  auto refused = RunDynamic(Catalog(), Nodes(1, 2), jobs, o);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("static protocol's only"), std::string::npos);
+  auto moved = RunDynamic(standin->catalog, *standin->fleet, jobs, o);
+  ASSERT_TRUE(moved.ok()) << moved.status().message();
+  EXPECT_EQ(moved->policy, "guarded-fgd-repack");
+  EXPECT_EQ(moved->finished, 4);
+  EXPECT_EQ(moved->moves, 1);
+  EXPECT_EQ(moved->preemptions, 0);
+  EXPECT_EQ(moved->first_start_s, (std::vector<int64_t>{0, 1, 2, 140}));
+  // a ran from 1 s to the end of its notice at 140 s on 0.3 GPU, and starts over.
+  EXPECT_NEAR(moved->moved_gpu_hours_lost, 0.3 * 139 / 3600, 1e-9);
+  EXPECT_DOUBLE_EQ(moved->wasted_gpu_hours, moved->moved_gpu_hours_lost);
+  // Its new place is held from the move (20 s) until it restarts there (140 s).
+  EXPECT_NEAR(moved->allocated_gpu_s, moved->job_gpu_s + 0.3 * 120, 1e-9);
+  o.spot_notice_s = 0;
+  auto at_once = RunDynamic(standin->catalog, *standin->fleet, jobs, o);
+  ASSERT_TRUE(at_once.ok()) << at_once.status().message();
+  EXPECT_EQ(at_once->moves, 1);
+  EXPECT_EQ(at_once->first_start_s, (std::vector<int64_t>{0, 1, 2, 20}));
 }
 
 TEST(DynamicTest, EveryJobIsAccountedForAndTheFleetsGpuSecondsAreTheJobsRunTime) {
