@@ -141,10 +141,12 @@ std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Re
   const Time now = clock_->Now();
   std::optional<sched::Repacker::Plan> plan = repacker_.MakeRoom(req, [&](const void* owner) {
     const auto* s = static_cast<const Instance*>(owner);  // Track's: the instance itself.
-    // A move costs the work the share did in this run: one that ran longer stays.
+    // A move costs the work the share did in this run: one that ran longer stays. Lower-priority
+    // work never restarts higher-priority work (spot never moves on-demand or reserved).
     return s->state == InstanceState::kRunning && !s->moving && s->started_at &&
            now - *s->started_at <= options_->repack_max_run &&
-           (!s->moved_at || now - *s->moved_at >= options_->repack_cooldown);
+           (!s->moved_at || now - *s->moved_at >= options_->repack_cooldown) &&
+           admission_->RequestFor(s->shape, s->billing).priority <= req.priority;
   });
   if (!plan) return std::nullopt;
   // The scheduler now holds the request's room and the moved shares' new places, their old ones
@@ -176,13 +178,18 @@ std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Re
       return std::nullopt;
     }
   }
+  int grace_s = 0;  // The longest of the moved shares' stop graces.
   for (size_t i = 0; i < moved.size(); ++i) {
     Instance& s = *moved[i];
     s.moving = true;
     s.move_to = plan->moves[i].to;
     s.moved_at = now;
     ++counters_->repack_moves;
+    // Its new place's node is its tenant's from now, as the capacity is: on a node that cannot
+    // isolate tenants, no other tenant's work lands beside it meanwhile (FinishMove lets go).
+    sole_tenant_->Hold(s.move_to->node, SourceOf(s));
     if (NeedsNotice(s)) {
+      grace_s = std::max(grace_s, s.stop_grace_seconds);
       Warn(s, std::string(kMoved), batch);
     } else {
       FinishMove(s, batch, /*old_held=*/notice);
@@ -191,7 +198,7 @@ std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Re
   if (!notice) return Room{plan->placed};
   const Time deadline = now + options_->spot_notice;
   awaiting_notice_[inst.id.str()] =
-      deadline + options_->node_timeout + std::chrono::seconds(inst.stop_grace_seconds);
+      deadline + options_->node_timeout + std::chrono::seconds(grace_s);
   // The reason names no instance: the moved ones may be another tenant's.
   inst.reason =
       fmt::format("waiting for {} instance(s) to move to other GPUs after their notice (until {})",
@@ -201,6 +208,7 @@ std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Re
 
 void Instances::FinishMove(Instance& s, store::Batch& batch, bool old_held) {
   std::optional<fleet::Assignment> to = std::exchange(s.move_to, std::nullopt);
+  if (to) sole_tenant_->Release(to->node, SourceOf(s));  // Assign holds it again.
   s.moving = false;
   if (old_held) {
     Release(s);
@@ -208,7 +216,16 @@ void Instances::FinishMove(Instance& s, store::Batch& batch, bool old_held) {
     Forget(s);
     CapacityFreed();
   }
-  if (to && fleet_->node(to->node).state == fleet::NodeState::kReady) {
+  const auto usable = [this, &s](const fleet::Assignment& a) {
+    const fleet::Node& n = fleet_->node(a.node);
+    for (int g = 0; g < a.gpu_count; ++g) {
+      const fleet::Gpu& gpu = n.gpus[static_cast<size_t>(a.gpus[static_cast<size_t>(g)].gpu)];
+      if (!gpu.grantable()) return false;
+    }
+    return n.state == fleet::NodeState::kReady &&
+           secrets_->Missing(s.tenant.str(), s.env, s.image).empty();
+  };
+  if (to && usable(*to)) {
     ++s.restarts;
     s.started_at.reset();
     s.enqueued_at = clock_->Now();
@@ -218,7 +235,8 @@ void Instances::FinishMove(Instance& s, store::Batch& batch, bool old_held) {
                billing::Ending::kPlatform);
     agents_->Notify(s, s.node);
   } else {
-    // Its new place was lost while it stopped (or at a restart): it waits as any restart does.
+    // Its new place was lost while it stopped (its node or GPU out of service, or at a restart),
+    // or a secret it needs was deleted: it waits as any restart does (Requeue fails it then).
     if (to) CheckInvariant(scheduler_->Release(*to), "repacking: releasing a lost destination");
     Requeue(s, std::string(kMoved), batch);
   }
@@ -310,6 +328,7 @@ void Instances::Forget(Instance& inst) {
     // Stopped or lost before its move finished: the place booked for it is free again.
     CheckInvariant(scheduler_->Release(*inst.move_to),
                    fmt::format("releasing {}'s place after a move", inst.id.str()));
+    sole_tenant_->Release(inst.move_to->node, SourceOf(inst));
     inst.move_to.reset();
   }
   inst.moving = false;

@@ -79,7 +79,9 @@ class RepackTest : public ::testing::Test, protected AgentNodeFixture {
       clock_.Advance(5s);
       std::vector<std::string> names;
       for (const auto& n : state_->fleet().nodes()) names.push_back(n.name);
-      for (const std::string& n : names) Report(n, {});
+      for (const std::string& n : names) {
+        if (state_->fleet().Find(n).ok()) Report(n, {});  // Unless it left the fleet meanwhile.
+      }
     }
   }
   int Free(const std::string& node) {
@@ -164,6 +166,77 @@ TEST_F(RepackTest, NothingMovesWithoutRepackingOrWhenTheShareIsNotMigratable) {
     EXPECT_EQ(state_->counters().repack_moves, 0);
     EXPECT_EQ(Free(q_), 500);
   }
+}
+
+TEST_F(RepackTest, SpotWorkNeverMovesOnDemandWork) {
+  Make(true);
+  Set();
+  CreateInstanceRequest spot = Share(800);
+  spot.billing = Billing::kSpot;
+  EXPECT_EQ(Create(spot).state, InstanceState::kPending);
+  EXPECT_EQ(Get(a_).state, InstanceState::kRunning);
+  EXPECT_EQ(Create(Share(800)).state, InstanceState::kPending) << "on-demand may move it";
+  EXPECT_EQ(Get(a_).state, InstanceState::kPreempting);
+}
+
+// On nodes that cannot isolate tenants, a move's new node is its tenant's from the notice on:
+// another tenant's work does not land there meanwhile, nor after.
+TEST_F(RepackTest, AMovesNewNodeIsItsTenantsFromTheNotice) {
+  Make(true);
+  Set();
+  // q has room for no move (b grows to 750); n-3 has room for a but too few vCPUs for r.
+  Delete(b_);
+  Running(Create(Share(750)).id.str());
+  nlohmann::json small = TestInventory(1, "L40S-48GB", "n-3-u");
+  small["cpu_milli"] = 3000;
+  ASSERT_TRUE(JoinNode("n-3", small, agent_, catalog::SharingMode::kShared).ok());
+  CreateInstanceRequest wide = Share(800);
+  wide.shape.vcpus = 4;
+  const Instance r = Create(wide);
+  ASSERT_EQ(Get(a_).state, InstanceState::kPreempting);
+  ASSERT_EQ(Free("n-3"), 700) << "a's new place";
+  store::Batch b;
+  const Tenant beta = *state_->tenants().Create("beta", 64000, "h-beta", b);
+  CreateInstanceRequest other = Share(100);
+  other.shape.vcpus = 1;
+  auto theirs = CreateInRound(beta, other);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().message();
+  EXPECT_EQ(theirs->state, InstanceState::kPending) << "every node holds acme's work";
+  Pass(30s);
+  Stopped(a_);
+  EXPECT_EQ(Get(a_).node, "n-3");
+  EXPECT_EQ(Get(r.id.str()).node, p_);
+  EXPECT_EQ(Get(theirs->id.str()).state, InstanceState::kPending);
+}
+
+// A node being removed waits for a move's place there to be let go (the round that would remove
+// it must not find capacity still booked), and the move then restarts elsewhere.
+TEST_F(RepackTest, AMovesNewNodeIsRemovedOnlyOnceTheMoveLetsItGo) {
+  Make(true);
+  Set();
+  Create(Share(800));
+  ASSERT_EQ(Get(a_).state, InstanceState::kPreempting);
+  const fleet::NodeIndex q = *state_->fleet().Find(q_);
+  state_->BeginRound();
+  auto removal = state_->node_health().RemoveNode(q_, /*force=*/true, batch_);
+  state_->EndRound(batch_);
+  ASSERT_TRUE(removal.ok()) << removal.status().message();
+  if (Get(b_).state == InstanceState::kStopping) Stopped(b_);
+  // q's agent has received the desired state without its work: only the move's place keeps it.
+  AgentSync ack;
+  ack.agent_id = agent_;
+  ack.seq = ++seq_[q_];
+  ack.generation = state_->agent_hub().DesiredState(q_).generation;
+  ASSERT_TRUE(SyncNode(q_, ack).ok());
+  Pass(10s);  // Rounds go on while the removal waits.
+  ASSERT_TRUE(state_->fleet().Find(q_).ok());
+  EXPECT_GT(state_->fleet().node(q).workloads, 0) << "a's move still holds a place there";
+  Pass(20s);
+  Stopped(a_);
+  Pass(5s);
+  EXPECT_FALSE(state_->fleet().Find(q_).ok()) << "removed once the move let go";
+  EXPECT_NE(Get(a_).node, q_);
+  EXPECT_NE(Get(a_).state, InstanceState::kPreempting);
 }
 
 TEST_F(RepackTest, AShareWhoseRunHasLastedLongerThanTheLimitStays) {

@@ -424,7 +424,11 @@ Status Instances::Restore(const std::vector<store::InstanceRecord>& records, sto
   // A move under way keeps the place booked for it if that can be booked again; else it waits in
   // the queue once it stopped (FinishMove).
   for (Instance* inst : moving) {
-    if (!scheduler_->Reserve(*inst->move_to).ok()) inst->move_to.reset();
+    if (scheduler_->Reserve(*inst->move_to).ok()) {
+      sole_tenant_->Hold(inst->move_to->node, SourceOf(*inst));
+    } else {
+      inst->move_to.reset();
+    }
   }
   return Status::Ok();
 }

@@ -98,6 +98,9 @@ void NodeHealth::FinishRemovals(store::Batch& batch) {
 
 bool NodeHealth::FinishRemoval(AgentNode& node, store::Batch& batch) {
   if (!node.assigned.empty()) return false;
+  // A move under way may still hold a place here (Instance::move_to): it is let go when its share
+  // stops, since the node is no longer ready (Instances::FinishMove).
+  if (auto n = fleet_->Find(node.name); n.ok() && fleet_->node(*n).workloads > 0) return false;
   // Its agent has received the desired state without its work (so the copies are stopping, the
   // shims see to it), or there is no agent to tell.
   if (node.registered() && !node.lost && node.acked_generation < node.remove_after) return false;

@@ -37,8 +37,12 @@ void Repacker::Track(const std::string& id, const Request& r, const fleet::Assig
     free_.pop_back();
   }
   shares_[slot] = {id, r, a, owner};
-  if (milli_.size() < shares_.size()) milli_.resize(shares_.size());
+  if (milli_.size() < shares_.size()) {
+    milli_.resize(shares_.size());
+    source_.resize(shares_.size());
+  }
   milli_[slot] = r.gpu_milli;
+  source_[slot] = r.source;
   slot_of_[id] = slot;
   On(a).push_back(slot);
 }
@@ -70,8 +74,10 @@ Repacker::Candidate Repacker::Cheapest(const std::vector<uint32_t>& slots, int d
     const int mi = milli_[slots[i]];
     if (mi >= deficit && mi < best.moved_milli) best = {0, 0, mi, 1, {slots[i], 0}};
     for (size_t j = i + 1; j < slots.size(); ++j) {
+      // Two shares moved together are one source's: a filter that keeps sources apart sees where
+      // the first went only once its caller books it.
       const int mj = mi + milli_[slots[j]];
-      if (mj >= deficit && mj < best.moved_milli &&
+      if (mj >= deficit && mj < best.moved_milli && source_[slots[i]] == source_[slots[j]] &&
           (!movable || movable(shares_[slots[j]].owner))) {
         best = {0, 0, mj, 2, {slots[i], slots[j]}};
       }

@@ -83,7 +83,9 @@ class Repacker {
   const fleet::Fleet& fleet_;
   Scheduler& scheduler_;
   std::vector<Share> shares_;  // Slots of tracked shares; those in free_ hold none.
-  std::vector<int> milli_;     // Each slot's GPU milli, apart: the first pass reads only these.
+  // Each slot's GPU milli and source, apart: the first pass reads only these.
+  std::vector<int> milli_;
+  std::vector<uint32_t> source_;
   std::vector<uint32_t> free_;
   std::unordered_map<std::string, uint32_t> slot_of_;       // id -> its slot.
   std::vector<std::vector<std::vector<uint32_t>>> on_gpu_;  // node -> GPU -> slots on it.

@@ -32,8 +32,9 @@ class RepackerTest : public ::testing::Test {
     scheduler_ = std::move(s).value();
     repacker_.emplace(*fleet_, *scheduler_);
   }
-  void Book(int gpu, int milli, const void* owner = nullptr) {
-    const Request r = Share(milli);
+  void Book(int gpu, int milli, const void* owner = nullptr, uint32_t source = 0) {
+    Request r = Share(milli);
+    r.source = source;
     fleet::Assignment a{.node = fleet::NodeIndex{0},
                         .cpu_milli = r.cpu_milli,
                         .memory_mib = r.memory_mib,
@@ -125,6 +126,16 @@ TEST_F(RepackerTest, MovesOnlyTheSharesItMayAndSaysWhereEachWent) {
   repacker_->Untrack("2");
   repacker_->Untrack("0");
   EXPECT_FALSE(repacker_->MakeRoom(Share(300)));
+}
+
+TEST_F(RepackerTest, TwoSharesMoveTogetherOnlyWhenOneSourceSentThem) {
+  Book(0, 200, nullptr, 1);  // "0"
+  Book(0, 250, nullptr, 2);  // "1": with "0", the cheapest pair, but another source's.
+  Book(1, 500, nullptr, 1);  // "2"
+  auto plan = repacker_->MakeRoom(Share(1000));
+  ASSERT_TRUE(plan);
+  ASSERT_EQ(plan->moves.size(), 1u);
+  EXPECT_EQ(plan->moves[0].id, "2");
 }
 
 }  // namespace
