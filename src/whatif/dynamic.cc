@@ -48,6 +48,7 @@ struct Track {
   std::vector<std::string> members;  // A gang's running members; a single job's instance.
   int size = 1;                      // Members that must run at once.
   int succeeded = 0;
+  bool moving = false;  // The current run was given notice to move ("POLICY-repack").
 };
 
 // What happens to a job's run at a time.
@@ -396,6 +397,7 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       if (rec.state == "preempting") {
         // Given notice: it runs on until the notice is over, then its agent stops it.
         const core::Instance* inst = state.instances().table().Find(rec.id);
+        t.moving = t.moving || (inst && inst->moving);
         completions.push({now + options.spot_notice_s, j, t.attempt, Completion::kNoticeOver,
                           rec.id, inst ? inst->restarts : 0});
         continue;
@@ -413,12 +415,11 @@ Result<Outcome> RunDynamic(const catalog::Catalog& catalog, const fleet::Fleet& 
       t.members.erase(held);
       if (t.start >= 0) {
         // A run lost before its end: preempted, moved to make room, or its gang broken; its work
-        // starts over.
-        // Moved when its last move's notice came during this run (a moving instance is never a
-        // victim of anything else).
+        // starts over. Moved: after a notice to move (a moving instance is never a victim of
+        // anything else), or without notice in this very round.
         const core::Instance* inst = state.instances().table().Find(rec.id);
-        const bool moved = inst && inst->moved_at &&
-                           *inst->moved_at >= Time(std::chrono::seconds(kEpochS + t.start));
+        const bool moved = t.moving || (inst && inst->moved_at && *inst->moved_at == clock.Now());
+        t.moving = false;
         ++(moved ? out.moves : out.preemptions);
         const double ran = GpusOf(jobs[j]) * static_cast<double>(now - t.start);
         out.job_gpu_s += ran;
