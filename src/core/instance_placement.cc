@@ -146,7 +146,7 @@ std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Re
     return s->state == InstanceState::kRunning && !s->moving && s->started_at &&
            now - *s->started_at <= options_->repack_max_run &&
            (!s->moved_at || now - *s->moved_at >= options_->repack_cooldown) &&
-           admission_->RequestFor(s->shape, s->billing).priority <= req.priority;
+           Priority(s->billing) <= req.priority;
   });
   if (!plan) return std::nullopt;
   // The scheduler now holds the request's room and the moved shares' new places, their old ones
