@@ -351,6 +351,8 @@ class Shim {
     pid_ = pid;
     out_fd_ = out_fd;
     WritePids();
+    // Known before the agent hears of the start, so a lease file gone from then on ends it.
+    ReadLease(MonotonicMs());
     Report r;
     r.shim_pid = getpid();
     r.pid = pid;
@@ -454,7 +456,13 @@ class Shim {
   // has fired the stop goes on even if the lease is renewed: the server may have moved the work.
   void ReadLease(int64_t now) {
     char buf[128];
-    if (ReadSmall(plan_.lease_path.c_str(), buf, sizeof buf) > 0) {
+    const ssize_t n_read = ReadSmall(plan_.lease_path.c_str(), buf, sizeof buf);
+    if (n_read < 0 && (errno == ENOENT || errno == ENOTDIR) && lease_deadline_ > 0) {
+      // The lease was there and is gone: the agent's work dir was deleted, so nothing can renew
+      // the lease and no agent can adopt this workload. The lease ends now.
+      lease_deadline_ = now;
+    }
+    if (n_read > 0) {
       const char* p = buf;
       const size_t n = plan_.boot_id.size();
       if (n == 0 || (memcmp(buf, plan_.boot_id.c_str(), n) == 0 && buf[n] == ' ')) {

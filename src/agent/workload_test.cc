@@ -236,6 +236,19 @@ TEST_F(WorkloadTest, LeaseLapseStopsWorkloadsEvenWhenTheAgentIsGone) {
   EXPECT_EQ(s.exit_code, 128 + SIGKILL);
 }
 
+TEST_F(WorkloadTest, AWorkDirDeletedUnderARunningWorkloadEndsItsLeaseAtOnce) {
+  auto sup = OpenSup();
+  sup->RenewLease(milliseconds(60'000));
+  ASSERT_TRUE(sup->Start(Spec("orphan", "echo $$ > pid; sleep 60")).ok());
+  const pid_t pid = WaitPid(Dir("orphan") + "/pid");
+  sup.reset();  // The agent is gone, and then its whole work dir, lease and all.
+  std::error_code ec;
+  fs::remove_all(tmp_.path() + "/work", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  // Nothing can renew the lease or adopt the workload: it stops now, not in a minute.
+  EXPECT_TRUE(WaitFor([&] { return !Alive(pid); }, milliseconds(3000)));
+}
+
 TEST_F(WorkloadTest, ARenewedLeaseKeepsWorkloadsRunning) {
   auto sup = OpenSup();
   sup->RenewLease(milliseconds(500));
