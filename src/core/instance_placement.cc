@@ -132,6 +132,10 @@ sched::Request Instances::RequestOf(const Instance& inst) const {
 namespace {
 constexpr int kRepackSearchesPerRound = 2;
 constexpr std::string_view kMoved = "moved to another GPU to make room for waiting work";
+// The longest stop grace a share may ask for and still be moved. The create that waits for a move
+// waits through the moved share's grace too, and the share's billing stops at its notice: a
+// longer grace would hold the create back and run unbilled, on a move its own tenant may cause.
+constexpr int kMaxMoveGraceSeconds = 30;
 }  // namespace
 
 std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Request& req,
@@ -143,7 +147,9 @@ std::optional<Instances::Room> Instances::Repack(Instance& inst, const sched::Re
     const auto* s = static_cast<const Instance*>(owner);  // Track's: the instance itself.
     // A move costs the work the share did in this run: one that ran longer stays. Lower-priority
     // work never restarts higher-priority work (spot never moves on-demand or reserved).
+    // A long stop grace would hold the create back, unbilled (kMaxMoveGraceSeconds).
     return s->state == InstanceState::kRunning && !s->moving && s->started_at &&
+           s->stop_grace_seconds <= kMaxMoveGraceSeconds &&
            now - *s->started_at <= options_->repack_max_run &&
            (!s->moved_at || now - *s->moved_at >= options_->repack_cooldown) &&
            Priority(s->billing) <= req.priority;

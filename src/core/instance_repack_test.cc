@@ -16,7 +16,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-CreateInstanceRequest Share(int milli, bool migratable = false) {
+CreateInstanceRequest Share(int milli, bool migratable = false, int stop_grace_seconds = 10) {
   CreateInstanceRequest r;
   r.command = "sleep 600";
   r.shape.gpu_model = "L40S-48GB";
@@ -25,6 +25,7 @@ CreateInstanceRequest Share(int milli, bool migratable = false) {
   r.shape.vcpus = 2;
   r.shape.memory_mib = 1024;
   r.migratable = migratable;
+  r.stop_grace_seconds = stop_grace_seconds;
   return r;
 }
 
@@ -88,10 +89,10 @@ class RepackTest : public ::testing::Test, protected AgentNodeFixture {
     return state_->fleet().node(*state_->fleet().Find(node)).gpus[0].free_milli;
   }
 
-  void Set(bool migratable = true) {
+  void Set(bool migratable = true, int stop_grace_seconds = 10) {
     const Instance f1 = Create(Share(700));
     const Instance f2 = Create(Share(700));
-    const Instance a = Create(Share(300, migratable));
+    const Instance a = Create(Share(300, migratable, stop_grace_seconds));
     a_ = a.id.str();
     p_ = a.node;
     q_ = p_ == "l-1" ? "l-2" : "l-1";
@@ -153,6 +154,28 @@ TEST_F(RepackTest, AShareMovesWithNoticeAndRestartsWhereItsMoveBookedAndTheWaiti
   EXPECT_EQ(Free(q_), 200);
   Running(a_);
   EXPECT_EQ(Get(a_).state, InstanceState::kRunning);
+}
+
+TEST_F(RepackTest, AShareThatAsksForMoreThan30SecondsToStopIsNeverMoved) {
+  // The create would wait through the grace, and the share would run it unbilled: a tenant could
+  // have its own share moved on purpose for up to an hour of free GPU time.
+  Make(/*repack=*/true);
+  Set(/*migratable=*/true, /*stop_grace_seconds=*/31);
+  const Instance r = Create(Share(800));
+  EXPECT_EQ(r.state, InstanceState::kPending);
+  EXPECT_EQ(r.reason.find("to move to other GPUs"), std::string::npos) << r.reason;
+  EXPECT_EQ(Get(a_).state, InstanceState::kRunning);
+  EXPECT_EQ(state_->counters().repack_moves, 0);
+  EXPECT_EQ(Free(q_), 500) << "no place is booked for a move";
+}
+
+TEST_F(RepackTest, AShareThatAsksFor30SecondsToStopStillMoves) {
+  Make(/*repack=*/true);
+  Set(/*migratable=*/true, /*stop_grace_seconds=*/30);
+  const Instance r = Create(Share(800));
+  EXPECT_EQ(r.state, InstanceState::kPending);
+  EXPECT_EQ(Get(a_).state, InstanceState::kPreempting);
+  EXPECT_EQ(state_->counters().repack_moves, 1);
 }
 
 TEST_F(RepackTest, NothingMovesWithoutRepackingOrWhenTheShareIsNotMigratable) {
