@@ -115,15 +115,16 @@ TEST_F(ExecTest, ASessionEndsWhenItsInstanceStops) {
   Join("gpu-01");
   const std::string id = Sleeper();
   auto session = std::async(std::launch::async, [&] {
-    return Exec(tenant_, id, {"sleep", "300"});
+    return Exec(tenant_, id, {"sleep", "299.5"});
   });
-  // The command runs: the workload's uid has a second sleep.
+  // The command runs under the workload's uid. Its exact command line is matched, not a count of
+  // sleeps: other tests' workloads running at the same time may have the same uid.
   const std::string uid = ReadFile(RunDir("gpu-01", id) + "/uid");
   ASSERT_TRUE(WaitFor(
       [&] {
-        return testing::RunProgram(
-                   {"/usr/bin/pgrep", "-c", "-u", uid.substr(0, uid.size() - 1), "-x", "sleep"})
-                   .out == "2\n";
+        return testing::RunProgram({"/usr/bin/pgrep", "-c", "-u", uid.substr(0, uid.size() - 1),
+                                    "-x", "-f", "sleep 299.5"})
+                   .out == "1\n";
       },
       10s));
   const auto deleted = std::chrono::steady_clock::now();
