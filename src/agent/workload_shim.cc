@@ -452,8 +452,9 @@ class Shim {
   }
 
   // The lease: "<boot id> <deadline>". The last deadline read stands when the file cannot be
-  // read, so removing it cannot unfence a workload; one from another boot is ignored. Once it
-  // has fired the stop goes on even if the lease is renewed: the server may have moved the work.
+  // read, so nothing can unfence a workload; one from another boot is ignored. A file gone after
+  // one was read ends the lease at once. Once it has fired the stop goes on even if the lease is
+  // renewed: the server may have moved the work.
   void ReadLease(int64_t now) {
     char buf[128];
     const ssize_t n_read = ReadSmall(plan_.lease_path.c_str(), buf, sizeof buf);
